@@ -1,0 +1,2 @@
+// PLACEHOLDER: replaced by the area that owns this benchmark.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Stateright models over custodian's real state machines.

@@ -1,0 +1,2 @@
+//! `custodian-model`: check or explore the models.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Drives each request end to end through `machine::request`.

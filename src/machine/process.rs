@@ -1,0 +1,1 @@
+//! The process machine: `Running → Term → Kill → Settled`.

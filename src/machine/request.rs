@@ -1,0 +1,1 @@
+//! The request machine: `Open → Finalizing → Cleaning → Acknowledged → Completed`.

@@ -1,0 +1,14 @@
+//! The `custodian` command line: raw arguments → validated configuration →
+//! a library call. The library never sees a flag.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let parsed = cli::Cli::parse();
+    cli::init_tracing();
+    parsed.dispatch()
+}

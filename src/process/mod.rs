@@ -1,0 +1,1 @@
+//! The governed process launcher (`process.run`).

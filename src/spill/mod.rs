@@ -1,0 +1,1 @@
+//! The spill store and its one-shot startup retention sweep.

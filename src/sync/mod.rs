@@ -1,0 +1,1 @@
+//! Exactly-once primitives and the loom shim.

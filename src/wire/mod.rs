@@ -1,0 +1,1 @@
+//! Typed, versioned edge–node messages (JSON lines) and the node-side handler.
