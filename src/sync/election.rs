@@ -426,3 +426,242 @@ impl<K, V> fmt::Debug for Elections<K, V> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(custodian_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::time::Duration;
+
+    fn owner<V>(elected: Elected<V>) -> OwnerGuard<V> {
+        match elected {
+            Elected::Owner(guard) => guard,
+            Elected::Waiter(_) => panic!("expected to own the election"),
+        }
+    }
+
+    fn waiter<V>(elected: Elected<V>) -> Waiter<V> {
+        match elected {
+            Elected::Waiter(waiter) => waiter,
+            Elected::Owner(_) => panic!("expected to wait on another owner"),
+        }
+    }
+
+    #[test]
+    fn first_caller_owns_and_every_other_caller_gets_its_result() {
+        let election = Election::new();
+        let guard = owner(election.elect());
+        let concurrent = waiter(election.elect());
+        let duplicate = waiter(election.clone().elect());
+        assert_eq!(concurrent.try_get(), None);
+        guard.complete(String::from("ok"));
+        assert_eq!(concurrent.wait(), Ok(String::from("ok")));
+        assert_eq!(duplicate.wait(), Ok(String::from("ok")));
+        let late = waiter(election.elect());
+        assert_eq!(late.try_get(), Some(Ok(String::from("ok"))));
+        assert_eq!(election.result(), Some(Ok(String::from("ok"))));
+    }
+
+    #[test]
+    fn dropped_owner_guard_releases_blocked_waiters_with_abandoned() {
+        let election = Election::<u32>::new();
+        let guard = owner(election.elect());
+        let blocked: Vec<_> = (0..3)
+            .map(|_| {
+                let w = waiter(election.elect());
+                std::thread::spawn(move || w.wait())
+            })
+            .collect();
+        drop(guard);
+        for w in blocked {
+            assert_eq!(w.join().unwrap(), Err(Abandoned));
+        }
+        // Abandoned is final: a later caller observes it and does not own.
+        assert_eq!(waiter(election.elect()).wait(), Err(Abandoned));
+    }
+
+    #[test]
+    fn owner_panicking_mid_work_abandons_instead_of_hanging() {
+        let election = Election::<u32>::new();
+        let guard = owner(election.elect());
+        let w = guard.waiter();
+        let worker = std::thread::spawn(move || {
+            let _guard = guard;
+            panic!("work failed");
+        });
+        assert!(worker.join().is_err());
+        assert_eq!(w.wait(), Err(Abandoned));
+    }
+
+    #[test]
+    fn explicit_abandon_publishes_abandoned() {
+        let election = Election::<()>::new();
+        let elected = election.elect();
+        let w = elected.waiter();
+        owner(elected).abandon();
+        assert_eq!(w.try_get(), Some(Err(Abandoned)));
+    }
+
+    #[test]
+    fn racing_callers_elect_exactly_one_owner() {
+        for _ in 0..50 {
+            let election = Election::new();
+            let barrier = std::sync::Arc::new(Barrier::new(4));
+            let racers: Vec<_> = (0..4u32)
+                .map(|i| {
+                    let (election, barrier) = (election.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        match election.elect() {
+                            Elected::Owner(guard) => {
+                                let w = guard.waiter();
+                                guard.complete(i);
+                                (true, w.wait())
+                            }
+                            Elected::Waiter(w) => (false, w.wait()),
+                        }
+                    })
+                })
+                .collect();
+            let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+            assert_eq!(results.iter().filter(|(owned, _)| *owned).count(), 1);
+            let published = election.result().unwrap();
+            assert!(
+                results.iter().all(|(_, seen)| *seen == published),
+                "{results:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn work_keeps_running_when_every_caller_is_cancelled() {
+        let elections: Elections<u8, &str> = Elections::new(4);
+        let (release, gate) = tokio::sync::oneshot::channel::<()>();
+        let guard = owner(elections.elect(1));
+        let work = tokio::spawn(async move {
+            gate.await.unwrap();
+            guard.complete("cleaned");
+        });
+        // Both the owner's caller and a duplicate give up waiting.
+        for elected in [elections.elect(1), elections.elect(1)] {
+            let gave_up =
+                tokio::time::timeout(Duration::from_millis(1), elected.waiter().into_future())
+                    .await;
+            assert!(gave_up.is_err());
+        }
+        release.send(()).unwrap();
+        work.await.unwrap();
+        assert_eq!(waiter(elections.elect(1)).await, Ok("cleaned"));
+    }
+
+    #[tokio::test]
+    async fn async_waiters_all_receive_the_owner_result() {
+        let election = Election::new();
+        let guard = owner(election.elect());
+        let waiters: Vec<_> = (0..5)
+            .map(|_| tokio::spawn(waiter(election.elect()).into_future()))
+            .collect();
+        tokio::task::yield_now().await;
+        guard.complete(vec![1, 2, 3]);
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), Ok(vec![1, 2, 3]));
+        }
+    }
+
+    #[test]
+    fn keyed_elections_are_independent_per_key() {
+        let elections: Elections<&str, u8> = Elections::new(8);
+        let a = owner(elections.elect("a"));
+        let b = owner(elections.elect("b"));
+        let a_dup = waiter(elections.elect("a"));
+        assert_eq!(elections.in_flight(), 2);
+        b.complete(2);
+        assert_eq!(a_dup.try_get(), None);
+        a.complete(1);
+        assert_eq!(a_dup.wait(), Ok(1));
+        assert_eq!(elections.result("b"), Some(Ok(2)));
+        assert_eq!((elections.in_flight(), elections.cached()), (0, 2));
+    }
+
+    #[test]
+    fn eviction_drops_the_oldest_completed_result_only() {
+        let elections: Elections<u32, u32> = Elections::new(2);
+        let held = owner(elections.elect(0)).waiter();
+        let in_flight = owner(elections.elect(99));
+        for key in 1..=3 {
+            owner(elections.elect(key)).complete(key * 10);
+        }
+        // Key 0's guard was dropped right after `waiter()`, so it completed
+        // first (as abandoned) and is the oldest cached result.
+        assert_eq!(held.try_get(), Some(Err(Abandoned)));
+        // Capacity 2: of 0 (abandoned), 1, 2, 3 only 2 and 3 remain cached.
+        assert_eq!(elections.result(&0), None);
+        assert_eq!(elections.result(&1), None);
+        assert_eq!(elections.result(&2), Some(Ok(20)));
+        assert_eq!(elections.result(&3), Some(Ok(30)));
+        assert_eq!(elections.cached(), 2);
+        // The in-flight election survived every eviction.
+        assert!(!elections.elect(99).is_owner());
+        assert_eq!(elections.in_flight(), 1);
+        in_flight.complete(990);
+        assert_eq!(elections.result(&99), Some(Ok(990)));
+        assert_eq!(
+            elections.result(&2),
+            None,
+            "oldest cached result goes first"
+        );
+        // After eviction, the next call owns again (the owner must be idempotent).
+        assert!(elections.elect(1).is_owner());
+    }
+
+    #[test]
+    fn zero_capacity_shares_results_only_among_present_participants() {
+        let elections: Elections<&str, u8> = Elections::new(0);
+        let guard = owner(elections.elect("k"));
+        let present = waiter(elections.elect("k"));
+        guard.complete(5);
+        assert_eq!(present.wait(), Ok(5));
+        assert_eq!(elections.cached(), 0);
+        assert!(elections.elect("k").is_owner());
+    }
+
+    #[test]
+    fn abandoned_result_is_cached_like_any_other() {
+        let elections: Elections<&str, u8> = Elections::new(4);
+        drop(owner(elections.elect("k")));
+        assert_eq!(waiter(elections.elect("k")).wait(), Err(Abandoned));
+        assert_eq!(elections.result("k"), Some(Err(Abandoned)));
+    }
+
+    #[test]
+    fn racing_keyed_callers_elect_one_owner_per_key() {
+        for _ in 0..30 {
+            let elections: Elections<u8, usize> = Elections::new(16);
+            let barrier = std::sync::Arc::new(Barrier::new(6));
+            let racers: Vec<_> = (0..6usize)
+                .map(|i| {
+                    let (elections, barrier) = (elections.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let key = (i % 2) as u8;
+                        match elections.elect(key) {
+                            Elected::Owner(guard) => {
+                                let w = guard.waiter();
+                                guard.complete(i);
+                                (key, true, w.wait())
+                            }
+                            Elected::Waiter(w) => (key, false, w.wait()),
+                        }
+                    })
+                })
+                .collect();
+            let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+            for key in 0..2u8 {
+                let of_key: Vec<_> = results.iter().filter(|(k, ..)| *k == key).collect();
+                assert_eq!(of_key.iter().filter(|(_, owned, _)| *owned).count(), 1);
+                let published = elections.result(&key).unwrap();
+                assert!(of_key.iter().all(|(.., seen)| *seen == published));
+            }
+        }
+    }
+}

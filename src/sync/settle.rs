@@ -252,3 +252,172 @@ impl<T: fmt::Debug> fmt::Debug for Settled<T> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(custodian_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    /// A waker that counts its wake-ups, for driving futures by hand.
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (std::sync::Arc<CountingWaker>, Waker) {
+        let counter = std::sync::Arc::new(CountingWaker(AtomicUsize::new(0)));
+        (counter.clone(), Waker::from(counter))
+    }
+
+    fn poll_once<T: Clone>(future: &mut Settled<T>, waker: &Waker) -> Poll<T> {
+        Pin::new(future).poll(&mut Context::from_waker(waker))
+    }
+
+    #[test]
+    fn first_settle_wins_and_later_ones_are_told_the_winner() {
+        let cell = SettleOnce::new();
+        assert!(!cell.is_settled());
+        assert_eq!(cell.settle(1), Ok(()));
+        for loser in [2, 1, 3] {
+            let refused = cell.settle(loser).unwrap_err();
+            assert_eq!(refused.rejected, loser);
+            assert_eq!(refused.winner, 1);
+        }
+        assert_eq!(cell.get(), Some(1));
+        assert_eq!(cell.wait(), 1);
+    }
+
+    #[test]
+    fn clones_are_handles_to_the_same_cell() {
+        let cell = SettleOnce::new();
+        let other = cell.clone();
+        assert!(cell.same_cell(&other));
+        assert!(!cell.same_cell(&SettleOnce::new()));
+        other.settle("x").unwrap();
+        assert_eq!(cell.get(), Some("x"));
+    }
+
+    #[test]
+    fn racing_settlers_elect_exactly_one_winner_seen_by_all() {
+        for _ in 0..50 {
+            let cell = SettleOnce::new();
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+            let racers: Vec<_> = (0..4)
+                .map(|i| {
+                    let (cell, barrier) = (cell.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        match cell.settle(i) {
+                            Ok(()) => (true, i),
+                            Err(refused) => (false, refused.winner),
+                        }
+                    })
+                })
+                .collect();
+            let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+            let winners: Vec<_> = results.iter().filter(|(won, _)| *won).collect();
+            assert_eq!(winners.len(), 1, "{results:?}");
+            let value = cell.get().unwrap();
+            assert!(
+                results.iter().all(|(_, seen)| *seen == value),
+                "{results:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn blocking_readers_before_and_after_settle_see_the_same_value() {
+        let cell = SettleOnce::new();
+        let early: Vec<_> = (0..3)
+            .map(|_| {
+                let cell = cell.clone();
+                std::thread::spawn(move || cell.wait())
+            })
+            .collect();
+        cell.settle(String::from("done")).unwrap();
+        for reader in early {
+            assert_eq!(reader.join().unwrap(), "done");
+        }
+        assert_eq!(cell.wait(), "done");
+    }
+
+    #[test]
+    fn async_waiter_registers_once_and_is_woken_by_settle() {
+        let cell = SettleOnce::new();
+        let mut future = cell.wait_async();
+        let (count, waker) = counting_waker();
+        assert_eq!(poll_once(&mut future, &waker), Poll::Pending);
+        assert_eq!(poll_once(&mut future, &waker), Poll::Pending);
+        assert_eq!(
+            cell.registered_wakers(),
+            1,
+            "re-polling must not add entries"
+        );
+        cell.settle(7).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(cell.registered_wakers(), 0);
+        assert_eq!(poll_once(&mut future, &waker), Poll::Ready(7));
+    }
+
+    #[test]
+    fn repolling_with_a_new_waker_wakes_only_the_new_one() {
+        let cell = SettleOnce::new();
+        let mut future = cell.wait_async();
+        let (old_count, old) = counting_waker();
+        let (new_count, new) = counting_waker();
+        assert_eq!(poll_once(&mut future, &old), Poll::Pending);
+        assert_eq!(poll_once(&mut future, &new), Poll::Pending);
+        assert_eq!(cell.registered_wakers(), 1);
+        cell.settle(()).unwrap();
+        assert_eq!(old_count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(new_count.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn dropped_async_waiter_unregisters_and_loses_nothing() {
+        let cell = SettleOnce::new();
+        let (_, waker) = counting_waker();
+        let mut kept = cell.wait_async();
+        for _ in 0..10 {
+            let mut dropped = cell.wait_async();
+            assert_eq!(poll_once(&mut dropped, &waker), Poll::Pending);
+        }
+        assert_eq!(poll_once(&mut kept, &waker), Poll::Pending);
+        assert_eq!(cell.registered_wakers(), 1, "dropped futures leaked wakers");
+        cell.settle(5).unwrap();
+        assert_eq!(poll_once(&mut kept, &waker), Poll::Ready(5));
+        let mut late = cell.wait_async();
+        assert_eq!(poll_once(&mut late, &waker), Poll::Ready(5));
+        assert_eq!(cell.registered_wakers(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_waiters_on_tokio_all_observe_the_value() {
+        let cell = SettleOnce::new();
+        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(cell.wait_async())).collect();
+        let settler = {
+            let cell = cell.clone();
+            std::thread::spawn(move || cell.settle(42u32))
+        };
+        settler.join().unwrap().unwrap();
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), 42);
+        }
+        assert_eq!(cell.wait_async().await, 42);
+    }
+
+    #[tokio::test]
+    async fn cancelled_async_wait_leaves_the_cell_clean() {
+        let cell = SettleOnce::<u8>::new();
+        let timed_out =
+            tokio::time::timeout(std::time::Duration::from_millis(1), cell.wait_async()).await;
+        assert!(timed_out.is_err());
+        assert_eq!(cell.registered_wakers(), 0);
+        cell.settle(1).unwrap();
+        assert_eq!(cell.wait_async().await, 1);
+    }
+}
