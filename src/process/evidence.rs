@@ -566,4 +566,75 @@ mod tests {
         assert!(json.len() <= bound && rendered.len() <= bound + 64);
         assert!(std::str::from_utf8(rendered.as_bytes()).is_ok());
     }
+
+    const SCHEMA: &str = include_str!("../../docs/schemas/process-evidence.v1.json");
+
+    fn validator() -> jsonschema::Validator {
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+        jsonschema::validator_for(&schema).unwrap()
+    }
+
+    fn schema_errors(v: &jsonschema::Validator, json: &serde_json::Value) -> Vec<String> {
+        v.iter_errors(json).map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn serialized_evidence_validates_against_the_schema() {
+        let v = validator();
+        let mut variants = vec![sample()];
+        let mut exited = sample();
+        exited.status = Status::Exited;
+        exited.exit_code = Some(0);
+        exited.signal = None;
+        exited.escalation.clear();
+        exited.timings = Timings::new(
+            UNIX_EPOCH,
+            Some(Duration::from_millis(3)),
+            None,
+            None,
+            Duration::from_millis(4),
+        );
+        exited.descendants = Descendants::new(Verdict::Terminated, Tier::Subreaper, vec![]);
+        variants.push(exited);
+        let mut cut = sample();
+        cut.status = Status::Cancelled;
+        cut.stdout.state = StreamState::CutAtDeadline;
+        cut.escalation.push(EscalationStep::new(
+            EscalationAction::CloseStreams,
+            EscalationReason::HardDeadline,
+            None,
+            StepOutcome::Delivered,
+            Duration::from_secs(4),
+        ));
+        cut.descendants = Descendants::new(
+            Verdict::Unsupported,
+            Tier::DirectChild,
+            vec![VerdictReason::PlatformUnsupported],
+        );
+        variants.push(cut);
+        for e in variants {
+            let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+            assert_eq!(schema_errors(&v, &json), Vec::<String>::new(), "{json}");
+        }
+    }
+
+    #[test]
+    fn the_schema_rejects_what_evidence_must_not_hold() {
+        let v = validator();
+        let good: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+        let mut with_env = good.clone();
+        with_env["invocation"]["env"] = serde_json::json!({"K": "V"});
+        let mut wrong_version = good.clone();
+        wrong_version["version"] = 2.into();
+        let mut bad_state = good.clone();
+        bad_state["stdout"]["state"] = "open".into();
+        let mut no_verdict = good.clone();
+        no_verdict["descendants"]
+            .as_object_mut()
+            .unwrap()
+            .remove("verdict");
+        for bad in [with_env, wrong_version, bad_state, no_verdict] {
+            assert!(!v.is_valid(&bad), "{bad}");
+        }
+    }
 }
