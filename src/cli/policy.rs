@@ -1,16 +1,232 @@
 //! `custodian policy`: inspect process.run policy decisions.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use custodian::policy::{
+    Context, Decision, EnvValue, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry,
+    Request, StateMode, decide,
+};
+
+/// Exit code for a policy file that does not validate (`EX_DATAERR`).
+pub(crate) const EXIT_BAD_POLICY: u8 = 65;
+/// Exit code for a policy file that cannot be read (`EX_NOINPUT`).
+pub(crate) const EXIT_NO_POLICY: u8 = 66;
+/// Exit code for an argument clap accepted but policy refused (`EX_USAGE`).
+pub(crate) const EXIT_USAGE: u8 = 64;
 
 /// Subcommands of `custodian policy`.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// Print the match target and the decision for an invocation.
-    Explain,
+    /// Print the match target and the decision for an invocation as JSON.
+    #[command(after_long_help = EXPLAIN_HELP)]
+    Explain(ExplainArgs),
+}
+
+const EXPLAIN_HELP: &str = "\
+Prints one JSON object (schema \"custodian.policy.explain/1\", see
+docs/contracts/process-run.md) with the match target, the decision, its reason
+and, on require_approval, the exact override to pass to `--approve`.
+
+--env values are literals and are printed as part of the target: the target is
+the process identity an approval binds to. --env-secret takes a secret
+REFERENCE, which is printed as a reference; nothing is ever resolved.
+
+Exit status: 0 decision printed (whatever the verdict); 2 bad arguments;
+64 invalid --approve pattern or --env entry; 65 invalid policy file; 66 unreadable policy file.";
+
+/// Provenance as a command-line value.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ProvenanceArg {
+    /// A trusted operator.
+    Trusted,
+    /// Untrusted driving provenance (the default: fail closed).
+    Untrusted,
+}
+
+impl From<ProvenanceArg> for Provenance {
+    fn from(p: ProvenanceArg) -> Self {
+        match p {
+            ProvenanceArg::Trusted => Provenance::Trusted,
+            ProvenanceArg::Untrusted => Provenance::Untrusted,
+        }
+    }
+}
+
+/// State mode as a command-line value.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum StateModeArg {
+    /// State on the local host.
+    Local,
+    /// Shared state (process.run fails closed).
+    Shared,
+}
+
+/// Arguments of `custodian policy explain`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExplainArgs {
+    /// The policy file (TOML).
+    #[arg(long, value_name = "FILE")]
+    policy: PathBuf,
+    /// Who drives the call.
+    #[arg(long, value_enum, default_value = "untrusted")]
+    provenance: ProvenanceArg,
+    /// Where the runtime keeps its state.
+    #[arg(long = "state-mode", value_enum, default_value = "local")]
+    state_mode: StateModeArg,
+    /// The tool to decide for.
+    #[arg(long, default_value = "process.run", value_name = "ID")]
+    tool: String,
+    /// Working directory relative to the workspace root.
+    #[arg(long, value_name = "REL")]
+    cwd: Option<String>,
+    /// A literal environment overlay entry (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// An overlay entry whose value is a secret reference (repeatable).
+    #[arg(long = "env-secret", value_name = "KEY=REF")]
+    env_secret: Vec<String>,
+    /// An approval held for this call: an exact override or a `*` pattern
+    /// (repeatable).
+    #[arg(long = "approve", value_name = "TARGET")]
+    approve: Vec<String>,
+    /// The executable and its arguments, after `--`.
+    #[arg(last = true, value_name = "EXE ARGS")]
+    command: Vec<String>,
+}
+
+/// Splits each `KEY=VALUE` at its first `=`.
+///
+/// Parsed here rather than by clap so that a malformed entry is never echoed:
+/// it may be a secret pasted by mistake.
+pub(crate) fn parse_pairs(
+    flag: &str,
+    values: &[String],
+) -> Result<Vec<(String, String)>, ExitCode> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match s.split_once('=') {
+            Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
+            None => {
+                eprintln!("custodian: {flag} #{}: expected KEY=VALUE", i + 1);
+                Err(ExitCode::from(EXIT_USAGE))
+            }
+        })
+        .collect()
+}
+
+/// Reads and validates a policy file, reporting failures on stderr.
+pub(crate) fn load_policy(path: &Path) -> Result<PolicyConfig, ExitCode> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("custodian: cannot read policy file {}: {e}", path.display());
+        ExitCode::from(EXIT_NO_POLICY)
+    })?;
+    PolicyConfig::from_toml_str(&text).map_err(|e| {
+        eprintln!("custodian: policy file {}: {e}", path.display());
+        ExitCode::from(EXIT_BAD_POLICY)
+    })
+}
+
+/// Parses `--approve` values.
+pub(crate) fn parse_approvals(values: &[String]) -> Result<Vec<Pattern>, ExitCode> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            Pattern::parse(v).map_err(|e| {
+                eprintln!("custodian: --approve #{}: {e}", i + 1);
+                ExitCode::from(EXIT_USAGE)
+            })
+        })
+        .collect()
+}
+
+/// Builds policy's view of an invocation from command-line parts.
+pub(crate) fn process_target(
+    command: &[String],
+    cwd: Option<&str>,
+    env: &[(String, String)],
+    env_secret: &[(String, String)],
+) -> Option<ProcessTarget> {
+    let (executable, argv) = command.split_first()?;
+    let literals = env
+        .iter()
+        .map(|(k, v)| (k.clone(), EnvValue::Literal(v.clone())));
+    let secrets = env_secret
+        .iter()
+        .map(|(k, r)| (k.clone(), EnvValue::SecretRef(r.clone())));
+    Some(ProcessTarget {
+        executable: executable.clone(),
+        argv: argv.to_vec(),
+        cwd: cwd.map(str::to_owned),
+        env_overlay: literals.chain(secrets).collect(),
+    })
+}
+
+/// The `custodian.policy.explain/1` JSON object.
+pub(crate) fn explain_json(tool: &str, context: Context, decision: &Decision) -> serde_json::Value {
+    let mut reason = serde_json::to_value(&decision.reason).unwrap_or_default();
+    if let Some(obj) = reason.as_object_mut() {
+        obj.insert("message".into(), decision.reason.to_string().into());
+    }
+    serde_json::json!({
+        "schema": "custodian.policy.explain/1",
+        "tool": tool,
+        "context": context,
+        "target": decision.target.as_ref().map(|t| t.as_str()),
+        "target_truncated": decision.target.as_ref().is_some_and(|t| t.is_truncated()),
+        "decision": decision.verdict,
+        "reason": reason,
+        "suggested_override": decision.suggested_override.as_ref().map(|o| o.as_str()),
+        "audit": decision.audit,
+    })
 }
 
 pub(crate) fn main(cmd: Command) -> ExitCode {
     match cmd {
-        Command::Explain => super::unavailable("policy explain"),
+        Command::Explain(args) => explain(args),
     }
+}
+
+fn explain(args: ExplainArgs) -> ExitCode {
+    let config = match load_policy(&args.policy) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let approvals = match parse_approvals(&args.approve) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let (env, env_secret) = match (
+        parse_pairs("--env", &args.env),
+        parse_pairs("--env-secret", &args.env_secret),
+    ) {
+        (Ok(e), Ok(s)) => (e, s),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let process = process_target(&args.command, args.cwd.as_deref(), &env, &env_secret);
+    let context = Context {
+        provenance: args.provenance.into(),
+        state_mode: match args.state_mode {
+            StateModeArg::Local => StateMode::Local,
+            StateModeArg::Shared => StateMode::Shared,
+        },
+    };
+    let decision = decide(
+        &Registry::new(),
+        &config,
+        &Request {
+            tool: &args.tool,
+            process: process.as_ref(),
+            context,
+            approvals: &approvals,
+        },
+    );
+    let json = explain_json(&args.tool, context, &decision);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json).unwrap_or_default()
+    );
+    ExitCode::SUCCESS
 }

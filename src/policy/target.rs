@@ -1,0 +1,627 @@
+//! Match targets: the exact, structured identity of one `process.run`
+//! invocation, serialized so that policy rules and approval overrides compare
+//! whole process identities rather than shell strings.
+//!
+//! A target is the JSON object
+//!
+//! ```text
+//! {"executable":E,"argv":[A0,A1,...],"cwd":C,"env":{K0:V0,K1:V1,...}}
+//! ```
+//!
+//! with the keys in exactly that order, the overlay keys sorted by Unicode
+//! code point, a literal overlay value written as a JSON string and a secret
+//! reference written as `{"secret_ref":NAME}` (never its resolved value).
+//! Every string is escaped by [`escape_into`]: besides `"` and `\`, control
+//! characters, invisible formatting characters (bidirectional overrides,
+//! zero-width characters, line separators) and the wildcard `*` are written as
+//! `\uXXXX`. Because the result is valid JSON that decodes back to the
+//! canonical input, two different invocations can never share a target, and
+//! a generated target never contains a raw `*`, so an exact override can never
+//! be mistaken for a wildcard pattern.
+//!
+//! A serialization longer than [`MAX_TARGET_BYTES`] keeps a readable prefix
+//! and ends in [`TRUNCATION_MARKER`] followed by the lowercase hex SHA-256 of
+//! the *full* serialization.
+
+use std::fmt;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The longest match target, in bytes, including the hash suffix of an
+/// oversized one.
+pub const MAX_TARGET_BYTES: usize = 4096;
+
+/// Separates the readable prefix of an oversized target from the hex SHA-256
+/// of its full serialization.
+pub const TRUNCATION_MARKER: &str = "...sha256:";
+
+/// Bytes taken by the suffix of an oversized target: the marker and 64 hex
+/// digits.
+const SUFFIX_BYTES: usize = TRUNCATION_MARKER.len() + 64;
+
+/// The largest readable prefix an oversized target keeps, in bytes; a prefix
+/// is cut back to a character boundary, so it may be up to three bytes
+/// shorter.
+pub const MAX_PREFIX_BYTES: usize = MAX_TARGET_BYTES - SUFFIX_BYTES;
+
+/// One value of the explicit environment overlay, as policy sees it: before
+/// any secret is resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EnvValue {
+    /// A literal value, part of the target as written.
+    Literal(String),
+    /// A reference to a secret that the launcher resolves at spawn time. Only
+    /// the reference is ever part of a target or an audit record.
+    SecretRef(String),
+}
+
+/// The invocation of `process.run` that a target is built from.
+///
+/// This is policy's own input type, independent of the launcher: the
+/// executable as written (not resolved against `PATH`), the arguments after
+/// it, the workspace-relative working directory, and the explicit overlay
+/// with unresolved values, in the caller's order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessTarget {
+    /// The executable as the caller wrote it (a bare name or a path).
+    pub executable: String,
+    /// The arguments after the executable; boundaries are significant.
+    pub argv: Vec<String>,
+    /// The working directory relative to the workspace root; `None`, `""` and
+    /// `"."` all mean the root.
+    pub cwd: Option<String>,
+    /// The explicit environment overlay, unresolved, in any order.
+    pub env_overlay: Vec<(String, EnvValue)>,
+}
+
+/// Why an invocation has no match target.
+///
+/// Indices point into the caller's argv or overlay; environment keys and
+/// values are never part of the reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TargetError {
+    /// `process.run` was asked for without an invocation.
+    #[error("process.run needs an invocation (executable and argv)")]
+    MissingInvocation,
+    /// The executable is empty.
+    #[error("the executable is empty")]
+    EmptyExecutable,
+    /// The executable contains a NUL byte.
+    #[error("the executable contains a NUL byte")]
+    NulInExecutable,
+    /// An argument contains a NUL byte.
+    #[error("argument {index} contains a NUL byte")]
+    NulInArgument {
+        /// Position in argv (0 is the first argument after the executable).
+        index: usize,
+    },
+    /// The working directory is absolute.
+    #[error("the working directory must be relative to the workspace")]
+    AbsoluteCwd,
+    /// The working directory has a `..` component.
+    #[error("the working directory must not contain a `..` component")]
+    ParentInCwd,
+    /// The working directory contains a NUL byte.
+    #[error("the working directory contains a NUL byte")]
+    NulInCwd,
+    /// An overlay key is empty or contains `=` or a NUL byte.
+    #[error("environment overlay entry {index} has an invalid key")]
+    InvalidEnvKey {
+        /// Position in the overlay.
+        index: usize,
+    },
+    /// An overlay value contains a NUL byte.
+    #[error("environment overlay entry {index} has a value with a NUL byte")]
+    NulInEnvValue {
+        /// Position in the overlay.
+        index: usize,
+    },
+    /// An overlay secret reference is empty or contains a NUL byte.
+    #[error("environment overlay entry {index} has an invalid secret reference")]
+    InvalidSecretRef {
+        /// Position in the overlay.
+        index: usize,
+    },
+    /// An overlay key repeats an earlier one.
+    #[error("environment overlay entry {index} repeats an earlier key")]
+    DuplicateEnvKey {
+        /// Position of the repetition in the overlay.
+        index: usize,
+    },
+}
+
+/// A validated invocation in canonical form: normalized cwd, overlay sorted by
+/// key code point. It is what a target serializes and what an approval audit
+/// records.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CanonicalProcess {
+    /// The executable as written.
+    pub executable: String,
+    /// The arguments, boundaries intact.
+    pub argv: Vec<String>,
+    /// The normalized workspace-relative cwd (`.` for the root).
+    pub cwd: String,
+    /// The unresolved overlay, sorted by key code point.
+    pub env_overlay: Vec<(String, EnvValue)>,
+}
+
+/// The serialized identity of one invocation; see the [module docs](self).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct MatchTarget {
+    text: String,
+    truncated: bool,
+}
+
+impl MatchTarget {
+    /// The target text, at most [`MAX_TARGET_BYTES`] long.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the full serialization exceeded [`MAX_TARGET_BYTES`] and this
+    /// target is a readable prefix plus a SHA-256 suffix.
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+impl fmt::Display for MatchTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl ProcessTarget {
+    /// Validates the invocation and puts it in canonical form.
+    ///
+    /// # Errors
+    ///
+    /// A [`TargetError`] naming the first malformed part; nothing is
+    /// repaired.
+    pub fn canonicalize(&self) -> Result<CanonicalProcess, TargetError> {
+        if self.executable.is_empty() {
+            return Err(TargetError::EmptyExecutable);
+        }
+        if self.executable.contains('\0') {
+            return Err(TargetError::NulInExecutable);
+        }
+        if let Some(index) = self.argv.iter().position(|a| a.contains('\0')) {
+            return Err(TargetError::NulInArgument { index });
+        }
+        let cwd = normalize_cwd(self.cwd.as_deref().unwrap_or(""))?;
+        let mut env_overlay: Vec<(usize, &String, &EnvValue)> = Vec::new();
+        for (index, (key, value)) in self.env_overlay.iter().enumerate() {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(TargetError::InvalidEnvKey { index });
+            }
+            match value {
+                EnvValue::Literal(v) if v.contains('\0') => {
+                    return Err(TargetError::NulInEnvValue { index });
+                }
+                EnvValue::SecretRef(r) if r.is_empty() || r.contains('\0') => {
+                    return Err(TargetError::InvalidSecretRef { index });
+                }
+                _ => {}
+            }
+            env_overlay.push((index, key, value));
+        }
+        // Stable sort: among equal keys the later entry follows, so it is the
+        // one reported as the repetition.
+        env_overlay.sort_by(|a, b| a.1.cmp(b.1));
+        if let Some(pair) = env_overlay.windows(2).find(|w| w[0].1 == w[1].1) {
+            return Err(TargetError::DuplicateEnvKey { index: pair[1].0 });
+        }
+        Ok(CanonicalProcess {
+            executable: self.executable.clone(),
+            argv: self.argv.clone(),
+            cwd,
+            env_overlay: env_overlay
+                .into_iter()
+                .map(|(_, k, v)| (k.clone(), v.clone()))
+                .collect(),
+        })
+    }
+
+    /// Builds the match target of this invocation.
+    ///
+    /// # Errors
+    ///
+    /// A [`TargetError`] when the invocation is malformed; there is then no
+    /// target and therefore no override to suggest.
+    pub fn match_target(&self) -> Result<MatchTarget, TargetError> {
+        Ok(self.canonicalize()?.match_target())
+    }
+}
+
+impl CanonicalProcess {
+    /// The full serialization, before any length bound.
+    pub fn serialize_full(&self) -> String {
+        let mut out = String::with_capacity(64);
+        out.push_str("{\"executable\":");
+        escape_into(&mut out, &self.executable);
+        out.push_str(",\"argv\":[");
+        for (i, arg) in self.argv.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            escape_into(&mut out, arg);
+        }
+        out.push_str("],\"cwd\":");
+        escape_into(&mut out, &self.cwd);
+        out.push_str(",\"env\":{");
+        for (i, (key, value)) in self.env_overlay.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            escape_into(&mut out, key);
+            out.push(':');
+            match value {
+                EnvValue::Literal(v) => escape_into(&mut out, v),
+                EnvValue::SecretRef(r) => {
+                    out.push_str("{\"secret_ref\":");
+                    escape_into(&mut out, r);
+                    out.push('}');
+                }
+            }
+        }
+        out.push_str("}}");
+        out
+    }
+
+    /// The bounded match target.
+    pub fn match_target(&self) -> MatchTarget {
+        bound(self.serialize_full())
+    }
+}
+
+/// Applies [`MAX_TARGET_BYTES`] to a full serialization.
+fn bound(full: String) -> MatchTarget {
+    if full.len() <= MAX_TARGET_BYTES {
+        return MatchTarget {
+            text: full,
+            truncated: false,
+        };
+    }
+    let mut cut = MAX_PREFIX_BYTES;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = Sha256::digest(full.as_bytes());
+    let mut text = String::with_capacity(MAX_TARGET_BYTES);
+    text.push_str(&full[..cut]);
+    text.push_str(TRUNCATION_MARKER);
+    text.push_str(&hex::encode(digest));
+    MatchTarget {
+        text,
+        truncated: true,
+    }
+}
+
+/// Lexically normalizes a workspace-relative cwd: drops empty and `.`
+/// components, refuses absolute paths and any `..`.
+fn normalize_cwd(cwd: &str) -> Result<String, TargetError> {
+    if cwd.contains('\0') {
+        return Err(TargetError::NulInCwd);
+    }
+    if cwd.starts_with('/') {
+        return Err(TargetError::AbsoluteCwd);
+    }
+    let mut parts = Vec::new();
+    for part in cwd.split('/') {
+        match part {
+            "" | "." => {}
+            // Refused outright rather than resolved: `a/..` is lexically
+            // inside, but `a` may be a symlink, and a refusal is never wrong.
+            ".." => return Err(TargetError::ParentInCwd),
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        Ok(".".to_owned())
+    } else {
+        Ok(parts.join("/"))
+    }
+}
+
+/// Writes `s` as a JSON string literal with explicit escaping.
+///
+/// `"` and `\` get their two-character escapes; every character for which
+/// [`needs_unicode_escape`] holds is written as `\uXXXX` (surrogate pairs
+/// above the BMP); everything else is copied. The output is valid JSON and
+/// decodes back to `s`, so the mapping is injective.
+pub fn escape_into(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if needs_unicode_escape(c) => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Characters written as `\uXXXX` in a target: JSON's mandatory control
+/// characters, DEL and the C1 controls, the wildcard `*` (so a generated
+/// target never contains a raw wildcard), and invisible formatting characters
+/// that could make a target read differently from what it is (zero-width
+/// characters, bidirectional controls, line and paragraph separators, the
+/// byte-order mark).
+pub fn needs_unicode_escape(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0}'..='\u{1f}'
+            | '*'
+            | '\u{7f}'..='\u{9f}'
+            | '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(exe: &str, argv: &[&str]) -> ProcessTarget {
+        ProcessTarget {
+            executable: exe.to_owned(),
+            argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+            cwd: None,
+            env_overlay: Vec::new(),
+        }
+    }
+
+    fn lit(k: &str, v: &str) -> (String, EnvValue) {
+        (k.to_owned(), EnvValue::Literal(v.to_owned()))
+    }
+
+    #[test]
+    fn target_has_fixed_field_order() {
+        let mut t = target("git", &["status", "-s"]);
+        t.cwd = Some("sub".into());
+        t.env_overlay = vec![lit("PATH", "/usr/bin")];
+        assert_eq!(
+            t.match_target().unwrap().as_str(),
+            r#"{"executable":"git","argv":["status","-s"],"cwd":"sub","env":{"PATH":"/usr/bin"}}"#
+        );
+    }
+
+    #[test]
+    fn argv_boundaries_survive_serialization() {
+        let joined = target("echo", &["a b"]).match_target().unwrap();
+        let split = target("echo", &["a", "b"]).match_target().unwrap();
+        assert_ne!(joined, split);
+        // Quote and comma inside one argument must not forge a boundary.
+        let forged = target("echo", &["a\",\"b"]).match_target().unwrap();
+        assert_ne!(forged, split);
+        assert_eq!(
+            forged.as_str(),
+            r#"{"executable":"echo","argv":["a\",\"b"],"cwd":".","env":{}}"#
+        );
+    }
+
+    #[test]
+    fn overlay_keys_are_sorted_by_code_point() {
+        let mut a = target("x", &[]);
+        a.env_overlay = vec![
+            lit("b", "1"),
+            lit("B", "2"),
+            lit("\u{e9}", "3"),
+            lit("a", "4"),
+        ];
+        let mut b = a.clone();
+        b.env_overlay.reverse();
+        let ta = a.match_target().unwrap();
+        assert_eq!(ta, b.match_target().unwrap());
+        assert!(
+            ta.as_str()
+                .ends_with(r#""env":{"B":"2","a":"4","b":"1","é":"3"}}"#)
+        );
+    }
+
+    #[test]
+    fn secret_references_differ_from_equal_literals() {
+        let mut a = target("x", &[]);
+        a.env_overlay = vec![lit("TOKEN", "gh")];
+        let mut b = target("x", &[]);
+        b.env_overlay = vec![("TOKEN".into(), EnvValue::SecretRef("gh".into()))];
+        let tb = b.match_target().unwrap();
+        assert_ne!(a.match_target().unwrap(), tb);
+        assert!(tb.as_str().contains(r#""TOKEN":{"secret_ref":"gh"}"#));
+    }
+
+    #[test]
+    fn every_identity_change_changes_the_target() {
+        let mut base = target("git", &["push"]);
+        base.cwd = Some("repo".into());
+        base.env_overlay = vec![lit("PATH", "/usr/bin"), lit("LD_PRELOAD", "")];
+        let t0 = base.match_target().unwrap();
+        let mut variants = Vec::new();
+        let mut v = base.clone();
+        v.executable = "/usr/bin/git".into();
+        variants.push(v);
+        let mut v = base.clone();
+        v.argv.push("--force".into());
+        variants.push(v);
+        let mut v = base.clone();
+        v.cwd = Some("other".into());
+        variants.push(v);
+        let mut v = base.clone();
+        v.env_overlay[0].1 = EnvValue::Literal("/tmp/evil".into());
+        variants.push(v);
+        let mut v = base.clone();
+        v.env_overlay.pop();
+        variants.push(v);
+        let mut v = base.clone();
+        v.env_overlay.push(lit("GIT_SSH_COMMAND", "x"));
+        variants.push(v);
+        for v in variants {
+            assert_ne!(v.match_target().unwrap(), t0, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn wildcards_and_invisible_characters_are_escaped() {
+        let t = target("rm", &["*", "a\u{202e}b", "\n"])
+            .match_target()
+            .unwrap();
+        assert!(!t.as_str().contains('*'));
+        assert!(!t.as_str().contains('\u{202e}'));
+        assert!(t.as_str().contains(r#"["\u002a","a\u202eb","\u000a"]"#));
+        let decoded: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        assert_eq!(decoded["argv"][1], "a\u{202e}b");
+    }
+
+    #[test]
+    fn cwd_is_normalized_lexically() {
+        for (given, want) in [
+            (None, "."),
+            (Some(""), "."),
+            (Some("."), "."),
+            (Some("./a//b/"), "a/b"),
+        ] {
+            let mut t = target("x", &[]);
+            t.cwd = given.map(str::to_owned);
+            assert_eq!(t.canonicalize().unwrap().cwd, want);
+        }
+    }
+
+    #[test]
+    fn malformed_inputs_get_typed_reasons() {
+        let cases: Vec<(ProcessTarget, TargetError)> = vec![
+            (target("", &[]), TargetError::EmptyExecutable),
+            (target("a\0", &[]), TargetError::NulInExecutable),
+            (
+                target("a", &["ok", "b\0"]),
+                TargetError::NulInArgument { index: 1 },
+            ),
+            (
+                ProcessTarget {
+                    cwd: Some("/etc".into()),
+                    ..target("a", &[])
+                },
+                TargetError::AbsoluteCwd,
+            ),
+            (
+                ProcessTarget {
+                    cwd: Some("a/../..".into()),
+                    ..target("a", &[])
+                },
+                TargetError::ParentInCwd,
+            ),
+            (
+                ProcessTarget {
+                    cwd: Some("a\0".into()),
+                    ..target("a", &[])
+                },
+                TargetError::NulInCwd,
+            ),
+            (
+                ProcessTarget {
+                    env_overlay: vec![lit("A=B", "1")],
+                    ..target("a", &[])
+                },
+                TargetError::InvalidEnvKey { index: 0 },
+            ),
+            (
+                ProcessTarget {
+                    env_overlay: vec![lit("", "1")],
+                    ..target("a", &[])
+                },
+                TargetError::InvalidEnvKey { index: 0 },
+            ),
+            (
+                ProcessTarget {
+                    env_overlay: vec![lit("A", "\0")],
+                    ..target("a", &[])
+                },
+                TargetError::NulInEnvValue { index: 0 },
+            ),
+            (
+                ProcessTarget {
+                    env_overlay: vec![("A".into(), EnvValue::SecretRef(String::new()))],
+                    ..target("a", &[])
+                },
+                TargetError::InvalidSecretRef { index: 0 },
+            ),
+            (
+                ProcessTarget {
+                    env_overlay: vec![lit("B", "1"), lit("A", "1"), lit("B", "2")],
+                    ..target("a", &[])
+                },
+                TargetError::DuplicateEnvKey { index: 2 },
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(input.match_target(), Err(want.clone()), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn errors_never_carry_environment_keys_or_values() {
+        let t = ProcessTarget {
+            env_overlay: vec![
+                lit("SECRET_KEY_NAME", "hunter2"),
+                lit("SECRET_KEY_NAME", "hunter3"),
+            ],
+            ..target("a", &[])
+        };
+        let err = t.match_target().unwrap_err();
+        let shown = format!("{err} {err:?} {}", serde_json::to_string(&err).unwrap());
+        assert!(!shown.contains("SECRET_KEY_NAME") && !shown.contains("hunter"));
+    }
+
+    #[test]
+    fn oversized_target_keeps_prefix_and_hash_of_full_text() {
+        let t = target("x", &[&"a".repeat(MAX_TARGET_BYTES)]);
+        let full = t.canonicalize().unwrap().serialize_full();
+        let m = t.match_target().unwrap();
+        assert!(m.is_truncated());
+        assert_eq!(m.as_str().len(), MAX_TARGET_BYTES);
+        assert!(m.as_str().starts_with(&full[..MAX_PREFIX_BYTES]));
+        let hex = hex::encode(Sha256::digest(full.as_bytes()));
+        assert!(m.as_str().ends_with(&format!("{TRUNCATION_MARKER}{hex}")));
+    }
+
+    #[test]
+    fn target_at_the_bound_is_not_truncated() {
+        let overhead = target("x", &[""]).match_target().unwrap().as_str().len();
+        let t = target("x", &[&"a".repeat(MAX_TARGET_BYTES - overhead)]);
+        let m = t.match_target().unwrap();
+        assert_eq!(m.as_str().len(), MAX_TARGET_BYTES);
+        assert!(!m.is_truncated());
+        let t = target("x", &[&"a".repeat(MAX_TARGET_BYTES - overhead + 1)]);
+        assert!(t.match_target().unwrap().is_truncated());
+    }
+
+    #[test]
+    fn truncation_cuts_at_a_character_boundary() {
+        for pad in 0..4 {
+            let arg = format!(
+                "{}{}",
+                "a".repeat(pad),
+                "\u{1f600}".repeat(MAX_TARGET_BYTES)
+            );
+            let m = target("x", &[&arg]).match_target().unwrap();
+            assert!(m.as_str().len() <= MAX_TARGET_BYTES);
+            assert!(m.as_str().len() >= MAX_TARGET_BYTES - 3);
+        }
+    }
+}

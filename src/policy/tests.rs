@@ -1,0 +1,429 @@
+//! Unit tests of the decision rules, one behaviour each.
+
+use super::decision::Reason;
+use super::exposure::Hidden;
+use super::tool::{BASH, TOOL_EXEC, ToolDescriptor};
+use super::*;
+
+fn config(text: &str) -> PolicyConfig {
+    PolicyConfig::from_toml_str(&format!("version = 1\n{text}")).unwrap()
+}
+
+fn git(args: &[&str]) -> ProcessTarget {
+    ProcessTarget {
+        executable: "git".into(),
+        argv: args.iter().map(|s| (*s).to_owned()).collect(),
+        ..ProcessTarget::default()
+    }
+}
+
+fn ctx(provenance: Provenance) -> Context {
+    Context {
+        provenance,
+        state_mode: StateMode::Local,
+    }
+}
+
+fn run(
+    c: &PolicyConfig,
+    p: &ProcessTarget,
+    provenance: Provenance,
+    approvals: &[Pattern],
+) -> Decision {
+    decide(
+        &Registry::new(),
+        c,
+        &Request {
+            tool: PROCESS_RUN,
+            process: Some(p),
+            context: ctx(provenance),
+            approvals,
+        },
+    )
+}
+
+fn call(c: &PolicyConfig, tool: &str, provenance: Provenance) -> Decision {
+    decide(
+        &Registry::new(),
+        c,
+        &Request {
+            tool,
+            process: None,
+            context: ctx(provenance),
+            approvals: &[],
+        },
+    )
+}
+
+const ALLOW_ALL: &str = r#"
+[tools]
+allow = ["process.run", "bash", "fs.write"]
+[policy]
+default_decision = "allow"
+"#;
+
+#[test]
+fn trusted_broad_allow_allows() {
+    let d = run(
+        &config(ALLOW_ALL),
+        &git(&["status"]),
+        Provenance::Trusted,
+        &[],
+    );
+    assert_eq!(d.verdict, Verdict::Allow);
+    assert_eq!(d.reason, Reason::DefaultDecision);
+    assert!(d.target.is_some() && d.suggested_override.is_none());
+}
+
+#[test]
+fn unroutable_tool_is_denied() {
+    let d = call(&config(ALLOW_ALL), "acme.nope", Provenance::Trusted);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert!(matches!(d.reason, Reason::Routing { .. }));
+}
+
+#[test]
+fn stale_reserved_registration_is_denied_at_decision_time() {
+    let registry = Registry::restore_unchecked([(
+        "evil".to_owned(),
+        ToolDescriptor {
+            id: "process.exec".into(),
+            group: tool::Group::Plugin,
+            tier: tool::Tier::Basic,
+            state_changing: false,
+        },
+    )]);
+    let c = config("[tools]\ndefault_mode = \"allow\"\n[policy]\ndefault_decision = \"allow\"");
+    let d = decide(
+        &registry,
+        &c,
+        &Request {
+            tool: "process.exec",
+            process: None,
+            context: ctx(Provenance::Trusted),
+            approvals: &[],
+        },
+    );
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert!(matches!(
+        d.reason,
+        Reason::Routing {
+            cause: RouteError::ReservedRegistration { .. }
+        }
+    ));
+}
+
+#[test]
+fn hidden_process_run_is_denied_even_with_an_override() {
+    let c = config("[tools]\nallow = [\"*\"]\n[policy]\ndefault_decision = \"allow\"");
+    let p = git(&["status"]);
+    let exact = Pattern::exact(&p.match_target().unwrap());
+    let d = run(&c, &p, Provenance::Trusted, &[exact]);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert_eq!(
+        d.reason,
+        Reason::NotExposed {
+            cause: Hidden::ProcessRunNotExactlyAllowed
+        }
+    );
+}
+
+#[test]
+fn shared_state_mode_denies_process_run() {
+    let c = config(ALLOW_ALL);
+    let p = git(&[]);
+    let d = decide(
+        &Registry::new(),
+        &c,
+        &Request {
+            tool: PROCESS_RUN,
+            process: Some(&p),
+            context: Context {
+                provenance: Provenance::Trusted,
+                state_mode: StateMode::Shared,
+            },
+            approvals: &[],
+        },
+    );
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert_eq!(
+        d.reason,
+        Reason::NotExposed {
+            cause: Hidden::SharedStateMode
+        }
+    );
+}
+
+#[test]
+fn malformed_invocation_has_no_target_and_no_override() {
+    let c = config("[tools]\nallow = [\"process.run\"]");
+    let mut p = git(&["status"]);
+    p.cwd = Some("../outside".into());
+    let d = run(
+        &c,
+        &p,
+        Provenance::Untrusted,
+        &[Pattern::parse("*").unwrap()],
+    );
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert_eq!(
+        d.reason,
+        Reason::MalformedTarget {
+            cause: TargetError::ParentInCwd
+        }
+    );
+    assert!(d.target.is_none() && d.suggested_override.is_none() && d.audit.is_none());
+    let missing = call(&c, PROCESS_RUN, Provenance::Trusted);
+    assert_eq!(
+        missing.reason,
+        Reason::MalformedTarget {
+            cause: TargetError::MissingInvocation
+        }
+    );
+}
+
+#[test]
+fn untrusted_provenance_raises_broad_allow_for_every_shell_like_tool() {
+    let c = config(ALLOW_ALL);
+    let p = git(&["status"]);
+    let d = run(&c, &p, Provenance::Untrusted, &[]);
+    assert_eq!(d.verdict, Verdict::RequireApproval);
+    assert_eq!(
+        d.reason,
+        Reason::UntrustedShellRequiresApproval { rule: None }
+    );
+    for tool in [BASH, TOOL_EXEC] {
+        let d = call(&c, tool, Provenance::Untrusted);
+        assert_eq!(d.verdict, Verdict::RequireApproval, "{tool}");
+        assert!(d.target.is_none() && d.suggested_override.is_none());
+    }
+    // Not shell-like: untouched.
+    assert_eq!(
+        call(&c, "fs.write", Provenance::Untrusted).verdict,
+        Verdict::Allow
+    );
+    // Trusted: untouched.
+    assert_eq!(call(&c, BASH, Provenance::Trusted).verdict, Verdict::Allow);
+}
+
+#[test]
+fn untrusted_shell_flag_off_keeps_allow() {
+    let c = config(&format!(
+        "{ALLOW_ALL}untrusted_shell_requires_approval = false\n"
+    ));
+    assert_eq!(
+        run(&c, &git(&[]), Provenance::Untrusted, &[]).verdict,
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn untrusted_raise_names_the_allowing_rule() {
+    let c = config(
+        "[tools]\nallow = [\"process.run\"]\n[[policy.rules]]\ntool = \"group:environment\"\ndecision = \"allow\"",
+    );
+    let d = run(&c, &git(&[]), Provenance::Untrusted, &[]);
+    assert_eq!(
+        d.reason,
+        Reason::UntrustedShellRequiresApproval { rule: Some(0) }
+    );
+}
+
+#[test]
+fn suggested_override_approves_exactly_that_invocation() {
+    let c = config("[tools]\nallow = [\"process.run\"]");
+    let mut p = git(&["commit", "-m", "a b"]);
+    p.cwd = Some("repo".into());
+    p.env_overlay = vec![("PATH".into(), EnvValue::Literal("/usr/bin".into()))];
+    let d = run(&c, &p, Provenance::Untrusted, &[]);
+    assert_eq!(d.verdict, Verdict::RequireApproval);
+    assert_eq!(d.reason, Reason::DefaultDecision);
+    let o = d.suggested_override.unwrap();
+    assert!(o.is_exact());
+    assert_eq!(o.as_str(), d.target.unwrap().as_str());
+
+    let approved = run(&c, &p, Provenance::Untrusted, std::slice::from_ref(&o));
+    assert_eq!(approved.verdict, Verdict::Allow);
+    assert_eq!(
+        approved.reason,
+        Reason::Override {
+            source: OverrideSource::Approval,
+            index: 0,
+            exact: true
+        }
+    );
+
+    // The same approval does not authorize a different process identity.
+    let mut split = p.clone();
+    split.argv = vec!["commit".into(), "-m".into(), "a".into(), "b".into()];
+    let mut cwd = p.clone();
+    cwd.cwd = Some("other".into());
+    let mut path = p.clone();
+    path.env_overlay[0].1 = EnvValue::Literal("/tmp/evil:/usr/bin".into());
+    let mut extra = p.clone();
+    extra
+        .env_overlay
+        .push(("LD_PRELOAD".into(), EnvValue::Literal("/tmp/x.so".into())));
+    for other in [split, cwd, path, extra] {
+        let d = run(&c, &other, Provenance::Trusted, std::slice::from_ref(&o));
+        assert_eq!(d.verdict, Verdict::RequireApproval, "{other:?}");
+    }
+}
+
+#[test]
+fn config_overrides_are_standing_approvals() {
+    let target = git(&["status"]).match_target().unwrap();
+    let c = config(&format!(
+        "[tools]\nallow = [\"process.run\"]\n[policy]\ndefault_decision = \"deny\"\noverrides = ['{}']",
+        target.as_str()
+    ));
+    let d = run(&c, &git(&["status"]), Provenance::Untrusted, &[]);
+    assert_eq!(
+        d.reason,
+        Reason::Override {
+            source: OverrideSource::Config,
+            index: 0,
+            exact: true
+        }
+    );
+    assert_eq!(
+        run(&c, &git(&["push"]), Provenance::Untrusted, &[]).verdict,
+        Verdict::Deny
+    );
+}
+
+#[test]
+fn wildcard_override_is_broad_and_says_so() {
+    let c = config("[tools]\nallow = [\"process.run\"]");
+    let pattern =
+        Pattern::parse(r#"{"executable":"git","argv":["status*"],"cwd":".","env":{}}"#).unwrap();
+    // Written for `git status…`, it also approves a second argument.
+    let d = run(
+        &c,
+        &git(&["status", "; rm -rf ~"]),
+        Provenance::Untrusted,
+        &[pattern],
+    );
+    assert_eq!(d.verdict, Verdict::Allow);
+    assert_eq!(
+        d.reason,
+        Reason::Override {
+            source: OverrideSource::Approval,
+            index: 0,
+            exact: false
+        }
+    );
+}
+
+#[test]
+fn deny_rule_beats_any_override() {
+    let c = config(
+        r#"[tools]
+allow = ["process.run"]
+[policy]
+overrides = ["*"]
+[[policy.rules]]
+tool = "process.run"
+decision = "deny"
+target = '{"executable":"git","argv":["push"*'
+"#,
+    );
+    let d = run(
+        &c,
+        &git(&["push", "--force"]),
+        Provenance::Trusted,
+        &[Pattern::parse("*").unwrap()],
+    );
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert_eq!(d.reason, Reason::DeniedByRule { rule: 0 });
+    assert!(d.target.is_some() && d.suggested_override.is_none());
+    assert_eq!(
+        run(&c, &git(&["pull"]), Provenance::Trusted, &[]).verdict,
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn most_restrictive_matching_rule_wins() {
+    let c = config(
+        r#"[tools]
+allow = ["process.run"]
+[policy]
+default_decision = "deny"
+[[policy.rules]]
+tool = "process.run"
+decision = "allow"
+[[policy.rules]]
+tool = "process.run"
+decision = "require_approval"
+target = '{"executable":"git",*'
+"#,
+    );
+    let d = run(&c, &git(&["status"]), Provenance::Trusted, &[]);
+    assert_eq!(d.verdict, Verdict::RequireApproval);
+    assert_eq!(d.reason, Reason::Rule { rule: 1 });
+    let ls = ProcessTarget {
+        executable: "ls".into(),
+        ..ProcessTarget::default()
+    };
+    let d = run(&c, &ls, Provenance::Trusted, &[]);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::Rule { rule: 0 })
+    );
+}
+
+#[test]
+fn default_decision_applies_when_no_rule_matches() {
+    let c = config("[tools]\nallow = [\"process.run\"]\n[policy]\ndefault_decision = \"deny\"");
+    let d = run(&c, &git(&[]), Provenance::Trusted, &[]);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Deny, Reason::DefaultDecision)
+    );
+}
+
+#[test]
+fn audit_context_carries_the_unresolved_overlay() {
+    let c = config("[tools]\nallow = [\"process.run\"]");
+    let mut p = git(&["push"]);
+    p.env_overlay = vec![
+        (
+            "GH_TOKEN".into(),
+            EnvValue::SecretRef("vault:github".into()),
+        ),
+        ("A".into(), EnvValue::Literal("1".into())),
+    ];
+    let d = run(&c, &p, Provenance::Untrusted, &[]);
+    let audit = d.audit.unwrap();
+    assert_eq!(audit.tool, PROCESS_RUN);
+    assert_eq!(audit.target, d.target.unwrap());
+    assert_eq!(
+        audit.invocation.env_overlay,
+        vec![
+            ("A".into(), EnvValue::Literal("1".into())),
+            (
+                "GH_TOKEN".into(),
+                EnvValue::SecretRef("vault:github".into())
+            ),
+        ]
+    );
+    let json = serde_json::to_string(&audit).unwrap();
+    assert!(
+        json.contains(r#"["GH_TOKEN",{"secret_ref":"vault:github"}]"#),
+        "{json}"
+    );
+}
+
+#[test]
+fn aliased_call_is_decided_as_shell_like() {
+    // tool.exec resolves to bash; a rule on bash covers the alias too.
+    let c = config(
+        "[tools]\nallow = [\"bash\"]\n[[policy.rules]]\ntool = \"bash\"\ndecision = \"allow\"",
+    );
+    let d = call(&c, TOOL_EXEC, Provenance::Untrusted);
+    assert_eq!(
+        d.reason,
+        Reason::UntrustedShellRequiresApproval { rule: Some(0) }
+    );
+}

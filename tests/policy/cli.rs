@@ -1,0 +1,193 @@
+//! `custodian policy explain`, run as a real binary.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn example(name: &str) -> String {
+    format!("{}/docs/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn explain(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .arg("policy")
+        .arg("explain")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn explain_json(args: &[&str]) -> Value {
+    let out = explain(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn explain_prints_target_decision_and_exact_override() {
+    let strict = example("policy-strict.toml");
+    let v = explain_json(&[
+        "--policy",
+        &strict,
+        "--provenance",
+        "untrusted",
+        "--cwd",
+        "src",
+        "--env",
+        "PATH=/usr/bin",
+        "--",
+        "rm",
+        "-rf",
+        "a b",
+    ]);
+    assert_eq!(v["schema"], "custodian.policy.explain/1");
+    let target =
+        r#"{"executable":"rm","argv":["-rf","a b"],"cwd":"src","env":{"PATH":"/usr/bin"}}"#;
+    assert_eq!(v["target"], target);
+    assert_eq!(v["decision"], "require_approval");
+    assert_eq!(v["reason"]["code"], "default_decision");
+    assert!(
+        v["reason"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("default_decision")
+    );
+    assert_eq!(v["suggested_override"], target);
+    assert_eq!(v["context"]["provenance"], "untrusted");
+
+    // Feeding the suggested override back approves exactly that invocation...
+    let approved = explain_json(&[
+        "--policy",
+        &strict,
+        "--cwd",
+        "src",
+        "--env",
+        "PATH=/usr/bin",
+        "--approve",
+        target,
+        "--",
+        "rm",
+        "-rf",
+        "a b",
+    ]);
+    assert_eq!(approved["decision"], "allow");
+    assert_eq!(approved["reason"]["code"], "override");
+    assert_eq!(approved["reason"]["exact"], true);
+    // ...and not another argv split of the same words.
+    let split = explain_json(&[
+        "--policy",
+        &strict,
+        "--cwd",
+        "src",
+        "--env",
+        "PATH=/usr/bin",
+        "--approve",
+        target,
+        "--",
+        "rm",
+        "-rf",
+        "a",
+        "b",
+    ]);
+    assert_eq!(split["decision"], "require_approval");
+}
+
+#[test]
+fn explain_prints_secret_references_not_values() {
+    let v = explain_json(&[
+        "--policy",
+        &example("policy-strict.toml"),
+        "--env-secret",
+        "GH_TOKEN=vault:github",
+        "--",
+        "gh",
+        "pr",
+        "list",
+    ]);
+    assert!(
+        v["target"]
+            .as_str()
+            .unwrap()
+            .contains(r#""GH_TOKEN":{"secret_ref":"vault:github"}"#)
+    );
+    assert_eq!(
+        v["audit"]["invocation"]["env_overlay"][0][1]["secret_ref"],
+        "vault:github"
+    );
+}
+
+#[test]
+fn explain_reports_denials_with_typed_reasons() {
+    let strict = example("policy-strict.toml");
+    let push = explain_json(&["--policy", &strict, "--", "git", "push", "origin"]);
+    assert_eq!(push["decision"], "deny");
+    assert_eq!(push["reason"]["code"], "denied_by_rule");
+    assert_eq!(push["reason"]["rule"], 0);
+    assert!(push["suggested_override"].is_null());
+
+    let shared = explain_json(&["--policy", &strict, "--state-mode", "shared", "--", "ls"]);
+    assert_eq!(shared["reason"]["code"], "not_exposed");
+    assert_eq!(shared["reason"]["cause"]["code"], "shared_state_mode");
+
+    let malformed = explain_json(&["--policy", &strict, "--cwd", "../up", "--", "ls"]);
+    assert_eq!(malformed["decision"], "deny");
+    assert_eq!(malformed["reason"]["cause"]["code"], "parent_in_cwd");
+    assert!(malformed["target"].is_null() && malformed["suggested_override"].is_null());
+
+    let disabled = explain_json(&[
+        "--policy",
+        &example("policy-process-run-disabled.toml"),
+        "--provenance",
+        "trusted",
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        disabled["reason"]["cause"]["code"],
+        "process_run_not_exactly_allowed"
+    );
+
+    let bash = explain_json(&[
+        "--policy",
+        &example("policy-process-run-disabled.toml"),
+        "--tool",
+        "tool.exec",
+    ]);
+    assert_eq!(bash["decision"], "require_approval");
+    assert_eq!(bash["reason"]["code"], "untrusted_shell_requires_approval");
+    assert!(bash["target"].is_null());
+}
+
+#[test]
+fn explain_exit_codes_for_bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "version = 1\n[tools]\nallow = [\"group:nope\"]\n").unwrap();
+    let out = explain(&["--policy", bad.to_str().unwrap(), "--", "ls"]);
+    assert_eq!(out.status.code(), Some(65));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tools.allow[0]"));
+    assert!(out.stdout.is_empty());
+
+    let missing = dir.path().join("missing.toml");
+    let out = explain(&["--policy", missing.to_str().unwrap(), "--", "ls"]);
+    assert_eq!(out.status.code(), Some(66));
+
+    let strict = example("policy-strict.toml");
+    let out = explain(&["--policy", &strict, "--approve", "", "--", "ls"]);
+    assert_eq!(out.status.code(), Some(64));
+
+    let out = explain(&[
+        "--policy",
+        &strict,
+        "--env",
+        "NO_EQUALS_hunter2",
+        "--",
+        "ls",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
+}

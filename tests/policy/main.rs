@@ -1,0 +1,6 @@
+//! Integration tests of `custodian::policy`: properties of match targets, the
+//! shipped example policies, and `custodian policy explain`.
+
+mod cli;
+mod examples;
+mod properties;
