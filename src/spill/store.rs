@@ -158,15 +158,33 @@ impl SpillStore {
     /// [`StoreError::Refused`] for an untrusted root, [`StoreError::Io`] or
     /// [`StoreError::NotFound`] when it cannot be created or opened.
     pub fn open(root: &Path) -> Result<Self, StoreError> {
-        let uid = rustix::process::geteuid().as_raw();
         match rustix::fs::mkdir(root, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(io_err(root, "create root", e)),
         }
-        let canonical = std::fs::canonicalize(root).map_err(|source| StoreError::Io {
-            path: root.to_owned(),
-            op: "resolve root",
-            source,
+        Self::open_existing(root)
+    }
+
+    /// Opens an existing root under the same rules as [`open`](Self::open),
+    /// without creating it (for readers).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open); [`StoreError::NotFound`] if it is missing.
+    pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
+        let uid = rustix::process::geteuid().as_raw();
+        let canonical = std::fs::canonicalize(root).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                StoreError::NotFound {
+                    root: root.to_owned(),
+                }
+            } else {
+                StoreError::Io {
+                    path: root.to_owned(),
+                    op: "resolve root",
+                    source,
+                }
+            }
         })?;
         let (_parent, _name, fd) =
             fsx::open_dir_path(&canonical, uid).map_err(|e| walk_err(root, e))?;
