@@ -625,8 +625,9 @@ impl Sweeper<'_> {
             Kind::Symlink => Some(SkipReason::Symlink),
             Kind::Dir => Some(SkipReason::NestedDir),
             Kind::Special => Some(SkipReason::SpecialFile),
-            Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
+            // A bind-mounted file shows the mounted inode: fence it first.
             Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
+            Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
             Kind::File => None,
         };
         if let Some(r) = reason {
