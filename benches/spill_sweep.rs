@@ -1,2 +1,2 @@
-// PLACEHOLDER: replaced by the area that owns this benchmark.
+//! Spill sweep benchmark (placeholder until measured).
 fn main() {}

@@ -1,22 +1,305 @@
 //! `custodian spill`: the spill store and its retention sweep.
+//!
+//! Exit codes: 0 success; 1 the sweep finished with warnings; 2 usage;
+//! 65 malformed locator or session; 66 no such spill, root or input file;
+//! 74 I/O error; 77 refused (untrusted, symlink, foreign root);
+//! 78 invalid configuration.
 
+use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::SystemTime;
+
+use custodian::spill::{
+    ConfigError, Discovery, Locator, ServiceOptions, SpillConfig, SpillService, SpillStore,
+    StoreError, SweepPlan, SweepReport, TracingSink, discover_default_roots, sweep_spill_roots,
+    validate_prefix,
+};
+
+const EXIT_WARNINGS: u8 = 1;
+const EXIT_DATAERR: u8 = 65;
+const EXIT_NOINPUT: u8 = 66;
+const EXIT_IOERR: u8 = 74;
+const EXIT_NOPERM: u8 = 77;
+const EXIT_CONFIG: u8 = 78;
 
 /// Subcommands of `custodian spill`.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// Run one retention sweep and print its report.
-    Sweep,
+    Sweep(SweepArgs),
     /// Write a spilled result and print its locator.
-    Write,
+    Write(WriteArgs),
     /// Print the content behind a locator.
-    Read,
+    Read(ReadArgs),
+}
+
+/// Where the store lives (shared by every subcommand).
+#[derive(Debug, clap::Args)]
+pub(crate) struct Common {
+    /// TOML config file (`root`, `cleanup_period_days`, ...).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The temp dir holding default roots (default: the OS temp dir).
+    #[arg(long, value_name = "DIR")]
+    temp_dir: Option<PathBuf>,
+    /// The default-root name prefix (default `custodian-spill-`).
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+}
+
+/// `custodian spill sweep`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SweepArgs {
+    /// A root to sweep (repeatable); default: the config's `root`.
+    #[arg(long = "root", value_name = "DIR")]
+    roots: Vec<PathBuf>,
+    /// Retention in whole days (0 disables); overrides the config.
+    #[arg(long, value_name = "N")]
+    period_days: Option<u64>,
+    /// Also sweep prior default roots under the temp dir (the default).
+    #[arg(long, overrides_with = "no_discover")]
+    discover: bool,
+    /// Do not discover prior default roots.
+    #[arg(long, overrides_with = "discover")]
+    no_discover: bool,
+    /// List what would be deleted; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `custodian spill write`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WriteArgs {
+    /// The session the result belongs to.
+    #[arg(long)]
+    session: String,
+    /// The store root (default: the config's `root`, else a new default root).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The content to spill; `-` or absent reads stdin.
+    #[arg(value_name = "FILE|-")]
+    input: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `custodian spill read`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReadArgs {
+    /// The store root (default: the config's `root`, else the default root
+    /// under the temp dir whose tag the locator carries).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The locator printed by `spill write`.
+    locator: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+struct Failure(u8, String);
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        let code = match &e {
+            StoreError::Locator(_) | StoreError::InvalidPrefix => EXIT_DATAERR,
+            StoreError::NotFound { .. } => EXIT_NOINPUT,
+            StoreError::Refused { .. } | StoreError::ForeignRoot { .. } => EXIT_NOPERM,
+            _ => EXIT_IOERR,
+        };
+        Failure(code, e.to_string())
+    }
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Self {
+        Failure(EXIT_CONFIG, e.to_string())
+    }
 }
 
 pub(crate) fn main(cmd: Command) -> ExitCode {
-    match cmd {
-        Command::Sweep => super::unavailable("spill sweep"),
-        Command::Write => super::unavailable("spill write"),
-        Command::Read => super::unavailable("spill read"),
+    let result = match cmd {
+        Command::Sweep(a) => sweep(a),
+        Command::Write(a) => write(a),
+        Command::Read(a) => read(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure(code, msg)) => {
+            eprintln!("custodian spill: {msg}");
+            ExitCode::from(code)
+        }
     }
+}
+
+fn load(common: &Common) -> Result<SpillConfig, Failure> {
+    let mut cfg = match &common.config {
+        Some(p) => SpillConfig::load(p)?,
+        None => SpillConfig::default(),
+    };
+    if let Some(t) = &common.temp_dir {
+        cfg.temp_dir = Some(t.clone());
+    }
+    if let Some(p) = &common.prefix {
+        validate_prefix(p)?;
+        cfg.default_root_prefix = p.clone();
+    }
+    Ok(cfg)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(EXIT_IOERR, format!("cannot start runtime: {e}")))
+}
+
+fn sweep(a: SweepArgs) -> Result<u8, Failure> {
+    let mut cfg = load(&a.common)?;
+    if let Some(days) = a.period_days {
+        cfg.cleanup_period_days = days;
+    }
+    if a.no_discover {
+        cfg.discover_default_roots = false;
+    } else if a.discover {
+        cfg.discover_default_roots = true;
+    }
+    let mut roots = a.roots.clone();
+    if roots.is_empty() {
+        roots.extend(cfg.root.clone());
+    }
+    let report = if cfg.period().is_none() {
+        None
+    } else if let Some((first, rest)) = roots.split_first() {
+        // Boot the real service: activation opens the store and launches the
+        // sweep, disposal awaits it.
+        cfg.root = Some(first.clone());
+        let opts = ServiceOptions {
+            extra_roots: rest.to_vec(),
+            dry_run: a.dry_run,
+            ..ServiceOptions::default()
+        };
+        let rt = runtime()?;
+        rt.block_on(async {
+            let svc = SpillService::activate_with(&cfg, opts).map_err(|e| match e {
+                custodian::spill::ServiceError::Store(s) => Failure::from(s),
+                other => Failure(EXIT_IOERR, other.to_string()),
+            })?;
+            Ok::<_, Failure>(svc.dispose().await)
+        })?
+    } else {
+        // No root: sweep only what discovery finds, without creating a
+        // default root just to sweep.
+        let Some(cutoff) = cfg.cutoff(SystemTime::now()) else {
+            unreachable!("period checked above")
+        };
+        let mut plan = SweepPlan::new(cutoff);
+        plan.dry_run = a.dry_run;
+        plan.discovery = cfg.discover_default_roots.then(|| Discovery {
+            temp_dir: cfg.temp_dir(),
+            prefix: cfg.default_root_prefix.clone(),
+        });
+        Some(sweep_spill_roots(&plan, &TracingSink))
+    };
+    let Some(report) = report else {
+        if a.json {
+            println!("{{\"schema\":\"custodian.spill.sweep_report/1\",\"disabled\":true}}");
+        } else {
+            println!("cleanup disabled (cleanup_period_days = 0)");
+        }
+        return Ok(0);
+    };
+    print_report(&report, a.json);
+    Ok(
+        if report.warnings.is_empty() && report.warnings_dropped == 0 {
+            0
+        } else {
+            EXIT_WARNINGS
+        },
+    )
+}
+
+fn print_report(r: &SweepReport, json: bool) {
+    if json {
+        match serde_json::to_string_pretty(r) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("custodian spill: cannot encode report: {e}"),
+        }
+        return;
+    }
+    let verb = if r.dry_run { "would delete" } else { "deleted" };
+    println!(
+        "roots scanned: {}, files {verb}: {}, kept: {}, session dirs pruned: {}, roots removed: {}",
+        r.roots_scanned, r.files_deleted, r.files_kept, r.dirs_pruned, r.roots_removed
+    );
+    for p in &r.would_delete {
+        println!("would delete: {p}");
+    }
+    for (reason, n) in &r.skipped {
+        println!("skipped {reason:?}: {n}");
+    }
+    for w in &r.warnings {
+        println!("warning [{}] {}: {}", w.code, w.path, w.message);
+    }
+}
+
+fn write(a: WriteArgs) -> Result<u8, Failure> {
+    let cfg = load(&a.common)?;
+    let mut bytes = Vec::new();
+    match a.input.as_deref() {
+        None => std::io::stdin().read_to_end(&mut bytes),
+        Some(p) if p.as_os_str() == "-" => std::io::stdin().read_to_end(&mut bytes),
+        Some(p) => std::fs::File::open(p).and_then(|mut f| f.read_to_end(&mut bytes)),
+    }
+    .map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            EXIT_NOINPUT
+        } else {
+            EXIT_IOERR
+        };
+        Failure(code, format!("cannot read input: {e}"))
+    })?;
+    let store = match a.root.or(cfg.root.clone()) {
+        Some(r) => SpillStore::open(&r)?,
+        None => SpillStore::create_default(&cfg.temp_dir(), &cfg.default_root_prefix)?,
+    };
+    let loc = store.write(&a.session, &bytes)?;
+    println!("{loc}");
+    Ok(0)
+}
+
+fn read(a: ReadArgs) -> Result<u8, Failure> {
+    let cfg = load(&a.common)?;
+    let loc = Locator::parse(&a.locator).map_err(|e| Failure(EXIT_DATAERR, e.to_string()))?;
+    let store = match a.root.or(cfg.root.clone()) {
+        Some(r) => SpillStore::open_existing(&r)?,
+        None => find_default_root(&cfg, &loc)?,
+    };
+    let bytes = store.read(&loc)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure(EXIT_IOERR, format!("cannot write output: {e}")))?;
+    Ok(0)
+}
+
+fn find_default_root(cfg: &SpillConfig, loc: &Locator) -> Result<SpillStore, Failure> {
+    let roots = discover_default_roots(&cfg.temp_dir(), &cfg.default_root_prefix)
+        .map_err(|e| Failure(EXIT_IOERR, format!("cannot list the temp dir: {e}")))?;
+    for r in roots {
+        if let Ok(store) = SpillStore::open_existing(&r) {
+            if store.tag() == loc.root_tag() {
+                return Ok(store);
+            }
+        }
+    }
+    Err(Failure(
+        EXIT_NOINPUT,
+        "no default root under the temp dir matches this locator; pass --root".into(),
+    ))
 }

@@ -1,0 +1,746 @@
+//! The ctx-free sweep mechanics: [`sweep_spill_roots`] and
+//! [`discover_default_roots`]. No service, no runtime, no clock: the caller
+//! passes the cutoff.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustix::fs::FlockOperation;
+use rustix::io::Errno;
+
+use super::fsx::{self, Entry, Kind, Meta, Untrusted, WalkError};
+use super::locator::{is_spill_file_name, validate_session_bytes};
+use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
+
+/// Where to look for prior per-process default roots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovery {
+    /// The temp dir holding default roots.
+    pub temp_dir: PathBuf,
+    /// The default-root name prefix, e.g. `custodian-spill-`.
+    pub prefix: String,
+}
+
+/// What one sweep covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepPlan {
+    /// Configured roots: scanned, never removed. A symlink here is resolved
+    /// once and its target must be trusted.
+    pub configured_roots: Vec<PathBuf>,
+    /// The running store's root: scanned, never removed.
+    pub active_root: Option<PathBuf>,
+    /// Prior default roots to discover, if any.
+    pub discovery: Option<Discovery>,
+    /// Regular spill files whose mtime is strictly older than this are
+    /// deleted.
+    pub cutoff: SystemTime,
+    /// List what would be deleted; delete nothing.
+    pub dry_run: bool,
+    /// Extra directories (e.g. the workspace) that must never be a root,
+    /// nor have an ancestor used as a root; `/`, `$HOME` and the current
+    /// directory are always protected.
+    pub protected: Vec<PathBuf>,
+}
+
+impl SweepPlan {
+    /// A plan for `cutoff` with no roots, no discovery and no dry run.
+    pub fn new(cutoff: SystemTime) -> Self {
+        SweepPlan {
+            configured_roots: Vec::new(),
+            active_root: None,
+            discovery: None,
+            cutoff,
+            dry_run: false,
+            protected: Vec::new(),
+        }
+    }
+}
+
+/// Lists the prior default roots under `temp_dir`: entries whose name
+/// starts with `prefix` and that are real directories (symlinks and other
+/// entries are rejected), as paths.
+///
+/// # Errors
+///
+/// An I/O error if the temp dir cannot be opened or listed, or
+/// `PermissionDenied` if it (or an ancestor) fails the trust rules.
+pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<Vec<PathBuf>> {
+    let uid = rustix::process::geteuid().as_raw();
+    let (tmp, tmp_path) = open_temp_dir(temp_dir, uid).map_err(|e| match e {
+        WalkError::Open(e) => std::io::Error::from(e),
+        _ => std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "temp dir or an ancestor fails the trust rules",
+        ),
+    })?;
+    let mut buf = vec![MaybeUninit::uninit(); 32 * 1024];
+    let mut entries = Vec::new();
+    fsx::list(tmp.as_fd(), &mut buf, &mut entries)?;
+    let mut out = Vec::new();
+    for e in entries {
+        if !e.name.to_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        if fsx::stat_at(tmp.as_fd(), &e.name).is_ok_and(|m| m.kind() == Kind::Dir) {
+            out.push(tmp_path.join(std::ffi::OsStr::from_bytes(e.name.to_bytes())));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn open_temp_dir(temp_dir: &Path, uid: u32) -> Result<(OwnedFd, PathBuf), WalkError> {
+    let canonical = std::fs::canonicalize(temp_dir)
+        .map_err(|e| WalkError::Open(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+    let (_p, _n, fd) = fsx::open_dir_path(&canonical, uid)?;
+    let m = fsx::stat_fd(fd.as_fd()).map_err(WalkError::Open)?;
+    // The temp dir is every discovered root's parent: the ancestor rule.
+    m.trusted_ancestor_for(uid)
+        .map_err(|_| WalkError::Ancestor)?;
+    Ok((fd, canonical))
+}
+
+/// Runs one sweep over `plan`. Never fails: every filesystem and sink
+/// failure becomes a warning in the report (and in `sink`).
+pub fn sweep_spill_roots(plan: &SweepPlan, sink: &dyn WarningSink) -> SweepReport {
+    sweep_spill_roots_until(plan, sink, &AtomicBool::new(false))
+}
+
+/// [`sweep_spill_roots`], stopping early (between entries) once `cancel`
+/// is set. A cancelled sweep prunes nothing it has not finished.
+pub fn sweep_spill_roots_until(
+    plan: &SweepPlan,
+    sink: &dyn WarningSink,
+    cancel: &AtomicBool,
+) -> SweepReport {
+    let mut s = Sweeper {
+        uid: rustix::process::geteuid().as_raw(),
+        cutoff: split_time(plan.cutoff),
+        dry_run: plan.dry_run,
+        sink,
+        cancel,
+        report: SweepReport::new(plan.dry_run, to_nanos(plan.cutoff)),
+        buf: vec![MaybeUninit::uninit(); 64 * 1024],
+        dangerous: dangerous_identities(&plan.protected),
+    };
+    s.run(plan);
+    s.report
+}
+
+struct OpenRoot {
+    path: PathBuf,
+    kind: RootKind,
+    fd: OwnedFd,
+    meta: Meta,
+    /// For a discovered root: its name in the temp dir.
+    name: Option<CString>,
+    index: usize,
+}
+
+struct Sweeper<'a> {
+    uid: u32,
+    cutoff: (i64, u32),
+    dry_run: bool,
+    sink: &'a dyn WarningSink,
+    cancel: &'a AtomicBool,
+    report: SweepReport,
+    buf: Vec<MaybeUninit<u8>>,
+    dangerous: HashSet<(u64, u64)>,
+}
+
+fn split_time(t: SystemTime) -> (i64, u32) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            d.subsec_nanos(),
+        ),
+        Err(e) => {
+            let d = e.duration();
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            if d.subsec_nanos() == 0 {
+                (-secs, 0)
+            } else {
+                (-secs - 1, 1_000_000_000 - d.subsec_nanos())
+            }
+        }
+    }
+}
+
+fn to_nanos(t: SystemTime) -> i128 {
+    let (s, n) = split_time(t);
+    i128::from(s) * 1_000_000_000 + i128::from(n)
+}
+
+/// `/`, `$HOME`, the current directory and `protected`, plus every
+/// ancestor of each: a root equal to any of them is refused.
+fn dangerous_identities(protected: &[PathBuf]) -> HashSet<(u64, u64)> {
+    let mut paths: Vec<PathBuf> = vec![PathBuf::from("/")];
+    if let Some(home) = std::env::var_os("HOME") {
+        paths.push(PathBuf::from(home));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        paths.push(cwd);
+    }
+    paths.extend(protected.iter().cloned());
+    let mut out = HashSet::new();
+    for p in paths {
+        let Ok(c) = std::fs::canonicalize(&p) else {
+            continue;
+        };
+        for a in c.ancestors() {
+            if let Ok(m) = std::fs::metadata(a) {
+                out.insert((m.dev(), m.ino()));
+            }
+        }
+    }
+    out
+}
+
+impl Sweeper<'_> {
+    fn warn(&mut self, code: &'static str, path: &Path, message: String) {
+        let w = SpillWarning {
+            code,
+            path: fsx::escape_path(path),
+            message,
+        };
+        self.report.warn(self.sink, w);
+    }
+
+    fn cancelled(&mut self) -> bool {
+        if self.cancel.load(Ordering::Relaxed) {
+            self.report.cancelled = true;
+        }
+        self.report.cancelled
+    }
+
+    fn root_report(&mut self, path: &Path, kind: RootKind, skipped: Option<SkipReason>) -> usize {
+        self.report.roots.push(RootReport {
+            path: fsx::escape_path(path),
+            origin: kind,
+            scanned: false,
+            skipped,
+            removed: false,
+        });
+        if let Some(r) = skipped {
+            self.report.skip(r);
+        }
+        self.report.roots.len() - 1
+    }
+
+    fn run(&mut self, plan: &SweepPlan) {
+        let mut seen = HashSet::new();
+        let mut roots = Vec::new();
+        let configured = plan
+            .configured_roots
+            .iter()
+            .map(|p| (p, RootKind::Configured))
+            .chain(plan.active_root.iter().map(|p| (p, RootKind::Active)));
+        // Configured and active roots first, so that their identity wins
+        // over a discovered alias of the same directory.
+        for (path, kind) in configured {
+            if let Some(r) = self.open_configured(path, kind, &mut seen) {
+                roots.push(r);
+            }
+        }
+        let mut tmp = None;
+        if let Some(d) = &plan.discovery {
+            tmp = self.discover(d, &mut seen, &mut roots);
+        }
+        for root in &roots {
+            if self.cancelled() {
+                break;
+            }
+            self.report.roots[root.index].scanned = true;
+            self.report.roots_scanned += 1;
+            let remaining = self.sweep_root(root);
+            if remaining != 0 || root.kind != RootKind::Discovered || self.dry_run {
+                continue;
+            }
+            if let (Some(tmp), Some(name)) = (&tmp, &root.name) {
+                if !self.cancelled() {
+                    self.remove_root(tmp.as_fd(), name, root);
+                }
+            }
+        }
+    }
+
+    fn admit(
+        &mut self,
+        path: &Path,
+        kind: RootKind,
+        fd: OwnedFd,
+        meta: Meta,
+        name: Option<CString>,
+        seen: &mut HashSet<(u64, u64)>,
+    ) -> Option<OpenRoot> {
+        if self.dangerous.contains(&meta.identity()) {
+            self.root_report(path, kind, Some(SkipReason::DangerousRoot));
+            self.warn(
+                "dangerous_root",
+                path,
+                "refusing to sweep `/`, the home directory, the workspace, the current directory or one of their ancestors".into(),
+            );
+            return None;
+        }
+        if let Err(u) = meta.trusted_dir_for(self.uid) {
+            let reason = match u {
+                Untrusted::Owner => SkipReason::UntrustedOwner,
+                _ => SkipReason::UntrustedMode,
+            };
+            self.root_report(path, kind, Some(reason));
+            self.warn(
+                "untrusted_root",
+                path,
+                "root is not owned by the current user or is writable by group/others".into(),
+            );
+            return None;
+        }
+        if !seen.insert(meta.identity()) {
+            self.root_report(path, kind, Some(SkipReason::DuplicateRoot));
+            return None;
+        }
+        let index = self.root_report(path, kind, None);
+        Some(OpenRoot {
+            path: path.to_owned(),
+            kind,
+            fd,
+            meta,
+            name,
+            index,
+        })
+    }
+
+    fn open_configured(
+        &mut self,
+        path: &Path,
+        kind: RootKind,
+        seen: &mut HashSet<(u64, u64)>,
+    ) -> Option<OpenRoot> {
+        // A configured root may be a symlink: resolve it once, then open the
+        // target component by component without following anything.
+        let canonical = match std::fs::canonicalize(path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.root_report(path, kind, Some(SkipReason::MissingRoot));
+                self.warn("root_missing", path, format!("cannot resolve root: {e}"));
+                return None;
+            }
+        };
+        let fd = match fsx::open_dir_path(&canonical, self.uid) {
+            Ok((_parent, _name, fd)) => fd,
+            Err(WalkError::Ancestor) => {
+                self.root_report(path, kind, Some(SkipReason::UntrustedAncestor));
+                self.warn(
+                    "untrusted_ancestor",
+                    path,
+                    "an ancestor of the root is writable by others without the sticky bit or owned by another user".into(),
+                );
+                return None;
+            }
+            Err(WalkError::Open(Errno::NOTDIR | Errno::NOENT | Errno::LOOP)) => {
+                self.root_report(path, kind, Some(SkipReason::MissingRoot));
+                self.warn("root_missing", path, "root is not a directory".into());
+                return None;
+            }
+            Err(e) => {
+                self.root_report(path, kind, Some(SkipReason::Error));
+                self.warn("root_open_failed", path, format!("cannot open root: {e:?}"));
+                return None;
+            }
+        };
+        let meta = match fsx::stat_fd(fd.as_fd()) {
+            Ok(m) => m,
+            Err(e) => {
+                self.root_report(path, kind, Some(SkipReason::Error));
+                self.warn("root_stat_failed", path, format!("cannot stat root: {e}"));
+                return None;
+            }
+        };
+        self.admit(path, kind, fd, meta, None, seen)
+    }
+
+    fn discover(
+        &mut self,
+        d: &Discovery,
+        seen: &mut HashSet<(u64, u64)>,
+        roots: &mut Vec<OpenRoot>,
+    ) -> Option<OwnedFd> {
+        let (tmp, tmp_path) = match open_temp_dir(&d.temp_dir, self.uid) {
+            Ok(t) => t,
+            Err(e) => {
+                self.warn(
+                    "temp_dir_unusable",
+                    &d.temp_dir,
+                    format!("cannot discover default roots: {e:?}"),
+                );
+                return None;
+            }
+        };
+        let tmeta = match fsx::stat_fd(tmp.as_fd()) {
+            Ok(m) => m,
+            Err(e) => {
+                self.warn("temp_dir_unusable", &d.temp_dir, format!("stat: {e}"));
+                return None;
+            }
+        };
+        let mut entries = Vec::new();
+        if let Err(e) = fsx::list(tmp.as_fd(), &mut self.buf, &mut entries) {
+            self.warn(
+                "list_failed",
+                &d.temp_dir,
+                format!("cannot list temp dir: {e}"),
+            );
+            return None;
+        }
+        for e in entries {
+            if !e.name.to_bytes().starts_with(d.prefix.as_bytes()) {
+                continue;
+            }
+            let path = tmp_path.join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
+            let m = match fsx::stat_at(tmp.as_fd(), &e.name) {
+                Ok(m) => m,
+                Err(Errno::NOENT) => continue,
+                Err(err) => {
+                    self.warn("stat_failed", &path, format!("{err}"));
+                    continue;
+                }
+            };
+            match m.kind() {
+                Kind::Dir => {}
+                Kind::Symlink => {
+                    // Discovery never follows a symlink, whatever it names.
+                    self.root_report(&path, RootKind::Discovered, Some(SkipReason::Symlink));
+                    continue;
+                }
+                _ => continue,
+            }
+            if !m.on_mount_of(&tmeta) {
+                self.root_report(&path, RootKind::Discovered, Some(SkipReason::MountPoint));
+                self.warn(
+                    "mount_point",
+                    &path,
+                    "discovered root is a mount point".into(),
+                );
+                continue;
+            }
+            let fd = match fsx::open_dir_at(tmp.as_fd(), &e.name) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => continue,
+                Err(err) => {
+                    self.root_report(&path, RootKind::Discovered, Some(SkipReason::Error));
+                    self.warn("root_open_failed", &path, format!("{err}"));
+                    continue;
+                }
+            };
+            match fsx::stat_fd(fd.as_fd()) {
+                Ok(now) if now.same_object(&m) => {
+                    if let Some(r) =
+                        self.admit(&path, RootKind::Discovered, fd, now, Some(e.name), seen)
+                    {
+                        roots.push(r);
+                    }
+                }
+                _ => {
+                    self.root_report(
+                        &path,
+                        RootKind::Discovered,
+                        Some(SkipReason::IdentityChanged),
+                    );
+                    self.warn(
+                        "identity_changed",
+                        &path,
+                        "root changed while opening".into(),
+                    );
+                }
+            }
+        }
+        Some(tmp)
+    }
+
+    /// Sweeps one root; returns how many entries remain in it.
+    fn sweep_root(&mut self, root: &OpenRoot) -> u64 {
+        let mut entries = Vec::new();
+        if let Err(e) = fsx::list(root.fd.as_fd(), &mut self.buf, &mut entries) {
+            self.warn("list_failed", &root.path, format!("cannot list root: {e}"));
+            self.report.skip(SkipReason::Error);
+            return 1;
+        }
+        let mut remaining = 0;
+        let mut session_entries = Vec::new();
+        for e in &entries {
+            if self.cancelled() {
+                self.report.skip(SkipReason::Cancelled);
+                return remaining + 1;
+            }
+            let kind = match e.kind {
+                Some(k) => Some(k),
+                None => fsx::stat_at(root.fd.as_fd(), &e.name)
+                    .ok()
+                    .map(|m| m.kind()),
+            };
+            let reason = match kind {
+                None => continue, // vanished
+                Some(Kind::Symlink) => SkipReason::Symlink,
+                Some(Kind::File) => SkipReason::UnrelatedFile,
+                Some(Kind::Special) => SkipReason::SpecialFile,
+                Some(Kind::Dir) if validate_session_bytes(e.name.to_bytes()).is_err() => {
+                    SkipReason::NonSessionDir
+                }
+                Some(Kind::Dir) => {
+                    if !self.sweep_session(root, e, &mut session_entries) {
+                        remaining += 1;
+                    }
+                    continue;
+                }
+            };
+            self.report.skip(reason);
+            remaining += 1;
+        }
+        remaining
+    }
+
+    /// Sweeps one session directory; returns `true` if it no longer exists
+    /// (pruned, or gone).
+    fn sweep_session(&mut self, root: &OpenRoot, e: &Entry, entries: &mut Vec<Entry>) -> bool {
+        let path = root
+            .path
+            .join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
+        let dir = match fsx::open_dir_at(root.fd.as_fd(), &e.name) {
+            Ok(fd) => fd,
+            // Replaced by a symlink (or a non-directory) since listing.
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                self.report.skip(SkipReason::Symlink);
+                return false;
+            }
+            // Removed since listing (a concurrent sweep): nothing to do.
+            Err(Errno::NOENT) => return true,
+            Err(err) => {
+                self.report.skip(SkipReason::Error);
+                self.warn(
+                    "open_failed",
+                    &path,
+                    format!("cannot open session dir: {err}"),
+                );
+                return false;
+            }
+        };
+        let meta = match fsx::stat_fd(dir.as_fd()) {
+            Ok(m) => m,
+            Err(err) => {
+                self.report.skip(SkipReason::Error);
+                self.warn("stat_failed", &path, format!("{err}"));
+                return false;
+            }
+        };
+        if !meta.on_mount_of(&root.meta) {
+            self.report.skip(SkipReason::MountPoint);
+            self.warn(
+                "mount_point",
+                &path,
+                "not descending into a mount point".into(),
+            );
+            return false;
+        }
+        if meta.ino != e.ino {
+            self.report.skip(SkipReason::IdentityChanged);
+            self.warn(
+                "identity_changed",
+                &path,
+                "session dir changed since listing".into(),
+            );
+            return false;
+        }
+        if let Err(u) = meta.trusted_dir_for(self.uid) {
+            self.report.skip(match u {
+                Untrusted::Owner => SkipReason::UntrustedOwner,
+                _ => SkipReason::UntrustedMode,
+            });
+            self.warn(
+                "untrusted_session",
+                &path,
+                "session dir is not owned by the current user or is writable by group/others"
+                    .into(),
+            );
+            return false;
+        }
+        if let Err(err) = fsx::list(dir.as_fd(), &mut self.buf, entries) {
+            self.report.skip(SkipReason::Error);
+            self.warn(
+                "list_failed",
+                &path,
+                format!("cannot list session dir: {err}"),
+            );
+            return false;
+        }
+        let mut remaining = 0u64;
+        for (i, f) in entries.iter().enumerate() {
+            if i % 1024 == 1023 && self.cancelled() {
+                self.report.skip(SkipReason::Cancelled);
+                return false;
+            }
+            if !self.sweep_file(dir.as_fd(), &meta, &path, f) {
+                remaining += 1;
+            }
+        }
+        if remaining > 0 || self.dry_run || self.cancelled() {
+            return false;
+        }
+        self.prune(root, &e.name, &meta, &path)
+    }
+
+    /// Handles one entry of a session dir; returns `true` if it is gone.
+    fn sweep_file(&mut self, dir: BorrowedFd<'_>, dmeta: &Meta, dpath: &Path, f: &Entry) -> bool {
+        let reason = match f.kind {
+            Some(Kind::Dir) => Some(SkipReason::NestedDir),
+            Some(Kind::Symlink) => Some(SkipReason::Symlink),
+            Some(Kind::Special) => Some(SkipReason::SpecialFile),
+            _ if !is_spill_file_name(f.name.to_bytes()) => Some(SkipReason::UnrelatedFile),
+            _ => None,
+        };
+        if let Some(r) = reason {
+            self.report.skip(r);
+            return false;
+        }
+        // The identity re-check: this `statx` is the last call before the
+        // unlink and must show the very inode `getdents` listed, a regular
+        // file, on the session dir's mount.
+        let m = match fsx::stat_at(dir, &f.name) {
+            Ok(m) => m,
+            Err(Errno::NOENT) => return true,
+            Err(err) => {
+                self.report.skip(SkipReason::Error);
+                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+                self.warn("stat_failed", &p, format!("{err}"));
+                return false;
+            }
+        };
+        let reason = match m.kind() {
+            Kind::Symlink => Some(SkipReason::Symlink),
+            Kind::Dir => Some(SkipReason::NestedDir),
+            Kind::Special => Some(SkipReason::SpecialFile),
+            // A bind-mounted file shows the mounted inode: fence it first.
+            Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
+            Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
+            Kind::File => None,
+        };
+        if let Some(r) = reason {
+            self.report.skip(r);
+            if matches!(r, SkipReason::MountPoint | SkipReason::IdentityChanged) {
+                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+                self.warn("file_skipped", &p, format!("{r:?}"));
+            }
+            return false;
+        }
+        if (m.mtime_sec, m.mtime_nsec) >= self.cutoff {
+            self.report.files_kept += 1;
+            return false;
+        }
+        if self.dry_run {
+            self.report.files_deleted += 1;
+            let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+            self.report.would_delete.push(fsx::escape_path(&p));
+            return false;
+        }
+        match fsx::unlink_at(dir, &f.name, false) {
+            Ok(()) => {
+                self.report.files_deleted += 1;
+                true
+            }
+            // Deleted by a concurrent sweep: the outcome we wanted.
+            Err(Errno::NOENT) => true,
+            Err(err) => {
+                self.report.skip(SkipReason::Error);
+                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+                self.warn(
+                    "unlink_failed",
+                    &p,
+                    format!("cannot delete expired file: {err}"),
+                );
+                false
+            }
+        }
+    }
+
+    /// Removes an empty session dir after re-checking that its name still
+    /// leads to the directory we swept. Returns `true` if it is gone.
+    fn prune(&mut self, root: &OpenRoot, name: &CString, meta: &Meta, path: &Path) -> bool {
+        match fsx::stat_at(root.fd.as_fd(), name) {
+            Ok(now) if now.same_object(meta) => {}
+            Ok(_) => {
+                self.report.skip(SkipReason::IdentityChanged);
+                return false;
+            }
+            Err(Errno::NOENT) => return true,
+            Err(err) => {
+                self.warn("stat_failed", path, format!("{err}"));
+                return false;
+            }
+        }
+        match fsx::unlink_at(root.fd.as_fd(), name, true) {
+            Ok(()) => {
+                self.report.dirs_pruned += 1;
+                true
+            }
+            Err(Errno::NOENT) => true,
+            // A writer put a new spill in it since the listing: keep it.
+            Err(Errno::NOTEMPTY | Errno::EXIST) => false,
+            Err(err) => {
+                self.warn(
+                    "prune_failed",
+                    path,
+                    format!("cannot remove empty session dir: {err}"),
+                );
+                false
+            }
+        }
+    }
+
+    fn remove_root(&mut self, tmp: BorrowedFd<'_>, name: &CString, root: &OpenRoot) {
+        // A live process holds a shared lock on its default root: leave it.
+        match rustix::fs::flock(root.fd.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return,
+            Err(err) => {
+                self.warn("lock_failed", &root.path, format!("{err}"));
+                return;
+            }
+        }
+        match fsx::stat_at(tmp, name) {
+            Ok(now) if now.same_object(&root.meta) => {}
+            _ => {
+                self.report.skip(SkipReason::IdentityChanged);
+                return;
+            }
+        }
+        match fsx::unlink_at(tmp, name, true) {
+            Ok(()) => {
+                self.report.roots_removed += 1;
+                self.report.roots[root.index].removed = true;
+            }
+            Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST) => {}
+            Err(err) => self.warn("root_remove_failed", &root.path, format!("{err}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_time_orders_like_system_time() {
+        let base = UNIX_EPOCH + std::time::Duration::new(100, 5);
+        assert_eq!(split_time(base), (100, 5));
+        let before = UNIX_EPOCH - std::time::Duration::new(1, 1);
+        assert_eq!(split_time(before), (-2, 999_999_999));
+        assert!(split_time(before) < split_time(UNIX_EPOCH));
+        assert_eq!(to_nanos(before), -1_000_000_001);
+    }
+}
