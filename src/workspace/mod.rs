@@ -130,6 +130,13 @@ pub enum WorkspaceError {
         /// The request.
         request: RequestId,
     },
+    /// The request was already cleaned up and its result is still cached;
+    /// reusing the id now would hand the new request the old result.
+    #[error("request {request} was already cleaned up")]
+    AlreadyCleaned {
+        /// The request.
+        request: RequestId,
+    },
     /// The request's cleanup has started: nothing more may be created or
     /// launched for it.
     #[error("request {request} is closed")]

@@ -48,6 +48,9 @@ pub enum CleanupCode {
     ProcessBoundExceeded,
     /// A filesystem call failed unexpectedly.
     IoError,
+    /// The cleanup task died before publishing a result (nothing is known to
+    /// be clean).
+    Abandoned,
     /// The platform has no descriptor-relative no-follow primitives.
     Unsupported,
 }
@@ -66,6 +69,7 @@ impl CleanupCode {
             CleanupCode::JobNotOwned => SafeCode::new("job_not_owned"),
             CleanupCode::ProcessBoundExceeded => SafeCode::new("process_bound_exceeded"),
             CleanupCode::IoError => SafeCode::new("io_error"),
+            CleanupCode::Abandoned => SafeCode::new("abandoned"),
             CleanupCode::Unsupported => SafeCode::new("unsupported"),
         }
     }
@@ -166,6 +170,7 @@ mod tests {
             CleanupCode::JobNotOwned,
             CleanupCode::ProcessBoundExceeded,
             CleanupCode::IoError,
+            CleanupCode::Abandoned,
             CleanupCode::Unsupported,
         ] {
             assert_eq!(

@@ -19,6 +19,7 @@ use super::resolve::{self, ResolveError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::sys;
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
+use crate::sync::{Abandoned, Elected, Elections};
 
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
@@ -39,6 +40,7 @@ struct Inner {
     anchor: Anchor,
     config: WorkspaceConfig,
     requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
+    elections: Elections<RequestId, CleanupResult>,
     closed: AtomicBool,
 }
 
@@ -165,8 +167,9 @@ impl Workspace {
                 jobs,
                 internal_identity: internal_obs.identity,
                 anchor,
-                config,
+                config: config.clone(),
                 requests: Mutex::new(HashMap::new()),
+                elections: Elections::new(config.result_cache),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -201,6 +204,9 @@ impl Workspace {
         let mut requests = lock(&self.inner.requests);
         if requests.contains_key(&id) {
             return Err(WorkspaceError::AlreadyOpen { request: id });
+        }
+        if self.inner.elections.result(&id).is_some() {
+            return Err(WorkspaceError::AlreadyCleaned { request: id });
         }
         let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
         let jobs = self.inner.jobs.as_fd();
@@ -325,11 +331,30 @@ impl Workspace {
     }
 
     async fn cleanup_id(&self, id: RequestId) -> CleanupResult {
-        let inner = self.inner.clone();
-        // ELECTION: replaced by crate::sync's keyed cleanup election.
-        match tokio::spawn(cleanup_work(inner, id)).await {
-            Ok(r) => r,
-            Err(_) => CleanupResult::failed(CleanupCode::IoError, CleanupCounts::default(), None),
+        let waiter = match self.inner.elections.elect(id.clone()) {
+            Elected::Owner(guard) => {
+                let waiter = guard.waiter();
+                let inner = self.inner.clone();
+                // The guard moves into the task: the work finishes even if
+                // every caller, this one included, goes away. If the task
+                // dies, the guard's drop publishes `Abandoned`.
+                tokio::spawn(async move {
+                    let result = cleanup_work(&inner, &id).await;
+                    guard.complete(result);
+                    // Only now may the id be opened again: its result is
+                    // filed, so a duplicate cannot mistake a new job's
+                    // cleanup for this one.
+                    lock(&inner.requests).remove(&id);
+                });
+                waiter
+            }
+            Elected::Waiter(waiter) => waiter,
+        };
+        match waiter.await {
+            Ok(result) => result,
+            Err(Abandoned) => {
+                CleanupResult::failed(CleanupCode::Abandoned, CleanupCounts::default(), None)
+            }
         }
     }
 
@@ -366,13 +391,11 @@ impl std::fmt::Debug for Workspace {
 }
 
 /// The work elected once per request: processes first, then the filesystem.
-async fn cleanup_work(inner: Arc<Inner>, id: RequestId) -> CleanupResult {
-    let state = lock(&inner.requests).get(&id).cloned();
+async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
+    let state = lock(&inner.requests).get(id).cloned();
     let Some(state) = state else {
-        return gone_check(&inner, &id);
+        return gone_check(inner, id);
     };
-    let _span = tracing::info_span!("workspace_cleanup", request = %id).entered();
-    drop(_span);
     let mut counts = CleanupCounts::default();
 
     // 1. Stop every process group of this request, then wait, bounded.
@@ -419,7 +442,6 @@ async fn cleanup_work(inner: Arc<Inner>, id: RequestId) -> CleanupResult {
         )
     })
     .await;
-    lock(&inner.requests).remove(&id);
     let outcome = match outcome {
         Ok(o) => o,
         Err(_) => return CleanupResult::failed(CleanupCode::IoError, counts, None),
