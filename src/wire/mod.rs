@@ -1,1 +1,40 @@
 //! Typed, versioned edge–node messages (JSON lines) and the node-side handler.
+//!
+//! # Theory of operation
+//!
+//! The edge (the agent runtime that owns a request) talks to a node (the
+//! process that owns one workspace on disk) over any byte stream: stdio, a
+//! Unix socket, or an in-memory duplex in tests. Each direction carries one
+//! JSON object per line ([`codec`]); every frame has the wire version `v` and
+//! a sequence number `seq` chosen by the edge, echoed by the node, so calls
+//! are pipelined and answered as they complete.
+//!
+//! The node ([`Node`]) maps requests onto a [`NodeWorkspace`] and makes the
+//! wire idempotent per request id: a workspace is opened once, cleanup is
+//! elected once (a duplicate, concurrent or late, gets the first result,
+//! marked `cached`), and a request whose cleanup started accepts no new work.
+//! A frame that is not UTF-8 JSON, names an unknown operation or version,
+//! carries an invalid request id, or exceeds the maximum frame size gets a
+//! typed error response; the node never panics on input and keeps serving.
+//!
+//! The edge ([`WireClient`]) implements the coordinator's
+//! [`WorkspaceLifecycle`](crate::coordinator::WorkspaceLifecycle), so a
+//! request driven by the coordinator cleans up its remote workspace through
+//! exactly one `cleanup_workspace` message.
+//!
+//! Cleanup results carry identity, status and a safe code only: never a raw
+//! path, an environment value or captured output. The full contract is
+//! `docs/contracts/edge-node-wire.md`.
+
+mod client;
+pub mod codec;
+pub mod message;
+mod node;
+
+pub use client::{WireClient, WireError};
+pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
+pub use message::{
+    CleanupReport, CleanupStatus, Code, ProcessSummary, Request, RequestFrame, Response,
+    ResponseFrame, RunSpec, VERSION,
+};
+pub use node::{CleanupVerdict, Node, NodeConfig, NodeWorkspace};

@@ -1,0 +1,281 @@
+//! The edge side: a pipelined client over any `AsyncRead + AsyncWrite`.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use super::codec::{FrameReader, decode_response, encode_request};
+use super::message::{CleanupReport, Code, ProcessSummary, Request, Response, RunSpec};
+use crate::coordinator::RequestId;
+
+/// Why a wire call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The connection to the node is gone (before or while waiting).
+    #[error("the node connection is closed")]
+    Disconnected,
+    /// The node answered with an error code.
+    #[error("the node refused the request: {code}")]
+    Refused {
+        /// The node's safe code.
+        code: Code,
+    },
+    /// The node answered with a response of the wrong kind.
+    #[error("the node sent an unexpected response")]
+    Unexpected,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    waiters: HashMap<u64, oneshot::Sender<Response>>,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Mutex<Pending>,
+    next_seq: AtomicU64,
+}
+
+impl Inner {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// An edge-side connection to one node. Cheap to clone; calls may be issued
+/// concurrently and are pipelined (answers are matched by `seq`).
+#[derive(Clone, Debug)]
+pub struct WireClient {
+    inner: Arc<Inner>,
+}
+
+impl WireClient {
+    /// Starts a client on `io` (spawns its reader and writer tasks on the
+    /// current tokio runtime).
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn new<IO>(io: IO, max_frame: usize) -> Self
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read, write) = tokio::io::split(io);
+        let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let inner = Arc::new(Inner {
+            out,
+            pending: Mutex::new(Pending::default()),
+            next_seq: AtomicU64::new(1),
+        });
+        tokio::spawn(async move {
+            let mut w = BufWriter::new(write);
+            while let Some(line) = rx.recv().await {
+                if w.write_all(&line).await.is_err() {
+                    return;
+                }
+                while let Ok(more) = rx.try_recv() {
+                    if w.write_all(&more).await.is_err() {
+                        return;
+                    }
+                }
+                if w.flush().await.is_err() {
+                    return;
+                }
+            }
+            let _ = w.shutdown().await;
+        });
+        let reader_inner = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            let mut frames = FrameReader::new(BufReader::new(read), max_frame);
+            loop {
+                let frame = match frames.next_frame().await {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!(error = %e, "bad frame from the node");
+                        if matches!(e, super::codec::FrameError::TooLarge { .. }) {
+                            continue;
+                        }
+                        break;
+                    }
+                };
+                let Some(inner) = reader_inner.upgrade() else {
+                    return;
+                };
+                match decode_response(frame) {
+                    Ok(resp) => {
+                        let waiter = resp
+                            .seq
+                            .and_then(|seq| inner.pending().waiters.remove(&seq));
+                        match waiter {
+                            Some(w) => {
+                                let _ = w.send(resp.result);
+                            }
+                            None => warn!(seq = ?resp.seq, "unroutable response from the node"),
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "undecodable response from the node"),
+                }
+            }
+            // Closing under the lock: a call that registers after this sees
+            // `closed` and fails instead of waiting forever.
+            if let Some(inner) = reader_inner.upgrade() {
+                let mut p = inner.pending();
+                p.closed = true;
+                p.waiters.clear();
+            }
+        });
+        WireClient { inner }
+    }
+
+    /// Sends one request and waits for its answer.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError::Disconnected`] when the connection is (or goes) down.
+    pub async fn call(&self, op: Request) -> Result<Response, WireError> {
+        let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.inner.pending();
+            if p.closed {
+                return Err(WireError::Disconnected);
+            }
+            p.waiters.insert(seq, tx);
+        }
+        let mut line = Vec::with_capacity(96);
+        encode_request(seq, op, &mut line);
+        if self.inner.out.send(line).is_err() {
+            self.inner.pending().waiters.remove(&seq);
+            return Err(WireError::Disconnected);
+        }
+        // If this future is dropped, the entry is removed when the answer
+        // arrives (or when the connection closes).
+        rx.await.map_err(|_| WireError::Disconnected)
+    }
+
+    /// `open_workspace`; returns whether it was already open.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`].
+    pub async fn open_workspace(&self, request_id: &RequestId) -> Result<bool, WireError> {
+        match self
+            .call(Request::OpenWorkspace {
+                request_id: request_id.clone(),
+            })
+            .await?
+        {
+            Response::WorkspaceOpened { already_open, .. } => Ok(already_open),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `write_artifact`; returns bytes written.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`].
+    pub async fn write_artifact(
+        &self,
+        request_id: &RequestId,
+        name: &str,
+        contents: &str,
+    ) -> Result<u64, WireError> {
+        let op = Request::WriteArtifact {
+            request_id: request_id.clone(),
+            name: name.to_owned(),
+            contents: contents.to_owned(),
+        };
+        match self.call(op).await? {
+            Response::ArtifactWritten { bytes, .. } => Ok(bytes),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `run_process`; returns once the process settled.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`].
+    pub async fn run_process(
+        &self,
+        request_id: &RequestId,
+        spec: RunSpec,
+    ) -> Result<ProcessSummary, WireError> {
+        match self
+            .call(Request::RunProcess {
+                request_id: request_id.clone(),
+                spec,
+            })
+            .await?
+        {
+            Response::ProcessFinished { summary, .. } => Ok(summary),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `cancel`; returns how many processes were active.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`].
+    pub async fn cancel(&self, request_id: &RequestId) -> Result<u32, WireError> {
+        match self
+            .call(Request::Cancel {
+                request_id: request_id.clone(),
+            })
+            .await?
+        {
+            Response::Cancelled { processes, .. } => Ok(processes),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `cleanup_workspace`; returns the node's (possibly cached) report.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`].
+    pub async fn cleanup_workspace(
+        &self,
+        request_id: &RequestId,
+    ) -> Result<CleanupReport, WireError> {
+        match self
+            .call(Request::CleanupWorkspace {
+                request_id: request_id.clone(),
+            })
+            .await?
+        {
+            Response::Cleanup(report) => Ok(report),
+            other => Err(refused(other)),
+        }
+    }
+}
+
+fn refused(resp: Response) -> WireError {
+    match resp {
+        Response::Error { code, .. } => WireError::Refused { code },
+        _ => WireError::Unexpected,
+    }
+}
+
+impl From<WireError> for io::Error {
+    fn from(e: WireError) -> io::Error {
+        let kind = match e {
+            WireError::Disconnected => io::ErrorKind::BrokenPipe,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, e)
+    }
+}

@@ -1,0 +1,423 @@
+//! JSON-lines framing with a maximum frame size, and the pure decoders.
+//!
+//! A frame is the bytes up to a `\n` (a trailing `\r` is dropped, blank
+//! lines are skipped). The reader never holds more than `max_frame` bytes
+//! of one frame: an oversized frame is discarded up to its newline as it
+//! streams past and reported as [`FrameError::TooLarge`], after which the
+//! next frame is read normally. serde_json never writes a raw newline inside
+//! a string, so an encoded message is always exactly one line.
+
+use std::io;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::message::{Code, Request, RequestFrame, Response, ResponseFrame, VERSION, codes};
+use crate::coordinator::RequestId;
+use crate::error::SafeCode;
+
+/// The default maximum frame size: 1 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+
+/// Why no frame could be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// A frame exceeded the maximum size; it was discarded up to its
+    /// newline and reading can go on.
+    #[error("frame exceeds the maximum of {limit} bytes")]
+    TooLarge {
+        /// The maximum frame size in force.
+        limit: usize,
+    },
+    /// The stream ended in the middle of a frame.
+    #[error("stream ended in the middle of a frame")]
+    Truncated,
+    /// Reading failed.
+    #[error("reading a frame failed")]
+    Io(#[from] io::Error),
+}
+
+impl FrameError {
+    /// The safe code that answers this error on the wire.
+    pub fn code(&self) -> SafeCode {
+        match self {
+            FrameError::TooLarge { .. } => codes::FRAME_TOO_LARGE,
+            FrameError::Truncated | FrameError::Io(_) => codes::TRUNCATED_FRAME,
+        }
+    }
+}
+
+/// Reads newline-delimited frames of at most `max_frame` bytes.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    max_frame: usize,
+}
+
+impl<R: AsyncBufRead + Unpin> FrameReader<R> {
+    /// Wraps a buffered reader.
+    pub fn new(inner: R, max_frame: usize) -> Self {
+        FrameReader {
+            inner,
+            buf: Vec::new(),
+            max_frame,
+        }
+    }
+
+    /// Reads the next non-blank frame; `Ok(None)` at a clean end of stream.
+    ///
+    /// # Errors
+    ///
+    /// [`FrameError::TooLarge`] for an oversized frame (already skipped:
+    /// call again for the next one), [`FrameError::Truncated`] when the
+    /// stream ends inside a frame, [`FrameError::Io`] when reading fails.
+    pub async fn next_frame(&mut self) -> Result<Option<&[u8]>, FrameError> {
+        loop {
+            self.buf.clear();
+            let mut discarding = false;
+            loop {
+                let available = self.inner.fill_buf().await?;
+                if available.is_empty() {
+                    if discarding {
+                        return Err(FrameError::TooLarge {
+                            limit: self.max_frame,
+                        });
+                    }
+                    if self.buf.is_empty() {
+                        return Ok(None);
+                    }
+                    self.buf.clear();
+                    return Err(FrameError::Truncated);
+                }
+                let newline = available.iter().position(|&b| b == b'\n');
+                let take = newline.unwrap_or(available.len());
+                if !discarding && self.buf.len() + take > self.max_frame {
+                    // Stop buffering: the rest of this frame only streams past.
+                    discarding = true;
+                    self.buf.clear();
+                }
+                if !discarding {
+                    self.buf.extend_from_slice(&available[..take]);
+                }
+                match newline {
+                    Some(i) => {
+                        self.inner.consume(i + 1);
+                        break;
+                    }
+                    None => {
+                        let n = available.len();
+                        self.inner.consume(n);
+                    }
+                }
+            }
+            if discarding {
+                return Err(FrameError::TooLarge {
+                    limit: self.max_frame,
+                });
+            }
+            if self.buf.last() == Some(&b'\r') {
+                self.buf.pop();
+            }
+            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Ok(Some(&self.buf));
+        }
+    }
+}
+
+/// Appends `value` as one JSON line to `out`.
+pub fn encode_line<T: serde::Serialize>(value: &T, out: &mut Vec<u8>) {
+    // Serializing these message types cannot fail: every map key is a string
+    // and no type has a fallible `Serialize`.
+    serde_json::to_writer(&mut *out, value).expect("wire messages always serialize");
+    out.push(b'\n');
+}
+
+/// Writes one already-encoded line and flushes.
+///
+/// # Errors
+///
+/// Any I/O error from the writer.
+pub async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> io::Result<()> {
+    w.write_all(line).await?;
+    w.flush().await
+}
+
+/// A request frame that could not be decoded, with what could be salvaged
+/// from it for the error response.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable request frame: {code}")]
+pub struct DecodeError {
+    /// The frame's `seq`, if it had a readable one.
+    pub seq: Option<u64>,
+    /// The frame's request id, if it had a valid one.
+    pub request_id: Option<RequestId>,
+    /// Why it was refused.
+    pub code: SafeCode,
+}
+
+impl DecodeError {
+    /// The error response answering this frame.
+    pub fn response(&self) -> ResponseFrame {
+        ResponseFrame {
+            v: VERSION,
+            seq: self.seq,
+            result: Response::Error {
+                request_id: self.request_id.clone(),
+                code: Code::from(self.code),
+            },
+        }
+    }
+}
+
+/// The operations of this version, for classifying a bad frame.
+const KNOWN_OPS: [&str; 5] = [
+    "open_workspace",
+    "write_artifact",
+    "run_process",
+    "cancel",
+    "cleanup_workspace",
+];
+
+/// Decodes one request frame.
+///
+/// Never panics, whatever the bytes; memory is bounded by a constant factor
+/// of the frame's length (serde_json also bounds nesting depth at 128).
+///
+/// # Errors
+///
+/// A [`DecodeError`] whose code says what was wrong: `malformed_frame` (not
+/// UTF-8 JSON), `unsupported_version`, `unknown_op`, `invalid_request_id` or
+/// `invalid_message`; it keeps `seq` and the request id when those were
+/// readable so the error response can be routed.
+pub fn decode_request(frame: &[u8]) -> Result<RequestFrame, DecodeError> {
+    match serde_json::from_slice::<RequestFrame>(frame) {
+        Ok(f) if f.v == VERSION => Ok(f),
+        Ok(f) => Err(DecodeError {
+            seq: Some(f.seq),
+            request_id: Some(f.op.request_id().clone()),
+            code: codes::UNSUPPORTED_VERSION,
+        }),
+        Err(_) => Err(classify(frame)),
+    }
+}
+
+/// Works out why a frame failed to decode, salvaging `seq` and the request
+/// id. Only runs on the error path.
+fn classify(frame: &[u8]) -> DecodeError {
+    let mut err = DecodeError {
+        seq: None,
+        request_id: None,
+        code: codes::MALFORMED_FRAME,
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(frame) else {
+        return err;
+    };
+    let Value::Object(map) = value else {
+        err.code = codes::INVALID_MESSAGE;
+        return err;
+    };
+    err.seq = map.get("seq").and_then(Value::as_u64);
+    let id = map.get("request_id").and_then(Value::as_str);
+    err.request_id = id.and_then(|s| RequestId::new(s).ok());
+    err.code = if map.get("v").and_then(Value::as_u64) != Some(u64::from(VERSION)) {
+        codes::UNSUPPORTED_VERSION
+    } else if !map
+        .get("op")
+        .and_then(Value::as_str)
+        .is_some_and(|op| KNOWN_OPS.contains(&op))
+    {
+        codes::UNKNOWN_OP
+    } else if id.is_some_and(|s| !RequestId::is_valid(s)) {
+        codes::INVALID_REQUEST_ID
+    } else {
+        codes::INVALID_MESSAGE
+    };
+    err
+}
+
+/// A response frame the edge could not decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable response frame")]
+pub struct BadResponse;
+
+/// Decodes one response frame (edge side).
+///
+/// # Errors
+///
+/// [`BadResponse`] when the frame is not a version-1 response.
+pub fn decode_response(frame: &[u8]) -> Result<ResponseFrame, BadResponse> {
+    match serde_json::from_slice::<ResponseFrame>(frame) {
+        Ok(f) if f.v == VERSION => Ok(f),
+        _ => Err(BadResponse),
+    }
+}
+
+/// Encodes a request frame as one line (edge side).
+pub fn encode_request(seq: u64, op: Request, out: &mut Vec<u8>) {
+    encode_line(
+        &RequestFrame {
+            v: VERSION,
+            seq,
+            op,
+        },
+        out,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::BufReader;
+
+    async fn frames(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, String>> {
+        let mut r = FrameReader::new(BufReader::with_capacity(7, input), max);
+        let mut out = Vec::new();
+        loop {
+            match r.next_frame().await {
+                Ok(Some(f)) => out.push(Ok(f.to_vec())),
+                Ok(None) => return out,
+                Err(e) => {
+                    let truncated = matches!(e, FrameError::Truncated);
+                    out.push(Err(e.code().to_string()));
+                    if truncated {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_is_skipped_and_the_next_one_is_read() {
+        let input = b"abc\n0123456789abcdef\r\n\n  \nxyz\r\n";
+        let got = frames(input, 10).await;
+        assert_eq!(
+            got,
+            vec![
+                Ok(b"abc".to_vec()),
+                Err("frame_too_large".into()),
+                Ok(b"xyz".to_vec())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn frame_of_exactly_the_limit_is_accepted() {
+        let got = frames(b"0123456789\n01234567890\n", 10).await;
+        assert_eq!(
+            got,
+            vec![Ok(b"0123456789".to_vec()), Err("frame_too_large".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn unterminated_last_frame_is_truncated() {
+        let got = frames(b"ok\npartial", 100).await;
+        assert_eq!(got, vec![Ok(b"ok".to_vec()), Err("truncated_frame".into())]);
+        // An oversized unterminated tail reports too-large, then a clean end.
+        let got = frames(b"0123456789abc", 5).await;
+        assert_eq!(got, vec![Err("frame_too_large".into())]);
+    }
+
+    #[test]
+    fn request_round_trips() {
+        let op = Request::CleanupWorkspace {
+            request_id: RequestId::new("r1").unwrap(),
+        };
+        let mut line = Vec::new();
+        encode_request(9, op.clone(), &mut line);
+        assert_eq!(
+            std::str::from_utf8(&line).unwrap(),
+            "{\"v\":1,\"seq\":9,\"op\":\"cleanup_workspace\",\"request_id\":\"r1\"}\n"
+        );
+        let f = decode_request(&line[..line.len() - 1]).unwrap();
+        assert_eq!((f.seq, f.op), (9, op));
+    }
+
+    #[test]
+    fn bad_frames_are_classified_with_what_can_be_salvaged() {
+        type Case<'a> = (&'a [u8], &'a str, Option<u64>, Option<&'a str>);
+        let cases: [Case<'_>; 9] = [
+            (b"not json", "malformed_frame", None, None),
+            (b"\xff\xfe", "malformed_frame", None, None),
+            (b"[1,2]", "invalid_message", None, None),
+            (
+                br#"{"v":2,"seq":3,"op":"cancel","request_id":"r"}"#,
+                "unsupported_version",
+                Some(3),
+                Some("r"),
+            ),
+            (
+                br#"{"seq":3,"op":"cancel","request_id":"r"}"#,
+                "unsupported_version",
+                Some(3),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":4,"op":"rm_rf","request_id":"r"}"#,
+                "unknown_op",
+                Some(4),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":5,"op":"cancel","request_id":"../x"}"#,
+                "invalid_request_id",
+                Some(5),
+                None,
+            ),
+            (
+                br#"{"v":1,"seq":6,"op":"run_process","request_id":"r"}"#,
+                "invalid_message",
+                Some(6),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":-1,"op":"cancel","request_id":"r"}"#,
+                "invalid_message",
+                None,
+                Some("r"),
+            ),
+        ];
+        for (frame, code, seq, id) in cases {
+            let e = decode_request(frame).unwrap_err();
+            assert_eq!(e.code.as_str(), code, "{}", String::from_utf8_lossy(frame));
+            assert_eq!(e.seq, seq);
+            assert_eq!(e.request_id.as_ref().map(RequestId::as_str), id);
+        }
+    }
+
+    #[test]
+    fn error_responses_never_echo_the_frame() {
+        let secret = r#"{"v":1,"seq":1,"op":"run_process","request_id":"r","executable":5,"env":{"TOKEN":"hunter2"}}"#;
+        let e = decode_request(secret.as_bytes()).unwrap_err();
+        let mut line = Vec::new();
+        encode_line(&e.response(), &mut line);
+        let text = String::from_utf8(line).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("TOKEN"),
+            "{text}"
+        );
+        assert_eq!(
+            text,
+            "{\"v\":1,\"seq\":1,\"result\":\"error\",\"request_id\":\"r\",\"code\":\"invalid_message\"}\n"
+        );
+    }
+
+    #[test]
+    fn deeply_nested_frames_are_refused_without_overflow() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(
+            decode_request(deep.as_bytes()).unwrap_err().code,
+            codes::MALFORMED_FRAME
+        );
+        let deep_obj = format!("{{\"v\":1,\"seq\":1,\"x\":{}}}", "[".repeat(10_000));
+        assert_eq!(
+            decode_request(deep_obj.as_bytes()).unwrap_err().code,
+            codes::MALFORMED_FRAME
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! The typed messages of wire version 1.
+//!
+//! Every frame is one JSON object on one line. A request frame carries the
+//! wire version `v`, a sequence number `seq` chosen by the edge (echoed in
+//! the response so that requests can be pipelined) and an operation `op`; a
+//! response frame carries `v`, `seq` and a `result`. The exact shapes, with
+//! examples, are in `docs/contracts/edge-node-wire.md`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::coordinator::RequestId;
+use crate::error::SafeCode;
+
+/// The wire version this build speaks. A frame with any other `v` is
+/// answered with the error code `unsupported_version`.
+pub const VERSION: u32 = 1;
+
+/// A request frame, edge → node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFrame {
+    /// The wire version; always [`VERSION`] when sent by this build.
+    pub v: u32,
+    /// The edge's sequence number, echoed by the response.
+    pub seq: u64,
+    /// What the edge asks for.
+    #[serde(flatten)]
+    pub op: Request,
+}
+
+/// An operation the edge asks the node to perform.
+///
+/// Every operation names the request it belongs to; the node keys all of
+/// its state (open workspace, processes, cleanup result) by that id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Request {
+    /// Open the request's job namespace in the node's workspace. Opening an
+    /// already open request is answered as success with `already_open`.
+    OpenWorkspace {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// Write a request-owned artifact under the request's job namespace.
+    WriteArtifact {
+        /// The request.
+        request_id: RequestId,
+        /// The artifact's path relative to the job namespace, `/`-separated.
+        name: String,
+        /// The artifact's content, as UTF-8 text.
+        contents: String,
+    },
+    /// Launch one governed process for the request and answer when it has
+    /// settled. No shell is involved: `executable` is spawned with `argv`.
+    RunProcess {
+        /// The request.
+        request_id: RequestId,
+        /// What to run.
+        #[serde(flatten)]
+        spec: RunSpec,
+    },
+    /// Cancel every active process of the request (TERM → grace → KILL).
+    Cancel {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// Clean up everything the request owns: its processes and its
+    /// registered artifacts. Idempotent: a duplicate is answered with the
+    /// first cleanup's result and never runs a second cleanup.
+    CleanupWorkspace {
+        /// The request.
+        request_id: RequestId,
+    },
+}
+
+impl Request {
+    /// The request this operation belongs to.
+    pub fn request_id(&self) -> &RequestId {
+        match self {
+            Request::OpenWorkspace { request_id }
+            | Request::WriteArtifact { request_id, .. }
+            | Request::RunProcess { request_id, .. }
+            | Request::Cancel { request_id }
+            | Request::CleanupWorkspace { request_id } => request_id,
+        }
+    }
+
+    /// The operation's name as it appears in `op`.
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::OpenWorkspace { .. } => "open_workspace",
+            Request::WriteArtifact { .. } => "write_artifact",
+            Request::RunProcess { .. } => "run_process",
+            Request::Cancel { .. } => "cancel",
+            Request::CleanupWorkspace { .. } => "cleanup_workspace",
+        }
+    }
+}
+
+/// What a `run_process` request runs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The executable, spawned directly (never through a shell).
+    pub executable: String,
+    /// The arguments after the executable; boundaries are preserved.
+    #[serde(default)]
+    pub argv: Vec<String>,
+    /// The environment overlay on top of the node's minimal baseline.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The working directory relative to the workspace root (default: the
+    /// root itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The process deadline in milliseconds (default: the node's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+// Environment values never appear in logs or errors: `Debug` prints the keys'
+// count only.
+impl fmt::Debug for RunSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunSpec")
+            .field("executable", &self.executable)
+            .field("argv", &self.argv)
+            .field("env_keys", &self.env.len())
+            .field("cwd", &self.cwd)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+/// A response frame, node → edge.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseFrame {
+    /// The wire version; always [`VERSION`] when sent by this build.
+    pub v: u32,
+    /// The `seq` of the request this answers; `null` when the request frame
+    /// was too damaged to read one.
+    pub seq: Option<u64>,
+    /// The answer.
+    #[serde(flatten)]
+    pub result: Response,
+}
+
+/// The node's answer to one request frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Response {
+    /// The request's job namespace is open.
+    WorkspaceOpened {
+        /// The request.
+        request_id: RequestId,
+        /// `true` when it was already open (nothing was done this time).
+        already_open: bool,
+    },
+    /// The artifact was written and registered as request-owned.
+    ArtifactWritten {
+        /// The request.
+        request_id: RequestId,
+        /// The artifact's path relative to the job namespace.
+        name: String,
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// The process settled.
+    ProcessFinished {
+        /// The request.
+        request_id: RequestId,
+        /// What happened to it.
+        #[serde(flatten)]
+        summary: ProcessSummary,
+    },
+    /// The request's active processes were told to stop and have settled.
+    Cancelled {
+        /// The request.
+        request_id: RequestId,
+        /// How many processes were active when the cancel arrived.
+        processes: u32,
+    },
+    /// The request's cleanup result (the first one, for duplicates).
+    Cleanup(CleanupReport),
+    /// The frame or the operation failed; nothing was lost or half-done
+    /// beyond what `code` says.
+    Error {
+        /// The request, when the frame named a valid one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<RequestId>,
+        /// A safe, stable code (see the contract for the list).
+        code: Code,
+    },
+}
+
+/// How a process settled, as reported over the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessSummary {
+    /// The exit code, when the root exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the root, when one did.
+    pub signal: Option<i32>,
+    /// Why it settled: `exited`, `timed_out`, `cancelled`, ...
+    pub reason: Code,
+    /// The descendant verdict: `terminated`, `unconfirmed_or_escaped`,
+    /// `unsupported` or `none`.
+    pub descendants: Code,
+    /// Captured standard output (bounded, valid UTF-8).
+    pub stdout: String,
+    /// Captured standard error (bounded, valid UTF-8).
+    pub stderr: String,
+    /// Whether `stdout` was truncated at the capture bound.
+    pub stdout_truncated: bool,
+    /// Whether `stderr` was truncated at the capture bound.
+    pub stderr_truncated: bool,
+}
+
+/// The typed result of one request's cleanup: identity, status and a safe
+/// code only — never a raw path, an environment value or captured output.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CleanupReport {
+    /// The request that was cleaned up.
+    pub request_id: RequestId,
+    /// What the cleanup did.
+    pub status: CleanupStatus,
+    /// Why it failed (present exactly when `status` is `failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<Code>,
+    /// `true` when this answer is the cached result of an earlier cleanup.
+    #[serde(default)]
+    pub cached: bool,
+}
+
+/// The outcome class of a cleanup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CleanupStatus {
+    /// Every request-owned process is gone and every registered artifact
+    /// was removed.
+    Cleaned,
+    /// The node never opened this request's workspace (or its job namespace
+    /// is already gone): nothing was touched.
+    NotOpened,
+    /// Cleanup failed closed; `code` says why and the suspect subtree was
+    /// kept for inspection.
+    Failed,
+}
+
+/// A safe, stable, machine-readable code received over the wire: 1 to 64
+/// lowercase ASCII letters, digits and `_`. Anything else is refused when
+/// decoding, so a code can never smuggle a path or a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Code(String);
+
+impl Code {
+    /// The longest code accepted.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validates `code`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidCode`] when `code` is empty, longer than [`Code::MAX_LEN`] or
+    /// holds anything but lowercase ASCII letters, digits and `_`.
+    pub fn new(code: &str) -> Result<Self, InvalidCode> {
+        let ok = !code.is_empty()
+            && code.len() <= Self::MAX_LEN
+            && code
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if ok {
+            Ok(Code(code.to_owned()))
+        } else {
+            Err(InvalidCode)
+        }
+    }
+
+    /// The code as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<SafeCode> for Code {
+    fn from(code: SafeCode) -> Self {
+        Code(code.as_str().to_owned())
+    }
+}
+
+impl TryFrom<String> for Code {
+    type Error = InvalidCode;
+    fn try_from(s: String) -> Result<Self, InvalidCode> {
+        Code::new(&s)
+    }
+}
+
+impl From<Code> for String {
+    fn from(c: Code) -> String {
+        c.0
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A code that is not 1–64 lowercase ASCII letters, digits and `_`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a wire code is 1-64 lowercase ascii letters, digits and '_'")]
+pub struct InvalidCode;
+
+/// The error codes the node sends in [`Response::Error`].
+pub mod codes {
+    use crate::error::SafeCode;
+
+    /// The frame is not valid UTF-8 JSON.
+    pub const MALFORMED_FRAME: SafeCode = SafeCode::new("malformed_frame");
+    /// The frame is JSON but not a known, well-formed request.
+    pub const INVALID_MESSAGE: SafeCode = SafeCode::new("invalid_message");
+    /// `op` names no operation of this version.
+    pub const UNKNOWN_OP: SafeCode = SafeCode::new("unknown_op");
+    /// `request_id` fails validation.
+    pub const INVALID_REQUEST_ID: SafeCode = SafeCode::new("invalid_request_id");
+    /// `v` is not a version this node speaks.
+    pub const UNSUPPORTED_VERSION: SafeCode = SafeCode::new("unsupported_version");
+    /// The frame exceeded the node's maximum frame size and was discarded.
+    pub const FRAME_TOO_LARGE: SafeCode = SafeCode::new("frame_too_large");
+    /// The peer closed the stream in the middle of a frame.
+    pub const TRUNCATED_FRAME: SafeCode = SafeCode::new("truncated_frame");
+    /// The request's workspace is not open.
+    pub const NOT_OPEN: SafeCode = SafeCode::new("not_open");
+    /// The request's cleanup has started: it accepts no new work.
+    pub const REQUEST_CLOSED: SafeCode = SafeCode::new("request_closed");
+    /// The node is shutting down.
+    pub const SHUTTING_DOWN: SafeCode = SafeCode::new("shutting_down");
+}

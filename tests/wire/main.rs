@@ -1,0 +1,7 @@
+//! The edge–node wire: the node handler over an in-memory duplex, fed by the
+//! real edge client and by raw hostile bytes.
+
+#[path = "../support/fake_node.rs"]
+mod fake_node;
+
+mod node_handler;

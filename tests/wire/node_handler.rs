@@ -1,0 +1,345 @@
+//! The node handler with a counting fake workspace.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use custodian::coordinator::RequestId;
+use custodian::wire::{
+    CleanupStatus, Node, NodeConfig, Response, ResponseFrame, RunSpec, WireClient, WireError,
+    decode_request,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+
+use crate::fake_node::FakeNode;
+
+fn id(s: &str) -> RequestId {
+    RequestId::new(s).unwrap()
+}
+
+fn start(fake: FakeNode, config: NodeConfig) -> (Arc<Node<FakeNode>>, WireClient) {
+    let node = Node::new(fake, config);
+    let (edge, node_io) = tokio::io::duplex(64 * 1024);
+    let n = Arc::clone(&node);
+    tokio::spawn(async move { n.serve(node_io).await });
+    (node, WireClient::new(edge, config.max_frame))
+}
+
+/// A raw connection: write lines, read decoded response frames.
+struct Raw {
+    w: tokio::io::WriteHalf<DuplexStream>,
+    r: tokio::io::Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
+}
+
+impl Raw {
+    fn start(node: &Arc<Node<FakeNode>>) -> Raw {
+        let (edge, node_io) = tokio::io::duplex(1 << 20);
+        let n = Arc::clone(node);
+        tokio::spawn(async move { n.serve(node_io).await });
+        let (r, w) = tokio::io::split(edge);
+        Raw {
+            w,
+            r: BufReader::new(r).lines(),
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> ResponseFrame {
+        let line = self.r.next_line().await.unwrap().expect("a response line");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+fn error_code(f: &ResponseFrame) -> &str {
+    match &f.result {
+        Response::Error { code, .. } => code.as_str(),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn duplicate_cleanup_returns_the_cached_result_and_never_cleans_twice() {
+    let (node, client) = start(FakeNode::new(), NodeConfig::default());
+    let r = id("dup-1");
+    assert!(!client.open_workspace(&r).await.unwrap());
+    let first = client.cleanup_workspace(&r).await.unwrap();
+    assert_eq!(
+        (first.status, first.cached),
+        (CleanupStatus::Cleaned, false)
+    );
+    for _ in 0..3 {
+        let again = client.cleanup_workspace(&r).await.unwrap();
+        assert_eq!(again.status, CleanupStatus::Cleaned);
+        assert!(again.cached);
+        assert_eq!(again.request_id, r);
+    }
+    assert_eq!(node.workspace().calls(&r).cleanup, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cleanups_elect_one_and_all_see_its_result() {
+    let (node, client) = start(FakeNode::gated(), NodeConfig::default());
+    let r = id("fail-concurrent");
+    client.open_workspace(&r).await.unwrap();
+    let mut calls = Vec::new();
+    for _ in 0..50 {
+        let c = client.clone();
+        let r = r.clone();
+        calls.push(tokio::spawn(async move {
+            c.cleanup_workspace(&r).await.unwrap()
+        }));
+    }
+    // Every call is in flight and waiting on the single gated cleanup.
+    while node.workspace().calls(&r).cleanup == 0 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    node.workspace().gate.add_permits(1);
+    let mut owners = 0;
+    for c in calls {
+        let rep = c.await.unwrap();
+        assert_eq!(rep.status, CleanupStatus::Failed);
+        assert_eq!(rep.code.as_ref().unwrap().as_str(), "symlink_in_job");
+        owners += usize::from(!rep.cached);
+    }
+    assert_eq!(owners, 1, "exactly one answer is the owner's");
+    assert_eq!(node.workspace().calls(&r).cleanup, 1);
+    assert!(!node.workspace().overlapped.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn cleanup_finishes_after_the_caller_goes_away() {
+    let fake = FakeNode::gated();
+    let (node, client) = start(fake, NodeConfig::default());
+    let r = id("abandoned");
+    client.open_workspace(&r).await.unwrap();
+    let pending = tokio::spawn({
+        let c = client.clone();
+        let r = r.clone();
+        async move { c.cleanup_workspace(&r).await }
+    });
+    while node.workspace().calls(&r).cleanup == 0 {
+        tokio::task::yield_now().await;
+    }
+    pending.abort();
+    drop(client);
+    node.workspace().gate.add_permits(1);
+    // A fresh connection sees the first cleanup's result, not a second run.
+    let (edge, node_io) = tokio::io::duplex(4096);
+    let n = Arc::clone(&node);
+    tokio::spawn(async move { n.serve(node_io).await });
+    let again = WireClient::new(edge, 1 << 20)
+        .cleanup_workspace(&r)
+        .await
+        .unwrap();
+    assert_eq!((again.status, again.cached), (CleanupStatus::Cleaned, true));
+    assert_eq!(node.workspace().calls(&r).cleanup, 1);
+}
+
+#[tokio::test]
+async fn open_is_idempotent_and_closed_requests_accept_no_work() {
+    let (node, client) = start(FakeNode::new(), NodeConfig::default());
+    let r = id("life");
+    let err = client.write_artifact(&r, "a.txt", "x").await.unwrap_err();
+    assert!(
+        matches!(err, WireError::Refused { ref code } if code.as_str() == "not_open"),
+        "{err:?}"
+    );
+    assert!(!client.open_workspace(&r).await.unwrap());
+    assert!(
+        client.open_workspace(&r).await.unwrap(),
+        "second open reports already_open"
+    );
+    assert_eq!(node.workspace().calls(&r).open, 1);
+    assert_eq!(
+        client.write_artifact(&r, "a.txt", "hello").await.unwrap(),
+        5
+    );
+    let spec = RunSpec {
+        executable: "/bin/echo".into(),
+        argv: vec!["a b".into(), "c".into()],
+        env: Default::default(),
+        cwd: None,
+        timeout_ms: None,
+    };
+    assert_eq!(
+        client.run_process(&r, spec.clone()).await.unwrap().stdout,
+        "a b c"
+    );
+    client.cleanup_workspace(&r).await.unwrap();
+    for err in [
+        client.run_process(&r, spec).await.unwrap_err(),
+        client.write_artifact(&r, "b.txt", "x").await.unwrap_err(),
+        client.open_workspace(&r).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(err, WireError::Refused { ref code } if code.as_str() == "request_closed"),
+            "{err:?}"
+        );
+    }
+    assert_eq!(node.workspace().calls(&r).run, 1);
+}
+
+#[tokio::test]
+async fn cleanup_cache_is_bounded_and_eviction_only_asks_the_workspace_again() {
+    let config = NodeConfig {
+        cleanup_cache: 2,
+        ..NodeConfig::default()
+    };
+    let (node, client) = start(FakeNode::new(), config);
+    let ids: Vec<_> = (0..3).map(|i| id(&format!("c{i}"))).collect();
+    for r in &ids {
+        client.open_workspace(r).await.unwrap();
+        client.cleanup_workspace(r).await.unwrap();
+    }
+    // c0 was evicted: the workspace is asked again and reports nothing to do.
+    let again = client.cleanup_workspace(&ids[0]).await.unwrap();
+    assert_eq!(
+        (again.status, again.cached),
+        (CleanupStatus::NotOpened, false)
+    );
+    assert_eq!(node.workspace().calls(&ids[0]).cleanup, 2);
+    // c2 is still cached.
+    assert!(client.cleanup_workspace(&ids[2]).await.unwrap().cached);
+    assert_eq!(node.workspace().calls(&ids[2]).cleanup, 1);
+}
+
+#[tokio::test]
+async fn malformed_frames_get_typed_errors_and_the_node_keeps_serving() {
+    let node = Node::new(FakeNode::new(), NodeConfig::default());
+    let mut raw = Raw::start(&node);
+    let cases: [(&[u8], &str, Option<u64>); 7] = [
+        (b"garbage\n", "malformed_frame", None),
+        (b"\xff\xfe\x00\n", "malformed_frame", None),
+        (b"{\"v\":1,\"seq\":3}\n", "unknown_op", Some(3)),
+        (
+            b"{\"v\":7,\"seq\":4,\"op\":\"cancel\",\"request_id\":\"r\"}\n",
+            "unsupported_version",
+            Some(4),
+        ),
+        (
+            b"{\"v\":1,\"seq\":5,\"op\":\"cancel\",\"request_id\":\"a/b\"}\n",
+            "invalid_request_id",
+            Some(5),
+        ),
+        (
+            b"{\"v\":1,\"seq\":6,\"op\":\"cleanup_workspace\"}\n",
+            "invalid_message",
+            Some(6),
+        ),
+        (b"42\n", "invalid_message", None),
+    ];
+    for (frame, code, seq) in cases {
+        raw.send(frame).await;
+        let resp = raw.recv().await;
+        assert_eq!(
+            error_code(&resp),
+            code,
+            "{}",
+            String::from_utf8_lossy(frame)
+        );
+        assert_eq!(resp.seq, seq);
+    }
+    raw.send(b"{\"v\":1,\"seq\":9,\"op\":\"open_workspace\",\"request_id\":\"ok\"}\r\n")
+        .await;
+    let resp = raw.recv().await;
+    assert_eq!(resp.seq, Some(9));
+    assert!(matches!(
+        resp.result,
+        Response::WorkspaceOpened {
+            already_open: false,
+            ..
+        }
+    ));
+    assert_eq!(
+        node.workspace().total_cleanups(),
+        0,
+        "no bad frame triggered work"
+    );
+}
+
+#[tokio::test]
+async fn oversized_frames_are_refused_without_buffering_them() {
+    let config = NodeConfig {
+        max_frame: 256,
+        ..NodeConfig::default()
+    };
+    let node = Node::new(FakeNode::new(), config);
+    let mut raw = Raw::start(&node);
+    // 4 MiB of one frame: far more than the limit, streamed in chunks.
+    let chunk = vec![b'x'; 64 * 1024];
+    let Raw { w, r } = &mut raw;
+    let writer = async {
+        w.write_all(b"{\"v\":1,\"seq\":1,\"op\":\"write_artifact\",\"contents\":\"")
+            .await
+            .unwrap();
+        for _ in 0..64 {
+            w.write_all(&chunk).await.unwrap();
+        }
+        w.write_all(b"\"}\n{\"v\":1,\"seq\":2,\"op\":\"cancel\",\"request_id\":\"r\"}\n")
+            .await
+            .unwrap();
+    };
+    let reader = async {
+        let a = r.next_line().await.unwrap().unwrap();
+        let b = r.next_line().await.unwrap().unwrap();
+        (a, b)
+    };
+    let (_, (a, b)) = tokio::join!(writer, reader);
+    let a: ResponseFrame = serde_json::from_str(&a).unwrap();
+    let b: ResponseFrame = serde_json::from_str(&b).unwrap();
+    assert_eq!((error_code(&a), a.seq), ("frame_too_large", None));
+    assert!(matches!(b.result, Response::Cancelled { .. }), "{b:?}");
+}
+
+#[tokio::test]
+async fn requests_are_pipelined_and_answered_by_seq() {
+    let (node, client) = start(FakeNode::gated(), NodeConfig::default());
+    let slow = id("slow");
+    client.open_workspace(&slow).await.unwrap();
+    let c = client.clone();
+    let s = slow.clone();
+    let blocked = tokio::spawn(async move { c.cleanup_workspace(&s).await });
+    // While the cleanup is parked, other requests on the same connection
+    // are answered.
+    let other = id("other");
+    client.open_workspace(&other).await.unwrap();
+    assert_eq!(client.cancel(&other).await.unwrap(), 0);
+    assert!(!blocked.is_finished());
+    node.workspace().gate.add_permits(1);
+    assert_eq!(
+        blocked.await.unwrap().unwrap().status,
+        CleanupStatus::Cleaned
+    );
+}
+
+#[tokio::test]
+async fn a_closed_connection_fails_calls_instead_of_hanging() {
+    let (edge, node_io) = tokio::io::duplex(4096);
+    let client = WireClient::new(edge, 1 << 20);
+    drop(node_io);
+    let err = client.cancel(&id("r")).await.unwrap_err();
+    assert!(matches!(err, WireError::Disconnected));
+}
+
+#[test]
+fn cleanup_report_carries_only_identity_status_and_code() {
+    let line = br#"{"v":1,"seq":1,"result":"cleanup","request_id":"r","status":"failed","code":"symlink_in_job","cached":false}"#;
+    let f: ResponseFrame = serde_json::from_slice(line).unwrap();
+    let Response::Cleanup(rep) = &f.result else {
+        panic!()
+    };
+    let v = serde_json::to_value(rep).unwrap();
+    let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(keys, ["cached", "code", "request_id", "status"]);
+    // A code can never carry a path.
+    let bad = br#"{"v":1,"seq":1,"result":"cleanup","request_id":"r","status":"failed","code":"/etc/passwd"}"#;
+    assert!(serde_json::from_slice::<ResponseFrame>(bad).is_err());
+    // And a request frame is decoded with its request id validated.
+    assert!(
+        decode_request(br#"{"v":1,"seq":1,"op":"cleanup_workspace","request_id":".."}"#).is_err()
+    );
+}
