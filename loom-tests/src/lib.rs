@@ -12,7 +12,7 @@
 //! Built without the cfg (as `cargo test --workspace` does), each test file
 //! holds a single test that prints that it was skipped.
 //!
-//! [`explore`] wraps `loom::model::Builder` so that every model also proves it
+//! `explore` (present under the cfg) wraps `loom::model::Builder` so that every model also proves it
 //! explored: it counts executions and which racer won in each, in `std`
 //! atomics that loom does not control (they survive across executions), and
 //! fails if nothing was explored or if some racer never won.
