@@ -1,0 +1,9 @@
+//! Integration tests of the governed launcher with real child processes.
+//!
+//! Every test checks afterwards that the root was reaped and that nothing
+//! it started is still alive (`/proc`).
+
+mod common;
+mod errors;
+mod lifecycle;
+mod output;
