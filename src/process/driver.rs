@@ -114,6 +114,7 @@ pub(crate) fn spawn(
         last_probe: None,
         escalation: Vec::new(),
         settled: false,
+        cut: false,
         probe_window: PROBE_WINDOW.min(limits.grace / 4),
     };
     let mut follow = Vec::new();
@@ -176,6 +177,9 @@ struct Driver {
     escalation: Vec<EscalationStep>,
     settled: bool,
     probe_window: Duration,
+    /// custodian closed a stream that was still open (drain bound after
+    /// KILL, hard deadline, or no safe signal left).
+    cut: bool,
 }
 
 /// What woke the driver.
@@ -358,6 +362,7 @@ impl Driver {
                 Action::SignalGroup(sig) => self.signal(sig, now),
                 Action::ArmTimer { timer, at } => self.timers[timer_index(timer)] = Some(at),
                 Action::CloseStreams => {
+                    self.cut = true;
                     // The readers are dropped by `sync_streams`; record the
                     // step when the hard deadline forced it.
                     if event == Some(Event::HardDeadlineReached) {
@@ -522,9 +527,9 @@ impl Driver {
                 (Tier::PinnedGroup, Some(Probe::Occupied)) => {
                     reasons.push(VerdictReason::GroupNotEmpty)
                 }
-                // The group is empty yet someone held the pipe: that
-                // someone left the group.
-                (Tier::PinnedGroup, Some(Probe::Empty)) if held => {
+                // The group is empty yet a pipe had to be cut: whoever
+                // held it is outside the group.
+                (Tier::PinnedGroup, Some(Probe::Empty)) if self.cut => {
                     reasons.push(VerdictReason::MayHaveLeftGroup)
                 }
                 (Tier::PinnedGroup, Some(Probe::Empty)) => {}

@@ -3,6 +3,7 @@
 //! Every test checks afterwards that the root was reaped and that nothing
 //! it started is still alive (`/proc`).
 
+mod cli;
 mod common;
 mod errors;
 mod lifecycle;
