@@ -6,5 +6,6 @@
 mod cli;
 mod common;
 mod errors;
+mod evidence;
 mod lifecycle;
 mod output;
