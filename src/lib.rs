@@ -30,12 +30,12 @@
 //! them; `coordinator` drives a request end to end; `wire` and the CLI sit on
 //! top. See `docs/architecture.md`.
 
+pub mod coordinator;
 pub mod error;
 pub mod machine;
-pub mod sync;
 pub mod policy;
 pub mod process;
 pub mod spill;
-pub mod workspace;
-pub mod coordinator;
+pub mod sync;
 pub mod wire;
+pub mod workspace;
