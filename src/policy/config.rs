@@ -38,6 +38,23 @@ use super::pattern::{Pattern, PatternError};
 /// The only configuration version this build reads.
 pub const CONFIG_VERSION: u32 = 1;
 
+/// Longest piece of the file's own text (a parser message, a selector, a
+/// profile name) that a [`ConfigError`] quotes; longer ones are clipped so an
+/// error stays bounded whatever the input.
+pub const MAX_QUOTED_BYTES: usize = 512;
+
+/// Clips `s` to [`MAX_QUOTED_BYTES`] at a character boundary, marking the cut.
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_QUOTED_BYTES {
+        return s.to_owned();
+    }
+    let mut cut = MAX_QUOTED_BYTES;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &s[..cut])
+}
+
 /// A policy file that could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -211,7 +228,7 @@ fn selectors(list: &[String], at: &str) -> Result<Vec<Selector>, ConfigError> {
         .map(|(i, s)| {
             Selector::parse(s).map_err(|source| ConfigError::InvalidSelector {
                 at: format!("{at}[{i}]"),
-                selector: s.clone(),
+                selector: clip(s),
                 source,
             })
         })
@@ -230,21 +247,21 @@ impl PolicyConfig {
     /// [`ConfigError`] naming the first problem and where it is.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            message: e.to_string().trim_end().to_owned(),
+            message: clip(e.to_string().trim_end()),
         })?;
         if raw.version != CONFIG_VERSION {
             return Err(ConfigError::UnsupportedVersion { found: raw.version });
         }
         let mut profiles = BTreeMap::new();
         for (name, profile) in &raw.tools.profiles {
-            let at = format!("tools.profiles.{name}.allow");
+            let at = format!("tools.profiles.{}.allow", clip(name));
             profiles.insert(name.clone(), selectors(&profile.allow, &at)?);
         }
         let profile = match raw.tools.profile {
             None => None,
             Some(name) => match profiles.remove(&name) {
                 Some(list) => Some((name, list)),
-                None => return Err(ConfigError::UnknownProfile { name }),
+                None => return Err(ConfigError::UnknownProfile { name: clip(&name) }),
             },
         };
         let tools = ToolsConfig {
@@ -266,7 +283,7 @@ impl PolicyConfig {
             let tool =
                 Selector::parse(&rule.tool).map_err(|source| ConfigError::InvalidSelector {
                     at: format!("{at}.tool"),
-                    selector: rule.tool.clone(),
+                    selector: clip(&rule.tool),
                     source,
                 })?;
             let target = match &rule.target {
@@ -356,6 +373,19 @@ mod tests {
                 }
                 other => panic!("{text}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn errors_quote_bounded_text() {
+        let long = "x".repeat(10 * MAX_QUOTED_BYTES);
+        for text in [
+            format!("version = 1\n[tools]\nallow = [\"group:{long}\"]"),
+            format!("version = 1\n[tools]\nprofile = \"{long}\""),
+            format!("version = 1\n{long} = 1"),
+        ] {
+            let err = load(&text).unwrap_err().to_string();
+            assert!(err.len() < 3 * MAX_QUOTED_BYTES, "{} bytes", err.len());
         }
     }
 
