@@ -23,6 +23,14 @@ fn racer_swapping_a_session_for_a_symlink_changes_nothing_outside_the_root() {
     let s = root.join("s");
     let aside = root.join("aside");
     mkdir(&s);
+    // Filler sessions widen the window between listing `s` and opening it.
+    for f in 0..40 {
+        let d = root.join(format!("filler{f}"));
+        mkdir(&d);
+        for i in 0..5 {
+            file_at(&d.join(spill_name(i)), "kept", fresh());
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let racer = {
         let (s, aside, victim, stop) = (s.clone(), aside.clone(), victim.clone(), stop.clone());
@@ -32,7 +40,7 @@ fn racer_swapping_a_session_for_a_symlink_changes_nothing_outside_the_root() {
                 // Swap the real session dir for a symlink to the victim...
                 if fs::rename(&s, &aside).is_ok() {
                     let _ = symlink(&victim, &s);
-                    std::thread::yield_now();
+                    std::thread::sleep(std::time::Duration::from_micros(200));
                     let _ = fs::remove_file(&s);
                     let _ = fs::rename(&aside, &s);
                     swaps += 1;
@@ -44,12 +52,13 @@ fn racer_swapping_a_session_for_a_symlink_changes_nothing_outside_the_root() {
                     let _ =
                         filetime::set_file_mtime(&f, filetime::FileTime::from_system_time(old()));
                 }
+                std::thread::sleep(std::time::Duration::from_micros(200));
             }
             swaps
         })
     };
     let mut deleted = 0;
-    for _ in 0..300 {
+    for _ in 0..200 {
         deleted += sweep_spill_roots(&plan_for(&[&root]), &TracingSink).files_deleted;
     }
     stop.store(true, Ordering::Relaxed);
