@@ -23,13 +23,29 @@ pub struct Fixture {
     pub ws: Workspace,
 }
 
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::with_config(WorkspaceConfig::default())
+    }
+}
+
 impl Fixture {
     pub fn new() -> Self {
-        Self::with_config(WorkspaceConfig::default())
+        Self::default()
     }
 
     pub fn with_config(config: WorkspaceConfig) -> Self {
-        let tmp = tempfile::tempdir().expect("tempdir");
+        Self::build(config, tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// A fixture on tmpfs when `/dev/shm` is one (cheap metadata for big
+    /// trees), else in the default temporary directory.
+    pub fn on_tmpfs() -> Self {
+        let tmp = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
+        Self::build(WorkspaceConfig::default(), tmp.expect("tempdir"))
+    }
+
+    fn build(config: WorkspaceConfig, tmp: tempfile::TempDir) -> Self {
         fs::create_dir(tmp.path().join("ws")).unwrap();
         fs::create_dir(tmp.path().join("outside")).unwrap();
         fs::write(tmp.path().join("outside/keep.txt"), b"outside data").unwrap();

@@ -240,7 +240,7 @@ fn a_deep_registered_tree_is_removed_without_exhausting_descriptors() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let fx = Fixture::new();
+        let fx = Fixture::on_tmpfs();
         let job = fx.ws.open_request("deep").unwrap();
         let mut dir = job.root().unwrap();
         for i in 0..DEPTH {
