@@ -326,3 +326,32 @@ async fn the_wire_form_of_a_failure_carries_no_path() {
     );
     assert_eq!(r.safe_code().unwrap().as_str(), "unregistered_entry");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_the_strongest_identity_this_kernel_offers() {
+    for fx in [Fixture::new(), Fixture::on_tmpfs()] {
+        let job = fx.ws.open_request("ident").unwrap();
+        job.create_file("f").unwrap();
+        let inv = job.inventory();
+        let file = inv.entry(1).identity;
+        let meta = std::os::unix::fs::MetadataExt::ino(
+            &fs::metadata(fx.job_dir("ident").join("f")).unwrap(),
+        );
+        assert_eq!(file.ino, meta);
+        println!(
+            "{}: dev={:#x} ino={} mount={:?} btime={:?}",
+            fx.tmp.path().display(),
+            file.dev,
+            file.ino,
+            file.mount,
+            file.btime
+        );
+        #[cfg(target_os = "linux")]
+        assert!(
+            file.mount.is_some(),
+            "statx reports a mount id since Linux 5.8"
+        );
+        assert_eq!(file.mount, fx.ws.anchor().mount);
+        assert!(job.cleanup().await.is_clean());
+    }
+}
