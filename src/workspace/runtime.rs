@@ -106,11 +106,15 @@ fn ensure_dir(
         Err(e) => return Err(io_err("mkdirat internal")(e)),
     }
     let fd = sys::open_dir(parent, name).map_err(|e| {
-        if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) {
-            WorkspaceError::Untrusted {
-                what,
-                code: CleanupCode::SymlinkInJob,
-            }
+        let is = |n: Errno| e.raw_os_error() == Some(n.raw_os_error());
+        if is(Errno::LOOP) || is(Errno::NOTDIR) {
+            // O_NOFOLLOW | O_DIRECTORY on a symlink: ELOOP or ENOTDIR.
+            let code = match sys::observe_at(parent, &CString::new(name).unwrap_or_default()) {
+                Ok(o) if o.kind == FileKind::Symlink => CleanupCode::SymlinkInJob,
+                Ok(o) if o.kind == FileKind::Special => CleanupCode::SpecialFileInJob,
+                _ => CleanupCode::IdentityReplaced,
+            };
+            WorkspaceError::Untrusted { what, code }
         } else {
             io_err("openat internal")(e)
         }
@@ -599,10 +603,15 @@ impl Job {
                     let fd =
                         sys::open_dir(cur.as_fd(), *d).map_err(io_err("openat artifact dir"))?;
                     let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx artifact dir"))?;
-                    fs.inventory
-                        .entry(child)
-                        .identity
-                        .check(FileKind::Dir, &obs)
+                    self.state
+                        .anchor
+                        .admit(&obs)
+                        .and_then(|()| {
+                            fs.inventory
+                                .entry(child)
+                                .identity
+                                .check(FileKind::Dir, &obs)
+                        })
                         .map_err(untrusted("artifact"))?;
                     cur = fd;
                     index = child;
