@@ -1,1 +1,4 @@
-//! Integration tests of the pure machines.
+//! Integration tests of the pure machines: every (state, event) pair of each
+//! machine, checked against a table.
+
+mod request;

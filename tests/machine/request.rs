@@ -1,0 +1,577 @@
+//! The request machine, exhaustively: every state reachable with
+//! representative data × every event, checked against the table in
+//! [`expected`] (the same table as `docs/state-machines.md`).
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use custodian::error::SafeCode;
+use custodian::machine::request::{
+    Action, Candidate, CandidateKind, CleanupReport, CleanupResult, Delivery, Event, FinalResult,
+    Phase, State, Status, step,
+};
+
+const EXEC: SafeCode = SafeCode::new("executor_crashed");
+const CLEAN: SafeCode = SafeCode::new("symlink_in_job");
+
+/// Every event, with representative data.
+const EVENTS: [Event; 12] = [
+    Event::Candidate(Candidate::Success),
+    Event::Candidate(Candidate::ExecutorError { code: EXEC }),
+    Event::Candidate(Candidate::Timeout),
+    Event::Candidate(Candidate::CallerCancel),
+    Event::Candidate(Candidate::CallerDisconnect),
+    Event::Candidate(Candidate::TerminalWriteFailed),
+    Event::WorkspaceOpened,
+    Event::ExecutionStopped,
+    Event::CleanupFinished(CleanupResult::Ok),
+    Event::CleanupFinished(CleanupResult::Failed(CLEAN)),
+    Event::EndpointAcknowledged,
+    Event::Published,
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum P {
+    Open,
+    Finalizing,
+    Cleaning,
+    Writing,
+    Acknowledged(Delivery),
+    Completed(Delivery),
+}
+
+fn kind(phase: Phase) -> P {
+    match phase {
+        Phase::Open => P::Open,
+        Phase::Finalizing { .. } => P::Finalizing,
+        Phase::Cleaning { .. } => P::Cleaning,
+        Phase::Writing { .. } => P::Writing,
+        Phase::Acknowledged { delivery, .. } => P::Acknowledged(delivery),
+        Phase::Completed { delivery, .. } => P::Completed(delivery),
+    }
+}
+
+/// Coarse phase, for coverage of phase × event.
+fn coarse(p: P) -> u8 {
+    match p {
+        P::Open => 0,
+        P::Finalizing => 1,
+        P::Cleaning => 2,
+        P::Writing => 3,
+        P::Acknowledged(_) => 4,
+        P::Completed(_) => 5,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum A {
+    Cancel,
+    Cleanup,
+    Write,
+    Publish,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Expect {
+    phase: P,
+    actions: Vec<A>,
+    duplicate: bool,
+    unexpected: bool,
+}
+
+fn stay(p: P) -> Expect {
+    Expect {
+        phase: p,
+        actions: vec![],
+        duplicate: false,
+        unexpected: false,
+    }
+}
+fn dup(p: P) -> Expect {
+    Expect {
+        duplicate: true,
+        ..stay(p)
+    }
+}
+fn unexpected(p: P) -> Expect {
+    Expect {
+        unexpected: true,
+        ..stay(p)
+    }
+}
+fn go(p: P, actions: &[A]) -> Expect {
+    Expect {
+        phase: p,
+        actions: actions.to_vec(),
+        duplicate: false,
+        unexpected: false,
+    }
+}
+
+/// The executor stopped: clean if a workspace was opened, else merge and
+/// write (or publish straight away if the caller is gone).
+fn after_stop(ws: bool, gone: bool) -> (P, A) {
+    if ws {
+        (P::Cleaning, A::Cleanup)
+    } else if gone {
+        (P::Acknowledged(Delivery::CallerGone), A::Publish)
+    } else {
+        (P::Writing, A::Write)
+    }
+}
+
+/// The table: what `event` does to a state of phase `p`.
+fn expected(s: &State, event: Event) -> Expect {
+    let p = kind(s.phase());
+    let ws = s.workspace_opened();
+    let gone = s.caller_gone();
+    use Event as E;
+    match (p, event) {
+        (P::Open, E::Candidate(c)) if c.executor_returned() => {
+            let (next, a) = after_stop(ws, gone);
+            go(next, &[A::Cancel, a])
+        }
+        (P::Open, E::Candidate(_)) => go(P::Finalizing, &[A::Cancel]),
+        (P::Open, E::WorkspaceOpened) => stay(P::Open),
+        (
+            P::Open,
+            E::ExecutionStopped | E::CleanupFinished(_) | E::EndpointAcknowledged | E::Published,
+        ) => unexpected(P::Open),
+
+        (P::Finalizing, E::Candidate(c)) if c.executor_returned() => {
+            let (next, a) = after_stop(ws, gone);
+            Expect {
+                duplicate: true,
+                ..go(next, &[a])
+            }
+        }
+        (P::Finalizing, E::Candidate(c)) => {
+            // A disconnect while finalizing is remembered for the write.
+            let _ = c;
+            dup(P::Finalizing)
+        }
+        (P::Finalizing, E::WorkspaceOpened) => stay(P::Finalizing),
+        (P::Finalizing, E::ExecutionStopped) => {
+            let (next, a) = after_stop(ws, gone);
+            go(next, &[a])
+        }
+        (P::Finalizing, E::CleanupFinished(_) | E::EndpointAcknowledged | E::Published) => {
+            unexpected(P::Finalizing)
+        }
+
+        (P::Cleaning, E::Candidate(_)) => dup(P::Cleaning),
+        (P::Cleaning, E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Cleaning),
+        (P::Cleaning, E::CleanupFinished(_)) if gone => {
+            go(P::Acknowledged(Delivery::CallerGone), &[A::Publish])
+        }
+        (P::Cleaning, E::CleanupFinished(_)) => go(P::Writing, &[A::Write]),
+        (P::Cleaning, E::EndpointAcknowledged | E::Published) => unexpected(P::Cleaning),
+
+        (P::Writing, E::Candidate(Candidate::CallerDisconnect)) => Expect {
+            duplicate: true,
+            ..go(P::Acknowledged(Delivery::CallerGone), &[A::Publish])
+        },
+        (P::Writing, E::Candidate(Candidate::TerminalWriteFailed)) => Expect {
+            duplicate: true,
+            ..go(P::Acknowledged(Delivery::WriteFailed), &[A::Publish])
+        },
+        (P::Writing, E::Candidate(_)) => dup(P::Writing),
+        (P::Writing, E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Writing),
+        (P::Writing, E::CleanupFinished(_) | E::Published) => unexpected(P::Writing),
+        (P::Writing, E::EndpointAcknowledged) => {
+            go(P::Acknowledged(Delivery::Acknowledged), &[A::Publish])
+        }
+
+        (P::Acknowledged(d), E::Candidate(_)) => dup(P::Acknowledged(d)),
+        (P::Acknowledged(d), E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Acknowledged(d)),
+        (P::Acknowledged(d), E::CleanupFinished(_) | E::EndpointAcknowledged) => {
+            unexpected(P::Acknowledged(d))
+        }
+        (P::Acknowledged(d), E::Published) => go(P::Completed(d), &[]),
+
+        (P::Completed(d), E::Candidate(_)) => dup(P::Completed(d)),
+        (P::Completed(d), E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Completed(d)),
+        (P::Completed(d), E::CleanupFinished(_) | E::EndpointAcknowledged | E::Published) => {
+            unexpected(P::Completed(d))
+        }
+    }
+}
+
+fn action_kind(a: &Action) -> A {
+    match a {
+        Action::CancelProcesses => A::Cancel,
+        Action::StartCleanup => A::Cleanup,
+        Action::WriteTerminal(_) => A::Write,
+        Action::Publish(_) => A::Publish,
+    }
+}
+
+/// Every state reachable from `State::new` with [`EVENTS`], keeping the
+/// duplicate and unexpected counters at most 1 so the set is finite (higher
+/// counts behave the same: they only ever saturate upwards).
+fn reachable(t0: Instant) -> Vec<State> {
+    let start = State::new(t0);
+    let mut seen = HashSet::from([start]);
+    let mut queue = VecDeque::from([start]);
+    let mut out = Vec::new();
+    while let Some(s) = queue.pop_front() {
+        out.push(s);
+        for e in EVENTS {
+            let next = step(&s, e, t0).next;
+            if next.duplicates().total() <= 1 && next.unexpected() <= 1 && seen.insert(next) {
+                queue.push_back(next);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_reachable_state_times_every_event_matches_the_table() {
+    let t0 = Instant::now();
+    let now = t0 + Duration::from_secs(7);
+    let states = reachable(t0);
+    // Pinned (see REACHABLE_STATES): a change means the machine's reachable
+    // shape changed; update docs/state-machines.md too.
+    assert_eq!(
+        states.len(),
+        REACHABLE_STATES,
+        "reachable representative states"
+    );
+
+    let mut pairs = BTreeSet::new();
+    let mut fine = BTreeSet::new();
+    for s in &states {
+        for e in EVENTS {
+            let want = expected(s, e);
+            let tr = step(s, e, now);
+            let n = tr.next;
+            let got = Expect {
+                phase: kind(n.phase()),
+                actions: tr.actions.iter().map(action_kind).collect(),
+                duplicate: n.duplicates().total() == s.duplicates().total() + 1,
+                unexpected: n.unexpected() == s.unexpected() + 1,
+            };
+            assert_eq!(got, want, "state {s:?}\nevent {e:?}");
+            pairs.insert((coarse(kind(s.phase())), e));
+            fine.insert((kind(s.phase()), e, s.workspace_opened(), s.caller_gone()));
+
+            // Counters move only as the table says.
+            if !want.duplicate {
+                assert_eq!(n.duplicates(), s.duplicates());
+            }
+            if !want.unexpected {
+                assert_eq!(n.unexpected(), s.unexpected());
+            }
+            // The primary outcome: fixed by the first candidate, then never changes.
+            match (s.primary(), e) {
+                (Some(p), _) => assert_eq!(n.primary(), Some(p)),
+                (None, Event::Candidate(c)) => {
+                    assert_eq!(n.primary(), Some(c));
+                    assert_eq!(n.timeline().decided_at, Some(now));
+                }
+                (None, _) => assert_eq!(n.primary(), None),
+            }
+            // A result, once there, never changes; a new one is the merge of
+            // the primary and what cleanup did.
+            match (s.result(), n.result()) {
+                (Some(a), b) => assert_eq!(Some(a), b),
+                (None, Some(r)) => {
+                    let cleanup = match e {
+                        Event::CleanupFinished(c) => c.into(),
+                        _ => CleanupReport::NotNeeded,
+                    };
+                    assert!(!n.workspace_opened() || matches!(e, Event::CleanupFinished(_)));
+                    assert_eq!(r, FinalResult::merge(n.primary().unwrap(), cleanup));
+                }
+                (None, None) => {}
+            }
+            // Written and published payloads are the state's result.
+            for a in &tr.actions {
+                match a {
+                    Action::WriteTerminal(r) | Action::Publish(r) => {
+                        assert_eq!(Some(*r), n.result())
+                    }
+                    Action::CancelProcesses | Action::StartCleanup => {}
+                }
+                if matches!(a, Action::WriteTerminal(_)) {
+                    assert!(!n.caller_gone(), "never write to a caller that is gone");
+                }
+            }
+            // Completion is stamped once.
+            match (s.is_completed(), n.is_completed()) {
+                (false, true) => assert_eq!(n.timeline().completed_at, Some(now)),
+                _ => assert_eq!(n.timeline().completed_at, s.timeline().completed_at),
+            }
+            // Disconnect is remembered; a late workspace is flagged.
+            assert_eq!(
+                n.caller_gone(),
+                s.caller_gone() || e == Event::Candidate(Candidate::CallerDisconnect)
+            );
+            let late = e == Event::WorkspaceOpened
+                && !s.workspace_opened()
+                && matches!(
+                    kind(s.phase()),
+                    P::Writing | P::Acknowledged(_) | P::Completed(_)
+                );
+            assert_eq!(n.late_workspace_open(), s.late_workspace_open() || late);
+        }
+    }
+    // Every phase met every event, and the branching facts (workspace opened,
+    // caller gone) were met in both values where they matter.
+    assert_eq!(pairs.len(), 6 * EVENTS.len(), "phase × event coverage");
+    for p in [P::Open, P::Finalizing] {
+        for ws in [false, true] {
+            for gone in [false, true] {
+                if p == P::Open && gone {
+                    continue; // a disconnect always leaves Open
+                }
+                for e in EVENTS {
+                    assert!(
+                        fine.contains(&(p, e, ws, gone)),
+                        "{p:?} ws={ws} gone={gone} {e:?}"
+                    );
+                }
+            }
+        }
+    }
+    for gone in [false, true] {
+        assert!(fine.contains(&(
+            P::Cleaning,
+            Event::CleanupFinished(CleanupResult::Ok),
+            true,
+            gone
+        )));
+    }
+    for d in [
+        Delivery::Acknowledged,
+        Delivery::WriteFailed,
+        Delivery::CallerGone,
+    ] {
+        assert!(states.iter().any(|s| kind(s.phase()) == P::Completed(d)));
+    }
+}
+
+/// Reachable representative states (counters capped at 1).
+///
+/// 1232 = 2 × 616: the `unexpected` counter (0 or 1) doubles every state.
+/// The 616 split by phase: Open 2 (workspace opened or not), Finalizing 40,
+/// Cleaning 42, Writing 116, Acknowledged 208, Completed 208 (publication
+/// maps each Acknowledged state to exactly one Completed state). Within a
+/// phase a state is the primary candidate (6) × workspace opened (2) ×
+/// caller gone (2) × cleanup result (not needed / ok / failed) × delivery
+/// (3) × which kind of duplicate was recorded, if any (7) × late workspace
+/// flag, minus the combinations the machine cannot reach (e.g. cleaning
+/// without a workspace, a result without a cleanup, a write to a caller that
+/// is gone).
+const REACHABLE_STATES: usize = 1232;
+
+#[test]
+fn merge_table() {
+    use CleanupReport as R;
+    use Status as S;
+    let cf = R::Failed { code: CLEAN };
+    let rows: [(Candidate, CleanupReport, Status, Option<&str>); 18] = [
+        (Candidate::Success, R::NotNeeded, S::Succeeded, None),
+        (Candidate::Success, R::Succeeded, S::Succeeded, None),
+        (Candidate::Success, cf, S::Failed, Some("cleanup_failed")),
+        (
+            Candidate::ExecutorError { code: EXEC },
+            R::NotNeeded,
+            S::Failed,
+            Some("executor_crashed"),
+        ),
+        (
+            Candidate::ExecutorError { code: EXEC },
+            R::Succeeded,
+            S::Failed,
+            Some("executor_crashed"),
+        ),
+        (
+            Candidate::ExecutorError { code: EXEC },
+            cf,
+            S::Failed,
+            Some("executor_crashed"),
+        ),
+        (
+            Candidate::Timeout,
+            R::NotNeeded,
+            S::TimedOut,
+            Some("request_timeout"),
+        ),
+        (
+            Candidate::Timeout,
+            R::Succeeded,
+            S::TimedOut,
+            Some("request_timeout"),
+        ),
+        (Candidate::Timeout, cf, S::TimedOut, Some("request_timeout")),
+        (
+            Candidate::CallerCancel,
+            R::NotNeeded,
+            S::Cancelled,
+            Some("caller_cancelled"),
+        ),
+        (
+            Candidate::CallerCancel,
+            R::Succeeded,
+            S::Cancelled,
+            Some("caller_cancelled"),
+        ),
+        (
+            Candidate::CallerCancel,
+            cf,
+            S::Cancelled,
+            Some("caller_cancelled"),
+        ),
+        (
+            Candidate::CallerDisconnect,
+            R::NotNeeded,
+            S::Cancelled,
+            Some("caller_disconnected"),
+        ),
+        (
+            Candidate::CallerDisconnect,
+            R::Succeeded,
+            S::Cancelled,
+            Some("caller_disconnected"),
+        ),
+        (
+            Candidate::CallerDisconnect,
+            cf,
+            S::Cancelled,
+            Some("caller_disconnected"),
+        ),
+        (
+            Candidate::TerminalWriteFailed,
+            R::NotNeeded,
+            S::Failed,
+            Some("terminal_write_failed"),
+        ),
+        (
+            Candidate::TerminalWriteFailed,
+            R::Succeeded,
+            S::Failed,
+            Some("terminal_write_failed"),
+        ),
+        (
+            Candidate::TerminalWriteFailed,
+            cf,
+            S::Failed,
+            Some("terminal_write_failed"),
+        ),
+    ];
+    for (primary, cleanup, status, code) in rows {
+        let r = FinalResult::merge(primary, cleanup);
+        assert_eq!(r.status(), status, "{primary:?} {cleanup:?}");
+        assert_eq!(
+            r.error_code().map(SafeCode::as_str),
+            code,
+            "{primary:?} {cleanup:?}"
+        );
+        // The cleanup evidence always travels, whatever the category.
+        assert_eq!(r.cleanup(), cleanup);
+        assert_eq!(r.primary(), primary);
+    }
+}
+
+#[test]
+fn final_result_serializes_to_the_documented_json() {
+    let r = FinalResult::merge(Candidate::Success, CleanupReport::Failed { code: CLEAN });
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        r#"{"status":"failed","primary":{"kind":"success"},"cleanup":{"status":"failed","code":"symlink_in_job"},"error_code":"cleanup_failed"}"#
+    );
+    let r = FinalResult::merge(Candidate::Success, CleanupReport::NotNeeded);
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        r#"{"status":"succeeded","primary":{"kind":"success"},"cleanup":{"status":"not_needed"}}"#
+    );
+    let r = FinalResult::merge(
+        Candidate::ExecutorError { code: EXEC },
+        CleanupReport::Succeeded,
+    );
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        r#"{"status":"failed","primary":{"kind":"executor_error","code":"executor_crashed"},"cleanup":{"status":"succeeded"},"error_code":"executor_crashed"}"#
+    );
+}
+
+/// Drives `events` from a fresh state, returning the final state and every
+/// action in order.
+fn run(events: &[Event]) -> (State, Vec<Action>) {
+    let t = Instant::now();
+    let mut s = State::new(t);
+    let mut all = Vec::new();
+    for &e in events {
+        let tr = step(&s, e, t);
+        s = tr.next;
+        all.extend(tr.actions);
+    }
+    (s, all)
+}
+
+#[test]
+fn disconnect_cancels_and_cleans_but_writes_nothing() {
+    let (s, actions) = run(&[
+        Event::WorkspaceOpened,
+        Event::Candidate(Candidate::CallerDisconnect),
+        Event::ExecutionStopped,
+        Event::CleanupFinished(CleanupResult::Ok),
+        Event::Published,
+    ]);
+    let r = FinalResult::merge(Candidate::CallerDisconnect, CleanupReport::Succeeded);
+    assert_eq!(
+        actions,
+        [
+            Action::CancelProcesses,
+            Action::StartCleanup,
+            Action::Publish(r)
+        ]
+    );
+    assert_eq!(
+        s.phase(),
+        Phase::Completed {
+            result: r,
+            delivery: Delivery::CallerGone
+        }
+    );
+}
+
+#[test]
+fn workspace_opened_while_finalizing_is_still_cleaned() {
+    // The race the Finalizing phase exists for: the executor opens the
+    // workspace after the timeout fired but before it stopped.
+    let (s, actions) = run(&[
+        Event::Candidate(Candidate::Timeout),
+        Event::WorkspaceOpened,
+        Event::ExecutionStopped,
+    ]);
+    assert_eq!(actions, [Action::CancelProcesses, Action::StartCleanup]);
+    assert!(matches!(
+        s.phase(),
+        Phase::Cleaning {
+            primary: Candidate::Timeout
+        }
+    ));
+}
+
+#[test]
+fn every_duplicate_after_completion_is_recorded_and_changes_nothing() {
+    let (done, _) = run(&[
+        Event::Candidate(Candidate::Success),
+        Event::EndpointAcknowledged,
+        Event::Published,
+    ]);
+    let mut s = done;
+    for e in EVENTS {
+        let tr = step(&s, e, Instant::now());
+        assert!(tr.actions.is_empty(), "{e:?}");
+        assert_eq!(tr.next.phase(), done.phase());
+        s = tr.next;
+    }
+    for k in CandidateKind::ALL {
+        assert_eq!(s.duplicates().count(k), 1, "{k:?}");
+    }
+    assert_eq!(s.unexpected(), 4);
+}
