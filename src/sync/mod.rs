@@ -1,1 +1,84 @@
-//! Exactly-once primitives and the loom shim.
+//! Exactly-once primitives, and the loom shim they are built on.
+//!
+//! # Theory of operation
+//!
+//! Two promises of custodian reduce to "exactly once, and everyone agrees":
+//! a process settles once and every waiter sees the same evidence; a request
+//! is cleaned up once and every terminal candidate — success, error, timeout,
+//! cancel, disconnect, and their duplicates — sees the same cleanup result.
+//! This module provides the two primitives those promises are built from:
+//!
+//! - [`SettleOnce<T>`]: a cell whose first [`settle`](SettleOnce::settle)
+//!   wins; later ones are refused and told the winner
+//!   ([`AlreadySettled`]). Readers block ([`wait`](SettleOnce::wait)) or
+//!   `.await` ([`wait_async`](SettleOnce::wait_async), cancel-safe).
+//! - [`Election<V>`] and its keyed form [`Elections<K, V>`]: the first caller
+//!   of [`elect`](Elections::elect) becomes the owner and gets an
+//!   [`OwnerGuard`]; every other caller, concurrent or late, gets a
+//!   [`Waiter`] that yields a clone of the owner's result ([`Outcome`]). If
+//!   the guard is dropped without [`complete`](OwnerGuard::complete), every
+//!   participant observes [`Abandoned`] instead of hanging. The keyed form
+//!   keeps a bounded cache of completed results (see [`Elections`] for why
+//!   eviction is safe).
+//!
+//! Both sit in the pure layer: no tokio, no I/O, no clock. Async waiting uses
+//! a hand-rolled list of [`std::task::Waker`]s guarded by the same mutex as
+//! the value, so check-then-register and store-then-wake cannot interleave
+//! into a lost wake-up. All synchronization types come from [`shim`], which
+//! swaps `std` for loom under `cfg(custodian_loom)`; the `loom-tests` crate
+//! then explores every interleaving of racing owners, waiters and dropped
+//! waiters (see `docs/verification.md`).
+//!
+//! # The work outlives its callers
+//!
+//! An election does not run anything; it only decides who runs it. The layer
+//! above makes the work survive every caller going away by moving the guard
+//! into a spawned task and having every caller — owner included — merely wait:
+//!
+//! ```
+//! use custodian::sync::{Abandoned, Elected, Elections};
+//!
+//! async fn remove_job_dir(request_id: &str) -> Result<u32, String> {
+//!     // ... the destructive work, done once ...
+//!     Ok(3)
+//! }
+//!
+//! async fn cleanup(
+//!     elections: &Elections<String, Result<u32, String>>,
+//!     request_id: &str,
+//! ) -> Result<Result<u32, String>, Abandoned> {
+//!     match elections.elect(request_id.to_owned()) {
+//!         Elected::Owner(guard) => {
+//!             let waiter = guard.waiter();
+//!             let id = request_id.to_owned();
+//!             // The task owns the guard: if this caller is cancelled the work
+//!             // continues; if the task panics or the runtime drops it, the
+//!             // guard's drop publishes `Abandoned` and no waiter hangs.
+//!             tokio::spawn(async move {
+//!                 let result = remove_job_dir(&id).await;
+//!                 guard.complete(result);
+//!             });
+//!             waiter.await
+//!         }
+//!         Elected::Waiter(waiter) => waiter.await,
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let elections = Elections::new(1024);
+//! let (a, b) = tokio::join!(cleanup(&elections, "req-1"), cleanup(&elections, "req-1"));
+//! assert_eq!(a, Ok(Ok(3)));
+//! assert_eq!(a, b);
+//! # }
+//! ```
+//!
+//! Dropping either `cleanup` future drops only a [`Waiter`]'s future, which
+//! unregisters its waker and loses nothing: the result stays in the election.
+
+mod election;
+mod settle;
+pub mod shim;
+
+pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
+pub use settle::{AlreadySettled, SettleOnce, Settled};
