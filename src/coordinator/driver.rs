@@ -129,7 +129,48 @@ pub struct RequestHandle {
     shared: Arc<Shared>,
 }
 
+/// A read-only view of a request that does not keep it alive: holding only
+/// observers counts as every caller having gone.
+#[derive(Clone, Debug)]
+pub struct RequestObserver {
+    shared: Arc<Shared>,
+}
+
+impl RequestObserver {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.shared.id
+    }
+
+    /// Waits for the request to complete; see [`RequestHandle::finished`].
+    pub async fn finished(&self) -> Completion {
+        self.shared.done.wait_async().await
+    }
+
+    /// The completion, if the request has completed.
+    pub fn try_finished(&self) -> Option<Completion> {
+        self.shared.done.get()
+    }
+
+    /// Every committed transition so far, in order.
+    pub fn log(&self) -> Vec<Record> {
+        self.shared.lock_log().clone()
+    }
+
+    /// The latest committed state.
+    pub fn state(&self) -> State {
+        *self.shared.lock_state()
+    }
+}
+
 impl RequestHandle {
+    /// A view of the request that does not keep it alive.
+    pub fn observer(&self) -> RequestObserver {
+        RequestObserver {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// The request's id.
     pub fn id(&self) -> &RequestId {
         &self.shared.id
@@ -234,6 +275,16 @@ where
     /// The workspace lifecycle in use.
     pub fn lifecycle(&self) -> &Arc<L> {
         &self.lifecycle
+    }
+
+    /// The process control in use.
+    pub fn processes(&self) -> &Arc<P> {
+        &self.processes
+    }
+
+    /// The terminal sink in use.
+    pub fn sink(&self) -> &Arc<S> {
+        &self.sink
     }
 
     /// Starts driving a request; its deadlines are frozen now.

@@ -39,7 +39,7 @@ mod id;
 
 pub use driver::{
     CODE_CLEANUP_ABORTED, CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, LateOpen, Limits,
-    Record, RequestHandle,
+    Record, RequestHandle, RequestObserver,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,
