@@ -1,0 +1,393 @@
+//! The filesystem half of cleanup: verify the job tree against the
+//! inventory, then remove it deepest first (`cfg(unix)`).
+//!
+//! # Theory of operation
+//!
+//! Both passes walk only registered directories, one descriptor at a time:
+//! a child is opened `O_NOFOLLOW | O_DIRECTORY` relative to its parent's
+//! descriptor and its identity checked; the walk climbs back with
+//! `openat(dir, "..")` and checks that the parent it lands in is the
+//! registered parent (fts(3)'s trick), so a tree of any depth needs two open
+//! descriptors, never one per level.
+//!
+//! 1. **Verify.** Every name in every registered directory must be a
+//!    registered artifact of the recorded kind and identity on the
+//!    workspace's device and mount. The first symlink, special file, mount,
+//!    device change, replacement or unregistered name stops the cleanup
+//!    before anything is removed.
+//! 2. **Remove.** Post-order: in each directory, unlink its registered files,
+//!    then its registered subdirectories (each emptied first), then the
+//!    directory itself from its parent. Every entry's identity is checked
+//!    again immediately before its `unlinkat`; any mismatch stops the walk
+//!    where it is, and nothing is ever retried under another name.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::io::Errno;
+
+use super::identity::{Anchor, FileKind, Mismatch, Observed};
+use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
+use super::result::CleanupCode;
+use super::sys;
+
+/// What the filesystem passes did.
+#[derive(Debug, Default)]
+pub(crate) struct FsOutcome {
+    pub files_removed: u64,
+    pub dirs_removed: u64,
+    pub missing: u64,
+    pub failure: Option<Fail>,
+}
+
+/// A fail-closed stop: the code and, for operators, where.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub code: CleanupCode,
+    pub suspect: String,
+}
+
+struct Ctx<'a> {
+    jobs: BorrowedFd<'a>,
+    job_name: &'a CStr,
+    inv: &'a Inventory,
+    tree: Tree,
+    anchor: Anchor,
+    name_buf: Vec<u8>,
+}
+
+impl Ctx<'_> {
+    /// `inv.name(i)` as a C string, in a reused buffer.
+    fn cname(&mut self, i: u32) -> &CStr {
+        if i == JOB_ROOT {
+            return self.job_name;
+        }
+        self.name_buf.clear();
+        self.name_buf.extend_from_slice(self.inv.name(i));
+        self.name_buf.push(0);
+        CStr::from_bytes_with_nul(&self.name_buf).expect("validated names hold no NUL")
+    }
+
+    fn fail_at(&self, code: CleanupCode, i: u32) -> Fail {
+        Fail {
+            code,
+            suspect: self.inv.relative_path(i),
+        }
+    }
+
+    fn fail_name(&self, code: CleanupCode, dir: u32, name: &CStr) -> Fail {
+        let mut p = self.inv.relative_path(dir);
+        if !p.is_empty() {
+            p.push('/');
+        }
+        p.push_str(&name.to_string_lossy());
+        Fail { code, suspect: p }
+    }
+
+    /// Checks a fresh observation of registered entry `i`.
+    fn check(&self, i: u32, obs: &Observed) -> Result<(), Fail> {
+        let e = self.inv.entry(i);
+        self.anchor
+            .admit(obs)
+            .and_then(|()| e.identity.check(e.kind.file_kind(), obs))
+            .map_err(|m| self.fail_at(code_of(m), i))
+    }
+}
+
+fn code_of(m: Mismatch) -> CleanupCode {
+    match m {
+        Mismatch::Symlink => CleanupCode::SymlinkInJob,
+        Mismatch::Special => CleanupCode::SpecialFileInJob,
+        Mismatch::Mount => CleanupCode::MountBoundary,
+        Mismatch::Device => CleanupCode::DeviceChanged,
+        Mismatch::Replaced => CleanupCode::IdentityReplaced,
+    }
+}
+
+fn io_fail(ctx: &Ctx<'_>, i: u32, e: &io::Error) -> Fail {
+    tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
+    ctx.fail_at(CleanupCode::IoError, i)
+}
+
+enum Opened {
+    Dir(OwnedFd),
+    Vanished,
+}
+
+/// Opens registered directory `i` in `parent` without following, and checks it.
+fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<Opened, Fail> {
+    let fd = match sys::open_dir(parent, ctx.cname(i)) {
+        Ok(fd) => fd,
+        // Already gone: nothing of ours left to remove there.
+        Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => {
+            return Ok(Opened::Vanished);
+        }
+        Err(e) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => {
+            return Err(ctx.fail_at(CleanupCode::SymlinkInJob, i));
+        }
+        Err(e) if e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) => {
+            // Something else now has the name; say what.
+            let code = match sys::observe_at(parent, ctx.cname(i)).map(|o| o.kind) {
+                Ok(FileKind::Symlink) => CleanupCode::SymlinkInJob,
+                Ok(FileKind::Special) => CleanupCode::SpecialFileInJob,
+                _ => CleanupCode::IdentityReplaced,
+            };
+            return Err(ctx.fail_at(code, i));
+        }
+        Err(e) => return Err(io_fail(ctx, i, &e)),
+    };
+    let obs = sys::observe_fd(fd.as_fd()).map_err(|e| io_fail(ctx, i, &e))?;
+    ctx.check(i, &obs)?;
+    Ok(Opened::Dir(fd))
+}
+
+trait Visit {
+    /// `dir` has been opened as `fd` and verified.
+    fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail>;
+    /// Everything below `dir` is done; `parent` is its verified parent.
+    fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail>;
+    /// Whether to walk into registered directory `dir`.
+    fn descend(&self, dir: u32) -> bool;
+    /// Registered `dir` was gone when the walk reached it.
+    fn vanished(&mut self, dir: u32);
+}
+
+/// Walks the registered directories depth first, pre- and post-order.
+fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
+    let jobs = ctx.jobs;
+    let mut cur = match open_registered(ctx, jobs, JOB_ROOT)? {
+        Opened::Dir(fd) => fd,
+        Opened::Vanished => return Ok(false),
+    };
+    v.enter(ctx, cur.as_fd(), JOB_ROOT)?;
+    // (directory, position of the next child to consider); no descriptors.
+    let mut stack: Vec<(u32, usize)> = vec![(JOB_ROOT, 0)];
+    while let Some(&(dir, pos)) = stack.last() {
+        let kids = ctx.tree.children(ctx.inv, dir);
+        let next = kids[pos..]
+            .iter()
+            .position(|&c| ctx.inv.entry(c).kind == ArtifactKind::Dir && v.descend(c));
+        if let Some(off) = next {
+            let child = kids[pos + off];
+            stack.last_mut().expect("non-empty").1 = pos + off + 1;
+            match open_registered(ctx, cur.as_fd(), child)? {
+                Opened::Dir(fd) => {
+                    cur = fd;
+                    v.enter(ctx, cur.as_fd(), child)?;
+                    stack.push((child, 0));
+                }
+                Opened::Vanished => v.vanished(child),
+            }
+            continue;
+        }
+        stack.pop();
+        match stack.last() {
+            None => v.leave(ctx, jobs, dir)?,
+            Some(&(parent, _)) => {
+                // Climb back through "..": it must be the registered parent,
+                // or `dir` was moved while we were inside it.
+                let up = sys::open_parent(cur.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
+                let obs = sys::observe_fd(up.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
+                ctx.check(parent, &obs)
+                    .map_err(|_| ctx.fail_at(CleanupCode::IdentityReplaced, dir))?;
+                cur = up;
+                v.leave(ctx, cur.as_fd(), dir)?;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Pass 1: every name present must be registered and unchanged.
+struct Verify {
+    seen: Vec<bool>,
+}
+
+impl Visit for Verify {
+    fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
+        let mut failure = None;
+        let listed = sys::for_each_name(fd, |name| {
+            let found = ctx.tree.child(ctx.inv, dir, name.to_bytes());
+            let obs = match sys::observe_at(fd, name) {
+                Ok(o) => o,
+                // Vanished between listing and looking: nothing to judge.
+                Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => return Ok(()),
+                Err(e) => {
+                    failure = Some(ctx.fail_name(CleanupCode::IoError, dir, name));
+                    tracing::warn!(error = %e, "workspace cleanup: statx failed");
+                    return Err(());
+                }
+            };
+            let verdict = match found {
+                Some(c) => ctx.check(c, &obs).map(|()| c),
+                None => Err(match ctx.anchor.admit(&obs) {
+                    Err(m) => ctx.fail_name(code_of(m), dir, name),
+                    Ok(()) => ctx.fail_name(CleanupCode::UnregisteredEntry, dir, name),
+                }),
+            };
+            match verdict {
+                Ok(c) => {
+                    self.seen[c as usize] = true;
+                    Ok(())
+                }
+                Err(f) => {
+                    failure = Some(f);
+                    Err(())
+                }
+            }
+        });
+        match listed {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(())) => Err(failure.expect("set before stopping")),
+            Err(e) => Err(io_fail(ctx, dir, &e)),
+        }
+    }
+
+    fn leave(&mut self, _: &mut Ctx<'_>, _: BorrowedFd<'_>, _: u32) -> Result<(), Fail> {
+        Ok(())
+    }
+
+    fn descend(&self, dir: u32) -> bool {
+        self.seen[dir as usize]
+    }
+
+    fn vanished(&mut self, dir: u32) {
+        self.seen[dir as usize] = false;
+    }
+}
+
+/// Pass 2: unlink registered files, then directories deepest first.
+struct Remove<'s> {
+    seen: &'s [bool],
+    files: u64,
+    dirs: u64,
+    missing: u64,
+}
+
+fn is_errno(e: &io::Error, n: Errno) -> bool {
+    e.raw_os_error() == Some(n.raw_os_error())
+}
+
+impl Visit for Remove<'_> {
+    fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
+        let kids = ctx.tree.children(ctx.inv, dir);
+        for k in 0..kids.len() {
+            let c = ctx.tree.children(ctx.inv, dir)[k];
+            if ctx.inv.entry(c).kind != ArtifactKind::File || !self.seen[c as usize] {
+                continue;
+            }
+            // Last-moment check: this very inode, still a plain file here.
+            let obs = match sys::observe_at(fd, ctx.cname(c)) {
+                Ok(o) => o,
+                Err(e) if is_errno(&e, Errno::NOENT) => {
+                    self.missing += 1;
+                    continue;
+                }
+                Err(e) => return Err(io_fail(ctx, c, &e)),
+            };
+            ctx.check(c, &obs)?;
+            match sys::unlink(fd, ctx.cname(c)) {
+                Ok(()) => self.files += 1,
+                Err(e) if is_errno(&e, Errno::NOENT) => self.missing += 1,
+                Err(e) => return Err(io_fail(ctx, c, &e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
+        let obs = match sys::observe_at(parent, ctx.cname(dir)) {
+            Ok(o) => o,
+            Err(e) if is_errno(&e, Errno::NOENT) => {
+                self.missing += 1;
+                return Ok(());
+            }
+            Err(e) => return Err(io_fail(ctx, dir, &e)),
+        };
+        ctx.check(dir, &obs)?;
+        match sys::rmdir(parent, ctx.cname(dir)) {
+            Ok(()) => {
+                self.dirs += 1;
+                Ok(())
+            }
+            Err(e) if is_errno(&e, Errno::NOENT) => {
+                self.missing += 1;
+                Ok(())
+            }
+            // Something appeared after verification: keep it and stop.
+            Err(e) if is_errno(&e, Errno::NOTEMPTY) || is_errno(&e, Errno::EXIST) => {
+                Err(ctx.fail_at(CleanupCode::DirectoryNotEmpty, dir))
+            }
+            Err(e) => Err(io_fail(ctx, dir, &e)),
+        }
+    }
+
+    fn descend(&self, dir: u32) -> bool {
+        self.seen[dir as usize]
+    }
+
+    fn vanished(&mut self, _: u32) {
+        self.missing += 1;
+    }
+}
+
+/// Verifies and removes the job directory `job_name` in `jobs` against `inv`.
+///
+/// Touches nothing but registered entries below (and including)
+/// `jobs/job_name`; stops at the first mismatch.
+pub(crate) fn clean_job(
+    jobs: BorrowedFd<'_>,
+    job_name: &CStr,
+    inv: &Inventory,
+    anchor: Anchor,
+) -> FsOutcome {
+    let mut ctx = Ctx {
+        jobs,
+        job_name,
+        inv,
+        tree: Tree::new(inv),
+        anchor,
+        name_buf: Vec::with_capacity(256),
+    };
+    let live = ctx.tree.live() as u64 + 1;
+    let mut out = FsOutcome::default();
+    let mut verify = Verify {
+        seen: vec![false; inv.len()],
+    };
+    verify.seen[JOB_ROOT as usize] = true;
+    match walk(&mut ctx, &mut verify) {
+        Ok(true) => {}
+        Ok(false) => {
+            out.missing = live;
+            return out;
+        }
+        Err(f) => {
+            out.failure = Some(f);
+            return out;
+        }
+    }
+    let seen_count = ctx
+        .tree
+        .children_all()
+        .iter()
+        .filter(|&&i| verify.seen[i as usize])
+        .count() as u64
+        + 1;
+    let mut remove = Remove {
+        seen: &verify.seen,
+        files: 0,
+        dirs: 0,
+        missing: live - seen_count,
+    };
+    let result = walk(&mut ctx, &mut remove);
+    out.files_removed = remove.files;
+    out.dirs_removed = remove.dirs;
+    out.missing = remove.missing;
+    match result {
+        Ok(true) => {}
+        Ok(false) => out.missing += 1,
+        Err(f) => out.failure = Some(f),
+    }
+    out
+}

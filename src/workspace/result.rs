@@ -1,0 +1,182 @@
+//! The serializable cleanup result shared by every caller of one cleanup.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SafeCode;
+
+/// How a request's cleanup ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CleanupStatus {
+    /// Every process group was settled and every registered artifact removed
+    /// (artifacts already gone are counted as `missing`).
+    Clean,
+    /// The request was no longer known (never opened here, or its result was
+    /// evicted from the cache) and its job directory does not exist.
+    AlreadyGone,
+    /// Cleanup failed closed; [`CleanupResult::code`] says why. Whatever was
+    /// not yet removed is preserved for inspection.
+    Failed,
+}
+
+/// Why a cleanup failed: a stable code with no path in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CleanupCode {
+    /// A symbolic link inside the job tree.
+    SymlinkInJob,
+    /// A FIFO, socket or device inside the job tree.
+    SpecialFileInJob,
+    /// A mount root, or an entry on another mount, inside the job tree.
+    MountBoundary,
+    /// An entry on another device inside the job tree.
+    DeviceChanged,
+    /// A registered entry was replaced (other inode, birth time or type), or
+    /// a registered directory was moved.
+    IdentityReplaced,
+    /// An entry that the request never registered.
+    UnregisteredEntry,
+    /// A directory was not empty when it was about to be removed (something
+    /// appeared during cleanup).
+    DirectoryNotEmpty,
+    /// After the result was evicted, the job directory still exists; nothing
+    /// is known about it, so nothing is removed.
+    JobNotOwned,
+    /// Process groups had not settled when the cleanup bound expired.
+    ProcessBoundExceeded,
+    /// A filesystem call failed unexpectedly.
+    IoError,
+    /// The cleanup task died before publishing a result (nothing is known to
+    /// be clean).
+    Abandoned,
+    /// The platform has no descriptor-relative no-follow primitives.
+    Unsupported,
+}
+
+impl CleanupCode {
+    /// The wire-safe code.
+    pub const fn safe_code(self) -> SafeCode {
+        match self {
+            CleanupCode::SymlinkInJob => SafeCode::new("symlink_in_job"),
+            CleanupCode::SpecialFileInJob => SafeCode::new("special_file_in_job"),
+            CleanupCode::MountBoundary => SafeCode::new("mount_boundary"),
+            CleanupCode::DeviceChanged => SafeCode::new("device_changed"),
+            CleanupCode::IdentityReplaced => SafeCode::new("identity_replaced"),
+            CleanupCode::UnregisteredEntry => SafeCode::new("unregistered_entry"),
+            CleanupCode::DirectoryNotEmpty => SafeCode::new("directory_not_empty"),
+            CleanupCode::JobNotOwned => SafeCode::new("job_not_owned"),
+            CleanupCode::ProcessBoundExceeded => SafeCode::new("process_bound_exceeded"),
+            CleanupCode::IoError => SafeCode::new("io_error"),
+            CleanupCode::Abandoned => SafeCode::new("abandoned"),
+            CleanupCode::Unsupported => SafeCode::new("unsupported"),
+        }
+    }
+}
+
+/// What a cleanup did, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupCounts {
+    /// Process groups the request had tracked and that were cancelled.
+    pub processes_cancelled: u32,
+    /// Of those, how many had not settled within the cleanup bound.
+    pub processes_unsettled: u32,
+    /// Registered artifacts (job directory included).
+    pub registered: u64,
+    /// Registered files unlinked.
+    pub files_removed: u64,
+    /// Registered directories removed (job directory included).
+    pub dirs_removed: u64,
+    /// Registered artifacts already gone when cleanup reached them.
+    pub missing: u64,
+}
+
+/// The one result of a request's cleanup, cloned to every caller.
+///
+/// Serializes to `{"status": …, "code": …, "counts": {…}}`; it never carries
+/// a path. For operators, [`CleanupResult::suspect`] holds the job-relative
+/// path of the first suspect entry; it is not serialized.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupResult {
+    /// How the cleanup ended.
+    pub status: CleanupStatus,
+    /// Why it failed, when it did.
+    pub code: Option<CleanupCode>,
+    /// What it did.
+    pub counts: CleanupCounts,
+    /// Job-relative path of the suspect entry (operators' logs only).
+    #[serde(skip)]
+    pub suspect: Option<String>,
+}
+
+impl CleanupResult {
+    /// True when nothing of the request remains (`Clean` or `AlreadyGone`).
+    pub fn is_clean(&self) -> bool {
+        matches!(
+            self.status,
+            CleanupStatus::Clean | CleanupStatus::AlreadyGone
+        )
+    }
+
+    /// The wire-safe failure code, if any.
+    pub fn safe_code(&self) -> Option<SafeCode> {
+        self.code.map(CleanupCode::safe_code)
+    }
+
+    pub(crate) fn failed(
+        code: CleanupCode,
+        counts: CleanupCounts,
+        suspect: Option<String>,
+    ) -> Self {
+        CleanupResult {
+            status: CleanupStatus::Failed,
+            code: Some(code),
+            counts,
+            suspect,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_form_has_no_path() {
+        let r = CleanupResult::failed(
+            CleanupCode::SymlinkInJob,
+            CleanupCounts::default(),
+            Some("secret/dir".into()),
+        );
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(!json.contains("secret"), "{json}");
+        assert!(json.contains("\"symlink_in_job\""), "{json}");
+        let back: CleanupResult = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.code, Some(CleanupCode::SymlinkInJob));
+        assert_eq!(back.suspect, None);
+    }
+
+    #[test]
+    fn serde_names_equal_safe_codes() {
+        for c in [
+            CleanupCode::SymlinkInJob,
+            CleanupCode::SpecialFileInJob,
+            CleanupCode::MountBoundary,
+            CleanupCode::DeviceChanged,
+            CleanupCode::IdentityReplaced,
+            CleanupCode::UnregisteredEntry,
+            CleanupCode::DirectoryNotEmpty,
+            CleanupCode::JobNotOwned,
+            CleanupCode::ProcessBoundExceeded,
+            CleanupCode::IoError,
+            CleanupCode::Abandoned,
+            CleanupCode::Unsupported,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.safe_code())
+            );
+        }
+    }
+}

@@ -1,0 +1,789 @@
+//! The workspace runtime: requests, artifacts, processes, cleanup (`cfg(unix)`).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rustix::io::Errno;
+
+use super::identity::{Anchor, FileKind, Identity, Mismatch, Observed};
+use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
+use super::process::RequestProcess;
+use super::remove;
+use super::resolve::{self, ResolveError};
+use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
+use super::sys;
+use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
+use crate::sync::{Abandoned, Elected, Elections};
+
+const DIR_MODE: u32 = 0o700;
+const FILE_MODE: u32 = 0o600;
+
+/// A workspace root held by descriptor, with its internal namespace and the
+/// requests open in it.
+///
+/// Cheap to clone; every clone is the same workspace.
+#[derive(Clone)]
+pub struct Workspace {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: OwnedFd,
+    jobs: OwnedFd,
+    internal_identity: Identity,
+    anchor: Anchor,
+    config: WorkspaceConfig,
+    requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
+    elections: Elections<RequestId, CleanupResult>,
+    closed: AtomicBool,
+}
+
+struct RequestState {
+    id: RequestId,
+    cname: CString,
+    anchor: Anchor,
+    fs: Mutex<FsState>,
+    procs: Mutex<ProcState>,
+}
+
+struct FsState {
+    closed: bool,
+    /// The job directory; dropped when cleanup starts.
+    job: Option<OwnedFd>,
+    inventory: Inventory,
+}
+
+#[derive(Default)]
+struct ProcState {
+    closed: bool,
+    active: Vec<Arc<dyn RequestProcess>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind;
+    // keep going rather than poisoning every later cleanup.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> WorkspaceError {
+    move |source| WorkspaceError::Io { op, source }
+}
+
+fn code_of(m: Mismatch) -> CleanupCode {
+    match m {
+        Mismatch::Symlink => CleanupCode::SymlinkInJob,
+        Mismatch::Special => CleanupCode::SpecialFileInJob,
+        Mismatch::Mount => CleanupCode::MountBoundary,
+        Mismatch::Device => CleanupCode::DeviceChanged,
+        Mismatch::Replaced => CleanupCode::IdentityReplaced,
+    }
+}
+
+fn untrusted(what: &'static str) -> impl FnOnce(Mismatch) -> WorkspaceError {
+    move |m| WorkspaceError::Untrusted {
+        what,
+        code: code_of(m),
+    }
+}
+
+/// Opens (creating if needed) the internal directory `name` in `parent`, and
+/// checks that it is a plain directory on `anchor`.
+fn ensure_dir(
+    parent: BorrowedFd<'_>,
+    name: &str,
+    anchor: &Anchor,
+    what: &'static str,
+) -> Result<(OwnedFd, Observed), WorkspaceError> {
+    match sys::mkdir(parent, name, DIR_MODE) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_err("mkdirat internal")(e)),
+    }
+    let fd = sys::open_dir(parent, name).map_err(|e| {
+        let is = |n: Errno| e.raw_os_error() == Some(n.raw_os_error());
+        if is(Errno::LOOP) || is(Errno::NOTDIR) {
+            // O_NOFOLLOW | O_DIRECTORY on a symlink: ELOOP or ENOTDIR.
+            let code = match sys::observe_at(parent, &CString::new(name).unwrap_or_default()) {
+                Ok(o) if o.kind == FileKind::Symlink => CleanupCode::SymlinkInJob,
+                Ok(o) if o.kind == FileKind::Special => CleanupCode::SpecialFileInJob,
+                _ => CleanupCode::IdentityReplaced,
+            };
+            WorkspaceError::Untrusted { what, code }
+        } else {
+            io_err("openat internal")(e)
+        }
+    })?;
+    let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx internal"))?;
+    if obs.kind != FileKind::Dir {
+        return Err(WorkspaceError::Untrusted {
+            what,
+            code: CleanupCode::IdentityReplaced,
+        });
+    }
+    anchor.admit(&obs).map_err(untrusted(what))?;
+    Ok((fd, obs))
+}
+
+impl Workspace {
+    /// Opens the workspace rooted at `root` and its internal namespace
+    /// `<root>/<internal>/job`, creating the namespace directories if needed.
+    ///
+    /// `root` itself is resolved normally (it is operator configuration);
+    /// everything below it is opened by descriptor, one component at a time,
+    /// without following symlinks, and must stay on the root's device and
+    /// mount.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::InvalidInternalName`] for a bad namespace name,
+    /// [`WorkspaceError::Io`] if the root cannot be opened,
+    /// [`WorkspaceError::Untrusted`] if a namespace component is a symlink,
+    /// another mount, or not a directory.
+    pub fn open(root: impl AsRef<Path>, config: WorkspaceConfig) -> Result<Self, WorkspaceError> {
+        if validate_name(&config.internal_name).is_err() {
+            return Err(WorkspaceError::InvalidInternalName);
+        }
+        let root = rustix::fs::open(
+            root.as_ref(),
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| io_err("open root")(e.into()))?;
+        let root_obs = sys::observe_fd(root.as_fd()).map_err(io_err("statx root"))?;
+        let anchor = Anchor {
+            dev: root_obs.identity.dev,
+            mount: root_obs.identity.mount,
+        };
+        let (internal, internal_obs) =
+            ensure_dir(root.as_fd(), &config.internal_name, &anchor, "internal")?;
+        let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
+        Ok(Workspace {
+            inner: Arc::new(Inner {
+                root,
+                jobs,
+                internal_identity: internal_obs.identity,
+                anchor,
+                config: config.clone(),
+                requests: Mutex::new(HashMap::new()),
+                elections: Elections::new(config.result_cache),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The configuration the workspace was opened with.
+    pub fn config(&self) -> &WorkspaceConfig {
+        &self.inner.config
+    }
+
+    /// The device and mount every artifact must live on.
+    pub fn anchor(&self) -> Anchor {
+        self.inner.anchor
+    }
+
+    /// Opens request `id`: validates it (before any syscall), then creates
+    /// its job directory `<internal>/job/<id>` with `mkdirat` and registers
+    /// the directory's identity as the inventory's root.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::InvalidRequestId`] for a refused id (no syscall made),
+    /// [`WorkspaceError::AlreadyOpen`], [`WorkspaceError::JobExists`] if the
+    /// directory is already there, [`WorkspaceError::Closed`] after
+    /// [`Workspace::close`], [`WorkspaceError::Untrusted`] /
+    /// [`WorkspaceError::Io`] if it cannot be created safely.
+    pub fn open_request(&self, id: &str) -> Result<Job, WorkspaceError> {
+        let id = RequestId::new(id)?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(WorkspaceError::Closed);
+        }
+        let mut requests = lock(&self.inner.requests);
+        if requests.contains_key(&id) {
+            return Err(WorkspaceError::AlreadyOpen { request: id });
+        }
+        if self.inner.elections.result(&id).is_some() {
+            return Err(WorkspaceError::AlreadyCleaned { request: id });
+        }
+        let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
+        let jobs = self.inner.jobs.as_fd();
+        match sys::mkdir(jobs, cname.as_c_str(), DIR_MODE) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(WorkspaceError::JobExists { request: id });
+            }
+            Err(e) => return Err(io_err("mkdirat job")(e)),
+        }
+        let job = sys::open_dir(jobs, cname.as_c_str()).map_err(io_err("openat job"))?;
+        let obs = sys::observe_fd(job.as_fd()).map_err(io_err("statx job"))?;
+        if obs.kind != FileKind::Dir {
+            return Err(WorkspaceError::Untrusted {
+                what: "job",
+                code: CleanupCode::IdentityReplaced,
+            });
+        }
+        self.inner.anchor.admit(&obs).map_err(untrusted("job"))?;
+        let state = Arc::new(RequestState {
+            id: id.clone(),
+            cname,
+            anchor: self.inner.anchor,
+            fs: Mutex::new(FsState {
+                closed: false,
+                job: Some(job),
+                inventory: Inventory::new(obs.identity),
+            }),
+            procs: Mutex::new(ProcState::default()),
+        });
+        requests.insert(id, state.clone());
+        Ok(Job {
+            ws: self.clone(),
+            state,
+        })
+    }
+
+    /// The ids of the requests open (not yet cleaned) in this workspace.
+    pub fn active_requests(&self) -> Vec<RequestId> {
+        lock(&self.inner.requests).keys().cloned().collect()
+    }
+
+    /// Resolves a caller's file-tool path, relative to the workspace root.
+    ///
+    /// The result never names the internal namespace or anything in it,
+    /// whatever the spelling (`./.custodian`, `a/../.custodian`,
+    /// `.CUSTODIAN/`, …). The check is lexical: open the result with
+    /// [`Workspace::open_user_file`] (or another no-follow opener) so that a
+    /// symlink cannot lead there either.
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError`] for empty, absolute, escaping or internal paths.
+    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, ResolveError> {
+        resolve::resolve(&self.inner.config.internal_name, path)
+    }
+
+    /// Opens a caller's file for reading (or creates/truncates it for writing
+    /// when `write`), relative to the root, without following any symlink and
+    /// never inside the internal namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::Untrusted`] if the path resolves into the internal
+    /// namespace or crosses a symlink; [`WorkspaceError::Io`] otherwise.
+    pub fn open_user_file(&self, path: &str, write: bool) -> Result<File, WorkspaceError> {
+        use rustix::fs::{Mode, OFlags};
+        let rel = self
+            .resolve_user_path(path)
+            .map_err(|_| WorkspaceError::Untrusted {
+                what: "user path",
+                code: CleanupCode::JobNotOwned,
+            })?;
+        let comps: Vec<_> = rel.components().map(|c| c.as_os_str().to_owned()).collect();
+        let Some((last, dirs)) = comps.split_last() else {
+            return Err(WorkspaceError::InvalidName { reason: "empty" });
+        };
+        let mut cur: Option<OwnedFd> = None;
+        for d in dirs {
+            let parent = cur.as_ref().map_or(self.inner.root.as_fd(), |f| f.as_fd());
+            let fd = sys::open_dir(parent, d.as_os_str()).map_err(io_err("openat user dir"))?;
+            let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx user dir"))?;
+            if obs.identity.dev == self.inner.internal_identity.dev
+                && obs.identity.ino == self.inner.internal_identity.ino
+            {
+                return Err(WorkspaceError::Untrusted {
+                    what: "user path",
+                    code: CleanupCode::JobNotOwned,
+                });
+            }
+            cur = Some(fd);
+        }
+        let parent = cur.as_ref().map_or(self.inner.root.as_fd(), |f| f.as_fd());
+        let flags = if write {
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC
+        } else {
+            OFlags::RDONLY
+        } | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(parent, last.as_os_str(), flags, Mode::from_raw_mode(0o644))
+            .map_err(|e| io_err("openat user file")(e.into()))?;
+        Ok(File::from(fd))
+    }
+
+    /// Cleans up request `id` exactly once and returns its result.
+    ///
+    /// The first caller for an id starts the work on the tokio runtime (it
+    /// finishes even if every caller goes away); concurrent and later callers
+    /// receive a clone of the same result while it is cached. Once evicted, a
+    /// repeated call only checks that the job directory is gone.
+    ///
+    /// Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::InvalidRequestId`] for a refused id (no syscall
+    /// made). Cleanup failures are not errors: they are a
+    /// [`CleanupResult`] with status [`CleanupStatus::Failed`].
+    pub async fn cleanup(&self, id: &str) -> Result<CleanupResult, WorkspaceError> {
+        let id = RequestId::new(id)?;
+        Ok(self.cleanup_id(id).await)
+    }
+
+    async fn cleanup_id(&self, id: RequestId) -> CleanupResult {
+        let waiter = match self.inner.elections.elect(id.clone()) {
+            Elected::Owner(guard) => {
+                let waiter = guard.waiter();
+                let inner = self.inner.clone();
+                // The guard moves into the task: the work finishes even if
+                // every caller, this one included, goes away. If the task
+                // dies, the guard's drop publishes `Abandoned`.
+                tokio::spawn(async move {
+                    let result = cleanup_work(&inner, &id).await;
+                    guard.complete(result);
+                    // Only now may the id be opened again: its result is
+                    // filed, so a duplicate cannot mistake a new job's
+                    // cleanup for this one.
+                    lock(&inner.requests).remove(&id);
+                });
+                waiter
+            }
+            Elected::Waiter(waiter) => waiter,
+        };
+        match waiter.await {
+            Ok(result) => result,
+            Err(Abandoned) => {
+                CleanupResult::failed(CleanupCode::Abandoned, CleanupCounts::default(), None)
+            }
+        }
+    }
+
+    /// Refuses new requests, then cleans every open request through
+    /// [`Workspace::cleanup`] and returns each result.
+    pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
+        self.inner.closed.store(true, Ordering::Release);
+        let ids = self.active_requests();
+        let mut set = tokio::task::JoinSet::new();
+        for id in ids {
+            let ws = self.clone();
+            set.spawn(async move {
+                let r = ws.cleanup_id(id.clone()).await;
+                (id, r)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = set.join_next().await {
+            if let Ok(r) = r {
+                out.push(r);
+            }
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workspace")
+            .field("internal_name", &self.inner.config.internal_name)
+            .field("active", &lock(&self.inner.requests).len())
+            .finish()
+    }
+}
+
+/// The work elected once per request: processes first, then the filesystem.
+async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
+    let state = lock(&inner.requests).get(id).cloned();
+    let Some(state) = state else {
+        return gone_check(inner, id);
+    };
+    let mut counts = CleanupCounts::default();
+
+    // 1. Stop every process group of this request, then wait, bounded.
+    let active = {
+        let mut p = lock(&state.procs);
+        p.closed = true;
+        std::mem::take(&mut p.active)
+    };
+    counts.processes_cancelled = active.len() as u32;
+    for p in &active {
+        p.cancel();
+    }
+    let mut waiting = tokio::task::JoinSet::new();
+    for p in active {
+        waiting.spawn(async move { p.settled().await });
+    }
+    let all_settled = async { while waiting.join_next().await.is_some() {} };
+    if tokio::time::timeout(inner.config.cleanup_bound, all_settled)
+        .await
+        .is_err()
+    {
+        counts.processes_unsettled = waiting.len() as u32;
+        tracing::warn!(request = %id, unsettled = waiting.len(), "cleanup bound exceeded waiting for process groups");
+    }
+    waiting.abort_all();
+
+    // 2. Freeze the inventory; nothing more can be created for the request.
+    let inventory = {
+        let mut fs = lock(&state.fs);
+        fs.closed = true;
+        fs.job = None;
+        std::mem::take(&mut fs.inventory)
+    };
+    let (dirs, files) = inventory.counts();
+    counts.registered = (dirs + files) as u64;
+    let fs_inner = inner.clone();
+    let fs_state = state.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        remove::clean_job(
+            fs_inner.jobs.as_fd(),
+            &fs_state.cname,
+            &inventory,
+            fs_state.anchor,
+        )
+    })
+    .await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(_) => return CleanupResult::failed(CleanupCode::IoError, counts, None),
+    };
+    counts.files_removed = outcome.files_removed;
+    counts.dirs_removed = outcome.dirs_removed;
+    counts.missing = outcome.missing;
+    if let Some(f) = outcome.failure {
+        tracing::warn!(request = %id, code = %f.code.safe_code(), suspect = %f.suspect, "workspace cleanup failed closed");
+        return CleanupResult::failed(f.code, counts, Some(f.suspect));
+    }
+    if counts.processes_unsettled > 0 {
+        return CleanupResult::failed(CleanupCode::ProcessBoundExceeded, counts, None);
+    }
+    CleanupResult {
+        status: CleanupStatus::Clean,
+        code: None,
+        counts,
+        suspect: None,
+    }
+}
+
+/// After eviction (or for a request never opened here): is the directory gone?
+fn gone_check(inner: &Inner, id: &RequestId) -> CleanupResult {
+    let name = CString::new(id.as_str()).expect("validated ids hold no NUL");
+    match sys::observe_at(inner.jobs.as_fd(), &name) {
+        Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => CleanupResult {
+            status: CleanupStatus::AlreadyGone,
+            code: None,
+            counts: CleanupCounts::default(),
+            suspect: None,
+        },
+        Ok(_) => CleanupResult::failed(CleanupCode::JobNotOwned, CleanupCounts::default(), None),
+        Err(_) => CleanupResult::failed(CleanupCode::IoError, CleanupCounts::default(), None),
+    }
+}
+
+/// An open request: creates its artifacts, tracks its processes.
+#[derive(Clone)]
+pub struct Job {
+    ws: Workspace,
+    state: Arc<RequestState>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("id", &self.state.id).finish()
+    }
+}
+
+impl Job {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.state.id
+    }
+
+    /// The workspace the request belongs to.
+    pub fn workspace(&self) -> &Workspace {
+        &self.ws
+    }
+
+    /// A handle on the job directory itself, to create artifacts in it.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::RequestClosed`] once cleanup started.
+    pub fn root(&self) -> Result<ArtifactDir, WorkspaceError> {
+        let fs = lock(&self.state.fs);
+        let job = self.open_fs(&fs)?;
+        let fd = job.try_clone_to_owned().map_err(io_err("dup job"))?;
+        Ok(ArtifactDir {
+            state: self.state.clone(),
+            fd,
+            index: JOB_ROOT,
+        })
+    }
+
+    fn open_fs<'a>(&self, fs: &'a FsState) -> Result<BorrowedFd<'a>, WorkspaceError> {
+        match (&fs.job, fs.closed) {
+            (Some(job), false) => Ok(job.as_fd()),
+            _ => Err(WorkspaceError::RequestClosed {
+                request: self.state.id.clone(),
+            }),
+        }
+    }
+
+    /// Creates the directory `rel` (`a/b/c`, relative to the job directory),
+    /// creating missing registered parents on the way, and returns a handle
+    /// on it. Existing parents must be registered directories and are
+    /// re-verified by identity as they are opened.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::InvalidName`] (before any syscall) for an empty
+    /// component, `.`, `..` or NUL; [`WorkspaceError::Io`] if the final name
+    /// exists; [`WorkspaceError::Untrusted`] if a parent is not the
+    /// registered directory; [`WorkspaceError::RequestClosed`] once cleanup
+    /// started.
+    pub fn create_dir(&self, rel: &str) -> Result<ArtifactDir, WorkspaceError> {
+        let (parent, index, name) = self.walk_to_parent(rel)?;
+        let fs = &mut *lock(&self.state.fs);
+        self.open_fs(fs)?;
+        let (index, fd) = create_in(
+            &self.state,
+            fs,
+            parent.as_fd(),
+            index,
+            name,
+            ArtifactKind::Dir,
+        )?;
+        Ok(ArtifactDir {
+            state: self.state.clone(),
+            fd,
+            index,
+        })
+    }
+
+    /// Creates the regular file `rel` (relative to the job directory) with
+    /// `O_CREAT | O_EXCL | O_NOFOLLOW`, creating missing registered parent
+    /// directories, and returns it open for reading and writing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Job::create_dir`].
+    pub fn create_file(&self, rel: &str) -> Result<File, WorkspaceError> {
+        let (parent, index, name) = self.walk_to_parent(rel)?;
+        let fs = &mut *lock(&self.state.fs);
+        self.open_fs(fs)?;
+        let (_, fd) = create_in(
+            &self.state,
+            fs,
+            parent.as_fd(),
+            index,
+            name,
+            ArtifactKind::File,
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// Splits `rel`, opens (or creates) each parent, and returns the last
+    /// parent's descriptor and index and the final name.
+    fn walk_to_parent<'r>(&self, rel: &'r str) -> Result<(OwnedFd, u32, &'r str), WorkspaceError> {
+        let parts: Vec<&str> = rel.split('/').collect();
+        for p in &parts {
+            validate_name(p)?;
+        }
+        let (last, dirs) = parts.split_last().expect("split yields one part");
+        let fs = &mut *lock(&self.state.fs);
+        let job = self.open_fs(fs)?;
+        let mut cur = job.try_clone_to_owned().map_err(io_err("dup job"))?;
+        let mut index = JOB_ROOT;
+        for d in dirs {
+            match fs.inventory.find_child(index, d.as_bytes()) {
+                Some(child) if fs.inventory.entry(child).kind == ArtifactKind::Dir => {
+                    let fd =
+                        sys::open_dir(cur.as_fd(), *d).map_err(io_err("openat artifact dir"))?;
+                    let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx artifact dir"))?;
+                    self.state
+                        .anchor
+                        .admit(&obs)
+                        .and_then(|()| {
+                            fs.inventory
+                                .entry(child)
+                                .identity
+                                .check(FileKind::Dir, &obs)
+                        })
+                        .map_err(untrusted("artifact"))?;
+                    cur = fd;
+                    index = child;
+                }
+                Some(_) => {
+                    return Err(WorkspaceError::InvalidName {
+                        reason: "a parent is a registered file",
+                    });
+                }
+                None => {
+                    let (child, fd) =
+                        create_in(&self.state, fs, cur.as_fd(), index, d, ArtifactKind::Dir)?;
+                    cur = fd;
+                    index = child;
+                }
+            }
+        }
+        Ok((cur, index, last))
+    }
+
+    /// Tracks a process group the request launched; cleanup will cancel it
+    /// and wait for it.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::RequestClosed`] if cleanup already started; the
+    /// process is then cancelled at once.
+    pub fn track(&self, process: Arc<dyn RequestProcess>) -> Result<(), WorkspaceError> {
+        let mut p = lock(&self.state.procs);
+        if p.closed {
+            drop(p);
+            process.cancel();
+            return Err(WorkspaceError::RequestClosed {
+                request: self.state.id.clone(),
+            });
+        }
+        p.active.push(process);
+        Ok(())
+    }
+
+    /// Number of registered artifacts, the job directory included.
+    pub fn artifact_count(&self) -> usize {
+        lock(&self.state.fs).inventory.len()
+    }
+
+    /// A copy of the request's inventory (for inspection and tests).
+    pub fn inventory(&self) -> Inventory {
+        lock(&self.state.fs).inventory.clone()
+    }
+
+    /// Cleans up this request: same as [`Workspace::cleanup`] with its id.
+    pub async fn cleanup(&self) -> CleanupResult {
+        self.ws.cleanup_id(self.state.id.clone()).await
+    }
+}
+
+/// Creates `name` in `parent` (registered as `parent_index`) and registers it.
+fn create_in(
+    state: &RequestState,
+    fs: &mut FsState,
+    parent: BorrowedFd<'_>,
+    parent_index: u32,
+    name: &str,
+    kind: ArtifactKind,
+) -> Result<(u32, OwnedFd), WorkspaceError> {
+    validate_name(name)?;
+    if fs.closed {
+        return Err(WorkspaceError::RequestClosed {
+            request: state.id.clone(),
+        });
+    }
+    let fd = match kind {
+        ArtifactKind::Dir => {
+            sys::mkdir(parent, name, DIR_MODE).map_err(io_err("mkdirat artifact"))?;
+            sys::open_dir(parent, name).map_err(io_err("openat artifact"))?
+        }
+        ArtifactKind::File => {
+            sys::create_file(parent, name, FILE_MODE).map_err(io_err("openat artifact"))?
+        }
+    };
+    let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx artifact"))?;
+    if obs.kind != kind.file_kind() {
+        return Err(WorkspaceError::Untrusted {
+            what: "artifact",
+            code: CleanupCode::IdentityReplaced,
+        });
+    }
+    // An artifact that is not on the workspace's mount is left unregistered:
+    // cleanup will then refuse the tree instead of removing it.
+    state.anchor.admit(&obs).map_err(untrusted("artifact"))?;
+    let index = fs
+        .inventory
+        .register(parent_index, name.as_bytes(), kind, obs.identity)?;
+    Ok((index, fd))
+}
+
+/// A registered directory of a request, held open to create artifacts in it.
+///
+/// # Caveats
+///
+/// The handle pins the directory's inode. If someone moves the directory out
+/// of the job tree, artifacts created through the handle follow it; cleanup
+/// then finds the registered directory missing and never looks outside the
+/// job tree for it.
+pub struct ArtifactDir {
+    state: Arc<RequestState>,
+    fd: OwnedFd,
+    index: u32,
+}
+
+impl std::fmt::Debug for ArtifactDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArtifactDir")
+            .field("request", &self.state.id)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl ArtifactDir {
+    /// The directory's index in the request's inventory.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The directory's descriptor.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// `mkdirat(self, name)`—Creates and registers the subdirectory `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::InvalidName`] (no syscall) unless `name` is a single
+    /// component; [`WorkspaceError::Io`] if it exists;
+    /// [`WorkspaceError::RequestClosed`] once cleanup started.
+    #[doc(alias = "mkdirat")]
+    pub fn create_dir(&self, name: &str) -> Result<ArtifactDir, WorkspaceError> {
+        let fs = &mut *lock(&self.state.fs);
+        let (index, fd) = create_in(
+            &self.state,
+            fs,
+            self.fd.as_fd(),
+            self.index,
+            name,
+            ArtifactKind::Dir,
+        )?;
+        Ok(ArtifactDir {
+            state: self.state.clone(),
+            fd,
+            index,
+        })
+    }
+
+    /// `openat(self, name, O_CREAT | O_EXCL | O_NOFOLLOW)`—Creates and
+    /// registers the regular file `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ArtifactDir::create_dir`].
+    #[doc(alias = "openat")]
+    pub fn create_file(&self, name: &str) -> Result<File, WorkspaceError> {
+        let fs = &mut *lock(&self.state.fs);
+        let (_, fd) = create_in(
+            &self.state,
+            fs,
+            self.fd.as_fd(),
+            self.index,
+            name,
+            ArtifactKind::File,
+        )?;
+        Ok(File::from(fd))
+    }
+}

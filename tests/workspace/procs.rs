@@ -1,0 +1,229 @@
+//! Processes of a request: cancelled and settled before any removal.
+//!
+//! `GroupChild` is a test implementation of the `RequestProcess` seam over a
+//! real child leading its own process group (std `Command` +
+//! `process_group(0)`, `killpg` through rustix): TERM, a grace, then KILL.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use custodian::workspace::{
+    CleanupCode, CleanupStatus, RequestProcess, SettledFuture, WorkspaceConfig, WorkspaceError,
+};
+use rustix::process::{Pid, Signal};
+
+use crate::{Fixture, assert_failed, assert_only_removed, inventoried, populate};
+
+pub struct GroupChild {
+    pgid: i32,
+    leader: Mutex<Child>,
+    grace: Duration,
+    pub cancels: AtomicU32,
+}
+
+impl GroupChild {
+    pub fn spawn(script: &str, cwd: &std::path::Path, grace: Duration) -> Arc<Self> {
+        let leader = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh");
+        Arc::new(GroupChild {
+            pgid: leader.id() as i32,
+            leader: Mutex::new(leader),
+            grace,
+            cancels: AtomicU32::new(0),
+        })
+    }
+
+    pub fn pgid(&self) -> i32 {
+        self.pgid
+    }
+
+    fn reap(&self) {
+        let _ = self.leader.lock().unwrap().try_wait();
+    }
+}
+
+/// Live (non-zombie) members of process group `pgid`, from /proc.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 2 && f[2] == pgid.to_string() && f[0] != "Z" && f[0] != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn killpg(pgid: i32, sig: Signal) {
+    if let Some(p) = Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(p, sig);
+    }
+}
+
+impl RequestProcess for GroupChild {
+    fn cancel(&self) {
+        if self.cancels.fetch_add(1, Ordering::SeqCst) > 0 {
+            return;
+        }
+        killpg(self.pgid, Signal::TERM);
+        let (pgid, grace) = (self.pgid, self.grace);
+        std::thread::spawn(move || {
+            std::thread::sleep(grace);
+            if !group_members(pgid).is_empty() {
+                killpg(pgid, Signal::KILL);
+            }
+        });
+    }
+
+    fn settled(&self) -> SettledFuture<'_> {
+        Box::pin(async move {
+            loop {
+                self.reap();
+                if group_members(self.pgid).is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        killpg(self.pgid, Signal::KILL);
+        let _ = self.leader.lock().unwrap().wait();
+    }
+}
+
+async fn wait_until(mut f: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition never became true");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_child_is_terminated_before_anything_is_removed() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("active").unwrap();
+    populate(&job);
+    let witness = fx.tmp.path().join("outside/witness");
+    // On TERM the child reports whether the request's files still exist.
+    let script = format!(
+        "trap 'if [ -e {job}/top.txt ]; then echo present > {w}; else echo gone > {w}; fi; exit 0' TERM; \
+         echo up > {w}.up; while :; do sleep 0.05; done",
+        job = fx.job_dir("active").display(),
+        w = witness.display()
+    );
+    let child = GroupChild::spawn(&script, &fx.root(), Duration::from_secs(5));
+    job.track(child.clone()).unwrap();
+    wait_until(|| witness.with_extension("up").exists()).await;
+    let before = fx.snapshot();
+    let gone = inventoried(&fx, &job);
+    let r = job.cleanup().await;
+    assert_eq!(r.status, CleanupStatus::Clean, "{r:?}");
+    assert_eq!(
+        (r.counts.processes_cancelled, r.counts.processes_unsettled),
+        (1, 0)
+    );
+    assert_eq!(fs::read_to_string(&witness).unwrap(), "present\n");
+    assert!(group_members(child.pgid()).is_empty());
+    let mut after = fx.snapshot();
+    after.remove(std::path::Path::new("outside/witness"));
+    assert_only_removed(&before, &after, &gone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helper_process_descendants_are_all_gone_after_cleanup() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("desc").unwrap();
+    populate(&job);
+    let child = GroupChild::spawn(
+        "sleep 1000 & sleep 1000 & (sleep 1000 & wait) & wait",
+        &fx.root(),
+        Duration::from_millis(500),
+    );
+    job.track(child.clone()).unwrap();
+    wait_until(|| group_members(child.pgid()).len() >= 5).await;
+    let members = group_members(child.pgid());
+    let r = job.cleanup().await;
+    assert!(r.is_clean(), "{r:?}");
+    assert!(group_members(child.pgid()).is_empty());
+    for pid in members {
+        let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let alive = state
+            .rsplit_once(')')
+            .map(|(_, r)| !r.trim_start().starts_with('Z'))
+            .unwrap_or(false);
+        assert!(!alive, "descendant {pid} survived: {state}");
+    }
+    assert!(!fx.job_dir("desc").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_that_exceeds_its_bound_reports_it() {
+    let fx = Fixture::with_config(WorkspaceConfig {
+        cleanup_bound: Duration::from_millis(300),
+        ..WorkspaceConfig::default()
+    });
+    let job = fx.ws.open_request("slow").unwrap();
+    populate(&job);
+    // Ignores TERM, and the grace before KILL is far beyond the bound.
+    let child = GroupChild::spawn(
+        "trap '' TERM; echo up > ../outside/ready; while :; do sleep 0.05; done",
+        &fx.root(),
+        Duration::from_secs(30),
+    );
+    job.track(child.clone()).unwrap();
+    // Only once the trap is installed does TERM get ignored.
+    let ready = fx.tmp.path().join("outside/ready");
+    wait_until(|| ready.exists()).await;
+    let r = job.cleanup().await;
+    assert_failed(&r, CleanupCode::ProcessBoundExceeded);
+    assert_eq!(
+        (r.counts.processes_cancelled, r.counts.processes_unsettled),
+        (1, 1)
+    );
+    assert!(
+        !group_members(child.pgid()).is_empty(),
+        "the child really outlived the bound"
+    );
+    // The filesystem part still ran, fail-closed as always.
+    assert_eq!(r.counts.files_removed, 3);
+    drop(child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_tracked_after_cleanup_started_is_cancelled_at_once() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("late").unwrap();
+    assert!(job.cleanup().await.is_clean());
+    let child = GroupChild::spawn("sleep 1000", &fx.root(), Duration::from_millis(200));
+    let e = job.track(child.clone()).unwrap_err();
+    assert!(matches!(e, WorkspaceError::RequestClosed { .. }));
+    assert_eq!(child.cancels.load(Ordering::SeqCst), 1);
+    child.settled().await;
+    assert!(group_members(child.pgid()).is_empty());
+}
