@@ -1,5 +1,48 @@
-//! Drives each request end to end through `machine::request`.
+//! Drives each request end to end through [`machine::request`].
+//!
+//! # Theory of operation
+//!
+//! Every request gets one actor task ([`Coordinator::start`]). The actor owns
+//! the request's [`State`](crate::machine::request::State) and is the only
+//! code that changes it: each input — a terminal candidate reported through
+//! a [`RequestHandle`], the request deadline, a caller disconnect, or the
+//! answer of an action — is committed through
+//! [`step`](crate::machine::request::step), recorded in the request's event
+//! log ([`Record`]: before, event, after, actions), and the actions the step
+//! returned are executed exactly as returned:
+//!
+//! - `CancelProcesses` → [`ProcessControl::cancel_processes`], answered with
+//!   `ExecutionStopped`;
+//! - `StartCleanup` → [`WorkspaceLifecycle::cleanup_workspace`] (issued once,
+//!   because the machine issues it once), answered with `CleanupFinished`;
+//! - `WriteTerminal` → [`TerminalSink::write_terminal`], answered with
+//!   `EndpointAcknowledged` or a `TerminalWriteFailed` candidate;
+//! - `Publish` → the request's settle-once cell, answered with `Published`.
+//!
+//! The runtime never decides anything on its own: which cleanup runs, when,
+//! and which result is final are the machine's decisions. Slow actions run
+//! in their own tasks, bounded by the request's frozen deadlines
+//! ([`Limits`]), and report back through a channel; a missed deadline or a
+//! panicking hook becomes a typed answer, so no request can hang.
+//!
+//! Waiters ([`RequestHandle::finished`]) read the settle-once cell: early or
+//! late, they all observe the same [`Completion`]. Dropping a waiter's
+//! future changes nothing; dropping every handle before the request ended
+//! is a caller disconnect (cancel and cleanup still run, nothing is
+//! written).
+//!
+//! [`machine::request`]: crate::machine::request
 
+mod driver;
+mod hooks;
 mod id;
 
+pub use driver::{
+    CODE_CLEANUP_ABORTED, CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, LateOpen, Limits,
+    Record, RequestHandle, RequestObserver,
+};
+pub use hooks::{
+    CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,
+    TerminalSink, TerminalWriteError, WorkspaceLifecycle,
+};
 pub use id::{InvalidRequestId, RequestId};

@@ -10,8 +10,12 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::codec::{FrameReader, decode_response, encode_request};
-use super::message::{CleanupReport, Code, ProcessSummary, Request, Response, RunSpec};
-use crate::coordinator::RequestId;
+use super::message::{
+    CleanupReport, CleanupStatus, Code, ProcessSummary, Request, Response, RunSpec,
+};
+use crate::coordinator::{ProcessControl, RequestId, WorkspaceLifecycle};
+use crate::error::SafeCode;
+use crate::machine::request::CleanupResult;
 
 /// Why a wire call failed.
 #[derive(Debug, thiserror::Error)]
@@ -277,5 +281,68 @@ impl From<WireError> for io::Error {
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)
+    }
+}
+
+/// The code recorded when the node could not be reached for a cleanup.
+pub const CODE_NODE_UNREACHABLE: SafeCode = SafeCode::new("node_unreachable");
+/// The code recorded when a node's failure code could not be kept verbatim
+/// (the table of distinct remote codes is full, or the node answered with
+/// something other than a cleanup report).
+pub const CODE_REMOTE_CLEANUP_FAILED: SafeCode = SafeCode::new("remote_cleanup_failed");
+
+/// Distinct remote codes turned into [`SafeCode`]s so far. A `SafeCode`
+/// holds a `&'static str`, so each distinct code is leaked once; the table
+/// is bounded, so a hostile node can leak at most
+/// `MAX_INTERNED * Code::MAX_LEN` bytes.
+static INTERNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+const MAX_INTERNED: usize = 256;
+
+fn intern(code: &Code) -> SafeCode {
+    let mut table = INTERNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(s) = table.iter().find(|s| **s == code.as_str()) {
+        return SafeCode::new(s);
+    }
+    if table.len() >= MAX_INTERNED {
+        return CODE_REMOTE_CLEANUP_FAILED;
+    }
+    let leaked: &'static str = Box::leak(code.as_str().to_owned().into_boxed_str());
+    table.push(leaked);
+    // `Code` was validated with the same rules `SafeCode::new` checks.
+    SafeCode::new(leaked)
+}
+
+/// One `cleanup_workspace` message per call; the coordinator makes exactly
+/// one call per request that opened a workspace.
+impl WorkspaceLifecycle for WireClient {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+        match WireClient::cleanup_workspace(self, request).await {
+            Ok(report) => match report.status {
+                CleanupStatus::Cleaned | CleanupStatus::NotOpened => CleanupResult::Ok,
+                CleanupStatus::Failed => CleanupResult::Failed(
+                    report
+                        .code
+                        .as_ref()
+                        .map_or(CODE_REMOTE_CLEANUP_FAILED, intern),
+                ),
+            },
+            Err(WireError::Disconnected) => CleanupResult::Failed(CODE_NODE_UNREACHABLE),
+            Err(WireError::Refused { code }) => CleanupResult::Failed(intern(&code)),
+            Err(WireError::Unexpected) => CleanupResult::Failed(CODE_REMOTE_CLEANUP_FAILED),
+        }
+    }
+}
+
+/// Sends one `cancel` message; the node answers once the request's processes
+/// have settled. A lost connection counts as stopped: the node cleans up
+/// every open request when its edge goes away for good, and the cleanup
+/// that follows cancels again before removing anything.
+impl ProcessControl for WireClient {
+    async fn cancel_processes(&self, request: &RequestId) {
+        if let Err(e) = self.cancel(request).await {
+            warn!(error = %e, "cancel over the wire failed");
+        }
     }
 }

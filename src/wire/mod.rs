@@ -31,10 +31,10 @@ pub mod codec;
 pub mod message;
 mod node;
 
-pub use client::{WireClient, WireError};
+pub use client::{CODE_NODE_UNREACHABLE, CODE_REMOTE_CLEANUP_FAILED, WireClient, WireError};
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
 pub use message::{
     CleanupReport, CleanupStatus, Code, ProcessSummary, Request, RequestFrame, Response,
     ResponseFrame, RunSpec, VERSION,
 };
-pub use node::{CleanupVerdict, Node, NodeConfig, NodeWorkspace};
+pub use node::{CleanupVerdict, Node, NodeConfig, NodeStats, NodeWorkspace};

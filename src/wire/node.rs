@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
@@ -117,9 +118,28 @@ struct Table {
     cleaned: VecDeque<RequestId>,
 }
 
+/// Frame counters of a [`Node`], across all its connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Request frames decoded successfully.
+    pub requests: u64,
+    /// `cleanup_workspace` frames among them (duplicates included).
+    pub cleanup_requests: u64,
+    /// Frames refused with an error response (malformed, oversized, ...).
+    pub refused_frames: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    cleanup_requests: AtomicU64,
+    refused_frames: AtomicU64,
+}
+
 /// The node-side wire handler for one workspace.
 #[derive(Debug)]
 pub struct Node<W> {
+    counters: Counters,
     workspace: W,
     config: NodeConfig,
     table: Mutex<Table>,
@@ -131,11 +151,22 @@ impl<W: NodeWorkspace> Node<W> {
     /// A handler over `workspace`.
     pub fn new(workspace: W, config: NodeConfig) -> Arc<Self> {
         Arc::new(Node {
+            counters: Counters::default(),
             workspace,
             config,
             table: Mutex::new(Table::default()),
             open_lock: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Frame counters so far.
+    pub fn stats(&self) -> NodeStats {
+        let c = &self.counters;
+        NodeStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            cleanup_requests: c.cleanup_requests.load(Ordering::Relaxed),
+            refused_frames: c.refused_frames.load(Ordering::Relaxed),
+        }
     }
 
     /// The workspace this node serves.
@@ -360,6 +391,7 @@ impl<W: NodeWorkspace> Node<W> {
                 Ok(None) => break Ok(()),
                 Ok(Some(frame)) => decode_request(frame),
                 Err(e @ (FrameError::TooLarge { .. } | FrameError::Truncated)) => {
+                    self.counters.refused_frames.fetch_add(1, Ordering::Relaxed);
                     warn!(error = %e, "refused a request frame");
                     let _ = tx.send(line(&ResponseFrame {
                         v: VERSION,
@@ -378,10 +410,17 @@ impl<W: NodeWorkspace> Node<W> {
             };
             match decoded {
                 Err(e) => {
+                    self.counters.refused_frames.fetch_add(1, Ordering::Relaxed);
                     debug!(code = %e.code, "undecodable request frame");
                     let _ = tx.send(line(&e.response()));
                 }
                 Ok(frame) => {
+                    self.counters.requests.fetch_add(1, Ordering::Relaxed);
+                    if matches!(frame.op, Request::CleanupWorkspace { .. }) {
+                        self.counters
+                            .cleanup_requests
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                     let node = Arc::clone(self);
                     let tx = tx.clone();
                     tokio::spawn(async move {

@@ -1,0 +1,532 @@
+//! The request driver: one actor task per request commits every event
+//! through [`machine::request::step`](crate::machine::request::step) and
+//! executes exactly the actions it returns.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::RequestId;
+use super::hooks::{Completion, ProcessControl, TerminalSink, WorkspaceLifecycle};
+use crate::error::SafeCode;
+use crate::machine::request::{self, Action, Candidate, CleanupResult, Event, Phase, State};
+use crate::sync::SettleOnce;
+
+/// The code recorded when the cleanup did not finish by the request's
+/// frozen cleanup deadline.
+pub const CODE_CLEANUP_DEADLINE_EXCEEDED: SafeCode = SafeCode::new("cleanup_deadline_exceeded");
+/// The code recorded when the cleanup task panicked or was aborted.
+pub const CODE_CLEANUP_ABORTED: SafeCode = SafeCode::new("cleanup_aborted");
+
+/// How long a request may run and finalize. Both deadlines are frozen when
+/// the request starts and never extended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// From start to the `Timeout` candidate.
+    pub request_timeout: Duration,
+    /// From the request deadline to the cleanup deadline: cancel and cleanup
+    /// are awaited until `start + request_timeout + cleanup_grace` at most,
+    /// whichever candidate ended the request.
+    pub cleanup_grace: Duration,
+    /// How long one terminal write may take before it counts as failed.
+    pub terminal_write_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_timeout: Duration::from_secs(300),
+            cleanup_grace: Duration::from_secs(30),
+            terminal_write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One committed transition, as recorded in a request's event log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Position in the log, from 0.
+    pub index: u32,
+    /// The `now` passed to the step function.
+    pub at: std::time::Instant,
+    /// The state before the event.
+    pub before: State,
+    /// The event committed.
+    pub event: Event,
+    /// The state after the event.
+    pub after: State,
+    /// The actions the step returned, in order; each was executed.
+    pub actions: Vec<Action>,
+}
+
+/// How many times each side effect ran for one request; tests assert on
+/// these to prove exactly-once execution.
+#[derive(Debug, Default)]
+struct Counters {
+    cancels: AtomicU32,
+    cleanups: AtomicU32,
+    writes: AtomicU32,
+    publications: AtomicU32,
+}
+
+/// A snapshot of [`RequestHandle::effects`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// `cancel_processes` calls.
+    pub cancels: u32,
+    /// `cleanup_workspace` calls.
+    pub cleanups: u32,
+    /// `write_terminal` calls.
+    pub writes: u32,
+    /// Publications of the final result.
+    pub publications: u32,
+}
+
+#[derive(Debug)]
+struct Shared {
+    id: RequestId,
+    done: SettleOnce<Completion>,
+    log: Mutex<Vec<Record>>,
+    state: Mutex<State>,
+    counters: Counters,
+}
+
+impl Shared {
+    fn lock_log(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+enum Input {
+    Event(Event),
+    Opened(oneshot::Sender<bool>),
+}
+
+/// The workspace was reported opened after the request had already decided
+/// that no cleanup was needed; the caller must clean it up itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the workspace was opened after the request had finalized without one")]
+pub struct LateOpen;
+
+/// A caller's handle on one request. Cheap to clone; dropping every clone
+/// before the request ended counts as a caller disconnect (the request is
+/// still cancelled and cleaned up, with nothing written).
+#[derive(Clone, Debug)]
+pub struct RequestHandle {
+    tx: mpsc::UnboundedSender<Input>,
+    shared: Arc<Shared>,
+}
+
+/// A read-only view of a request that does not keep it alive: holding only
+/// observers counts as every caller having gone.
+#[derive(Clone, Debug)]
+pub struct RequestObserver {
+    shared: Arc<Shared>,
+}
+
+impl RequestObserver {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.shared.id
+    }
+
+    /// Waits for the request to complete; see [`RequestHandle::finished`].
+    pub async fn finished(&self) -> Completion {
+        self.shared.done.wait_async().await
+    }
+
+    /// The completion, if the request has completed.
+    pub fn try_finished(&self) -> Option<Completion> {
+        self.shared.done.get()
+    }
+
+    /// Every committed transition so far, in order.
+    pub fn log(&self) -> Vec<Record> {
+        self.shared.lock_log().clone()
+    }
+
+    /// The latest committed state.
+    pub fn state(&self) -> State {
+        *self.shared.lock_state()
+    }
+}
+
+impl RequestHandle {
+    /// A view of the request that does not keep it alive.
+    pub fn observer(&self) -> RequestObserver {
+        RequestObserver {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.shared.id
+    }
+
+    /// Reports a terminal candidate. Never blocks; candidates from one
+    /// handle are committed in the order they were reported, and any number
+    /// may race from any number of tasks. Reporting after the request
+    /// completed only records a duplicate.
+    pub fn candidate(&self, candidate: Candidate) {
+        let _ = self.tx.send(Input::Event(Event::Candidate(candidate)));
+    }
+
+    /// Reports that the executor opened the request's workspace, and waits
+    /// until the machine committed it.
+    ///
+    /// # Errors
+    ///
+    /// [`LateOpen`] when the request had already finalized without a
+    /// workspace: nobody will clean this one, so the caller must.
+    pub async fn workspace_opened(&self) -> Result<(), LateOpen> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Input::Opened(tx)).is_err() {
+            return Err(LateOpen);
+        }
+        match rx.await {
+            Ok(true) => Ok(()),
+            _ => Err(LateOpen),
+        }
+    }
+
+    /// Waits for the request to complete. Every waiter, early or late,
+    /// receives the same value; dropping this future changes nothing.
+    pub async fn finished(&self) -> Completion {
+        self.shared.done.wait_async().await
+    }
+
+    /// The completion, if the request has completed.
+    pub fn try_finished(&self) -> Option<Completion> {
+        self.shared.done.get()
+    }
+
+    /// Every committed transition so far, in order.
+    pub fn log(&self) -> Vec<Record> {
+        self.shared.lock_log().clone()
+    }
+
+    /// The latest committed state.
+    pub fn state(&self) -> State {
+        *self.shared.lock_state()
+    }
+
+    /// How many times each side effect ran so far.
+    pub fn effects(&self) -> Effects {
+        let c = &self.shared.counters;
+        Effects {
+            cancels: c.cancels.load(Ordering::SeqCst),
+            cleanups: c.cleanups.load(Ordering::SeqCst),
+            writes: c.writes.load(Ordering::SeqCst),
+            publications: c.publications.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Drives requests end to end. Cheap to clone; every request gets its own
+/// actor task on the current tokio runtime.
+#[derive(Debug)]
+pub struct Coordinator<L, P, S> {
+    lifecycle: Arc<L>,
+    processes: Arc<P>,
+    sink: Arc<S>,
+    limits: Limits,
+}
+
+impl<L, P, S> Clone for Coordinator<L, P, S> {
+    fn clone(&self) -> Self {
+        Coordinator {
+            lifecycle: Arc::clone(&self.lifecycle),
+            processes: Arc::clone(&self.processes),
+            sink: Arc::clone(&self.sink),
+            limits: self.limits,
+        }
+    }
+}
+
+impl<L, P, S> Coordinator<L, P, S>
+where
+    L: WorkspaceLifecycle,
+    P: ProcessControl,
+    S: TerminalSink,
+{
+    /// A coordinator over the given seams.
+    pub fn new(lifecycle: Arc<L>, processes: Arc<P>, sink: Arc<S>, limits: Limits) -> Self {
+        Coordinator {
+            lifecycle,
+            processes,
+            sink,
+            limits,
+        }
+    }
+
+    /// The workspace lifecycle in use.
+    pub fn lifecycle(&self) -> &Arc<L> {
+        &self.lifecycle
+    }
+
+    /// The process control in use.
+    pub fn processes(&self) -> &Arc<P> {
+        &self.processes
+    }
+
+    /// The terminal sink in use.
+    pub fn sink(&self) -> &Arc<S> {
+        &self.sink
+    }
+
+    /// Starts driving a request; its deadlines are frozen now.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn start(&self, id: RequestId) -> RequestHandle {
+        let now = Instant::now();
+        let request_deadline = now + self.limits.request_timeout;
+        let shared = Arc::new(Shared {
+            id: id.clone(),
+            done: SettleOnce::new(),
+            log: Mutex::new(Vec::new()),
+            state: Mutex::new(State::new(now.into_std())),
+            counters: Counters::default(),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (itx, irx) = mpsc::unbounded_channel();
+        let actor = Actor {
+            this: self.clone(),
+            shared: Arc::clone(&shared),
+            state: State::new(now.into_std()),
+            request_deadline,
+            cleanup_deadline: request_deadline + self.limits.cleanup_grace,
+            internal: itx,
+            in_flight: 0,
+        };
+        let span = info_span!("request", request_id = %id);
+        tokio::spawn(actor.run(rx, irx).instrument(span));
+        RequestHandle { tx, shared }
+    }
+}
+
+struct Actor<L, P, S> {
+    this: Coordinator<L, P, S>,
+    shared: Arc<Shared>,
+    state: State,
+    request_deadline: Instant,
+    cleanup_deadline: Instant,
+    /// Answers of action tasks come back here; the actor holds a sender so
+    /// this channel never closes.
+    internal: mpsc::UnboundedSender<Event>,
+    /// Action tasks whose answer has not arrived yet.
+    in_flight: u32,
+}
+
+impl<L, P, S> Actor<L, P, S>
+where
+    L: WorkspaceLifecycle,
+    P: ProcessControl,
+    S: TerminalSink,
+{
+    async fn run(
+        mut self,
+        mut external: mpsc::UnboundedReceiver<Input>,
+        mut internal: mpsc::UnboundedReceiver<Event>,
+    ) {
+        let mut external_open = true;
+        let mut timer_armed = true;
+        let timer = tokio::time::sleep_until(self.request_deadline);
+        tokio::pin!(timer);
+        loop {
+            if self.state.is_completed() && !external_open && self.in_flight == 0 {
+                return;
+            }
+            // External inputs first: a `WorkspaceOpened` reported before the
+            // executor stopped must be committed before the `ExecutionStopped`
+            // that the cancel task sends once it has stopped.
+            let event = tokio::select! {
+                biased;
+                input = external.recv(), if external_open => match input {
+                    Some(Input::Event(e)) => e,
+                    Some(Input::Opened(reply)) => {
+                        self.commit(Event::WorkspaceOpened);
+                        let _ = reply.send(self.state.workspace_opened());
+                        continue;
+                    }
+                    None => {
+                        // Every handle is gone: nobody can report a
+                        // candidate or read the terminal any more.
+                        external_open = false;
+                        if self.state.is_completed() {
+                            continue;
+                        }
+                        Event::Candidate(Candidate::CallerDisconnect)
+                    }
+                },
+                Some(e) = internal.recv() => {
+                    self.in_flight -= 1;
+                    e
+                }
+                () = &mut timer, if timer_armed => {
+                    timer_armed = false;
+                    Event::Candidate(Candidate::Timeout)
+                }
+            };
+            self.commit(event);
+        }
+    }
+
+    /// Commits one event and executes the returned actions; synchronous
+    /// follow-up events (the `Published` answer) are committed in the same
+    /// call, before any other input.
+    fn commit(&mut self, event: Event) {
+        let mut queue = VecDeque::from([event]);
+        while let Some(event) = queue.pop_front() {
+            let now = Instant::now().into_std();
+            let before = self.state;
+            let request::Transition { next, actions } = request::step(&before, event, now);
+            self.state = next;
+            debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
+            if next.late_workspace_open() && !before.late_workspace_open() {
+                warn!("workspace opened after the request finalized without one");
+            }
+            {
+                let mut log = self.shared.lock_log();
+                let index = u32::try_from(log.len()).unwrap_or(u32::MAX);
+                log.push(Record {
+                    index,
+                    at: now,
+                    before,
+                    event,
+                    after: next,
+                    actions: actions.clone(),
+                });
+            }
+            *self.shared.lock_state() = next;
+            for action in actions {
+                if let Some(follow_up) = self.execute(action) {
+                    queue.push_back(follow_up);
+                }
+            }
+        }
+    }
+
+    /// Performs one action. Slow actions run in their own task and answer
+    /// through the internal channel; publishing answers at once.
+    fn execute(&mut self, action: Action) -> Option<Event> {
+        let id = self.shared.id.clone();
+        let counters = &self.shared.counters;
+        match action {
+            Action::CancelProcesses => {
+                counters.cancels.fetch_add(1, Ordering::SeqCst);
+                let processes = Arc::clone(&self.this.processes);
+                self.spawn_answer(
+                    async move {
+                        processes.cancel_processes(&id).await;
+                        Event::ExecutionStopped
+                    },
+                    self.cleanup_deadline,
+                    // Past the deadline the cleanup runs anyway: it cancels
+                    // the request's processes itself before removing
+                    // anything.
+                    Event::ExecutionStopped,
+                    Event::ExecutionStopped,
+                );
+                None
+            }
+            Action::StartCleanup => {
+                counters.cleanups.fetch_add(1, Ordering::SeqCst);
+                let lifecycle = Arc::clone(&self.this.lifecycle);
+                self.spawn_answer(
+                    async move { Event::CleanupFinished(lifecycle.cleanup_workspace(&id).await) },
+                    self.cleanup_deadline,
+                    Event::CleanupFinished(CleanupResult::Failed(CODE_CLEANUP_DEADLINE_EXCEEDED)),
+                    Event::CleanupFinished(CleanupResult::Failed(CODE_CLEANUP_ABORTED)),
+                );
+                None
+            }
+            Action::WriteTerminal(result) => {
+                counters.writes.fetch_add(1, Ordering::SeqCst);
+                let sink = Arc::clone(&self.this.sink);
+                let failed = Event::Candidate(Candidate::TerminalWriteFailed);
+                self.spawn_answer(
+                    async move {
+                        match sink.write_terminal(&id, &result).await {
+                            Ok(()) => Event::EndpointAcknowledged,
+                            Err(_) => Event::Candidate(Candidate::TerminalWriteFailed),
+                        }
+                    },
+                    Instant::now() + self.this.limits.terminal_write_timeout,
+                    failed,
+                    failed,
+                );
+                None
+            }
+            Action::Publish(result) => {
+                counters.publications.fetch_add(1, Ordering::SeqCst);
+                let delivery = match self.state.phase() {
+                    Phase::Acknowledged { delivery, .. } | Phase::Completed { delivery, .. } => {
+                        delivery
+                    }
+                    // The machine only publishes from Acknowledged.
+                    Phase::Open
+                    | Phase::Finalizing { .. }
+                    | Phase::Cleaning { .. }
+                    | Phase::Writing { .. } => request::Delivery::CallerGone,
+                };
+                let completion = Completion {
+                    request_id: id,
+                    result,
+                    delivery,
+                };
+                if let Err(refused) = self.shared.done.settle(completion) {
+                    warn!(winner = ?refused.winner.result, "a second publication was refused");
+                }
+                Some(Event::Published)
+            }
+        }
+    }
+
+    /// Runs `work` in its own task and feeds its answer back to the actor.
+    /// The actor waits at most until `deadline` (answering `on_timeout`; the
+    /// work goes on in the background, never aborted) and answers
+    /// `on_panic` if the work panicked, so no action can leave the machine
+    /// waiting forever.
+    fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Event, on_panic: Event)
+    where
+        F: std::future::Future<Output = Event> + Send + 'static,
+    {
+        self.in_flight += 1;
+        let tx = self.internal.clone();
+        let work = tokio::spawn(work.in_current_span());
+        tokio::spawn(
+            async move {
+                let event = match tokio::time::timeout_at(deadline, work).await {
+                    Ok(Ok(event)) => event,
+                    Ok(Err(_)) => {
+                        warn!(?on_panic, "an action task panicked");
+                        on_panic
+                    }
+                    Err(_) => {
+                        warn!(?on_timeout, "an action missed its deadline");
+                        on_timeout
+                    }
+                };
+                // The actor holds its own sender: this send only fails if
+                // the runtime is shutting down.
+                let _ = tx.send(event);
+            }
+            .in_current_span(),
+        );
+    }
+}

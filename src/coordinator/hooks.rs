@@ -1,0 +1,92 @@
+//! The seams between the coordinator and the world: the workspace
+//! lifecycle, process control, and the endpoint's terminal sink.
+
+use std::future::Future;
+
+use super::RequestId;
+use crate::error::SafeCode;
+use crate::machine::request::{CleanupResult, Delivery, FinalResult};
+
+/// The optional workspace lifecycle of a request's executor.
+///
+/// Implemented by the workspace runtime (through an adapter) and by the
+/// edge's wire client. The coordinator calls [`cleanup_workspace`] at most
+/// once per request, and only if the request reported that it opened a
+/// workspace; a request that never opened one completes without any call.
+///
+/// The coordinator runs the call in its own task and waits for it only up to
+/// the request's frozen cleanup deadline; past that it records
+/// `cleanup_deadline_exceeded` and lets the task finish in the background.
+///
+/// [`cleanup_workspace`]: WorkspaceLifecycle::cleanup_workspace
+pub trait WorkspaceLifecycle: Send + Sync + 'static {
+    /// Removes everything the request owns (its processes and registered
+    /// artifacts) and reports how that went, as a safe code on failure.
+    fn cleanup_workspace(&self, request: &RequestId) -> impl Future<Output = CleanupResult> + Send;
+}
+
+/// Stops the executor and every process a request launched.
+pub trait ProcessControl: Send + Sync + 'static {
+    /// Cancels the request's executor and processes; resolves once they can
+    /// no longer touch the workspace. Called at most once per request.
+    fn cancel_processes(&self, request: &RequestId) -> impl Future<Output = ()> + Send;
+}
+
+/// The endpoint that receives a request's terminal result.
+pub trait TerminalSink: Send + Sync + 'static {
+    /// Writes the terminal result to the caller and resolves once the
+    /// endpoint acknowledged it.
+    ///
+    /// # Errors
+    ///
+    /// [`TerminalWriteError`] when the write failed; the coordinator then
+    /// records a `terminal_write_failed` candidate and still completes.
+    fn write_terminal(
+        &self,
+        request: &RequestId,
+        result: &FinalResult,
+    ) -> impl Future<Output = Result<(), TerminalWriteError>> + Send;
+}
+
+/// A terminal write that failed; carries only a safe code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("writing the terminal result failed: {code}")]
+pub struct TerminalWriteError {
+    /// Why, safely.
+    pub code: SafeCode,
+}
+
+/// A lifecycle for executors that never open a workspace. Its cleanup is
+/// never called by a correct runtime; if a request nevertheless reports a
+/// workspace as opened, cleanup fails with `no_workspace_lifecycle` rather
+/// than pretending the workspace was cleaned.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoWorkspace;
+
+/// The code of a workspace reported as opened with no lifecycle to clean it.
+pub const CODE_NO_WORKSPACE_LIFECYCLE: SafeCode = SafeCode::new("no_workspace_lifecycle");
+
+impl WorkspaceLifecycle for NoWorkspace {
+    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupResult {
+        CleanupResult::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
+    }
+}
+
+/// Process control for executors with nothing to cancel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProcesses;
+
+impl ProcessControl for NoProcesses {
+    async fn cancel_processes(&self, _request: &RequestId) {}
+}
+
+/// What every waiter of a request observes once it completed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Completion {
+    /// The request.
+    pub request_id: RequestId,
+    /// The merged final result.
+    pub result: FinalResult,
+    /// How the terminal reached (or did not reach) the caller.
+    pub delivery: Delivery,
+}

@@ -1,0 +1,255 @@
+//! Every primary candidate × workspace opened or not × cleanup ok or failed
+//! × terminal acknowledged or failed: the final category, the cleanup
+//! evidence, the delivery and the side-effect counts.
+
+use std::time::Duration;
+
+use custodian::coordinator::Limits;
+use custodian::machine::request::{Candidate, CleanupReport, Delivery, Status};
+
+use crate::support::{Gate, SYMLINK_IN_JOB, coordinator, finish, id, settle};
+
+const EXEC_FAILED: custodian::error::SafeCode = custodian::error::SafeCode::new("tool_failed");
+
+fn primaries() -> [Candidate; 6] {
+    [
+        Candidate::Success,
+        Candidate::ExecutorError { code: EXEC_FAILED },
+        Candidate::Timeout,
+        Candidate::CallerCancel,
+        Candidate::CallerDisconnect,
+        Candidate::TerminalWriteFailed,
+    ]
+}
+
+/// The rules from the seed, written out independently of the machine.
+fn expected_status(primary: Candidate, cleanup_failed: bool) -> Status {
+    match primary {
+        Candidate::Success if cleanup_failed => Status::Failed,
+        Candidate::Success => Status::Succeeded,
+        Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => Status::Failed,
+        Candidate::Timeout => Status::TimedOut,
+        Candidate::CallerCancel | Candidate::CallerDisconnect => Status::Cancelled,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_primary_outcome_merges_with_cleanup_and_delivery() {
+    let mut cases = 0;
+    for primary in primaries() {
+        for opened in [false, true] {
+            for cleanup_fails in [false, true] {
+                for write_fails in [false, true] {
+                    let co = coordinator(
+                        Gate::open_always(),
+                        Gate::open_always(),
+                        Gate::open_always(),
+                        Limits::default(),
+                    );
+                    co.lifecycle()
+                        .fail_all
+                        .store(cleanup_fails, std::sync::atomic::Ordering::SeqCst);
+                    let name = format!("case-{cases}{}", if write_fails { "-wfail" } else { "" });
+                    let ctx = format!(
+                        "{primary:?} opened={opened} cleanup_fails={cleanup_fails} write_fails={write_fails}"
+                    );
+                    let r = id(&name);
+                    let h = co.start(r.clone());
+                    if opened {
+                        h.workspace_opened().await.unwrap();
+                    }
+                    if primary == Candidate::Timeout {
+                        tokio::time::advance(Limits::default().request_timeout).await;
+                    } else {
+                        h.candidate(primary);
+                    }
+                    // Executor-less candidates wait for the executor to stop;
+                    // the fake process control answers at once.
+                    let facts = finish(&h, &ctx).await;
+                    let c = h.finished().await;
+                    let cleanup_failed = opened && cleanup_fails;
+                    assert_eq!(
+                        c.result.status(),
+                        expected_status(primary, cleanup_failed),
+                        "{ctx}"
+                    );
+                    assert_eq!(c.result.primary(), primary, "{ctx}");
+                    let expected_cleanup = match (opened, cleanup_fails) {
+                        (false, _) => CleanupReport::NotNeeded,
+                        (true, false) => CleanupReport::Succeeded,
+                        (true, true) => CleanupReport::Failed {
+                            code: SYMLINK_IN_JOB,
+                        },
+                    };
+                    assert_eq!(c.result.cleanup(), expected_cleanup, "{ctx}");
+                    let lifecycle_calls = co.lifecycle().count(&r);
+                    assert_eq!(lifecycle_calls, u32::from(opened), "{ctx}: cleanup calls");
+                    assert_eq!(facts.start_cleanups, u32::from(opened), "{ctx}");
+                    let disconnected = primary == Candidate::CallerDisconnect;
+                    let expected_delivery = if disconnected {
+                        Delivery::CallerGone
+                    } else if write_fails {
+                        Delivery::WriteFailed
+                    } else {
+                        Delivery::Acknowledged
+                    };
+                    assert_eq!(c.delivery, expected_delivery, "{ctx}");
+                    assert_eq!(
+                        h.effects().writes,
+                        u32::from(!disconnected),
+                        "{ctx}: writes"
+                    );
+                    assert_eq!(h.effects().publications, 1, "{ctx}");
+                    assert_eq!(h.effects().cancels, 1, "{ctx}: one cancel");
+                    if primary == Candidate::Success && cleanup_failed {
+                        assert_eq!(
+                            c.result.error_code().unwrap().as_str(),
+                            "cleanup_failed",
+                            "{ctx}"
+                        );
+                    }
+                    cases += 1;
+                    settle().await;
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 48);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unopened_workspace_is_never_cleaned() {
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::open_always(),
+        Gate::open_always(),
+        Limits::default(),
+    );
+    let r = id("never-opened");
+    let h = co.start(r.clone());
+    h.candidate(Candidate::Success);
+    h.candidate(Candidate::CallerCancel);
+    let facts = finish(&h, "unopened").await;
+    assert_eq!(facts.start_cleanups, 0);
+    assert_eq!(co.lifecycle().total(), 0);
+    assert_eq!(
+        h.finished().await.result.cleanup(),
+        CleanupReport::NotNeeded
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn opening_after_a_workspace_less_finalization_is_refused() {
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::open_always(),
+        Gate::open_always(),
+        Limits::default(),
+    );
+    let h = co.start(id("late-open"));
+    h.candidate(Candidate::Success);
+    finish(&h, "late").await;
+    assert!(
+        h.workspace_opened().await.is_err(),
+        "nobody would clean it: the caller is told"
+    );
+    assert!(h.state().late_workspace_open());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
+    let limits = Limits {
+        request_timeout: Duration::from_secs(10),
+        cleanup_grace: Duration::from_secs(5),
+        terminal_write_timeout: Duration::from_secs(1),
+    };
+    // The cleanup gate is never opened: the cleanup hangs.
+    let co = coordinator(
+        Gate::closed(),
+        Gate::open_always(),
+        Gate::open_always(),
+        limits,
+    );
+    let h = co.start(id("slow-cleanup"));
+    h.workspace_opened().await.unwrap();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    h.candidate(Candidate::Success);
+    settle().await;
+    assert!(
+        h.try_finished().is_none(),
+        "no completion while the cleanup runs"
+    );
+    // The deadline was frozen at start: 10 s + 5 s, not 3 s + 15 s.
+    tokio::time::advance(Duration::from_secs(12)).await;
+    let c = h.finished().await;
+    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(
+        c.result.cleanup(),
+        CleanupReport::Failed {
+            code: custodian::coordinator::CODE_CLEANUP_DEADLINE_EXCEEDED
+        }
+    );
+    finish(&h, "slow").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_terminal_write_counts_as_failed_and_still_completes() {
+    let limits = Limits {
+        terminal_write_timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::open_always(),
+        Gate::closed(),
+        limits,
+    );
+    let h = co.start(id("hung-sink"));
+    h.workspace_opened().await.unwrap();
+    h.candidate(Candidate::Success);
+    settle().await;
+    assert!(h.try_finished().is_none());
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let c = h.finished().await;
+    // The result was already merged before the write: a success whose
+    // delivery failed keeps its result, delivery says what happened.
+    assert_eq!(c.result.status(), Status::Succeeded);
+    assert_eq!(c.delivery, Delivery::WriteFailed);
+    assert_eq!(co.lifecycle().total(), 1);
+    finish(&h, "hung sink").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_every_handle_is_a_disconnect_that_still_cleans_up() {
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::open_always(),
+        Gate::open_always(),
+        Limits::default(),
+    );
+    let r = id("abandoned");
+    let h = co.start(r.clone());
+    h.workspace_opened().await.unwrap();
+    let observer = h.observer();
+    drop(h);
+    let c = observer.finished().await;
+    assert_eq!(c.result.primary(), Candidate::CallerDisconnect);
+    assert_eq!(c.delivery, Delivery::CallerGone);
+    assert_eq!(
+        co.lifecycle().count(&r),
+        1,
+        "cleanup ran although every caller left"
+    );
+    assert_eq!(
+        co.sink().writes_for(&r),
+        0,
+        "nothing is written to a gone caller"
+    );
+    assert_eq!(
+        co.processes()
+            .cancels
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    crate::support::check_log(&observer.log(), "abandoned");
+}
