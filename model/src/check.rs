@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
+use crate::process::{self, ProcessModel, ProcessStep};
 use crate::request::{self, RequestModel, RequestStep};
 
 /// The verdict on one property.
@@ -31,6 +32,8 @@ pub struct Report {
     pub name: String,
     /// The property a broken variant must break (`None` for a real model).
     pub expect_broken: Option<&'static str>,
+    /// The pinned unique state count of this configuration, if pinned.
+    pub pinned: Option<usize>,
     /// States generated, duplicates included.
     pub states: usize,
     /// Distinct states (symmetry representatives).
@@ -45,8 +48,12 @@ pub struct Report {
 
 impl Report {
     /// Whether the run says what it must: a real model satisfies every
-    /// property, a broken variant violates the property it breaks.
+    /// property (and has its pinned state count, if pinned), a broken
+    /// variant violates the property it breaks.
     pub fn ok(&self) -> bool {
+        if self.pinned.is_some_and(|n| n != self.unique) {
+            return false;
+        }
         match self.expect_broken {
             None => self.verdicts.iter().all(|v| v.holds == Some(true)),
             Some(name) => self
@@ -66,13 +73,23 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{}: {} states, {} unique, max depth {}, {:.2}s — {}",
+            "{}: {} states, {} unique{}, max depth {}, {:.2}s — {}",
             self.name,
             self.states,
             self.unique,
+            match self.pinned {
+                Some(n) if n == self.unique => " (pinned)",
+                _ => "",
+            },
             self.depth,
             self.seconds,
             match (self.expect_broken, self.ok()) {
+                (None, false) if self.pinned.is_some_and(|n| n != self.unique) => {
+                    format!(
+                        "STATE COUNT CHANGED: pinned {}",
+                        self.pinned.unwrap_or_default()
+                    )
+                }
                 (None, true) => "all properties hold".to_string(),
                 (None, false) => "VIOLATED".to_string(),
                 (Some(p), true) => format!("broken as expected: counterexample for \"{p}\""),
@@ -150,6 +167,7 @@ where
     Report {
         name,
         expect_broken,
+        pinned: None,
         states: checker.state_count(),
         unique: checker.unique_state_count(),
         depth: checker.max_depth(),
@@ -162,14 +180,39 @@ where
 pub fn request<S: RequestStep>(step: S, waiters: usize, threads: usize) -> Report {
     let name = format!("{} ({waiters} waiters)", step.name());
     let breaks = step.breaks();
-    run(
+    let mut r = run(
         name,
         breaks,
         RequestModel::new(step, waiters),
         request::representative,
         threads,
-    )
+    );
+    if breaks.is_none() {
+        r.pinned = pinned_request_states(waiters);
+    }
+    r
 }
+
+/// Checks the process model over `step` on every tier.
+pub fn process<S: ProcessStep>(step: S, threads: usize) -> Report {
+    let name = format!("{} (3 tiers)", step.name());
+    let breaks = step.breaks();
+    let mut r = run(
+        name,
+        breaks,
+        ProcessModel::new(step),
+        process::representative,
+        threads,
+    );
+    if breaks.is_none() {
+        r.pinned = Some(PINNED_PROCESS_STATES);
+    }
+    r
+}
+
+/// The pinned unique state count of the real process model (see
+/// `model/tests/process.rs` for how it arises).
+pub const PINNED_PROCESS_STATES: usize = 3_624;
 
 /// The pinned unique state count of the real request model with `waiters`
 /// waiters, if that configuration is pinned (see `model/tests/request.rs`
@@ -186,13 +229,17 @@ pub const fn pinned_request_states(waiters: usize) -> Option<usize> {
 
 /// Every model configuration and broken variant, in report order.
 pub fn all(threads: usize) -> Vec<Report> {
-    use crate::request::{Real, broken};
+    use crate::{process as p, request as r};
     vec![
-        request(Real, 2, threads),
-        request(Real, 3, threads),
-        request(broken::DoubleCleanup, 2, threads),
-        request(broken::CompleteBeforeCleanup, 2, threads),
-        request(broken::SuccessDespiteCleanupFailure, 2, threads),
-        request(broken::RepublishOnDuplicate, 2, threads),
+        request(r::Real, 2, threads),
+        request(r::Real, 3, threads),
+        process(p::Real, threads),
+        request(r::broken::DoubleCleanup, 2, threads),
+        request(r::broken::CompleteBeforeCleanup, 2, threads),
+        request(r::broken::SuccessDespiteCleanupFailure, 2, threads),
+        request(r::broken::RepublishOnDuplicate, 2, threads),
+        process(p::broken::SignalAfterSettle, threads),
+        process(p::broken::SettleTwice, threads),
+        process(p::broken::KillBeforeGrace, threads),
     ]
 }

@@ -16,4 +16,5 @@
 //! That is how the harness is shown able to fail.
 
 pub mod check;
+pub mod process;
 pub mod request;

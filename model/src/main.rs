@@ -13,7 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use custodian_model::check;
-use custodian_model::request::{Real, RequestModel, RequestStep, broken};
+use std::fmt;
+use std::hash::Hash;
+
+use custodian_model::process::{self, ProcessModel};
+use custodian_model::request::{Real, RequestModel, broken};
 use stateright::Model;
 
 #[derive(Parser)]
@@ -42,14 +46,18 @@ enum Command {
         /// Which model (see `custodian-model explore --model list`).
         #[arg(long, default_value = "request")]
         model: String,
-        /// Waiters in the request model.
+        /// Waiters in the request model (ignored by the process model).
         #[arg(long, default_value_t = 2)]
         waiters: usize,
     },
 }
 
-const MODELS: [&str; 5] = [
+const MODELS: [&str; 9] = [
     "request",
+    "process",
+    "process/broken/signal-after-settle",
+    "process/broken/settle-twice",
+    "process/broken/kill-before-grace",
     "request/broken/double-cleanup",
     "request/broken/complete-before-cleanup",
     "request/broken/success-despite-cleanup-failure",
@@ -81,20 +89,6 @@ fn run_check(threads: usize) -> ExitCode {
         if !r.ok() {
             failed.push(r.name.clone());
         }
-        if r.expect_broken.is_none() {
-            let waiters = r.name.split('(').nth(1).and_then(|s| s.split(' ').next());
-            let pinned = waiters
-                .and_then(|w| w.parse().ok())
-                .and_then(check::pinned_request_states);
-            match pinned {
-                Some(n) if n == r.unique => println!("  pinned unique state count {n}: matches"),
-                Some(n) => {
-                    println!("  pinned unique state count {n}: CHANGED to {}", r.unique);
-                    failed.push(format!("{} (state count)", r.name));
-                }
-                None => {}
-            }
-        }
         println!();
     }
     println!("total {total:.2}s on {threads} threads");
@@ -108,6 +102,19 @@ fn run_check(threads: usize) -> ExitCode {
 }
 
 fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
+    if model == "list" {
+        for m in MODELS {
+            println!("{m}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if !MODELS.contains(&model) {
+        eprintln!(
+            "error: unknown model {model:?}; models: {}",
+            MODELS.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     // stateright panics if it cannot bind; find out first and say why.
     if let Err(e) = TcpListener::bind(addr) {
@@ -131,6 +138,16 @@ fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
             RequestModel::new(broken::RepublishOnDuplicate, waiters),
             addr,
         ),
+        "process" => serve(ProcessModel::new(process::Real), addr),
+        "process/broken/signal-after-settle" => {
+            serve(ProcessModel::new(process::broken::SignalAfterSettle), addr)
+        }
+        "process/broken/settle-twice" => {
+            serve(ProcessModel::new(process::broken::SettleTwice), addr)
+        }
+        "process/broken/kill-before-grace" => {
+            serve(ProcessModel::new(process::broken::KillBeforeGrace), addr)
+        }
         other => {
             eprintln!(
                 "error: unknown model {other:?}; models: {}",
@@ -142,7 +159,12 @@ fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn serve<S: RequestStep>(model: RequestModel<S>, addr: SocketAddr) {
+fn serve<M>(model: M, addr: SocketAddr)
+where
+    M: Model + fmt::Debug + Send + Sync + 'static,
+    M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync,
+    M::Action: fmt::Debug + Clone + PartialEq + Send + Sync,
+{
     println!("serving {model:?} on http://{addr}/ (Ctrl-C to stop)");
     let _checker = model.checker().serve(addr);
 }
