@@ -230,3 +230,90 @@ fn explain(args: ExplainArgs) -> ExitCode {
     );
     ExitCode::SUCCESS
 }
+
+/// Exit code of `custodian run --policy` when policy requires an approval
+/// that was not presented (`EX_TEMPFAIL`: retry with `--approve`).
+pub(crate) const EXIT_APPROVAL_REQUIRED: u8 = 75;
+/// Exit code of `custodian run --policy` when policy denies the call
+/// (`EX_NOPERM`).
+pub(crate) const EXIT_DENIED: u8 = 77;
+
+/// Policy flags of `custodian run`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunPolicyArgs {
+    /// Decide with this policy file before launching; nothing is launched
+    /// on deny (exit 77) or require_approval (exit 75), and stdout then holds
+    /// the `custodian.policy.explain/1` object with the suggested override.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Who drives the call (with --policy).
+    #[arg(long, value_enum, default_value = "untrusted", requires = "policy")]
+    provenance: ProvenanceArg,
+    /// An approval held for this call: an exact override printed by a
+    /// previous refusal, or a `*` pattern (with --policy; repeatable).
+    #[arg(long = "approve", value_name = "TARGET", requires = "policy")]
+    approve: Vec<String>,
+}
+
+/// A loaded policy for `custodian run`.
+pub(crate) struct RunGate {
+    config: PolicyConfig,
+    provenance: Provenance,
+    approvals: Vec<Pattern>,
+}
+
+impl RunGate {
+    /// Loads the gate when `--policy` is given.
+    pub(crate) fn from_args(args: &RunPolicyArgs) -> Result<Option<RunGate>, ExitCode> {
+        let Some(path) = &args.policy else {
+            return Ok(None);
+        };
+        Ok(Some(RunGate {
+            config: load_policy(path)?,
+            provenance: args.provenance.into(),
+            approvals: parse_approvals(&args.approve)?,
+        }))
+    }
+
+    /// Decides and, on allow, runs to settlement. A refusal is printed and
+    /// returned as the exit code.
+    pub(crate) fn run(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        invocation: custodian::process::Invocation,
+        options: &custodian::process::LaunchOptions,
+    ) -> Result<
+        Result<std::sync::Arc<custodian::process::Evidence>, custodian::process::ProcessError>,
+        ExitCode,
+    > {
+        use custodian::process::governed::{Gate, Governed, run_governed};
+        let registry = Registry::new();
+        let context = Context {
+            provenance: self.provenance,
+            state_mode: StateMode::Local,
+        };
+        let gate = Gate {
+            registry: &registry,
+            config: &self.config,
+            context,
+            approvals: &self.approvals,
+        };
+        let (decision, exit, what) =
+            match runtime.block_on(run_governed(invocation, options, &gate)) {
+                Ok(Governed::Launched { value, .. }) => return Ok(Ok(value)),
+                Err(e) => return Ok(Err(e)),
+                Ok(Governed::ApprovalRequired(a)) => {
+                    (a.decision, EXIT_APPROVAL_REQUIRED, "approval required")
+                }
+                Ok(Governed::Denied(d)) => (*d, EXIT_DENIED, "denied"),
+                Ok(_) => return Err(ExitCode::from(EXIT_DENIED)),
+            };
+        eprintln!(
+            "custodian run: not launched, policy: {what}: {}",
+            decision.reason
+        );
+        let json = explain_json(custodian::policy::PROCESS_RUN, context, &decision);
+        println!("{json}");
+        Err(ExitCode::from(exit))
+    }
+}

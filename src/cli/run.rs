@@ -35,6 +35,10 @@ Exit codes:
   70  internal error
   71  launch failure: executable not found or not executable, working
       directory missing, spawn failed; nothing is running
+  65/66  --policy file invalid / unreadable; nothing was launched
+  75  --policy requires approval; stdout holds the decision with its
+      suggested_override, to pass back as --approve; nothing was launched
+  77  --policy denies the call; stdout holds the decision; nothing was launched
 
 On exit codes 64 and 71 stdout holds {\"error\":{\"kind\",\"code\",\"message\"}}.
 
@@ -84,6 +88,8 @@ pub(crate) struct Args {
     /// `<data source="tool">` boundary instead of bare JSON.
     #[arg(long)]
     for_model: bool,
+    #[command(flatten)]
+    policy: super::policy::RunPolicyArgs,
     /// The executable and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "EXECUTABLE [ARGS]")]
     command: Vec<String>,
@@ -170,6 +176,10 @@ fn print_error(kind: &str, code: &str, message: &str) {
 }
 
 pub(crate) fn main(args: Args) -> ExitCode {
+    let gate = match super::policy::RunGate::from_args(&args.policy) {
+        Ok(gate) => gate,
+        Err(code) => return code,
+    };
     let Config {
         invocation,
         options,
@@ -198,7 +208,14 @@ pub(crate) fn main(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
-    match runtime.block_on(custodian::process::run(invocation, &options)) {
+    let outcome = match &gate {
+        None => runtime.block_on(custodian::process::run(invocation, &options)),
+        Some(gate) => match gate.run(&runtime, invocation, &options) {
+            Ok(outcome) => outcome,
+            Err(refused) => return refused,
+        },
+    };
+    match outcome {
         Ok(evidence) => {
             if for_model {
                 println!("{}", evidence.render_for_model());

@@ -41,6 +41,7 @@ pub mod capture;
 mod driver;
 pub mod env;
 pub mod evidence;
+pub mod governed;
 pub mod invocation;
 mod launch;
 pub(crate) mod sys;

@@ -191,3 +191,118 @@ fn explain_exit_codes_for_bad_inputs() {
     assert_eq!(out.status.code(), Some(64));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
+
+fn run_cmd(workspace: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .arg("run")
+        .arg("--workspace")
+        .arg(workspace)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn run_with_policy_launches_only_what_was_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let strict = example("policy-strict.toml");
+    let touch = ["--", "touch", "made by custodian"];
+
+    // Default decision: approval required, nothing launched.
+    let args: Vec<&str> = ["--policy", strict.as_str()]
+        .iter()
+        .chain(&touch)
+        .copied()
+        .collect();
+    let out = run_cmd(ws, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !ws.join("made by custodian").exists(),
+        "launched without approval"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "require_approval");
+    let approval = v["suggested_override"].as_str().unwrap().to_owned();
+
+    // The same approval for a different argv split is not enough.
+    let out = run_cmd(
+        ws,
+        &[
+            "--policy",
+            &strict,
+            "--approve",
+            &approval,
+            "--",
+            "touch",
+            "made",
+            "by",
+            "custodian",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(75));
+    assert!(!ws.join("made").exists());
+
+    // Presenting the exact override launches it.
+    let args: Vec<&str> = ["--policy", strict.as_str(), "--approve", &approval]
+        .iter()
+        .chain(&touch)
+        .copied()
+        .collect();
+    let out = run_cmd(ws, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evidence: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(evidence["status"], "exited");
+    assert!(ws.join("made by custodian").exists());
+}
+
+#[test]
+fn run_with_policy_refuses_denied_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let strict = example("policy-strict.toml");
+    // `git push` is denied by rule 0 even with a catch-all approval; exit 77
+    // (not 0 or 71) shows the launcher was never reached.
+    let out = run_cmd(
+        dir.path(),
+        &[
+            "--policy",
+            &strict,
+            "--provenance",
+            "trusted",
+            "--approve",
+            "*",
+            "--",
+            "git",
+            "push",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(77));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"]["code"], "denied_by_rule");
+
+    let disabled = example("policy-process-run-disabled.toml");
+    let out = run_cmd(
+        dir.path(),
+        &[
+            "--policy",
+            &disabled,
+            "--provenance",
+            "trusted",
+            "--",
+            "touch",
+            "x",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(77));
+    assert!(!dir.path().join("x").exists());
+}
