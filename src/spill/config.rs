@@ -165,8 +165,7 @@ impl SpillConfig {
 
     /// The sweep cutoff for `now`: files whose mtime is strictly older are
     /// expired. `None` when cleanup is disabled; [`SystemTime::UNIX_EPOCH`]
-    /// minus nothing (i.e. the earliest representable time) when the period
-    /// reaches back before what the clock can represent.
+    /// when the period reaches back further than the clock can represent.
     pub fn cutoff(&self, now: SystemTime) -> Option<SystemTime> {
         let period = self.period()?;
         Some(now.checked_sub(period).unwrap_or(SystemTime::UNIX_EPOCH))
