@@ -1,15 +1,220 @@
 //! `custodian run`: one governed process, its evidence on stdout.
+//!
+//! Raw arguments → a validated [`Invocation`] and [`LaunchOptions`] → one
+//! [`custodian::process::run`] call. The library never sees a flag.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use custodian::process::invocation::{EnvValue, OutputBudget, Tunables};
+use custodian::process::units::{parse_duration, parse_size};
+use custodian::process::{Invocation, InvocationSpec, LaunchOptions, ProcessError};
+
+/// The run completed (whatever the child did; see `status` in the evidence).
+pub(crate) const EXIT_COMPLETED: u8 = 0;
+/// The invocation was invalid; nothing was launched (`EX_USAGE`).
+pub(crate) const EXIT_INVALID: u8 = 64;
+/// The process could not be launched: executable not found or not
+/// executable, bad working directory, spawn failure (`EX_OSERR`).
+pub(crate) const EXIT_LAUNCH_FAILED: u8 = 71;
+/// custodian itself failed (`EX_SOFTWARE`).
+pub(crate) const EXIT_INTERNAL: u8 = 70;
+
+const AFTER_HELP: &str = "\
+Prints one evidence JSON object (docs/schemas/process-evidence.v1.json) on stdout.
+
+Exit codes:
+  0   the run completed: the child exited, was signalled, timed out or was
+      cancelled; read `status`, `exit_code` and `signal` in the evidence
+  2   the command line could not be parsed (including a bad duration or
+      size); nothing was launched
+  64  invalid invocation (an --env entry without `=`, a cwd escaping the
+      workspace, a zero timeout, a budget over the limit, ...); nothing
+      was launched
+  70  internal error
+  71  launch failure: executable not found or not executable, working
+      directory missing, spawn failed; nothing is running
+
+On exit codes 64 and 71 stdout holds {\"error\":{\"kind\",\"code\",\"message\"}}.
+
+Example: a timeout, and a pipe held open by a background child
+  custodian run --timeout 1s --grace 500ms -- sleep 5
+  custodian run -- sh -c 'echo started; sleep 30 &'";
 
 /// Arguments of `custodian run`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct Args {
+    /// Time before SIGTERM is sent to the process group.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Time between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    grace: Duration,
+    /// How long to wait, after the root exited, for descendants to close
+    /// stdout/stderr.
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
+    drain: Duration,
+    /// Extra time after the grace before the streams are closed regardless.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    hard_margin: Duration,
+    /// Bytes of stdout kept (head + tail).
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = size)]
+    stdout_budget: usize,
+    /// Bytes of stderr kept (head + tail).
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = size)]
+    stderr_budget: usize,
+    /// The workspace root (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Working directory relative to the workspace.
+    #[arg(long, value_name = "REL")]
+    cwd: Option<String>,
+    /// Add KEY=VALUE to the child's minimal baseline environment
+    /// (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Linux: make this process a child subreaper, so descendants that
+    /// escape the group (double fork, setsid) are adopted, stopped with the
+    /// group and reaped; the evidence reports the tier `subreaper`.
+    #[arg(long)]
+    subreaper: bool,
+    /// Print the evidence wrapped in the model-facing
+    /// `<data source="tool">` boundary instead of bare JSON.
+    #[arg(long)]
+    for_model: bool,
     /// The executable and its arguments, after `--`.
-    #[arg(last = true)]
+    #[arg(last = true, required = true, value_name = "EXECUTABLE [ARGS]")]
     command: Vec<String>,
 }
 
-pub(crate) fn main(_args: Args) -> ExitCode {
-    super::unavailable("run")
+/// Why the command line does not make an invocation. Never holds an
+/// environment value.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    #[error("--env entry {index} is not KEY=VALUE")]
+    Env { index: usize },
+    #[error("no executable after `--`")]
+    NoCommand,
+    #[error(transparent)]
+    Invalid(#[from] custodian::process::invocation::InvalidInvocation),
+    #[error("--workspace: {0}")]
+    Workspace(std::io::Error),
+}
+
+impl ArgsError {
+    fn code(&self) -> &'static str {
+        match self {
+            ArgsError::Env { .. } => "bad_env",
+            ArgsError::NoCommand => "no_command",
+            ArgsError::Invalid(_) => "invalid_invocation",
+            ArgsError::Workspace(_) => "bad_workspace",
+        }
+    }
+}
+
+fn size(v: &str) -> Result<usize, String> {
+    let bytes = parse_size(v).map_err(|e| e.to_string())?;
+    usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit in memory here"))
+}
+
+struct Config {
+    invocation: Invocation,
+    options: LaunchOptions,
+    for_model: bool,
+    subreaper: bool,
+}
+
+fn validate(args: Args) -> Result<Config, ArgsError> {
+    let mut command = args.command.into_iter();
+    let executable = command.next().ok_or(ArgsError::NoCommand)?;
+    let mut spec = InvocationSpec::new(executable)
+        .with_args(command)
+        .with_timeout(args.timeout)
+        .with_tunables(Tunables {
+            grace: args.grace,
+            drain: args.drain,
+            hard_margin: args.hard_margin,
+        })
+        .with_budget(OutputBudget {
+            stdout: args.stdout_budget,
+            stderr: args.stderr_budget,
+        });
+    if let Some(cwd) = args.cwd {
+        spec = spec.with_cwd(cwd);
+    }
+    for (index, entry) in args.env.into_iter().enumerate() {
+        let (k, v) = entry.split_once('=').ok_or(ArgsError::Env { index })?;
+        spec = spec.with_env(k, EnvValue::Literal(v.to_owned()));
+    }
+    let invocation = Invocation::validate(spec)?;
+    let workspace = match args.workspace {
+        Some(w) => w,
+        None => std::env::current_dir().map_err(ArgsError::Workspace)?,
+    };
+    // The baseline is the documented subset of this process's environment.
+    let options = LaunchOptions::new(workspace);
+    Ok(Config {
+        invocation,
+        options,
+        for_model: args.for_model,
+        subreaper: args.subreaper,
+    })
+}
+
+fn print_error(kind: &str, code: &str, message: &str) {
+    eprintln!("custodian run: {message}");
+    let json = serde_json::json!({ "error": { "kind": kind, "code": code, "message": message } });
+    println!("{json}");
+}
+
+pub(crate) fn main(args: Args) -> ExitCode {
+    let Config {
+        invocation,
+        options,
+        for_model,
+        subreaper,
+    } = match validate(args) {
+        Ok(v) => v,
+        Err(e) => {
+            print_error("invalid_invocation", e.code(), &e.to_string());
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    if subreaper {
+        if let Err(e) = custodian::process::enable_subreaper() {
+            print_error("launch_failed", e.code(), &e.to_string());
+            return ExitCode::from(EXIT_LAUNCH_FAILED);
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            print_error("internal", "runtime", &e.to_string());
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    match runtime.block_on(custodian::process::run(invocation, &options)) {
+        Ok(evidence) => {
+            if for_model {
+                println!("{}", evidence.render_for_model());
+            } else {
+                println!("{}", evidence.to_json());
+            }
+            ExitCode::from(EXIT_COMPLETED)
+        }
+        Err(e) => {
+            let (kind, exit) = match e {
+                ProcessError::NoRuntime => ("internal", EXIT_INTERNAL),
+                ProcessError::Env(_) => ("invalid_invocation", EXIT_INVALID),
+                _ => ("launch_failed", EXIT_LAUNCH_FAILED),
+            };
+            print_error(kind, e.code(), &e.to_string());
+            ExitCode::from(exit)
+        }
+    }
 }

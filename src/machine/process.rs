@@ -1,1 +1,647 @@
-//! The process machine: `Running → Term → Kill → Settled`.
+//! The process machine: `Running → Term → Kill → Settled`, plus the path
+//! where the root exits first and the output streams drain.
+//!
+//! # Theory of operation
+//!
+//! One governed process is one [`State`]. The driver in `process/` feeds it
+//! [`Event`]s together with the current time and executes the
+//! [`Action`]s that come back; the machine itself never reads a clock,
+//! never signals anything and never touches a descriptor. The stateright
+//! model in `model/` calls this very [`step`] function.
+//!
+//! ```text
+//!            RootExited                 streams done
+//!  Running ─────────────▶ Draining ───────────────────▶ (probe) ──▶ Settled
+//!     │ Deadline/Cancel      │ Deadline/Cancel/DrainBound     ▲
+//!     ▼                      ▼ (or probe says Occupied)        │
+//!   Term ◀───────────────────┘                                 │
+//!     │ GraceElapsed                                           │
+//!     ▼                                                        │
+//!   Kill ──── root exited + streams done (probe) / HardDeadline ┘
+//! ```
+//!
+//! * **Running**: the root has not been seen to exit and no signal was sent.
+//! * **Draining**: the root exited on its own; the machine waits for both
+//!   streams to reach end-of-file, at most the drain bound.
+//! * **Term**: `SIGTERM` went to the group (or could not be sent safely); the
+//!   grace timer and the hard deadline are armed.
+//! * **Kill**: the grace elapsed; `SIGKILL` went to the group if that was
+//!   still safe. Only the hard deadline is left to wait for.
+//! * **Settled**: absorbing. [`Action::Reap`] and [`Action::Settle`] were
+//!   emitted exactly once, on the transition into it.
+//!
+//! Whenever the root has exited and both streams are done, a machine on the
+//! [`Tier::PinnedGroup`] tier asks the driver to look at the process group
+//! ([`Action::ProbeGroup`]) and waits for [`Event::GroupProbed`]. An empty
+//! group settles; an occupied group climbs the ladder (`TERM`, then `KILL`
+//! after the grace); a group still occupied after `KILL` settles as
+//! [`Descendants::UnconfirmedOrEscaped`]. On the other tiers no probe is
+//! possible and the machine settles as soon as the root exited and the
+//! streams are done.
+//!
+//! # Invariants (checked by the unit tests below and by the model)
+//!
+//! * `Settle` is emitted at most once, together with exactly one `Reap`, and
+//!   [`Phase::Settled`] is absorbing.
+//! * No action at all is emitted by a settled machine, so no signal after
+//!   settlement.
+//! * `SignalGroup(Kill)` is only emitted on [`Event::GraceElapsed`] in
+//!   [`Phase::Term`] after `SignalGroup(Term)` was emitted.
+//! * Group signals after the root exited are only emitted on
+//!   [`Tier::PinnedGroup`], where the unreaped root keeps the group id from
+//!   being reused.
+//! * The verdict is [`Descendants::Terminated`] only on
+//!   [`Tier::PinnedGroup`], only after the driver reported the group empty,
+//!   and only if no stream was held open past the root's exit or cut.
+//!
+//! # Time
+//!
+//! `now` is any [`Instant`]: the runtime passes `tokio::time::Instant`, the
+//! model and the tests pass a [`Duration`] since launch. The machine stores
+//! instants only to report timings and to compute timer expiry instants; it
+//! never compares `now` with them, so an event is trusted to arrive when the
+//! driver says it did. A timer event for a timer that was never armed (for
+//! example [`Event::GraceElapsed`] while [`Phase::Running`]) cannot happen
+//! in the runtime and is ignored.
+
+use core::fmt::Debug;
+use core::hash::Hash;
+use core::ops::Add;
+use core::time::Duration;
+
+/// A point in time as the machine sees it: anything copyable, ordered and
+/// advanced by a [`Duration`] (`Duration` since launch,
+/// `std::time::Instant`, `tokio::time::Instant`).
+pub trait Instant: Copy + Ord + Debug + Hash + Add<Duration, Output = Self> {}
+
+impl<T> Instant for T where T: Copy + Ord + Debug + Hash + Add<Duration, Output = T> {}
+
+/// How far the platform lets the driver contain and observe the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// POSIX process group whose id is pinned by the root being observed
+    /// but not reaped (Linux `pidfd` + `waitid(WNOWAIT)`): group signals
+    /// stay safe until [`Action::Reap`], and the group can be probed.
+    PinnedGroup,
+    /// POSIX process group without pinning: the root is reaped when its
+    /// exit is observed, so group signals are only sent while the root has
+    /// not exited (the seed's rule) and the group cannot be probed.
+    Group,
+    /// Only the direct child can be terminated (Windows); descendants are
+    /// [`Descendants::Unsupported`].
+    DirectChild,
+}
+
+/// The tunables of one run. The driver arms timers from these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// From launch to [`Event::DeadlineReached`].
+    pub timeout: Duration,
+    /// From `SIGTERM` to [`Event::GraceElapsed`].
+    pub grace: Duration,
+    /// From the root's exit to [`Event::DrainBoundReached`].
+    pub drain: Duration,
+    /// From the end of the grace to [`Event::HardDeadlineReached`].
+    pub hard_margin: Duration,
+}
+
+/// How the root ended, as the OS reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Terminated by this signal number.
+    Signal(i32),
+}
+
+/// One of the two captured output streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    /// The child's standard output.
+    Stdout,
+    /// The child's standard error.
+    Stderr,
+}
+
+/// The signal to send to the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// `SIGTERM`: please stop.
+    Term,
+    /// `SIGKILL`: stop now.
+    Kill,
+}
+
+/// The timers the machine arms; each is armed at most once per run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// Fires [`Event::DeadlineReached`].
+    Deadline,
+    /// Fires [`Event::GraceElapsed`].
+    Grace,
+    /// Fires [`Event::DrainBoundReached`].
+    Drain,
+    /// Fires [`Event::HardDeadlineReached`].
+    Hard,
+}
+
+/// What the driver saw when it looked at the group ([`Action::ProbeGroup`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Probe {
+    /// No live member of the group besides the held root.
+    Empty,
+    /// At least one live member besides the root.
+    Occupied,
+    /// The driver could not tell.
+    Unknown,
+}
+
+/// An input to the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The root exited (observed; on [`Tier::PinnedGroup`] not yet reaped).
+    RootExited(ExitStatus),
+    /// A stream reached end-of-file (or failed to read).
+    StreamClosed(Stream),
+    /// The timeout elapsed ([`Timer::Deadline`]).
+    DeadlineReached,
+    /// The grace after `SIGTERM` elapsed ([`Timer::Grace`]).
+    GraceElapsed,
+    /// The drain bound after the root's exit elapsed ([`Timer::Drain`]).
+    DrainBoundReached,
+    /// The hard deadline elapsed ([`Timer::Hard`]).
+    HardDeadlineReached,
+    /// The embedding runtime asked to stop the process.
+    Cancel,
+    /// The answer to [`Action::ProbeGroup`].
+    GroupProbed(Probe),
+}
+
+/// What the driver must do. Emitted in order; execute them in order.
+#[must_use = "the machine decides, the driver must act"]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action<I> {
+    /// Send this signal to the whole process group (`killpg`).
+    SignalGroup(Signal),
+    /// Deliver the timer's event at `at`.
+    ArmTimer {
+        /// Which timer.
+        timer: Timer,
+        /// When it fires.
+        at: I,
+    },
+    /// Stop reading both streams and drop their read ends; what was
+    /// captured so far is final.
+    CloseStreams,
+    /// Look for live members of the group besides the root and answer with
+    /// [`Event::GroupProbed`]. The driver may poll for a short window
+    /// (much shorter than the grace) so that members that are just dying
+    /// after a signal count as gone; any answer is safe, since only
+    /// [`Probe::Empty`] can lead to [`Descendants::Terminated`].
+    ProbeGroup,
+    /// Release the root: reap it if it exited, else hand it to a background
+    /// reaper. Emitted exactly once, just before [`Action::Settle`].
+    Reap,
+    /// The run is over; this is its summary. Emitted exactly once.
+    Settle(Summary<I>),
+}
+
+/// The coarse position of the machine. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Root alive, no signal sent.
+    Running,
+    /// Root exited on its own; waiting for the streams.
+    Draining,
+    /// `SIGTERM` sent (or not safely sendable), grace running.
+    Term,
+    /// Grace elapsed; `SIGKILL` sent if it was safe.
+    Kill,
+    /// Absorbing.
+    Settled,
+}
+
+/// Why the ladder (`TERM → grace → KILL`) was climbed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The timeout elapsed.
+    Timeout,
+    /// The embedding runtime cancelled.
+    Cancel,
+    /// The root exited but a stream stayed open past the drain bound.
+    HeldStdio,
+    /// The root exited but the group still had live members.
+    Leftover,
+}
+
+/// How a stream ended, as the evidence reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEnd {
+    /// End-of-file while the root was alive or within the drain bound.
+    Closed,
+    /// Still open when the drain bound (or the deadline) passed after the
+    /// root exited: some descendant held it.
+    HeldOpen,
+    /// Closed by custodian at the hard deadline.
+    CutAtDeadline,
+}
+
+/// One stream as the machine tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StreamState {
+    /// Still being read.
+    pub open: bool,
+    /// What the evidence would say if the stream ended now.
+    pub end: StreamEnd,
+}
+
+/// The descendant verdict: never more optimistic than what was observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Descendants {
+    /// The group was confirmed empty and no stream was held open.
+    Terminated,
+    /// A descendant held stdio, may have left the group, or emptiness could
+    /// not be confirmed.
+    UnconfirmedOrEscaped,
+    /// The platform cannot tell.
+    Unsupported,
+}
+
+/// The state of the last [`Action::ProbeGroup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProbeState {
+    /// No probe outstanding.
+    Idle,
+    /// Waiting for [`Event::GroupProbed`].
+    Pending,
+    /// The last probe found the group occupied while in this phase
+    /// ([`Phase::Term`]); the machine waits for the grace.
+    OccupiedIn(Phase),
+}
+
+/// When things happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Timings<I> {
+    /// Launch.
+    pub started: I,
+    /// [`Event::RootExited`] arrived.
+    pub root_exited: Option<I>,
+    /// `SIGTERM` was sent.
+    pub term_sent: Option<I>,
+    /// `SIGKILL` was sent.
+    pub kill_sent: Option<I>,
+    /// The machine settled.
+    pub settled: Option<I>,
+}
+
+/// The evidence summary carried by [`Action::Settle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Summary<I> {
+    /// How the root ended, if it was seen to end.
+    pub root: Option<ExitStatus>,
+    /// Why the ladder was climbed, if it was.
+    pub cause: Option<Cause>,
+    /// How stdout ended.
+    pub stdout: StreamEnd,
+    /// How stderr ended.
+    pub stderr: StreamEnd,
+    /// The descendant verdict.
+    pub descendants: Descendants,
+    /// The containment tier that was active.
+    pub tier: Tier,
+    /// Timings, `settled` included.
+    pub timings: Timings<I>,
+}
+
+/// The overall status the evidence reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The root exited with a code and no timeout or cancel happened.
+    Exited,
+    /// The root was terminated by a signal it was not sent by custodian.
+    Signaled,
+    /// The timeout elapsed.
+    TimedOut,
+    /// The run was cancelled.
+    Cancelled,
+}
+
+impl<I> Summary<I> {
+    /// The status to report: timeout and cancel win over the root's own
+    /// status; a root that was never seen to exit counts as timed out
+    /// (the hard deadline is only armed once the ladder has started).
+    pub fn status(&self) -> Status {
+        match (self.cause, self.root) {
+            (Some(Cause::Timeout), _) => Status::TimedOut,
+            (Some(Cause::Cancel), _) => Status::Cancelled,
+            (_, Some(ExitStatus::Code(_))) => Status::Exited,
+            (_, Some(ExitStatus::Signal(_))) => Status::Signaled,
+            (_, None) => Status::TimedOut,
+        }
+    }
+}
+
+/// The whole state of one governed process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct State<I> {
+    /// Where the machine is.
+    pub phase: Phase,
+    /// The containment tier.
+    pub tier: Tier,
+    /// The tunables.
+    pub limits: Limits,
+    /// How the root ended, once observed.
+    pub root: Option<ExitStatus>,
+    /// Standard output.
+    pub stdout: StreamState,
+    /// Standard error.
+    pub stderr: StreamState,
+    /// Why the ladder was (or will be) climbed.
+    pub cause: Option<Cause>,
+    /// The group probe.
+    pub probe: ProbeState,
+    /// The verdict the last group probe allows (`Terminated` until a probe
+    /// said otherwise; the tier and held streams lower it at settlement).
+    pub probed_empty: bool,
+    /// Timings.
+    pub timings: Timings<I>,
+}
+
+/// The result of [`start`] and [`step`]: the next state and what to do.
+#[must_use = "the actions must be executed"]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition<I> {
+    /// The state after the event.
+    pub next: State<I>,
+    /// The actions to execute, in order.
+    pub actions: Vec<Action<I>>,
+}
+
+const OPEN: StreamState = StreamState {
+    open: true,
+    end: StreamEnd::Closed,
+};
+
+/// Creates the machine for a process launched at `now` and arms its
+/// deadline.
+pub fn start<I: Instant>(tier: Tier, limits: Limits, now: I) -> Transition<I> {
+    Transition {
+        next: State {
+            phase: Phase::Running,
+            tier,
+            limits,
+            root: None,
+            stdout: OPEN,
+            stderr: OPEN,
+            cause: None,
+            probe: ProbeState::Idle,
+            probed_empty: false,
+            timings: Timings {
+                started: now,
+                root_exited: None,
+                term_sent: None,
+                kill_sent: None,
+                settled: None,
+            },
+        },
+        actions: vec![Action::ArmTimer {
+            timer: Timer::Deadline,
+            at: now + limits.timeout,
+        }],
+    }
+}
+
+/// Applies `event`, which happened at `now`, to `state`.
+///
+/// Pure: the same inputs always give the same transition. A settled
+/// machine returns itself and no actions, whatever the event.
+pub fn step<I: Instant>(state: &State<I>, event: Event, now: I) -> Transition<I> {
+    let mut s = *state;
+    let mut out = Vec::new();
+    if s.phase == Phase::Settled {
+        return Transition {
+            next: s,
+            actions: out,
+        };
+    }
+    match event {
+        Event::RootExited(status) => {
+            if s.root.is_none() {
+                s.root = Some(status);
+                s.timings.root_exited = Some(now);
+                if s.phase == Phase::Running {
+                    s.phase = Phase::Draining;
+                }
+                if s.any_open() {
+                    out.push(Action::ArmTimer {
+                        timer: Timer::Drain,
+                        at: now + s.limits.drain,
+                    });
+                }
+            }
+        }
+        Event::StreamClosed(which) => s.stream_mut(which).open = false,
+        Event::DeadlineReached => s.request_ladder(Cause::Timeout, now, &mut out),
+        Event::Cancel => s.request_ladder(Cause::Cancel, now, &mut out),
+        Event::GraceElapsed => {
+            if s.phase == Phase::Term {
+                s.phase = Phase::Kill;
+                if s.timings.term_sent.is_some() && s.signals_safe() {
+                    s.timings.kill_sent = Some(now);
+                    out.push(Action::SignalGroup(Signal::Kill));
+                }
+                // A probe that found the group occupied during the grace
+                // is stale now: look again after KILL.
+                if s.probe == ProbeState::OccupiedIn(Phase::Term) {
+                    s.probe = ProbeState::Idle;
+                }
+                // The drain bound already passed: whoever still holds a
+                // pipe after KILL is outside the group, so stop reading.
+                let held = |st: StreamState| st.open && st.end == StreamEnd::HeldOpen;
+                if held(s.stdout) || held(s.stderr) {
+                    s.close_streams(&mut out);
+                }
+            }
+        }
+        Event::DrainBoundReached => {
+            if s.root.is_some() {
+                for st in [&mut s.stdout, &mut s.stderr] {
+                    if st.open {
+                        st.end = StreamEnd::HeldOpen;
+                    }
+                }
+                match s.phase {
+                    Phase::Draining if s.any_open() => {
+                        s.request_ladder(Cause::HeldStdio, now, &mut out)
+                    }
+                    // After KILL a holder of the pipe is outside the group
+                    // (or unkillable): waiting longer cannot help.
+                    Phase::Kill if s.any_open() => s.close_streams(&mut out),
+                    _ => {}
+                }
+            }
+        }
+        Event::HardDeadlineReached => {
+            if matches!(s.phase, Phase::Term | Phase::Kill) {
+                for st in [&mut s.stdout, &mut s.stderr] {
+                    if st.open {
+                        st.end = StreamEnd::CutAtDeadline;
+                    }
+                }
+                s.close_streams(&mut out);
+                s.settle(now, &mut out);
+            }
+        }
+        Event::GroupProbed(probe) => {
+            if s.probe == ProbeState::Pending {
+                s.probe = ProbeState::Idle;
+                match probe {
+                    Probe::Empty => {
+                        s.probed_empty = true;
+                        s.settle(now, &mut out);
+                    }
+                    Probe::Unknown => s.settle(now, &mut out),
+                    Probe::Occupied => match s.phase {
+                        Phase::Running | Phase::Draining => {
+                            s.request_ladder(Cause::Leftover, now, &mut out)
+                        }
+                        Phase::Term => s.probe = ProbeState::OccupiedIn(Phase::Term),
+                        Phase::Kill | Phase::Settled => s.settle(now, &mut out),
+                    },
+                }
+            }
+        }
+    }
+    s.advance(now, &mut out);
+    Transition {
+        next: s,
+        actions: out,
+    }
+}
+
+impl<I: Instant> State<I> {
+    fn any_open(&self) -> bool {
+        self.stdout.open || self.stderr.open
+    }
+
+    fn stream_mut(&mut self, which: Stream) -> &mut StreamState {
+        match which {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        }
+    }
+
+    /// Whether a group signal can still reach only our group.
+    fn signals_safe(&self) -> bool {
+        match self.tier {
+            Tier::PinnedGroup => true,
+            Tier::Group | Tier::DirectChild => self.root.is_none(),
+        }
+    }
+
+    /// Starts `TERM → grace → KILL` unless it already started or a probe
+    /// is outstanding.
+    fn request_ladder(&mut self, cause: Cause, now: I, out: &mut Vec<Action<I>>) {
+        if !matches!(self.phase, Phase::Running | Phase::Draining) {
+            return;
+        }
+        // The root exited and the streams are done: the outstanding probe
+        // decides whether anything is left to stop.
+        if self.probe == ProbeState::Pending {
+            return;
+        }
+        if self.cause.is_none() {
+            self.cause = Some(cause);
+        }
+        if !self.signals_safe() {
+            // Unpinned and the root is gone: nothing can be signalled
+            // without risking a reused group id. Stop waiting.
+            for st in [&mut self.stdout, &mut self.stderr] {
+                if st.open {
+                    st.end = StreamEnd::HeldOpen;
+                }
+            }
+            self.close_streams(out);
+            self.settle(now, out);
+            return;
+        }
+        self.phase = Phase::Term;
+        self.timings.term_sent = Some(now);
+        out.push(Action::SignalGroup(Signal::Term));
+        out.push(Action::ArmTimer {
+            timer: Timer::Grace,
+            at: now + self.limits.grace,
+        });
+        out.push(Action::ArmTimer {
+            timer: Timer::Hard,
+            at: now + self.limits.grace + self.limits.hard_margin,
+        });
+    }
+
+    fn close_streams(&mut self, out: &mut Vec<Action<I>>) {
+        if self.any_open() {
+            self.stdout.open = false;
+            self.stderr.open = false;
+            out.push(Action::CloseStreams);
+        }
+    }
+
+    /// Probes or settles once the root exited and both streams are done.
+    fn advance(&mut self, now: I, out: &mut Vec<Action<I>>) {
+        if self.phase == Phase::Settled
+            || self.root.is_none()
+            || self.any_open()
+            || self.probe != ProbeState::Idle
+        {
+            return;
+        }
+        match self.tier {
+            Tier::PinnedGroup => {
+                self.probe = ProbeState::Pending;
+                out.push(Action::ProbeGroup);
+            }
+            Tier::Group | Tier::DirectChild => self.settle(now, out),
+        }
+    }
+
+    fn verdict(&self) -> Descendants {
+        let clean = self.stdout.end == StreamEnd::Closed && self.stderr.end == StreamEnd::Closed;
+        match self.tier {
+            Tier::DirectChild => Descendants::Unsupported,
+            Tier::Group => Descendants::UnconfirmedOrEscaped,
+            Tier::PinnedGroup if self.probed_empty && clean => Descendants::Terminated,
+            Tier::PinnedGroup => Descendants::UnconfirmedOrEscaped,
+        }
+    }
+
+    fn settle(&mut self, now: I, out: &mut Vec<Action<I>>) {
+        if self.phase == Phase::Settled {
+            return;
+        }
+        self.phase = Phase::Settled;
+        self.probe = ProbeState::Idle;
+        self.timings.settled = Some(now);
+        out.push(Action::Reap);
+        out.push(Action::Settle(Summary {
+            root: self.root,
+            cause: self.cause,
+            stdout: self.stdout.end,
+            stderr: self.stderr.end,
+            descendants: self.verdict(),
+            tier: self.tier,
+            timings: self.timings,
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests;

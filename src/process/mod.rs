@@ -1,1 +1,51 @@
 //! The governed process launcher (`process.run`).
+//!
+//! # Theory of operation
+//!
+//! An [`Invocation`] (validated: executable, argv list, workspace-relative
+//! cwd, environment overlay, timeout, output budgets, tunables) is handed to
+//! [`launch`]. custodian resolves the executable against the child's
+//! effective `PATH`, builds the child's environment from a minimal baseline
+//! plus the overlay, and spawns it without a shell, with `stdin` on
+//! `/dev/null`, separate `stdout`/`stderr` pipes, as the leader of a new
+//! process group.
+//!
+//! A driver task then executes the decisions of the pure
+//! [`crate::machine::process`] machine: on Linux it observes the root's
+//! exit through a pidfd **without reaping it**, so the group id stays
+//! pinned and `SIGKILL` can still reach a descendant after the root exited;
+//! it signals the group (`TERM`, grace, `KILL`), waits at most the drain
+//! bound for pipes a descendant holds open, closes the streams at the hard
+//! deadline, probes `/proc` for live group members, and reaps the root
+//! exactly once, at settlement. The outcome is one bounded [`Evidence`]
+//! object; [`Running::settled`] hands the same one to every waiter.
+//!
+//! Tiers (recorded in the evidence): `pinned_process_group` on Linux ≥ 5.3;
+//! `process_group` where no pidfd can be opened (signals only while the root
+//! has not exited, the seed's rule; the verdict is never `terminated`);
+//! `direct_child` on Windows (descendants `unsupported`); and, opted into
+//! by the embedding process with [`enable_subreaper`], `subreaper`: a
+//! pinned group plus every descendant re-parented to this process, which
+//! is signalled with the group, counted by the probe and reaped.
+//!
+//! # Caveats
+//!
+//! This is a governed launcher, not a sandbox. Without the subreaper tier a
+//! descendant that calls `setsid` and closes its stdio leaves the group
+//! unseen, so `terminated` means "the group is confirmed empty and no
+//! descendant held the output pipes", nothing more. With it, an escapee
+//! whose parent is still alive (and itself escaped) is only seen once that
+//! parent exits.
+
+pub mod capture;
+mod driver;
+pub mod env;
+pub mod evidence;
+pub mod invocation;
+mod launch;
+pub(crate) mod sys;
+pub mod units;
+
+pub use evidence::Evidence;
+pub use invocation::{Invocation, InvocationSpec};
+pub use launch::{LaunchOptions, ProcessError, Running, enable_subreaper, launch, run};

@@ -1,0 +1,552 @@
+//! Exhaustive tables over every named state × every event, plus randomized
+//! sequences checked against the invariants after every step.
+
+use super::*;
+use proptest::prelude::*;
+
+const LIMITS: Limits = Limits {
+    timeout: Duration::from_secs(10),
+    grace: Duration::from_secs(2),
+    drain: Duration::from_secs(1),
+    hard_margin: Duration::from_secs(3),
+};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Drives `events` (each at its own second) from a fresh machine.
+fn reach(tier: Tier, events: &[(u64, Event)]) -> State<Duration> {
+    let mut s = start(tier, LIMITS, secs(0)).next;
+    for &(t, e) in events {
+        s = step(&s, e, secs(t)).next;
+    }
+    s
+}
+
+fn render(actions: &[Action<Duration>]) -> String {
+    let words: Vec<String> = actions
+        .iter()
+        .map(|a| match a {
+            Action::SignalGroup(Signal::Term) => "TERM".to_owned(),
+            Action::SignalGroup(Signal::Kill) => "KILL".to_owned(),
+            Action::ArmTimer { timer, at } => {
+                format!("arm:{timer:?}@{}", at.as_secs()).to_lowercase()
+            }
+            Action::CloseStreams => "close".to_owned(),
+            Action::ProbeGroup => "probe".to_owned(),
+            Action::Reap => "reap".to_owned(),
+            Action::Settle(s) => {
+                let status = serde_json::to_value(s.status()).unwrap();
+                let verdict = match s.descendants {
+                    Descendants::Terminated => "terminated",
+                    Descendants::UnconfirmedOrEscaped => "unconfirmed",
+                    Descendants::Unsupported => "unsupported",
+                };
+                format!("settle:{}:{verdict}", status.as_str().unwrap())
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
+const EXIT0: Event = Event::RootExited(ExitStatus::Code(0));
+const OUT: Event = Event::StreamClosed(Stream::Stdout);
+const ERR: Event = Event::StreamClosed(Stream::Stderr);
+
+/// Every event, in the column order of the tables.
+const EVENTS: [Event; 11] = [
+    EXIT0,
+    OUT,
+    ERR,
+    Event::DeadlineReached,
+    Event::GraceElapsed,
+    Event::DrainBoundReached,
+    Event::HardDeadlineReached,
+    Event::Cancel,
+    Event::GroupProbed(Probe::Empty),
+    Event::GroupProbed(Probe::Occupied),
+    Event::GroupProbed(Probe::Unknown),
+];
+
+type Row = (Phase, &'static str);
+
+const LADDER: &str = "TERM arm:grace@22 arm:hard@25";
+
+/// Checks one named state against its row of 11 expectations, every event
+/// applied at t = 20 s.
+fn check_row(name: &str, s: &State<Duration>, row: [Row; 11]) {
+    for (event, (phase, actions)) in EVENTS.iter().zip(row) {
+        let t = step(s, *event, secs(20));
+        assert_eq!(
+            (t.next.phase, render(&t.actions).as_str()),
+            (phase, actions),
+            "state {name} × {event:?}"
+        );
+    }
+}
+
+#[allow(clippy::vec_init_then_push)] // one named state per push reads best
+fn pinned_states() -> Vec<(&'static str, State<Duration>, [Row; 11])> {
+    use Phase::*;
+    let nothing = |p: Phase| -> [Row; 11] { [(p, ""); 11] };
+    let mut v = Vec::new();
+
+    v.push((
+        "running",
+        reach(Tier::PinnedGroup, &[]),
+        [
+            (Draining, "arm:drain@21"),
+            (Running, ""),
+            (Running, ""),
+            (Term, LADDER),
+            (Running, ""),
+            (Running, ""),
+            (Running, ""),
+            (Term, LADDER),
+            (Running, ""),
+            (Running, ""),
+            (Running, ""),
+        ],
+    ));
+    v.push((
+        "draining",
+        reach(Tier::PinnedGroup, &[(1, EXIT0)]),
+        [
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Term, LADDER),
+            (Draining, ""),
+            (Term, LADDER),
+            (Draining, ""),
+            (Term, LADDER),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+        ],
+    ));
+    v.push((
+        "draining, last stream closes",
+        reach(Tier::PinnedGroup, &[(1, EXIT0), (1, ERR)]),
+        [
+            (Draining, ""),
+            (Draining, "probe"),
+            (Draining, ""),
+            (Term, LADDER),
+            (Draining, ""),
+            (Term, LADDER),
+            (Draining, ""),
+            (Term, LADDER),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+        ],
+    ));
+    v.push((
+        "probing after a clean exit",
+        reach(Tier::PinnedGroup, &[(1, EXIT0), (1, OUT), (1, ERR)]),
+        [
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Settled, "reap settle:exited:terminated"),
+            (Term, "TERM arm:grace@22 arm:hard@25 probe"),
+            (Settled, "reap settle:exited:unconfirmed"),
+        ],
+    ));
+    v.push((
+        "term, root alive",
+        reach(Tier::PinnedGroup, &[(10, Event::DeadlineReached)]),
+        [
+            (Term, "arm:drain@21"),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Kill, "KILL"),
+            (Term, ""),
+            (Settled, "close reap settle:timed_out:unconfirmed"),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+        ],
+    ));
+    v.push((
+        "term, root exited, group occupied",
+        reach(
+            Tier::PinnedGroup,
+            &[
+                (10, Event::DeadlineReached),
+                (11, EXIT0),
+                (11, OUT),
+                (11, ERR),
+                (11, Event::GroupProbed(Probe::Occupied)),
+            ],
+        ),
+        [
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Kill, "KILL probe"),
+            (Term, ""),
+            (Settled, "reap settle:timed_out:unconfirmed"),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+        ],
+    ));
+    v.push((
+        "term, root exited, stdout held past the drain bound",
+        reach(
+            Tier::PinnedGroup,
+            &[
+                (10, Event::DeadlineReached),
+                (11, EXIT0),
+                (11, ERR),
+                (12, Event::DrainBoundReached),
+            ],
+        ),
+        [
+            (Term, ""),
+            (Term, "probe"),
+            (Term, ""),
+            (Term, ""),
+            (Kill, "KILL close probe"),
+            (Term, ""),
+            (Settled, "close reap settle:timed_out:unconfirmed"),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+        ],
+    ));
+    v.push((
+        "kill, root alive",
+        reach(
+            Tier::PinnedGroup,
+            &[(10, Event::DeadlineReached), (12, Event::GraceElapsed)],
+        ),
+        [
+            (Kill, "arm:drain@21"),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Settled, "close reap settle:timed_out:unconfirmed"),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+        ],
+    ));
+    v.push((
+        "kill, root exited, stdout open before the drain bound",
+        reach(
+            Tier::PinnedGroup,
+            &[
+                (10, Event::DeadlineReached),
+                (12, Event::GraceElapsed),
+                (13, Event::RootExited(ExitStatus::Signal(9))),
+                (13, ERR),
+            ],
+        ),
+        [
+            (Kill, ""),
+            (Kill, "probe"),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, "close probe"),
+            (Settled, "close reap settle:timed_out:unconfirmed"),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+        ],
+    ));
+    v.push((
+        "kill, probing",
+        reach(
+            Tier::PinnedGroup,
+            &[
+                (10, Event::Cancel),
+                (12, Event::GraceElapsed),
+                (13, Event::RootExited(ExitStatus::Signal(9))),
+                (13, OUT),
+                (13, ERR),
+            ],
+        ),
+        [
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Kill, ""),
+            (Settled, "reap settle:cancelled:unconfirmed"),
+            (Kill, ""),
+            (Settled, "reap settle:cancelled:terminated"),
+            (Settled, "reap settle:cancelled:unconfirmed"),
+            (Settled, "reap settle:cancelled:unconfirmed"),
+        ],
+    ));
+    v.push((
+        "settled",
+        reach(
+            Tier::PinnedGroup,
+            &[
+                (1, EXIT0),
+                (1, OUT),
+                (1, ERR),
+                (1, Event::GroupProbed(Probe::Empty)),
+            ],
+        ),
+        nothing(Settled),
+    ));
+    v
+}
+
+#[test]
+fn pinned_tier_every_state_times_every_event() {
+    let states = pinned_states();
+    // Every phase is covered by at least one named state.
+    for p in [
+        Phase::Running,
+        Phase::Draining,
+        Phase::Term,
+        Phase::Kill,
+        Phase::Settled,
+    ] {
+        assert!(states.iter().any(|(_, s, _)| s.phase == p), "{p:?}");
+    }
+    for (name, s, row) in states {
+        check_row(name, &s, row);
+    }
+}
+
+#[test]
+fn unpinned_tier_never_signals_a_group_whose_root_exited() {
+    use Phase::*;
+    let g = Tier::Group;
+    check_row(
+        "group: running",
+        &reach(g, &[]),
+        [
+            (Draining, "arm:drain@21"),
+            (Running, ""),
+            (Running, ""),
+            (Term, LADDER),
+            (Running, ""),
+            (Running, ""),
+            (Running, ""),
+            (Term, LADDER),
+            (Running, ""),
+            (Running, ""),
+            (Running, ""),
+        ],
+    );
+    // The root exited: the group id may be reused, so a deadline, a cancel
+    // or the drain bound give up on the streams instead of signalling.
+    check_row(
+        "group: draining",
+        &reach(g, &[(1, EXIT0)]),
+        [
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+            (Settled, "close reap settle:timed_out:unconfirmed"),
+            (Draining, ""),
+            (Settled, "close reap settle:exited:unconfirmed"),
+            (Draining, ""),
+            (Settled, "close reap settle:cancelled:unconfirmed"),
+            (Draining, ""),
+            (Draining, ""),
+            (Draining, ""),
+        ],
+    );
+    // Root exited during the grace: no KILL.
+    check_row(
+        "group: term, root exited",
+        &reach(g, &[(10, Event::DeadlineReached), (11, EXIT0)]),
+        [
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Kill, ""),
+            (Term, ""),
+            (Settled, "close reap settle:timed_out:unconfirmed"),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+            (Term, ""),
+        ],
+    );
+    let t = step(&reach(g, &[(1, EXIT0), (1, OUT)]), ERR, secs(2));
+    assert_eq!(render(&t.actions), "reap settle:exited:unconfirmed");
+}
+
+#[test]
+fn direct_child_tier_reports_unsupported() {
+    let s = reach(Tier::DirectChild, &[(1, EXIT0), (1, OUT)]);
+    let t = step(&s, ERR, secs(2));
+    assert_eq!(render(&t.actions), "reap settle:exited:unsupported");
+    let s = reach(Tier::DirectChild, &[]);
+    assert_eq!(render(&step(&s, Event::Cancel, secs(20)).actions), LADDER);
+}
+
+#[test]
+fn start_arms_the_deadline_only() {
+    let t = start(Tier::PinnedGroup, LIMITS, secs(5));
+    assert_eq!(render(&t.actions), "arm:deadline@15");
+    assert_eq!(t.next.phase, Phase::Running);
+}
+
+#[test]
+fn a_held_pipe_after_a_clean_exit_climbs_the_ladder_and_stays_unconfirmed() {
+    // `sh -c 'sleep 30 &'`: root exits, sleep holds stdout.
+    let s = reach(Tier::PinnedGroup, &[(1, EXIT0), (1, ERR)]);
+    let t = step(&s, Event::DrainBoundReached, secs(2));
+    assert_eq!(render(&t.actions), "TERM arm:grace@4 arm:hard@7");
+    assert_eq!(t.next.stdout.end, StreamEnd::HeldOpen);
+    // TERM kills sleep, the pipe closes, the group is empty: still not
+    // `terminated`, because a descendant held stdio.
+    let t = step(&t.next, OUT, secs(2));
+    assert_eq!(render(&t.actions), "probe");
+    let t = step(&t.next, Event::GroupProbed(Probe::Empty), secs(2));
+    assert_eq!(render(&t.actions), "reap settle:exited:unconfirmed");
+    match &t.actions[1] {
+        Action::Settle(s) => {
+            assert_eq!(s.cause, Some(Cause::HeldStdio));
+            assert_eq!(s.stdout, StreamEnd::HeldOpen);
+            assert_eq!(s.stderr, StreamEnd::Closed);
+            assert_eq!(s.timings.term_sent, Some(secs(2)));
+            assert_eq!(s.timings.settled, Some(secs(2)));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_root_that_leaves_a_silent_group_member_gets_it_stopped() {
+    let s = reach(Tier::PinnedGroup, &[(1, EXIT0), (1, OUT), (1, ERR)]);
+    let t = step(&s, Event::GroupProbed(Probe::Occupied), secs(1));
+    // Root exited and streams done: probe again at once (the driver's probe
+    // waits briefly for the group to empty), not only after the grace.
+    assert_eq!(render(&t.actions), "TERM arm:grace@3 arm:hard@6 probe");
+    assert_eq!(t.next.cause, Some(Cause::Leftover));
+    let t = step(&t.next, Event::GroupProbed(Probe::Empty), secs(1));
+    assert_eq!(render(&t.actions), "reap settle:exited:terminated");
+}
+
+// ---- randomized sequences against the invariants ----
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        Just(EXIT0),
+        Just(Event::RootExited(ExitStatus::Signal(15))),
+        Just(OUT),
+        Just(ERR),
+        Just(Event::DeadlineReached),
+        Just(Event::GraceElapsed),
+        Just(Event::DrainBoundReached),
+        Just(Event::HardDeadlineReached),
+        Just(Event::Cancel),
+        Just(Event::GroupProbed(Probe::Empty)),
+        Just(Event::GroupProbed(Probe::Occupied)),
+        Just(Event::GroupProbed(Probe::Unknown)),
+    ]
+}
+
+fn arb_tier() -> impl Strategy<Value = Tier> {
+    prop_oneof![
+        Just(Tier::PinnedGroup),
+        Just(Tier::Group),
+        Just(Tier::DirectChild)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn invariants_hold_for_any_event_sequence(
+        tier in arb_tier(),
+        events in proptest::collection::vec(arb_event(), 0..24),
+    ) {
+        let mut s = start(tier, LIMITS, secs(0)).next;
+        let mut settles = 0;
+        let mut reaps = 0;
+        let mut term_sent = false;
+        let mut grace_seen_in_term = false;
+        let mut last_probe = None;
+        let mut held_or_cut = false;
+        for (i, e) in events.into_iter().enumerate() {
+            let before = s;
+            let t = step(&s, e, secs(i as u64));
+            if before.phase == Phase::Settled {
+                prop_assert!(t.actions.is_empty(), "settled machines emit nothing");
+                prop_assert_eq!(t.next, before);
+            }
+            if before.phase == Phase::Term && e == Event::GraceElapsed {
+                grace_seen_in_term = true;
+            }
+            if let Event::GroupProbed(p) = e {
+                if before.probe == ProbeState::Pending {
+                    last_probe = Some(p);
+                }
+            }
+            for a in &t.actions {
+                match a {
+                    Action::SignalGroup(sig) => {
+                        prop_assert!(settles == 0, "signal after settle");
+                        if tier != Tier::PinnedGroup {
+                            prop_assert!(before.root.is_none(), "unpinned signal after exit");
+                        }
+                        match sig {
+                            Signal::Term => {
+                                prop_assert!(!term_sent, "TERM twice");
+                                term_sent = true;
+                            }
+                            Signal::Kill => {
+                                prop_assert!(term_sent && grace_seen_in_term, "KILL before TERM+grace");
+                            }
+                        }
+                    }
+                    Action::Reap => {
+                        reaps += 1;
+                        prop_assert_eq!(settles, 0, "reap after settle");
+                    }
+                    Action::Settle(sum) => {
+                        settles += 1;
+                        prop_assert_eq!(reaps, 1, "exactly one reap precedes settle");
+                        held_or_cut |= sum.stdout != StreamEnd::Closed || sum.stderr != StreamEnd::Closed;
+                        if sum.descendants == Descendants::Terminated {
+                            prop_assert_eq!(tier, Tier::PinnedGroup);
+                            prop_assert_eq!(last_probe, Some(Probe::Empty));
+                            prop_assert!(!held_or_cut);
+                        }
+                        if tier == Tier::DirectChild {
+                            prop_assert_eq!(sum.descendants, Descendants::Unsupported);
+                        }
+                        prop_assert_eq!(t.next.phase, Phase::Settled);
+                    }
+                    Action::ArmTimer { .. } | Action::CloseStreams | Action::ProbeGroup => {
+                        prop_assert!(settles == 0);
+                    }
+                }
+            }
+            prop_assert!(settles <= 1, "settled twice");
+            s = t.next;
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Launching a governed process: [`launch`], the [`Running`] handle and
+//! [`run`].
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{Notify, watch};
+
+use super::driver;
+use super::env::{Baseline, ChildEnv, EnvError, NoSecrets, SecretResolver};
+use super::evidence::Evidence;
+use super::invocation::{Invocation, ResolveError, is_executable_file, resolve_executable};
+
+/// What the embedding runtime supplies besides the invocation.
+#[derive(Clone)]
+pub struct LaunchOptions {
+    /// The workspace root; the invocation's cwd is relative to it.
+    pub workspace: PathBuf,
+    /// The baseline environment (see [`Baseline::from_parent`]).
+    pub baseline: Baseline,
+    /// Resolves secret references in the overlay.
+    pub secrets: Arc<dyn SecretResolver>,
+}
+
+impl LaunchOptions {
+    /// Options for a workspace rooted at `workspace`, with the baseline
+    /// taken from this process's environment and no secrets.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        LaunchOptions {
+            workspace: workspace.into(),
+            baseline: Baseline::from_parent(),
+            secrets: Arc::new(NoSecrets),
+        }
+    }
+
+    /// Replaces the secret resolver.
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: Arc<dyn SecretResolver>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+}
+
+impl fmt::Debug for LaunchOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the baseline's values.
+        f.debug_struct("LaunchOptions")
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a process could not be launched. Nothing was started when this is
+/// returned. Never carries an environment key or value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// The environment overlay could not be built (a secret failed).
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// A bare executable name was not found in the child's `PATH`.
+    #[error("executable {name:?} not found in the child's PATH")]
+    NotFound {
+        /// The name as given.
+        name: String,
+    },
+    /// The executable is not an executable regular file (`EACCES`).
+    #[error("{path:?} is not an executable file")]
+    NotExecutable {
+        /// The path as resolved.
+        path: PathBuf,
+    },
+    /// The working directory does not exist or is not a directory.
+    #[error("working directory {cwd:?} (relative to the workspace) is not a directory: {kind}")]
+    BadCwd {
+        /// The workspace-relative cwd (`.` for the root).
+        cwd: String,
+        /// What went wrong.
+        kind: io::ErrorKind,
+    },
+    /// The spawn call itself failed.
+    #[error("spawning {path:?} failed: {source}")]
+    Spawn {
+        /// The path as resolved.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// [`launch`] was called outside a tokio runtime.
+    #[error("process launch needs a tokio runtime")]
+    NoRuntime,
+    /// [`enable_subreaper`] failed or is not supported here.
+    #[error("cannot become a child subreaper: {source}")]
+    Subreaper {
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl ProcessError {
+    /// A short, stable code for the error (`not_found`, `not_executable`,
+    /// `bad_cwd`, `spawn_failed`, `env`, `no_runtime`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProcessError::Env(_) => "env",
+            ProcessError::NotFound { .. } => "not_found",
+            ProcessError::NotExecutable { .. } => "not_executable",
+            ProcessError::BadCwd { .. } => "bad_cwd",
+            ProcessError::Spawn { .. } => "spawn_failed",
+            ProcessError::NoRuntime => "no_runtime",
+            ProcessError::Subreaper { .. } => "subreaper",
+        }
+    }
+}
+
+/// Whether [`enable_subreaper`] succeeded in this process.
+pub(crate) static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// The roots launched by this process and not yet reaped. In the
+/// subreaper tier every other child of this process is an adopted
+/// descendant; the lock is held across spawn so that a fresh root is never
+/// mistaken for one.
+pub(crate) static ROOTS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)`—Opts this whole process into the
+/// **subreaper tier**: descendants of a launched process that outlive
+/// their parent (double forks, `setsid` escapees) are re-parented to this
+/// process instead of `init`, so the driver can see them, signal them with
+/// the group and reap them. The evidence then reports the tier
+/// `subreaper`.
+///
+/// # Caveats
+///
+/// Only for an embedding process whose children are **all** launched
+/// through custodian (the `custodian` CLI, a dedicated node server): the
+/// driver treats every other child of this process as an adopted
+/// descendant, signals it along with a group it is stopping, and reaps it
+/// when it has exited. Concurrent launches share the adopted set, which can
+/// only make their verdicts more conservative. Linux only.
+///
+/// # Errors
+///
+/// [`ProcessError::Subreaper`] if the kernel refuses or the platform has
+/// no subreapers.
+#[doc(alias = "PR_SET_CHILD_SUBREAPER")]
+pub fn enable_subreaper() -> Result<(), ProcessError> {
+    #[cfg(target_os = "linux")]
+    {
+        super::sys::become_subreaper().map_err(|source| ProcessError::Subreaper { source })?;
+        SUBREAPER.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    Err(ProcessError::Subreaper {
+        source: io::Error::from(io::ErrorKind::Unsupported),
+    })
+}
+
+/// The handle shared by every clone of [`Running`] and the driver task.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) pid: u32,
+    pub(crate) cancel: Notify,
+    pub(crate) cancelled: AtomicBool,
+    pub(crate) done: watch::Sender<Option<Arc<Evidence>>>,
+}
+
+/// A launched process. Cheap to clone; every clone sees the same
+/// settlement.
+///
+/// The process is driven by a task spawned on the runtime that launched it:
+/// dropping every `Running` (or the future of [`run`]) does **not** stop
+/// the timeout, the escalation or the reaping; the process still settles.
+#[derive(Clone, Debug)]
+pub struct Running {
+    shared: Arc<Shared>,
+}
+
+impl Running {
+    /// The root's pid.
+    pub fn pid(&self) -> u32 {
+        self.shared.pid
+    }
+
+    /// The id of the process group the root leads (equal to its pid on
+    /// POSIX).
+    pub fn pgid(&self) -> u32 {
+        self.shared.pid
+    }
+
+    /// Asks the driver to stop the process: `SIGTERM` to the group, the
+    /// grace, then `SIGKILL`, exactly as at the timeout. Idempotent; a
+    /// no-op once settled. Returns at once; await [`Running::settled`].
+    pub fn cancel(&self) {
+        if !self.shared.cancelled.swap(true, Ordering::SeqCst) {
+            // `notify_one` stores a permit if the driver is not waiting
+            // right now, so a cancel is never lost.
+            self.shared.cancel.notify_one();
+        }
+    }
+
+    /// Waits for settlement and returns the evidence. Every caller, early
+    /// or late, receives the same evidence.
+    pub async fn settled(&self) -> Arc<Evidence> {
+        let mut rx = self.shared.done.subscribe();
+        loop {
+            if let Some(ev) = rx.borrow_and_update().clone() {
+                return ev;
+            }
+            // The sender lives in `shared`, which we hold: `changed` cannot
+            // fail while we wait.
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The evidence if the process has settled.
+    pub fn try_settled(&self) -> Option<Arc<Evidence>> {
+        self.shared.done.borrow().clone()
+    }
+}
+
+/// Launches `invocation` in `options.workspace`.
+///
+/// The executable is resolved against the child's effective `PATH` (the
+/// baseline's, or the overlay's if it sets one); the child gets `stdin`
+/// from `/dev/null`, separate `stdout`/`stderr` pipes, a cleared
+/// environment plus baseline plus overlay, and leads a new process group.
+/// No shell is involved and argv is passed as given.
+///
+/// Must be called from within a tokio runtime (with the `time`, `io` and
+/// `process` drivers enabled); the driver task is spawned on it.
+///
+/// # Errors
+///
+/// A [`ProcessError`] if the environment cannot be built, the executable
+/// is not found or not executable, the cwd is not a directory, or the
+/// spawn fails. A non-zero exit or a timeout is not an error: it is in the
+/// [`Evidence`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::process::{Invocation, InvocationSpec, LaunchOptions, launch};
+/// let inv = Invocation::validate(InvocationSpec::new("sleep").with_args(["30"]))?;
+/// let running = launch(inv, &LaunchOptions::new("."))?;
+/// running.cancel();
+/// let evidence = running.settled().await;
+/// println!("{}", evidence.to_json());
+/// # Ok(()) }
+/// ```
+pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running, ProcessError> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| ProcessError::NoRuntime)?;
+    let env = ChildEnv::build(&options.baseline, invocation.env(), &*options.secrets)?;
+    let cwd_rel = invocation
+        .cwd()
+        .map(|c| c.as_str().to_owned())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| ".".to_owned());
+    let cwd = match invocation.cwd() {
+        Some(c) => c.under(&options.workspace),
+        None => options.workspace.clone(),
+    };
+    check_cwd(&cwd, &cwd_rel)?;
+    let resolved = resolve_executable(invocation.executable(), env.path(), &cwd, |p| {
+        is_executable_file(p)
+    })
+    .map_err(|e| match e {
+        ResolveError::NotFound { name } => ProcessError::NotFound { name },
+        ResolveError::NotExecutable { path } => ProcessError::NotExecutable { path },
+        #[allow(unreachable_patterns)]
+        _ => ProcessError::NotFound {
+            name: invocation.executable().to_owned(),
+        },
+    })?;
+    driver::spawn(&runtime, invocation, env, cwd, resolved)
+}
+
+fn check_cwd(cwd: &Path, rel: &str) -> Result<(), ProcessError> {
+    let bad = |kind| ProcessError::BadCwd {
+        cwd: rel.to_owned(),
+        kind,
+    };
+    match std::fs::metadata(cwd) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(bad(io::ErrorKind::NotADirectory)),
+        Err(e) => Err(bad(e.kind())),
+    }
+}
+
+/// Launches `invocation` and waits for its evidence.
+///
+/// Dropping this future does not stop the process from settling: the
+/// driver task keeps escalating and reaps the root.
+///
+/// # Errors
+///
+/// As [`launch`].
+pub async fn run(
+    invocation: Invocation,
+    options: &LaunchOptions,
+) -> Result<Arc<Evidence>, ProcessError> {
+    Ok(launch(invocation, options)?.settled().await)
+}
+
+impl Running {
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Running { shared }
+    }
+}

@@ -1,0 +1,141 @@
+//! `custodian run` end to end: evidence on stdout, distinct exit codes.
+
+use std::process::{Command, Output};
+
+fn custodian(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .arg("run")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+#[test]
+fn a_timeout_is_a_completed_run_with_exit_code_zero() {
+    let out = custodian(&["--timeout", "200ms", "--grace", "200ms", "--", "sleep", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev = json(&out);
+    assert_eq!(ev["status"], "timed_out");
+    assert_eq!(ev["signal"], 15);
+    assert_eq!(ev["descendants"]["verdict"], "terminated");
+}
+
+#[test]
+fn a_held_pipe_is_reported_held_open() {
+    let out = custodian(&[
+        "--drain",
+        "100ms",
+        "--",
+        "sh",
+        "-c",
+        "echo started; sleep 30 &",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev = json(&out);
+    assert_eq!(ev["status"], "exited");
+    assert_eq!(ev["stdout"]["text"], "started\n");
+    assert_eq!(ev["stdout"]["state"], "held_open");
+    assert_eq!(ev["descendants"]["verdict"], "unconfirmed_or_escaped");
+}
+
+#[test]
+fn exit_codes_tell_invalid_from_launch_failure() {
+    let out = custodian(&["--cwd", "../outside", "--", "true"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert_eq!(json(&out)["error"]["kind"], "invalid_invocation");
+
+    let out = custodian(&["--env", "NO_EQUALS_SIGN", "--", "true"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert_eq!(json(&out)["error"]["code"], "bad_env");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("NO_EQUALS_SIGN"));
+
+    let out = custodian(&["--", "custodian-no-such-tool"]);
+    assert_eq!(out.status.code(), Some(71), "{out:?}");
+    assert_eq!(json(&out)["error"]["code"], "not_found");
+
+    let out = custodian(&["--cwd", "missing-dir", "--", "true"]);
+    assert_eq!(out.status.code(), Some(71), "{out:?}");
+    assert_eq!(json(&out)["error"]["code"], "bad_cwd");
+
+    let out = custodian(&["--timeout", "soon", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn env_overlay_reaches_the_child_and_never_the_evidence() {
+    let out = custodian(&["--env", "OVERLAY_KEY_5D=overlay-value-e1", "--", "env"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev = json(&out);
+    assert!(
+        ev["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("OVERLAY_KEY_5D=overlay-value-e1")
+    );
+    // Only the child's own output mentions it; strip that and look again.
+    let mut rest = ev.clone();
+    rest["stdout"]["text"] = serde_json::Value::Null;
+    let rest = rest.to_string();
+    assert!(!rest.contains("OVERLAY_KEY_5D") && !rest.contains("overlay-value-e1"));
+}
+
+/// A `setsid` escapee that closes its stdio is invisible to the group
+/// probe; only the subreaper tier sees (and stops) it.
+#[test]
+fn subreaper_tier_adopts_and_stops_a_silent_setsid_escapee() {
+    let script = "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo $! >&2";
+    let escapee = |out: &Output| -> u32 {
+        let ev = json(out);
+        ev["stderr"]["text"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !matches!(
+                s[s.rfind(')').unwrap() + 2..].chars().next(),
+                Some('Z' | 'X')
+            )
+        })
+    };
+
+    // Default tier: the escapee survives; the verdict can only speak for
+    // the group (documented blind spot).
+    let out = custodian(&["--", "sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let pid = escapee(&out);
+    let survived = alive(pid);
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert!(survived, "without a subreaper the escapee outlives the run");
+    assert_eq!(json(&out)["descendants"]["tier"], "pinned_process_group");
+
+    // Subreaper tier: adopted when the root exits, stopped, reaped.
+    let out = custodian(&["--subreaper", "--grace", "300ms", "--", "sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev = json(&out);
+    let pid = escapee(&out);
+    let survived = alive(pid);
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert!(!survived, "the adopted escapee {pid} survived");
+    assert_eq!(ev["descendants"]["tier"], "subreaper");
+    assert_eq!(ev["descendants"]["verdict"], "terminated");
+    let targets: Vec<&str> = ev["escalation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["target"].as_str().unwrap())
+        .collect();
+    assert!(targets.contains(&"adopted_descendants"), "{ev}");
+}

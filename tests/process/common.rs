@@ -1,0 +1,91 @@
+//! Shared helpers: short tunables, `/proc` checks.
+
+use std::time::Duration;
+
+use custodian::process::invocation::{OutputBudget, Tunables};
+use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
+
+/// Sub-second tunables so every test stays fast.
+pub const TUN: Tunables = Tunables {
+    grace: Duration::from_millis(300),
+    drain: Duration::from_millis(200),
+    hard_margin: Duration::from_millis(300),
+};
+
+pub fn spec(exe: &str, args: &[&str]) -> InvocationSpec {
+    InvocationSpec::new(exe)
+        .with_args(args.iter().copied())
+        .with_timeout(Duration::from_secs(10))
+        .with_tunables(TUN)
+}
+
+pub fn inv(exe: &str, args: &[&str], timeout: Duration) -> Invocation {
+    Invocation::validate(spec(exe, args).with_timeout(timeout)).expect("valid invocation")
+}
+
+pub fn sh(script: &str, timeout: Duration) -> Invocation {
+    inv("sh", &["-c", script], timeout)
+}
+
+pub fn budget(stdout: usize, stderr: usize) -> OutputBudget {
+    OutputBudget { stdout, stderr }
+}
+
+pub fn opts() -> LaunchOptions {
+    LaunchOptions::new(std::env::temp_dir())
+}
+
+/// `(state, pgrp)` of a process, `None` if it is gone.
+pub fn stat(pid: u32) -> Option<(char, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let _ppid = f.next()?;
+    Some((state, f.next()?.parse().ok()?))
+}
+
+/// Whether `pid` is a live (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    matches!(stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
+}
+
+/// The root was reaped (no zombie left) and no live process remains in its
+/// group.
+pub fn assert_no_leftovers(root: u32) {
+    // Reaped: no /proc entry, or the pid was reused outside the group.
+    assert!(
+        stat(root).is_none_or(|(_, pg)| pg != root),
+        "root {root} is still there (zombie or alive): {:?}",
+        stat(root)
+    );
+    let members: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| matches!(stat(p), Some((s, pg)) if pg == root && s != 'Z' && s != 'X'))
+        .collect();
+    assert!(
+        members.is_empty(),
+        "live members of group {root}: {members:?}"
+    );
+}
+
+/// Polls until `cond` holds or 5 s pass.
+pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+/// The peak resident set size of this process (`VmHWM`), in bytes.
+pub fn vm_hwm() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
