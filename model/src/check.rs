@@ -1,0 +1,245 @@
+//! Running the models: one [`Report`] per model configuration.
+
+use std::fmt;
+use std::time::Instant;
+
+use std::collections::BTreeSet;
+
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+
+use crate::process::{self, ProcessModel, ProcessStep};
+use crate::request::{self, RequestModel, RequestStep};
+
+/// The verdict on one property.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The property's name.
+    pub name: &'static str,
+    /// `always`, `sometimes` or `eventually`.
+    pub kind: &'static str,
+    /// Whether the property holds (`always`: no counterexample;
+    /// `sometimes`: an example was found); `None` when a broken variant's
+    /// run stopped at its expected counterexample before deciding this one.
+    pub holds: Option<bool>,
+    /// The discovered path, rendered, if any.
+    pub path: Option<String>,
+}
+
+/// What one checker run found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The model's name.
+    pub name: String,
+    /// The property a broken variant must break (`None` for a real model).
+    pub expect_broken: Option<&'static str>,
+    /// The pinned unique state count of this configuration, if pinned.
+    pub pinned: Option<usize>,
+    /// States generated, duplicates included.
+    pub states: usize,
+    /// Distinct states (symmetry representatives).
+    pub unique: usize,
+    /// Longest path explored.
+    pub depth: usize,
+    /// Wall-clock seconds of the run.
+    pub seconds: f64,
+    /// Each property's verdict.
+    pub verdicts: Vec<Verdict>,
+}
+
+impl Report {
+    /// Whether the run says what it must: a real model satisfies every
+    /// property (and has its pinned state count, if pinned), a broken
+    /// variant violates the property it breaks.
+    pub fn ok(&self) -> bool {
+        if self.pinned.is_some_and(|n| n != self.unique) {
+            return false;
+        }
+        match self.expect_broken {
+            None => self.verdicts.iter().all(|v| v.holds == Some(true)),
+            Some(name) => self
+                .verdicts
+                .iter()
+                .any(|v| v.name == name && v.holds == Some(false)),
+        }
+    }
+
+    /// The verdict on `name`.
+    pub fn verdict(&self, name: &str) -> Option<&Verdict> {
+        self.verdicts.iter().find(|v| v.name == name)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} states, {} unique{}, max depth {}, {:.2}s — {}",
+            self.name,
+            self.states,
+            self.unique,
+            match self.pinned {
+                Some(n) if n == self.unique => " (pinned)",
+                _ => "",
+            },
+            self.depth,
+            self.seconds,
+            match (self.expect_broken, self.ok()) {
+                (None, false) if self.pinned.is_some_and(|n| n != self.unique) => {
+                    format!(
+                        "STATE COUNT CHANGED: pinned {}",
+                        self.pinned.unwrap_or_default()
+                    )
+                }
+                (None, true) => "all properties hold".to_string(),
+                (None, false) => "VIOLATED".to_string(),
+                (Some(p), true) => format!("broken as expected: counterexample for \"{p}\""),
+                (Some(p), false) => format!("NOT CAUGHT: no counterexample for \"{p}\""),
+            }
+        )?;
+        for v in &self.verdicts {
+            let mark = match (v.holds, self.expect_broken == Some(v.name)) {
+                (Some(true), _) => "ok       ",
+                (Some(false), true) => "CAUGHT   ",
+                (Some(false), false) if self.expect_broken.is_some() => "also hit ",
+                (Some(false), false) => "VIOLATED ",
+                (None, _) => "unchecked",
+            };
+            writeln!(f, "  {mark} {:<9} {}", v.kind, v.name)?;
+            if let (Some(path), Some(false)) = (&v.path, v.holds) {
+                for line in path.lines().take(40) {
+                    writeln!(f, "         {line}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks `model` exhaustively (DFS, symmetry by `representative`) on
+/// `threads` threads. A broken variant's run (`expect_broken` set) stops at
+/// the first counterexample for that property; the properties it did not
+/// get to decide are reported unchecked.
+pub fn run<M>(
+    name: String,
+    expect_broken: Option<&'static str>,
+    model: M,
+    representative: fn(&M::State) -> M::State,
+    threads: usize,
+) -> Report
+where
+    M: Model + Send + Sync + 'static,
+    M::State: fmt::Debug + std::hash::Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: fmt::Debug + Clone + PartialEq,
+{
+    let start = Instant::now();
+    let mut builder = model.checker().symmetry_fn(representative);
+    if let Some(p) = expect_broken {
+        builder = builder.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([p])));
+    }
+    let checker = builder.threads(threads).spawn_dfs().join();
+    let seconds = start.elapsed().as_secs_f64();
+    let discoveries = checker.discoveries();
+    let verdicts = checker
+        .model()
+        .properties()
+        .into_iter()
+        .map(|p| {
+            let found = discoveries.get(p.name);
+            let (kind, holds) = match p.expectation {
+                Expectation::Always => ("always", found.is_none()),
+                Expectation::Eventually => ("eventually", found.is_none()),
+                Expectation::Sometimes => ("sometimes", found.is_some()),
+            };
+            // A stopped run decides only what it discovered.
+            let holds = if expect_broken.is_some() && found.is_none() {
+                None
+            } else {
+                Some(holds)
+            };
+            Verdict {
+                name: p.name,
+                kind,
+                holds,
+                path: found.map(|path| format!("{path}")),
+            }
+        })
+        .collect();
+    Report {
+        name,
+        expect_broken,
+        pinned: None,
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        seconds,
+        verdicts,
+    }
+}
+
+/// Checks the request model over `step` with `waiters` waiters.
+pub fn request<S: RequestStep>(step: S, waiters: usize, threads: usize) -> Report {
+    let name = format!("{} ({waiters} waiters)", step.name());
+    let breaks = step.breaks();
+    let mut r = run(
+        name,
+        breaks,
+        RequestModel::new(step, waiters),
+        request::representative,
+        threads,
+    );
+    if breaks.is_none() {
+        r.pinned = pinned_request_states(waiters);
+    }
+    r
+}
+
+/// Checks the process model over `step` on every tier.
+pub fn process<S: ProcessStep>(step: S, threads: usize) -> Report {
+    let name = format!("{} (3 tiers)", step.name());
+    let breaks = step.breaks();
+    let mut r = run(
+        name,
+        breaks,
+        ProcessModel::new(step),
+        process::representative,
+        threads,
+    );
+    if breaks.is_none() {
+        r.pinned = Some(PINNED_PROCESS_STATES);
+    }
+    r
+}
+
+/// The pinned unique state count of the real process model (see
+/// `model/tests/process.rs` for how it arises).
+pub const PINNED_PROCESS_STATES: usize = 3_624;
+
+/// The pinned unique state count of the real request model with `waiters`
+/// waiters, if that configuration is pinned (see `model/tests/request.rs`
+/// for how the numbers arise).
+pub const fn pinned_request_states(waiters: usize) -> Option<usize> {
+    match waiters {
+        0 => Some(22_223),
+        1 => Some(133_975),
+        2 => Some(489_806),
+        3 => Some(1_385_096),
+        _ => None,
+    }
+}
+
+/// Every model configuration and broken variant, in report order.
+pub fn all(threads: usize) -> Vec<Report> {
+    use crate::{process as p, request as r};
+    vec![
+        request(r::Real, 2, threads),
+        request(r::Real, 3, threads),
+        process(p::Real, threads),
+        request(r::broken::DoubleCleanup, 2, threads),
+        request(r::broken::CompleteBeforeCleanup, 2, threads),
+        request(r::broken::SuccessDespiteCleanupFailure, 2, threads),
+        request(r::broken::RepublishOnDuplicate, 2, threads),
+        process(p::broken::SignalAfterSettle, threads),
+        process(p::broken::SettleTwice, threads),
+        process(p::broken::KillBeforeGrace, threads),
+    ]
+}

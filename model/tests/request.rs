@@ -1,0 +1,128 @@
+//! The request model: pinned state counts, every property holds for the
+//! real machine, and every broken variant is caught by the property it
+//! breaks.
+
+use custodian_model::check::{self, Report};
+use custodian_model::request::{self as model, Real, RequestStep, broken};
+
+fn assert_all_hold(r: &Report) {
+    for v in &r.verdicts {
+        assert_eq!(
+            v.holds,
+            Some(true),
+            "{}: {} {}\n{:?}",
+            r.name,
+            v.kind,
+            v.name,
+            v.path
+        );
+    }
+}
+
+// How the pinned numbers arise (unique states = symmetry classes under
+// permutations of the waiters, DFS):
+//
+// - 0 waiters: 22 223. The environment fires 7 candidates (each once, the
+//   duplicate success only after the first), opens the workspace while the
+//   executor is alive, and answers each action once. A state is the set of
+//   events fired so far plus the machine state they led to; the machine
+//   collapses most orders (only the first candidate, the workspace flag, a
+//   disconnect and the phase matter to it), but the environment's record
+//   (which candidates fired, which history flags were set) keeps apart
+//   orders that reach the same machine state.
+// - Each waiter is Idle, Subscribed(Before | During | After) or
+//   Observed(when, result), and the published result is unique per state,
+//   so one waiter multiplies the count by the number of local waiter states
+//   compatible with the request's progress: ~6× (133 975); a second,
+//   interchangeable waiter adds the unordered pairs of those: 489 806
+//   (= 3.7× more; without symmetry it would be the ordered pairs).
+// - 3 waiters (checked by `custodian-model check`, release): 1 385 096.
+//
+// A change in any of these numbers means the machine or the model changed
+// shape: review it, then update the pin and docs/verification.md.
+
+/// Pinned unique state counts, by number of waiters.
+pub const PINNED: [(usize, usize); 3] = [(0, 22_223), (1, 133_975), (2, 489_806)];
+
+#[test]
+fn unique_state_counts_are_pinned_and_every_property_holds() {
+    for (waiters, unique) in PINNED {
+        let r = check::request(Real, waiters, 2);
+        assert_eq!(r.unique, unique, "{waiters} waiters");
+        // The longest path: the initial state, 7 candidates, workspace,
+        // stop, cleanup, ack, publication, and 2 steps per waiter.
+        assert_eq!(r.depth, 1 + 12 + 2 * waiters, "{waiters} waiters");
+        if waiters > 0 {
+            assert_all_hold(&r);
+        } else {
+            // Without waiters, only the waiter examples are missing.
+            for v in &r.verdicts {
+                assert_eq!(
+                    v.holds == Some(true),
+                    !v.name.starts_with("a waiter"),
+                    "{}",
+                    v.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn pins_agree_with_the_check_binary() {
+    for (waiters, unique) in PINNED {
+        assert_eq!(check::pinned_request_states(waiters), Some(unique));
+    }
+}
+
+fn assert_caught<S: RequestStep>(step: S) {
+    let expected = step
+        .breaks()
+        .expect("a broken variant names the property it breaks");
+    let r = check::request(step, 1, 2);
+    let v = r.verdict(expected).expect("the property exists");
+    assert_eq!(v.holds, Some(false), "{}: not caught", r.name);
+    assert!(v.path.is_some());
+    assert!(r.ok());
+}
+
+#[test]
+fn double_cleanup_is_caught() {
+    assert_caught(broken::DoubleCleanup);
+}
+
+#[test]
+fn complete_before_cleanup_is_caught() {
+    assert_caught(broken::CompleteBeforeCleanup);
+}
+
+#[test]
+fn success_despite_cleanup_failure_is_caught() {
+    assert_caught(broken::SuccessDespiteCleanupFailure);
+}
+
+#[test]
+fn republish_on_duplicate_is_caught() {
+    assert_caught(broken::RepublishOnDuplicate);
+}
+
+#[test]
+fn the_broken_variants_break_what_they_claim() {
+    assert_eq!(
+        broken::DoubleCleanup.breaks(),
+        Some(model::AT_MOST_ONE_CLEANUP)
+    );
+    assert_eq!(
+        broken::CompleteBeforeCleanup.breaks(),
+        Some(model::COMPLETED_ONLY_AFTER_CLEANUP)
+    );
+    assert_eq!(
+        broken::SuccessDespiteCleanupFailure.breaks(),
+        Some(model::CLEANUP_FAILURE_NEVER_SUCCEEDS)
+    );
+    assert_eq!(
+        broken::RepublishOnDuplicate.breaks(),
+        Some(model::PUBLISHED_AT_MOST_ONCE)
+    );
+    assert_eq!(Real.breaks(), None);
+}
