@@ -9,7 +9,7 @@ use custodian::machine::request::{Candidate, CleanupReport, Status};
 use custodian::wire::{CODE_NODE_UNREACHABLE, Node, NodeConfig, WireClient};
 
 use crate::fake_node::FakeNode;
-use crate::forced_orders::permutations;
+use crate::scenarios::permutations;
 use crate::support::{Gate, Sink, check_log, id, settle};
 
 type WireCoordinator = Coordinator<WireClient, WireClient, Sink>;
