@@ -1,15 +1,203 @@
 //! `custodian node`: serve the edge–node wire for one workspace.
+//!
+//! On stdio (the default) the node serves one edge until stdin closes; on a
+//! Unix socket (`--socket PATH`) it accepts any number of connections from
+//! its own uid until SIGTERM or SIGINT. Either way it then cleans up every
+//! request that is still open, through the same exactly-once cleanup a wire
+//! `cleanup_workspace` uses, and exits.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use custodian::process::LaunchOptions;
+use custodian::wire::codec::encode_line;
+use custodian::wire::{Code, Node, NodeConfig, Response, ResponseFrame, VERSION, WorkspaceNode};
+use custodian::workspace::{Workspace, WorkspaceConfig};
+use tokio::io::AsyncWriteExt;
+use tracing::{info, warn};
 
 /// Arguments of `custodian node`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The workspace root this node serves.
     #[arg(long)]
-    workspace: Option<std::path::PathBuf>,
+    workspace: PathBuf,
+    /// Serve on a Unix socket created at this path (owner-only, refuses
+    /// peers of another uid) instead of stdin/stdout. The path must not
+    /// exist.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Largest request frame accepted, in bytes.
+    #[arg(long, default_value_t = custodian::wire::DEFAULT_MAX_FRAME)]
+    max_frame: usize,
+    /// Deadline of a process whose request names none (e.g. `30s`).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    process_timeout: Duration,
+    /// How long cleanup waits for a request's processes to settle.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    cleanup_bound: Duration,
 }
 
-pub(crate) fn main(_args: Args) -> ExitCode {
-    super::unavailable("node")
+/// What the arguments resolve to.
+struct Config {
+    workspace: PathBuf,
+    socket: Option<PathBuf>,
+    node: NodeConfig,
+    process_timeout: Duration,
+    cleanup_bound: Duration,
+}
+
+impl Args {
+    fn validate(self) -> anyhow::Result<Config> {
+        if self.max_frame < 1024 {
+            bail!("--max-frame must be at least 1024 bytes");
+        }
+        if self.process_timeout.is_zero() {
+            bail!("--process-timeout must be positive");
+        }
+        Ok(Config {
+            workspace: self.workspace,
+            socket: self.socket,
+            node: NodeConfig {
+                max_frame: self.max_frame,
+                ..NodeConfig::default()
+            },
+            process_timeout: self.process_timeout,
+            cleanup_bound: self.cleanup_bound,
+        })
+    }
+}
+
+pub(crate) fn main(args: Args) -> ExitCode {
+    let result = args.validate().and_then(|config| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the runtime")?;
+        rt.block_on(serve(config))
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("custodian node: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let ws_config = WorkspaceConfig {
+        cleanup_bound: config.cleanup_bound,
+        ..WorkspaceConfig::default()
+    };
+    let workspace = Workspace::open(&config.workspace, ws_config)
+        .with_context(|| format!("opening workspace {}", config.workspace.display()))?;
+    let launch = LaunchOptions::new(&config.workspace);
+    let node = Node::new(
+        WorkspaceNode::new(workspace.clone(), launch, config.process_timeout),
+        config.node,
+    );
+    match &config.socket {
+        None => {
+            let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
+            let served = node.serve(io).await;
+            // The edge closed stdin: it is gone. Clean up what it left open
+            // (this also cancels its running processes, so their answers
+            // arrive), then let the remaining answers reach stdout.
+            shutdown(&node, &workspace).await;
+            served.context("reading stdin")?.wait().await;
+        }
+        Some(path) => {
+            let listener = bind_owner_only(path)?;
+            info!(socket = %path.display(), "serving");
+            let served = accept_loop(&node, listener).await;
+            let _ = std::fs::remove_file(path);
+            shutdown(&node, &workspace).await;
+            served?;
+        }
+    }
+    Ok(())
+}
+
+/// Cleans every request still open, then closes the workspace.
+async fn shutdown(node: &Arc<Node<WorkspaceNode>>, workspace: &Workspace) {
+    for report in node.close().await {
+        info!(request_id = %report.request_id, status = ?report.status, "cleaned at shutdown");
+    }
+    workspace.close().await;
+}
+
+/// Creates the socket with mode 0600: the umask is narrowed around `bind`
+/// so the socket never exists with wider permissions, then the mode is set
+/// explicitly in case the filesystem ignores the umask.
+fn bind_owner_only(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use rustix::fs::Mode;
+    use std::os::unix::fs::PermissionsExt;
+    if path.symlink_metadata().is_ok() {
+        bail!("{} already exists; refusing to replace it", path.display());
+    }
+    let old = rustix::process::umask(Mode::from_raw_mode(0o177));
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    rustix::process::umask(old);
+    let listener = bound.with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod 0600 {}", path.display()))?;
+    listener.set_nonblocking(true).context("set_nonblocking")?;
+    tokio::net::UnixListener::from_std(listener).context("registering the socket")
+}
+
+/// The error code sent to a peer whose uid differs from the node's.
+const PEER_REFUSED: custodian::error::SafeCode = custodian::error::SafeCode::new("peer_refused");
+
+async fn accept_loop(
+    node: &Arc<Node<WorkspaceNode>>,
+    listener: tokio::net::UnixListener,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let me = rustix::process::geteuid().as_raw();
+    loop {
+        let (mut stream, _) = tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+        };
+        // The kernel's record of who connected (SO_PEERCRED), not anything
+        // the peer says about itself.
+        let peer = stream.peer_cred().map(|c| c.uid()).ok();
+        if peer != Some(me) {
+            warn!(peer_uid = ?peer, "refused a peer of another uid");
+            let mut line = Vec::new();
+            encode_line(
+                &ResponseFrame {
+                    v: VERSION,
+                    seq: None,
+                    result: Response::Error {
+                        request_id: None,
+                        code: Code::from(PEER_REFUSED),
+                    },
+                },
+                &mut line,
+            );
+            let _ = stream.write_all(&line).await;
+            let _ = stream.shutdown().await;
+            continue;
+        }
+        let node = Arc::clone(node);
+        tokio::spawn(async move {
+            if let Err(e) = node.serve_to_end(stream).await {
+                warn!(error = %e, "connection ended with an error");
+            }
+        });
+    }
 }

@@ -90,3 +90,21 @@ pub struct Completion {
     /// How the terminal reached (or did not reach) the caller.
     pub delivery: Delivery,
 }
+
+/// The workspace runtime is a lifecycle: its cleanup is already elected once
+/// per request; a clean or already-gone job is `Ok`, a fail-closed cleanup
+/// carries its safe code.
+impl WorkspaceLifecycle for crate::workspace::Workspace {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+        match self.cleanup(request.as_str()).await {
+            Ok(r) if r.status == crate::workspace::CleanupStatus::Failed => {
+                CleanupResult::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
+            }
+            Ok(_) => CleanupResult::Ok,
+            Err(_) => CleanupResult::Failed(SafeCode::new("invalid_request_id")),
+        }
+    }
+}
+
+/// The code of a failed workspace cleanup that named no reason.
+pub const CODE_WORKSPACE_CLEANUP_FAILED: SafeCode = SafeCode::new("workspace_cleanup_failed");

@@ -75,6 +75,21 @@ impl WireClient {
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (read, write) = tokio::io::split(io);
+        Self::from_parts(read, write, max_frame)
+    }
+
+    /// Starts a client on separate read and write halves (e.g. a child's
+    /// stdout and stdin). Once every clone of the client is dropped, the
+    /// writer is shut down and dropped, which closes it.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn from_parts<R, W>(read: R, write: W, max_frame: usize) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let inner = Arc::new(Inner {
             out,
@@ -320,7 +335,7 @@ impl WorkspaceLifecycle for WireClient {
     async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
         match WireClient::cleanup_workspace(self, request).await {
             Ok(report) => match report.status {
-                CleanupStatus::Cleaned | CleanupStatus::NotOpened => CleanupResult::Ok,
+                CleanupStatus::Cleaned | CleanupStatus::AlreadyGone => CleanupResult::Ok,
                 CleanupStatus::Failed => CleanupResult::Failed(
                     report
                         .code

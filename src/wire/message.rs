@@ -242,9 +242,9 @@ pub enum CleanupStatus {
     /// Every request-owned process is gone and every registered artifact
     /// was removed.
     Cleaned,
-    /// The node never opened this request's workspace (or its job namespace
-    /// is already gone): nothing was touched.
-    NotOpened,
+    /// The node holds nothing for this request (it was never opened on this
+    /// node, or its job namespace is already gone): nothing was touched.
+    AlreadyGone,
     /// Cleanup failed closed; `code` says why and the suspect subtree was
     /// kept for inspection.
     Failed,

@@ -30,6 +30,8 @@ mod client;
 pub mod codec;
 pub mod message;
 mod node;
+#[cfg(unix)]
+mod workspace_node;
 
 pub use client::{CODE_NODE_UNREACHABLE, CODE_REMOTE_CLEANUP_FAILED, WireClient, WireError};
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
@@ -37,4 +39,6 @@ pub use message::{
     CleanupReport, CleanupStatus, Code, ProcessSummary, Request, RequestFrame, Response,
     ResponseFrame, RunSpec, VERSION,
 };
-pub use node::{CleanupVerdict, Node, NodeConfig, NodeStats, NodeWorkspace};
+pub use node::{CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace};
+#[cfg(unix)]
+pub use workspace_node::{WorkspaceNode, codes as node_codes};

@@ -75,8 +75,9 @@ pub trait NodeWorkspace: Send + Sync + 'static {
 pub enum CleanupVerdict {
     /// Everything the request owned is gone.
     Cleaned,
-    /// The request was never opened (or is already gone): nothing touched.
-    NotOpened,
+    /// Nothing is held for the request (never opened here, or already
+    /// removed): nothing was touched.
+    AlreadyGone,
     /// Cleanup failed closed for the given reason.
     Failed(SafeCode),
 }
@@ -344,7 +345,9 @@ impl<W: NodeWorkspace> Node<W> {
         out
     }
 
-    /// Serves the wire on one connection until the peer closes it.
+    /// Serves the wire on one connection until the peer closes its sending
+    /// side, then returns a [`Drain`] that completes once every request read
+    /// before that has been answered.
     ///
     /// Requests are handled concurrently (up to `max_in_flight`), answers
     /// are written as they complete and carry the request's `seq`. A
@@ -356,7 +359,7 @@ impl<W: NodeWorkspace> Node<W> {
     /// # Errors
     ///
     /// An I/O error reading from the connection.
-    pub async fn serve<IO>(self: &Arc<Self>, io: IO) -> io::Result<()>
+    pub async fn serve<IO>(self: &Arc<Self>, io: IO) -> io::Result<Drain>
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -437,10 +440,35 @@ impl<W: NodeWorkspace> Node<W> {
         };
         drop(tx);
         // The writer ends once every in-flight handler has answered; it is
-        // not awaited so that a long-running process cannot hold the
-        // connection's end hostage.
-        drop(writer);
-        result
+        // not awaited here so that a long-running process cannot hold the
+        // end of the connection hostage (the caller may cancel it first).
+        result.map(|()| Drain(writer))
+    }
+
+    /// Serves one connection and waits until every answer was written.
+    ///
+    /// # Errors
+    ///
+    /// As [`Node::serve`].
+    pub async fn serve_to_end<IO>(self: &Arc<Self>, io: IO) -> io::Result<()>
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        self.serve(io).await?.wait().await;
+        Ok(())
+    }
+}
+
+/// The tail of a served connection: its answers still being written.
+#[derive(Debug)]
+#[must_use = "await `wait` to let the remaining answers reach the peer"]
+pub struct Drain(tokio::task::JoinHandle<()>);
+
+impl Drain {
+    /// Waits until every request read from the connection was answered (or
+    /// the peer stopped reading).
+    pub async fn wait(self) {
+        let _ = self.0.await;
     }
 }
 
@@ -460,7 +488,7 @@ fn error(request_id: RequestId, code: SafeCode) -> Response {
 fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupReport {
     let (status, code) = match verdict {
         CleanupVerdict::Cleaned => (CleanupStatus::Cleaned, None),
-        CleanupVerdict::NotOpened => (CleanupStatus::NotOpened, None),
+        CleanupVerdict::AlreadyGone => (CleanupStatus::AlreadyGone, None),
         CleanupVerdict::Failed(code) => (CleanupStatus::Failed, Some(Code::from(code))),
     };
     CleanupReport {

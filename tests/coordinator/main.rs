@@ -8,6 +8,7 @@ mod fake_node;
 
 mod forced_orders;
 mod outcomes;
+mod scenarios;
 mod stress;
 mod support;
 mod through_wire;

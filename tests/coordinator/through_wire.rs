@@ -9,7 +9,7 @@ use custodian::machine::request::{Candidate, CleanupReport, Status};
 use custodian::wire::{CODE_NODE_UNREACHABLE, Node, NodeConfig, WireClient};
 
 use crate::fake_node::FakeNode;
-use crate::forced_orders::permutations;
+use crate::scenarios::permutations;
 use crate::support::{Gate, Sink, check_log, id, settle};
 
 type WireCoordinator = Coordinator<WireClient, WireClient, Sink>;
@@ -18,7 +18,7 @@ fn setup(fake: FakeNode) -> (Arc<Node<FakeNode>>, WireClient, WireCoordinator) {
     let node = Node::new(fake, NodeConfig::default());
     let (edge, node_io) = tokio::io::duplex(256 * 1024);
     let n = Arc::clone(&node);
-    tokio::spawn(async move { n.serve(node_io).await });
+    tokio::spawn(async move { n.serve_to_end(node_io).await });
     let client = WireClient::new(edge, custodian::wire::DEFAULT_MAX_FRAME);
     let co = Coordinator::new(
         Arc::new(client.clone()),
@@ -106,7 +106,7 @@ async fn a_lost_node_fails_the_cleanup_closed() {
     let (edge, node_io) = tokio::io::duplex(4096);
     let serving = {
         let n = Arc::clone(&node);
-        tokio::spawn(async move { n.serve(node_io).await })
+        tokio::spawn(async move { n.serve_to_end(node_io).await })
     };
     let client = WireClient::new(edge, 1 << 20);
     let co = Coordinator::new(

@@ -133,7 +133,7 @@ impl NodeWorkspace for FakeNode {
         } else if opened {
             CleanupVerdict::Cleaned
         } else {
-            CleanupVerdict::NotOpened
+            CleanupVerdict::AlreadyGone
         }
     }
 }

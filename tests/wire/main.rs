@@ -4,4 +4,5 @@
 #[path = "../support/fake_node.rs"]
 mod fake_node;
 
+mod e2e;
 mod node_handler;

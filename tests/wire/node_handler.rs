@@ -21,7 +21,7 @@ fn start(fake: FakeNode, config: NodeConfig) -> (Arc<Node<FakeNode>>, WireClient
     let node = Node::new(fake, config);
     let (edge, node_io) = tokio::io::duplex(64 * 1024);
     let n = Arc::clone(&node);
-    tokio::spawn(async move { n.serve(node_io).await });
+    tokio::spawn(async move { n.serve_to_end(node_io).await });
     (node, WireClient::new(edge, config.max_frame))
 }
 
@@ -35,7 +35,7 @@ impl Raw {
     fn start(node: &Arc<Node<FakeNode>>) -> Raw {
         let (edge, node_io) = tokio::io::duplex(1 << 20);
         let n = Arc::clone(node);
-        tokio::spawn(async move { n.serve(node_io).await });
+        tokio::spawn(async move { n.serve_to_end(node_io).await });
         let (r, w) = tokio::io::split(edge);
         Raw {
             w,
@@ -130,7 +130,7 @@ async fn cleanup_finishes_after_the_caller_goes_away() {
     // A fresh connection sees the first cleanup's result, not a second run.
     let (edge, node_io) = tokio::io::duplex(4096);
     let n = Arc::clone(&node);
-    tokio::spawn(async move { n.serve(node_io).await });
+    tokio::spawn(async move { n.serve_to_end(node_io).await });
     let again = WireClient::new(edge, 1 << 20)
         .cleanup_workspace(&r)
         .await
@@ -199,7 +199,7 @@ async fn cleanup_cache_is_bounded_and_eviction_only_asks_the_workspace_again() {
     let again = client.cleanup_workspace(&ids[0]).await.unwrap();
     assert_eq!(
         (again.status, again.cached),
-        (CleanupStatus::NotOpened, false)
+        (CleanupStatus::AlreadyGone, false)
     );
     assert_eq!(node.workspace().calls(&ids[0]).cleanup, 2);
     // c2 is still cached.

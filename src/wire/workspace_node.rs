@@ -1,0 +1,250 @@
+//! The production [`NodeWorkspace`]: the workspace runtime plus the
+//! governed process launcher.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::message::{Code, ProcessSummary, RunSpec};
+use super::node::{CleanupVerdict, NodeWorkspace};
+use crate::coordinator::RequestId;
+use crate::error::SafeCode;
+use crate::process::evidence::Evidence;
+use crate::process::invocation::EnvValue;
+use crate::process::{Invocation, InvocationSpec, LaunchOptions, Running, launch};
+use crate::workspace::{
+    CleanupStatus, Job, RequestProcess, SettledFuture, Workspace, WorkspaceError,
+};
+
+/// Safe codes the adapter answers with.
+pub mod codes {
+    use crate::error::SafeCode;
+
+    /// The artifact name was refused.
+    pub const INVALID_ARTIFACT_NAME: SafeCode = SafeCode::new("invalid_artifact_name");
+    /// The request is already open in the workspace (opened elsewhere).
+    pub const ALREADY_OPEN: SafeCode = SafeCode::new("already_open");
+    /// The request's job directory exists but this runtime did not create it.
+    pub const JOB_EXISTS: SafeCode = SafeCode::new("job_exists");
+    /// The request was already cleaned up.
+    pub const ALREADY_CLEANED: SafeCode = SafeCode::new("already_cleaned");
+    /// The workspace is closed.
+    pub const WORKSPACE_CLOSED: SafeCode = SafeCode::new("workspace_closed");
+    /// A filesystem call failed.
+    pub const IO_ERROR: SafeCode = SafeCode::new("io_error");
+    /// The process invocation was refused before launch.
+    pub const INVALID_INVOCATION: SafeCode = SafeCode::new("invalid_invocation");
+    /// The process could not be launched.
+    pub const LAUNCH_FAILED: SafeCode = SafeCode::new("launch_failed");
+    /// Some other workspace error.
+    pub const WORKSPACE_ERROR: SafeCode = SafeCode::new("workspace_error");
+}
+
+/// A launched process as the workspace's cleanup sees it. A private newtype
+/// so this adapter owns the impl.
+struct Tracked(Running);
+
+impl RequestProcess for Tracked {
+    fn cancel(&self) {
+        self.0.cancel();
+    }
+    fn settled(&self) -> SettledFuture<'_> {
+        Box::pin(async move {
+            let _ = self.0.settled().await;
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    job: Job,
+    runs: Vec<Running>,
+}
+
+/// Serves the wire from a real [`Workspace`]: `open_workspace` opens a job
+/// namespace, `write_artifact` creates a registered file in it,
+/// `run_process` launches through [`crate::process::launch`] (with the
+/// workspace root as the base of `cwd`) and tracks the process group in the
+/// request, `cancel` stops the request's processes, and `cleanup_workspace`
+/// is [`Workspace::cleanup`].
+#[derive(Debug)]
+pub struct WorkspaceNode {
+    workspace: Workspace,
+    launch: LaunchOptions,
+    default_timeout: Duration,
+    jobs: Mutex<HashMap<RequestId, Entry>>,
+}
+
+impl WorkspaceNode {
+    /// A node over `workspace`; processes run with `launch`'s baseline and
+    /// secrets, `default_timeout` when a request names none.
+    pub fn new(workspace: Workspace, launch: LaunchOptions, default_timeout: Duration) -> Self {
+        WorkspaceNode {
+            workspace,
+            launch,
+            default_timeout,
+            jobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The workspace served.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Entry>> {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A `&'static str` code as a [`SafeCode`], or `fallback` if it does not
+/// follow the safe-code rules (so a surprising code can never panic here).
+fn safe(code: &'static str, fallback: SafeCode) -> SafeCode {
+    if Code::new(code).is_ok() {
+        SafeCode::new(code)
+    } else {
+        fallback
+    }
+}
+
+fn workspace_code(e: &WorkspaceError) -> SafeCode {
+    match e {
+        WorkspaceError::InvalidRequestId(_) => super::message::codes::INVALID_REQUEST_ID,
+        WorkspaceError::InvalidName { .. } => codes::INVALID_ARTIFACT_NAME,
+        WorkspaceError::Untrusted { code, .. } => code.safe_code(),
+        WorkspaceError::JobExists { .. } => codes::JOB_EXISTS,
+        WorkspaceError::AlreadyOpen { .. } => codes::ALREADY_OPEN,
+        WorkspaceError::AlreadyCleaned { .. } => codes::ALREADY_CLEANED,
+        WorkspaceError::RequestClosed { .. } => super::message::codes::REQUEST_CLOSED,
+        WorkspaceError::Closed => codes::WORKSPACE_CLOSED,
+        WorkspaceError::Io { .. } => codes::IO_ERROR,
+        _ => codes::WORKSPACE_ERROR,
+    }
+}
+
+/// A serde unit-variant enum's name as a wire code.
+fn variant_code<T: serde::Serialize>(v: &T, fallback: &str) -> Code {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().and_then(|s| Code::new(s).ok()))
+        .unwrap_or_else(|| Code::new(fallback).expect("valid fallback"))
+}
+
+/// Evidence → the wire's process summary. Captured text is already bounded
+/// and redacted by the launcher.
+fn summary(ev: &Evidence) -> ProcessSummary {
+    ProcessSummary {
+        exit_code: ev.exit_code,
+        signal: ev.signal,
+        reason: variant_code(&ev.status, "unknown"),
+        descendants: variant_code(&ev.descendants.verdict, "unknown"),
+        stdout: ev.stdout.text.clone(),
+        stderr: ev.stderr.text.clone(),
+        stdout_truncated: ev.stdout.truncated,
+        stderr_truncated: ev.stderr.truncated,
+    }
+}
+
+impl NodeWorkspace for WorkspaceNode {
+    async fn open(&self, request: &RequestId) -> Result<(), SafeCode> {
+        let job = self
+            .workspace
+            .open_request(request.as_str())
+            .map_err(|e| workspace_code(&e))?;
+        self.jobs().insert(
+            request.clone(),
+            Entry {
+                job,
+                runs: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn write_artifact(
+        &self,
+        request: &RequestId,
+        name: &str,
+        contents: &[u8],
+    ) -> Result<u64, SafeCode> {
+        let mut file = {
+            let jobs = self.jobs();
+            let entry = jobs.get(request).ok_or(super::message::codes::NOT_OPEN)?;
+            entry
+                .job
+                .create_file(name)
+                .map_err(|e| workspace_code(&e))?
+        };
+        file.write_all(contents).map_err(|_| codes::IO_ERROR)?;
+        Ok(contents.len() as u64)
+    }
+
+    async fn run(&self, request: &RequestId, spec: RunSpec) -> Result<ProcessSummary, SafeCode> {
+        let mut inv = InvocationSpec::new(spec.executable)
+            .with_args(spec.argv)
+            .with_timeout(
+                spec.timeout_ms
+                    .map_or(self.default_timeout, Duration::from_millis),
+            );
+        if let Some(cwd) = spec.cwd {
+            inv = inv.with_cwd(cwd);
+        }
+        for (k, v) in spec.env {
+            inv = inv.with_env(k, EnvValue::Literal(v));
+        }
+        let inv = Invocation::validate(inv).map_err(|_| codes::INVALID_INVOCATION)?;
+        let running = {
+            // Launch and track under the lock, so a concurrent cleanup
+            // either sees this process or refuses it (and it is cancelled).
+            let mut jobs = self.jobs();
+            let entry = jobs
+                .get_mut(request)
+                .ok_or(super::message::codes::NOT_OPEN)?;
+            let running =
+                launch(inv, &self.launch).map_err(|e| safe(e.code(), codes::LAUNCH_FAILED))?;
+            if let Err(e) = entry.job.track(Arc::new(Tracked(running.clone()))) {
+                running.cancel();
+                return Err(workspace_code(&e));
+            }
+            entry.runs.push(running.clone());
+            running
+        };
+        let ev = running.settled().await;
+        Ok(summary(&ev))
+    }
+
+    async fn cancel(&self, request: &RequestId) -> u32 {
+        let runs: Vec<Running> = self
+            .jobs()
+            .get(request)
+            .map(|e| e.runs.clone())
+            .unwrap_or_default();
+        let mut active = 0;
+        for r in &runs {
+            if r.try_settled().is_none() {
+                active += 1;
+            }
+            r.cancel();
+        }
+        for r in &runs {
+            let _ = r.settled().await;
+        }
+        active
+    }
+
+    async fn cleanup(&self, request: &RequestId) -> CleanupVerdict {
+        let result = match self.workspace.cleanup(request.as_str()).await {
+            Ok(result) => result,
+            Err(e) => return CleanupVerdict::Failed(workspace_code(&e)),
+        };
+        self.jobs().remove(request);
+        match result.status {
+            CleanupStatus::Clean => CleanupVerdict::Cleaned,
+            CleanupStatus::AlreadyGone => CleanupVerdict::AlreadyGone,
+            _ => CleanupVerdict::Failed(result.safe_code().unwrap_or(codes::WORKSPACE_ERROR)),
+        }
+    }
+}

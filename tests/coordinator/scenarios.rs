@@ -1,0 +1,429 @@
+//! Scenario drivers shared by the coordinator tests and by the model
+//! conformance replay (`model/tests/conformance.rs` includes this file):
+//! forced orders of racing stimuli on paused time, and the seeded stress
+//! run on the multi-threaded runtime. Each returns the event logs.
+
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use custodian::coordinator::{Limits, Record};
+use custodian::machine::request::{Candidate, CleanupReport, Delivery, Status};
+
+use crate::support::{Fakes, Gate, check_log, coordinator, id, settle};
+
+pub const EXEC_FAILED: custodian::error::SafeCode =
+    custodian::error::SafeCode::new("executor_failed");
+
+/// One thing the test can make happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stimulus {
+    Candidate(Candidate),
+    /// Advance the clock to the request deadline.
+    Deadline,
+    ReleaseCancel,
+    ReleaseCleanup,
+    ReleaseWrite,
+    /// The executor reports that it opened the workspace (awaited).
+    Open,
+}
+
+pub fn permutations<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
+    if items.len() <= 1 {
+        return vec![items.to_vec()];
+    }
+    let mut out = Vec::new();
+    for i in 0..items.len() {
+        let mut rest = items.to_vec();
+        let first = rest.remove(i);
+        for mut p in permutations(&rest) {
+            p.insert(0, first);
+            out.push(p);
+        }
+    }
+    out
+}
+
+const LIMITS: Limits = Limits {
+    request_timeout: Duration::from_secs(60),
+    cleanup_grace: Duration::from_secs(30),
+    terminal_write_timeout: Duration::from_secs(10),
+};
+
+fn expected_status(primary: Candidate) -> Status {
+    match primary {
+        Candidate::Success => Status::Succeeded,
+        Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => Status::Failed,
+        Candidate::Timeout => Status::TimedOut,
+        Candidate::CallerCancel | Candidate::CallerDisconnect => Status::Cancelled,
+    }
+}
+
+/// Runs one order; returns the request's log. Panics with `ctx` on any
+/// violated expectation.
+pub async fn run_order(
+    co: &Fakes,
+    name: &str,
+    order: &[Stimulus],
+    opened: bool,
+    write_fails: bool,
+) -> Vec<Record> {
+    let ctx = format!("{name}: opened={opened} write_fails={write_fails} order={order:?}");
+    let r = id(name);
+    let h = co.start(r.clone());
+    if opened {
+        h.workspace_opened().await.unwrap();
+    }
+    co.sink()
+        .fail
+        .store(write_fails, std::sync::atomic::Ordering::SeqCst);
+    let early = h.observer();
+    let early_wait = tokio::spawn(async move { early.finished().await });
+    let dropped = {
+        let o = h.observer();
+        tokio::spawn(async move { o.finished().await })
+    };
+    let mut primary = None;
+    let mut disconnected = false;
+    let mut cleanup_released = false;
+    let mut opened_any = opened;
+    let mut mid_wait = None;
+    for (step, s) in order.iter().enumerate() {
+        match *s {
+            Stimulus::Candidate(c) => {
+                primary.get_or_insert(c);
+                disconnected |= c == Candidate::CallerDisconnect;
+                h.candidate(c);
+            }
+            Stimulus::Deadline => {
+                primary.get_or_insert(Candidate::Timeout);
+                tokio::time::advance(LIMITS.request_timeout).await;
+            }
+            Stimulus::ReleaseCancel => co.processes().gate.release(1),
+            Stimulus::ReleaseCleanup => {
+                cleanup_released = true;
+                co.lifecycle().gate.release(1);
+            }
+            Stimulus::ReleaseWrite => co.sink().gate.release(1),
+            Stimulus::Open => {
+                h.workspace_opened()
+                    .await
+                    .unwrap_or_else(|_| panic!("{ctx}: open refused"));
+                opened_any = true;
+            }
+        }
+        settle().await;
+        if opened_any && !cleanup_released {
+            assert!(
+                h.try_finished().is_none(),
+                "{ctx}: completed before the cleanup finished"
+            );
+            assert!(!h.state().is_completed(), "{ctx}: completed before cleanup");
+        }
+        if step == 1 {
+            dropped.abort();
+            let o = h.observer();
+            mid_wait = Some(tokio::spawn(async move { o.finished().await }));
+        }
+    }
+    let c = tokio::time::timeout(Duration::from_secs(1), h.finished())
+        .await
+        .unwrap_or_else(|_| panic!("{ctx}: never completed; log {:#?}", h.log()));
+    while !h.state().is_completed() {
+        tokio::task::yield_now().await;
+    }
+    let late = h.finished().await;
+    assert_eq!(early_wait.await.unwrap(), c, "{ctx}: early waiter");
+    assert_eq!(
+        mid_wait.unwrap().await.unwrap(),
+        c,
+        "{ctx}: waiter subscribed mid-way"
+    );
+    assert_eq!(late, c, "{ctx}: late waiter");
+    let primary = primary.expect("every order has a candidate");
+    assert_eq!(c.result.primary(), primary, "{ctx}");
+    assert_eq!(c.result.status(), expected_status(primary), "{ctx}");
+    assert_eq!(
+        co.lifecycle().count(&r),
+        u32::from(opened_any),
+        "{ctx}: cleanup calls"
+    );
+    let writes = co.sink().writes_for(&r);
+    assert!(writes <= 1, "{ctx}: {writes} writes");
+    match c.delivery {
+        Delivery::CallerGone => assert!(disconnected, "{ctx}: caller gone without a disconnect"),
+        Delivery::WriteFailed => assert!(
+            write_fails
+                || primary == Candidate::TerminalWriteFailed
+                || order.contains(&Stimulus::Candidate(Candidate::TerminalWriteFailed)),
+            "{ctx}"
+        ),
+        Delivery::Acknowledged => assert!(!write_fails && writes == 1, "{ctx}"),
+    }
+    if primary == Candidate::CallerDisconnect {
+        assert_eq!(writes, 0, "{ctx}: wrote to a disconnected caller");
+    }
+    let log = h.log();
+    let facts = check_log(&log, &ctx);
+    assert_eq!(facts.start_cleanups, u32::from(opened_any), "{ctx}");
+    log
+}
+
+pub fn fresh() -> Fakes {
+    coordinator(Gate::closed(), Gate::closed(), Gate::closed(), LIMITS)
+}
+
+/// Family A: success, cancel and disconnect race each other and the three
+/// action answers.
+pub fn family_a() -> Vec<Stimulus> {
+    vec![
+        Stimulus::Candidate(Candidate::Success),
+        Stimulus::Candidate(Candidate::CallerCancel),
+        Stimulus::Candidate(Candidate::CallerDisconnect),
+        Stimulus::ReleaseCancel,
+        Stimulus::ReleaseCleanup,
+        Stimulus::ReleaseWrite,
+    ]
+}
+
+/// Family B: the deadline, an executor error and a terminal-write failure
+/// race the action answers.
+pub fn family_b() -> Vec<Stimulus> {
+    vec![
+        Stimulus::Deadline,
+        Stimulus::Candidate(Candidate::ExecutorError { code: EXEC_FAILED }),
+        Stimulus::Candidate(Candidate::TerminalWriteFailed),
+        Stimulus::ReleaseCancel,
+        Stimulus::ReleaseCleanup,
+        Stimulus::ReleaseWrite,
+    ]
+}
+
+/// Family C: the executor opens its workspace while a cancel or a
+/// disconnect is already finalizing the request (before it confirms it
+/// stopped). Only orders where the open precedes the executor's stop are
+/// legal (the runtime contract); they all must clean up.
+pub fn family_c() -> Vec<Stimulus> {
+    vec![
+        Stimulus::Candidate(Candidate::CallerCancel),
+        Stimulus::Candidate(Candidate::CallerDisconnect),
+        Stimulus::Open,
+        Stimulus::ReleaseCancel,
+        Stimulus::ReleaseCleanup,
+        Stimulus::ReleaseWrite,
+    ]
+}
+
+/// Runs every legal order of family C, starting without a workspace.
+pub async fn run_family_c() -> Vec<Vec<Record>> {
+    let mut logs = Vec::new();
+    for (n, order) in permutations(&family_c()).into_iter().enumerate() {
+        let pos = |x: Stimulus| order.iter().position(|s| *s == x).unwrap();
+        if pos(Stimulus::Open) > pos(Stimulus::ReleaseCancel) {
+            continue;
+        }
+        let name = format!("c-{n}");
+        logs.push(run_order(&fresh(), &name, &order, false, n % 2 == 1).await);
+    }
+    logs
+}
+
+/// Runs every order of `family`. With a workspace, the terminal write
+/// fails in every other order (so both delivery paths race every
+/// interleaving of the rest); without one, `ReleaseCleanup` is dropped from
+/// the family (no cleanup is ever started) and both write variants run.
+pub async fn run_family(family: &[Stimulus], tag: &str) -> Vec<Vec<Record>> {
+    let mut logs = Vec::new();
+    for (n, order) in permutations(family).into_iter().enumerate() {
+        let name = format!("{tag}-open-{n}");
+        logs.push(run_order(&fresh(), &name, &order, true, n % 2 == 1).await);
+    }
+    let without: Vec<_> = family
+        .iter()
+        .copied()
+        .filter(|s| *s != Stimulus::ReleaseCleanup)
+        .collect();
+    for (n, order) in permutations(&without).into_iter().enumerate() {
+        for write_fails in [false, true] {
+            let name = format!("{tag}-closed-{n}-{}", u8::from(write_fails));
+            logs.push(run_order(&fresh(), &name, &order, false, write_fails).await);
+        }
+    }
+    logs
+}
+
+// ---- the seeded stress run ----
+
+/// splitmix64: small, seedable, good enough to shuffle races.
+#[derive(Clone, Copy, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+pub fn seed() -> u64 {
+    std::env::var("CUSTODIAN_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
+/// The candidates the model's environment can fire: each kind once, the
+/// success twice (a duplicate callback).
+const POOL: [Candidate; 7] = [
+    Candidate::Success,
+    Candidate::Success,
+    Candidate::ExecutorError { code: EXEC_FAILED },
+    Candidate::Timeout,
+    Candidate::CallerCancel,
+    Candidate::CallerDisconnect,
+    Candidate::TerminalWriteFailed,
+];
+
+/// Totals over a stress run.
+#[derive(Debug, Default)]
+pub struct Totals {
+    pub requests: u64,
+    pub opened: u64,
+    pub cleanups: u64,
+    pub double_cleanups: u64,
+    pub early_completions: u64,
+    pub completions: u64,
+    pub publications: u64,
+}
+
+/// Runs `n` requests concurrently; returns the totals and every log.
+pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<Record>>) {
+    let limits = Limits {
+        request_timeout: Duration::from_secs(60),
+        cleanup_grace: Duration::from_secs(60),
+        terminal_write_timeout: Duration::from_secs(60),
+    };
+    let co = Arc::new(coordinator(
+        Gate::open_always(),
+        Gate::open_always(),
+        Gate::open_always(),
+        limits,
+    ));
+    let mut rng = Rng(seed);
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut r = Rng(rng.next());
+        let opened = r.below(2) == 0;
+        let prefix = match r.below(8) {
+            0 | 1 => "fail-",
+            2 | 3 => "wfail-",
+            _ => "",
+        };
+        let name = format!("{prefix}s{i}");
+        // 1 to 4 distinct candidates from the pool, in random order.
+        let mut pool: Vec<Candidate> = POOL.to_vec();
+        let k = 1 + r.below(4) as usize;
+        let mut picked = Vec::new();
+        for _ in 0..k {
+            let j = r.below(pool.len() as u64) as usize;
+            picked.push(pool.remove(j));
+        }
+        let abandon = r.below(16) == 0;
+        let co = Arc::clone(&co);
+        tasks.push(tokio::spawn(async move {
+            let ctx = format!(
+                "seed={seed} request={name} opened={opened} candidates={picked:?} abandon={abandon}"
+            );
+            let h = co.start(id(&name));
+            if opened {
+                h.workspace_opened()
+                    .await
+                    .unwrap_or_else(|_| panic!("{ctx}: open refused"));
+            }
+            let observer = h.observer();
+            let early = {
+                let o = h.observer();
+                tokio::spawn(async move { o.finished().await })
+            };
+            let mut racers = Vec::new();
+            for (j, c) in picked.iter().copied().enumerate() {
+                let h = h.clone();
+                let yields = (r.next() >> (j * 4)) % 4;
+                racers.push(tokio::spawn(async move {
+                    for _ in 0..yields {
+                        tokio::task::yield_now().await;
+                    }
+                    h.candidate(c);
+                }));
+            }
+            // An abandoned request loses its last handle as soon as the
+            // racers' clones are gone, whatever state it is in.
+            let keep = (!abandon).then_some(h);
+            for racer in racers {
+                racer.await.unwrap();
+            }
+            let c = observer.finished().await;
+            drop(keep);
+            while !observer.state().is_completed() {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(early.await.unwrap(), c, "{ctx}: early waiter");
+            assert_eq!(observer.finished().await, c, "{ctx}: late waiter");
+            let mut allowed: HashSet<Candidate> = picked.iter().copied().collect();
+            if abandon {
+                allowed.insert(Candidate::CallerDisconnect);
+            }
+            assert!(
+                allowed.contains(&c.result.primary()),
+                "{ctx}: primary {:?} was never sent",
+                c.result.primary()
+            );
+            let expected_cleanup = match (opened, name.starts_with("fail-")) {
+                (false, _) => CleanupReport::NotNeeded,
+                (true, false) => CleanupReport::Succeeded,
+                (true, true) => CleanupReport::Failed {
+                    code: crate::support::SYMLINK_IN_JOB,
+                },
+            };
+            assert_eq!(c.result.cleanup(), expected_cleanup, "{ctx}");
+            let log = observer.log();
+            let facts = check_log(&log, &ctx);
+            (opened, facts, log)
+        }));
+    }
+    let mut totals = Totals::default();
+    let mut logs = Vec::with_capacity(n);
+    for t in tasks {
+        let (opened, facts, log) = t.await.unwrap_or_else(|e| panic!("seed={seed}: {e}"));
+        totals.requests += 1;
+        totals.opened += u64::from(opened);
+        totals.cleanups += u64::from(facts.start_cleanups);
+        totals.double_cleanups += u64::from(facts.start_cleanups > 1);
+        totals.completions += u64::from(facts.completed_at.is_some());
+        totals.publications += u64::from(facts.publishes);
+        if let (Some(done), true) = (facts.completed_at, facts.start_cleanups == 1) {
+            totals.early_completions +=
+                u64::from(facts.cleanup_finished_at.is_none_or(|c| c > done));
+        }
+        logs.push(log);
+    }
+    let counted: u32 = co.lifecycle().total();
+    assert_eq!(
+        u64::from(counted),
+        totals.cleanups,
+        "seed={seed}: lifecycle calls vs logged cleanups"
+    );
+    (totals, logs)
+}
