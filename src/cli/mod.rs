@@ -9,10 +9,6 @@ mod policy;
 mod run;
 mod spill;
 
-/// Exit code for a subcommand that this build does not provide yet
-/// (`EX_UNAVAILABLE` from `sysexits.h`).
-pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
-
 /// custodian owns the lifecycle of what agent tools create: governed
 /// processes, request-owned cleanup and bounded spill retention.
 #[derive(Debug, Parser)]
@@ -55,11 +51,4 @@ pub(crate) fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// Reports that `what` is not part of this build and returns the
-/// corresponding exit code.
-pub(crate) fn unavailable(what: &str) -> ExitCode {
-    eprintln!("custodian: `{what}` is not available yet in this build");
-    ExitCode::from(EXIT_UNAVAILABLE)
 }
