@@ -377,7 +377,8 @@ where
                     self.in_flight -= 1;
                     e
                 }
-                () = &mut timer, if timer_armed => {
+                // A completed request has nothing left to time out.
+                () = &mut timer, if timer_armed && !self.state.is_completed() => {
                     timer_armed = false;
                     Event::Candidate(Candidate::Timeout)
                 }

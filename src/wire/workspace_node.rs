@@ -241,6 +241,11 @@ impl NodeWorkspace for WorkspaceNode {
             Err(e) => return CleanupVerdict::Failed(workspace_code(&e)),
         };
         self.jobs().remove(request);
+        if let Some(code) = result.safe_code() {
+            // The suspect path (relative to the workspace) is for the
+            // operator's log only; the wire gets the code.
+            tracing::warn!(request_id = %request, %code, suspect = ?result.suspect, "cleanup failed closed");
+        }
         match result.status {
             CleanupStatus::Clean => CleanupVerdict::Cleaned,
             CleanupStatus::AlreadyGone => CleanupVerdict::AlreadyGone,
