@@ -160,7 +160,10 @@ async fn an_active_child_is_terminated_before_anything_is_removed() {
         w = witness.display()
     );
     let running = launch_sh(&fx, &job, &script, Duration::from_secs(5));
-    wait_until(|| witness.with_extension("up").exists()).await;
+    // The shell creates `.up` before `echo` writes into it: wait for the
+    // content, or the snapshot below can catch the empty file.
+    wait_until(|| fs::read_to_string(witness.with_extension("up")).is_ok_and(|s| s == "up\n"))
+        .await;
     let before = fx.snapshot();
     let gone = inventoried(&fx, &job);
     let r = job.cleanup().await;
