@@ -36,8 +36,9 @@ use crate::machine::process::{
 /// Size of one pipe read.
 const READ_CHUNK: usize = 64 * 1024;
 /// Longest time a probe keeps rescanning an occupied group before
-/// answering `Occupied` (further capped at a quarter of the grace).
-const PROBE_WINDOW: Duration = Duration::from_millis(50);
+/// answering `Occupied` (further capped at half the grace): long enough for
+/// a member that was just sent KILL to finish exiting on a loaded machine.
+const PROBE_WINDOW: Duration = Duration::from_millis(250);
 
 #[cfg(target_os = "linux")]
 type PidFd = tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>;
@@ -122,7 +123,7 @@ pub(crate) fn spawn(
         settled: false,
         cut: false,
         subreaper: subreaper && tier == Tier::PinnedGroup,
-        probe_window: PROBE_WINDOW.min(limits.grace / 4),
+        probe_window: PROBE_WINDOW.min(limits.grace / 2),
     };
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
