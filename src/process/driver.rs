@@ -618,6 +618,17 @@ impl Drop for Driver {
         if safe {
             #[cfg(unix)]
             let _ = sys::signal_group(self.pid, Signal::Kill);
+            // Give the killed root a moment to exit so that `reap` collects
+            // it here instead of leaving a zombie to tokio's orphan queue,
+            // which no runtime may ever drain again.
+            if let Some(child) = self.child.as_mut() {
+                for _ in 0..50 {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
         }
         self.reap();
         let mut s = self.machine;
