@@ -444,6 +444,11 @@ impl Driver {
             Signal::Term => EscalationAction::Term,
             Signal::Kill => EscalationAction::Kill,
         };
+        // A probe still running from before this signal gives the members
+        // it just hit their full window to exit.
+        if let Some(run) = self.probe.as_mut() {
+            run.give_up = now + self.probe_window;
+        }
         tracing::debug!(?sig, ?outcome, "signalled group");
         self.escalation.push(EscalationStep::new(
             action,
