@@ -36,8 +36,9 @@ use crate::machine::process::{
 /// Size of one pipe read.
 const READ_CHUNK: usize = 64 * 1024;
 /// Longest time a probe keeps rescanning an occupied group before
-/// answering `Occupied` (further capped at a quarter of the grace).
-const PROBE_WINDOW: Duration = Duration::from_millis(50);
+/// answering `Occupied` (further capped at half the grace): long enough for
+/// a member that was just sent KILL to finish exiting on a loaded machine.
+const PROBE_WINDOW: Duration = Duration::from_millis(250);
 
 #[cfg(target_os = "linux")]
 type PidFd = tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>;
@@ -122,7 +123,7 @@ pub(crate) fn spawn(
         settled: false,
         cut: false,
         subreaper: subreaper && tier == Tier::PinnedGroup,
-        probe_window: PROBE_WINDOW.min(limits.grace / 4),
+        probe_window: PROBE_WINDOW.min(limits.grace / 2),
     };
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
@@ -443,6 +444,11 @@ impl Driver {
             Signal::Term => EscalationAction::Term,
             Signal::Kill => EscalationAction::Kill,
         };
+        // A probe still running from before this signal gives the members
+        // it just hit their full window to exit.
+        if let Some(run) = self.probe.as_mut() {
+            run.give_up = now + self.probe_window;
+        }
         tracing::debug!(?sig, ?outcome, "signalled group");
         self.escalation.push(EscalationStep::new(
             action,
@@ -617,6 +623,17 @@ impl Drop for Driver {
         if safe {
             #[cfg(unix)]
             let _ = sys::signal_group(self.pid, Signal::Kill);
+            // Give the killed root a moment to exit so that `reap` collects
+            // it here instead of leaving a zombie to tokio's orphan queue,
+            // which no runtime may ever drain again.
+            if let Some(child) = self.child.as_mut() {
+                for _ in 0..50 {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
         }
         self.reap();
         let mut s = self.machine;

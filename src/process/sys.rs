@@ -125,34 +125,80 @@ pub(crate) enum GroupScan {
     Unknown,
 }
 
-/// Scans `/proc/*/stat` for a live (not zombie, not dead) process whose
-/// process group is `pgid`, other than `except` (the held root).
+/// Calls `f(pid, state, ppid, pgrp)` for every process in `/proc` until it
+/// returns `true`. Reads each `stat` relative to one `/proc` descriptor
+/// into a stack buffer: three syscalls per process, no allocation. A
+/// process that vanishes meanwhile is skipped: it is gone.
 ///
-/// A process that vanishes during the scan (`ENOENT`/`ESRCH` on its `stat`)
-/// is not a member: it is gone.
+/// # Errors
+///
+/// If `/proc` cannot be opened or listed.
 #[cfg(target_os = "linux")]
-pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return GroupScan::Unknown;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+fn each_process(mut f: impl FnMut(u32, u8, u32, u32) -> bool) -> io::Result<()> {
+    use rustix::fs::{Dir, Mode, OFlags, openat};
+    let proc_fd = rustix::fs::open(
+        "/proc",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut dir = Dir::read_from(&proc_fd)?;
+    let mut path = [0u8; 32];
+    let mut buf = [0u8; 512];
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        let Some(pid) = std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
-        if pid == except {
+        // "<pid>/stat\0"
+        let len = name.len() + 6;
+        if len > path.len() {
             continue;
         }
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        path[..name.len()].copy_from_slice(name);
+        path[name.len()..len].copy_from_slice(b"/stat\0");
+        let Ok(cpath) = std::ffi::CStr::from_bytes_with_nul(&path[..len]) else {
             continue;
         };
-        if let Some((state, _ppid, pgrp)) = parse_stat(&stat) {
-            if pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x') {
-                return GroupScan::Occupied;
+        let Ok(fd) = openat(
+            &proc_fd,
+            cpath,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        // The fields we need follow the pid and the command name (at most
+        // 16 bytes), well inside the first read.
+        let Ok(n) = rustix::io::read(&fd, &mut buf) else {
+            continue;
+        };
+        if let Some((state, ppid, pgrp)) = parse_stat(&buf[..n]) {
+            if f(pid, state, ppid, pgrp) {
+                break;
             }
         }
     }
-    GroupScan::Empty
+    Ok(())
+}
+
+/// Scans `/proc/*/stat` for a live (not zombie, not dead) process whose
+/// process group is `pgid`, other than `except` (the held root).
+#[cfg(target_os = "linux")]
+pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
+    let mut found = false;
+    let scanned = each_process(|pid, state, _ppid, pgrp| {
+        found = pid != except && pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x');
+        found
+    });
+    match (scanned, found) {
+        (_, true) => GroupScan::Occupied,
+        (Ok(()), false) => GroupScan::Empty,
+        (Err(_), false) => GroupScan::Unknown,
+    }
 }
 
 /// Portable stand-in: no `/proc` to scan.
@@ -179,25 +225,14 @@ pub(crate) fn parse_stat(stat: &[u8]) -> Option<(u8, u32, u32)> {
 #[cfg(target_os = "linux")]
 pub(crate) fn own_children() -> Option<Vec<(u32, u8)>> {
     let me = std::process::id();
-    let dir = std::fs::read_dir("/proc").ok()?;
     let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if let Some((state, ppid, _)) = parse_stat(&stat) {
-            if ppid == me {
-                out.push((pid, state));
-            }
+    each_process(|pid, state, ppid, _| {
+        if ppid == me {
+            out.push((pid, state));
         }
-    }
+        false
+    })
+    .ok()?;
     Some(out)
 }
 
