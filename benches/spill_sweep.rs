@@ -5,7 +5,8 @@
 //!
 //! Run: `cargo bench --bench spill_sweep` (set `SPILL_BENCH_FILES` /
 //! `SPILL_BENCH_SESSIONS` to change the size, `SPILL_BENCH_REPS` for the
-//! repetitions, `SPILL_BENCH_DIR` for the filesystem). Results go in
+//! repetitions, `SPILL_BENCH_DIR` for the filesystem, `SPILL_BENCH_NO_STRACE`
+//! to skip the syscall counts). Results go in
 //! `docs/performance.md`.
 
 use std::fs;
@@ -221,6 +222,9 @@ fn main() {
         );
     }
 
+    if std::env::var_os("SPILL_BENCH_NO_STRACE").is_some() {
+        return;
+    }
     // Syscalls: an empty root gives the process baseline to subtract.
     let out = base.path().join("strace.txt");
     fs::create_dir_all(base.path().join("empty")).unwrap();

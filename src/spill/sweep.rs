@@ -479,14 +479,25 @@ impl Sweeper<'_> {
                 self.report.skip(SkipReason::Cancelled);
                 return remaining + 1;
             }
+            // `DT_UNKNOWN` (some filesystems): ask `statx`, never follow.
             let kind = match e.kind {
                 Some(k) => Some(k),
-                None => fsx::stat_at(root.fd.as_fd(), &e.name)
-                    .ok()
-                    .map(|m| m.kind()),
+                None => match fsx::stat_at(root.fd.as_fd(), &e.name) {
+                    Ok(m) => Some(m.kind()),
+                    Err(Errno::NOENT) => None,
+                    Err(err) => {
+                        let p = root
+                            .path
+                            .join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
+                        self.warn("stat_failed", &p, format!("{err}"));
+                        self.report.skip(SkipReason::Error);
+                        remaining += 1;
+                        continue;
+                    }
+                },
             };
             let reason = match kind {
-                None => continue, // vanished
+                None => continue, // vanished since listing
                 Some(Kind::Symlink) => SkipReason::Symlink,
                 Some(Kind::File) => SkipReason::UnrelatedFile,
                 Some(Kind::Special) => SkipReason::SpecialFile,
