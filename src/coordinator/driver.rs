@@ -500,34 +500,57 @@ where
 
     /// Runs `work` in its own task and feeds its answer back to the actor.
     /// The actor waits at most until `deadline` (answering `on_timeout`; the
-    /// work goes on in the background, never aborted) and answers
-    /// `on_panic` if the work panicked, so no action can leave the machine
-    /// waiting forever.
+    /// work goes on in the same task, never aborted) and answers `on_panic`
+    /// if the work panicked, so no action can leave the machine waiting
+    /// forever.
     fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Event, on_panic: Event)
     where
         F: std::future::Future<Output = Event> + Send + 'static,
     {
         self.in_flight += 1;
         let tx = self.internal.clone();
-        let work = tokio::spawn(work.in_current_span());
         tokio::spawn(
             async move {
-                let event = match tokio::time::timeout_at(deadline, work).await {
-                    Ok(Ok(event)) => event,
-                    Ok(Err(_)) => {
-                        warn!(?on_panic, "an action task panicked");
-                        on_panic
+                let mut work = CatchUnwind(Box::pin(work));
+                // The actor holds its own sender: a send only fails if the
+                // runtime is shutting down.
+                tokio::select! {
+                    biased;
+                    answer = &mut work => {
+                        let _ = tx.send(answer.unwrap_or_else(|()| {
+                            warn!(?on_panic, "an action panicked");
+                            on_panic
+                        }));
                     }
-                    Err(_) => {
+                    () = tokio::time::sleep_until(deadline) => {
                         warn!(?on_timeout, "an action missed its deadline");
-                        on_timeout
+                        let _ = tx.send(on_timeout);
+                        // Missing the deadline stops the wait, not the work.
+                        let _ = work.await;
                     }
-                };
-                // The actor holds its own sender: this send only fails if
-                // the runtime is shutting down.
-                let _ = tx.send(event);
+                }
             }
             .in_current_span(),
         );
+    }
+}
+
+/// Polls a future, turning a panic into `Err(())` so an action's answer is
+/// never lost. The future is not polled again after it panicked.
+struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Err(_) => std::task::Poll::Ready(Err(())),
+        }
     }
 }

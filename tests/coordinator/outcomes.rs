@@ -253,3 +253,49 @@ async fn dropping_every_handle_is_a_disconnect_that_still_cleans_up() {
     );
     crate::support::check_log(&observer.log(), "abandoned");
 }
+
+struct PanickingLifecycle;
+
+impl custodian::coordinator::WorkspaceLifecycle for PanickingLifecycle {
+    async fn cleanup_workspace(
+        &self,
+        _: &custodian::coordinator::RequestId,
+    ) -> custodian::machine::request::CleanupResult {
+        panic!("cleanup hook bug")
+    }
+}
+
+struct PanickingSink;
+
+impl custodian::coordinator::TerminalSink for PanickingSink {
+    async fn write_terminal(
+        &self,
+        _: &custodian::coordinator::RequestId,
+        _: &custodian::machine::request::FinalResult,
+    ) -> Result<(), custodian::coordinator::TerminalWriteError> {
+        panic!("sink bug")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_hook_becomes_a_typed_answer_and_the_request_completes() {
+    let co = custodian::coordinator::Coordinator::new(
+        std::sync::Arc::new(PanickingLifecycle),
+        crate::support::Processes::new(Gate::open_always()),
+        std::sync::Arc::new(PanickingSink),
+        Limits::default(),
+    );
+    let h = co.start(id("panics"));
+    h.workspace_opened().await.unwrap();
+    h.candidate(Candidate::Success);
+    let c = h.finished().await;
+    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(
+        c.result.cleanup(),
+        CleanupReport::Failed {
+            code: custodian::coordinator::CODE_CLEANUP_ABORTED
+        }
+    );
+    assert_eq!(c.delivery, Delivery::WriteFailed);
+    finish(&h, "panics").await;
+}
