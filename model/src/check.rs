@@ -243,3 +243,60 @@ pub fn all(threads: usize) -> Vec<Report> {
         process(p::broken::KillBeforeGrace, threads),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Report, Verdict};
+
+    fn report(
+        expect_broken: Option<&'static str>,
+        holds: Option<bool>,
+        pinned: Option<usize>,
+    ) -> Report {
+        Report {
+            name: "m".into(),
+            expect_broken,
+            pinned,
+            states: 10,
+            unique: 5,
+            depth: 3,
+            seconds: 0.0,
+            verdicts: vec![
+                Verdict {
+                    name: "p",
+                    kind: "always",
+                    holds,
+                    path: None,
+                },
+                Verdict {
+                    name: "q",
+                    kind: "always",
+                    holds: Some(true),
+                    path: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_real_model_with_a_violation_fails_the_check() {
+        assert!(report(None, Some(true), None).ok());
+        assert!(!report(None, Some(false), None).ok());
+        assert!(!report(None, None, None).ok());
+    }
+
+    #[test]
+    fn a_changed_state_count_fails_the_check() {
+        assert!(report(None, Some(true), Some(5)).ok());
+        assert!(!report(None, Some(true), Some(6)).ok());
+    }
+
+    #[test]
+    fn a_broken_variant_passes_only_when_caught() {
+        assert!(report(Some("p"), Some(false), None).ok());
+        assert!(!report(Some("p"), None, None).ok());
+        assert!(!report(Some("p"), Some(true), None).ok());
+        // Caught by some other property is not enough.
+        assert!(!report(Some("q"), Some(false), None).ok());
+    }
+}

@@ -102,6 +102,19 @@ fn run_check(threads: usize) -> ExitCode {
 }
 
 fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
+    if model == "list" {
+        for m in MODELS {
+            println!("{m}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if !MODELS.contains(&model) {
+        eprintln!(
+            "error: unknown model {model:?}; models: {}",
+            MODELS.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     // stateright panics if it cannot bind; find out first and say why.
     if let Err(e) = TcpListener::bind(addr) {

@@ -152,8 +152,9 @@ pub mod broken {
     }
 }
 
-/// The terminal candidates the environment fires, as indexes into a bitmask.
-/// `SUCCESS_AGAIN` is the duplicate success callback.
+/// The terminal candidates the environment fires, each once; bit `i` of
+/// [`Sys::fired`] records `CANDIDATES[i]`. Index 1 is the duplicate success
+/// callback, enabled only after the first success (index 0).
 const CANDIDATES: [Candidate; 7] = [
     Candidate::Success,
     Candidate::Success,
