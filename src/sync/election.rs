@@ -81,9 +81,7 @@ impl<V> OwnerGuard<V> {
             cell: self.cell.clone(),
         }
     }
-}
 
-impl<V> OwnerGuard<V> {
     /// Publishes `value` as the election's result to every present and
     /// future participant.
     pub fn complete(mut self, value: V) {

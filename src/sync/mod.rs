@@ -82,3 +82,25 @@ pub mod shim;
 
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
 pub use settle::{AlreadySettled, SettleOnce, Settled};
+
+#[cfg(all(test, not(custodian_loom)))]
+mod tests {
+    use super::*;
+
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+    fn unpin<T: Unpin>() {}
+
+    /// The workspace moves guards and waiters into `tokio::spawn`ed tasks;
+    /// losing `Send`, `Sync` or `'static` here would break that pattern.
+    #[test]
+    fn handles_can_cross_into_spawned_tasks() {
+        send_sync_static::<SettleOnce<String>>();
+        send_sync_static::<Settled<String>>();
+        send_sync_static::<Election<String>>();
+        send_sync_static::<Elections<String, String>>();
+        send_sync_static::<OwnerGuard<String>>();
+        send_sync_static::<Waiter<String>>();
+        send_sync_static::<Elected<String>>();
+        unpin::<Settled<String>>();
+    }
+}

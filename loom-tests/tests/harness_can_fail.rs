@@ -1,0 +1,141 @@
+//! loom: the harness is able to fail.
+//!
+//! Each test here runs a deliberately broken cell, written with the same shim
+//! types as the real one, through the same kind of model as
+//! `settle_once.rs`, and expects loom (or the model's assertions) to catch
+//! the bug. If one of these stops panicking, the real tests prove nothing.
+
+#[cfg(not(custodian_loom))]
+#[test]
+fn skipped_without_custodian_loom() {
+    println!("skipped: loom tests need RUSTFLAGS=\"--cfg custodian_loom\"");
+}
+
+#[cfg(custodian_loom)]
+mod loom_models {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    use custodian::sync::shim::{self, Arc, Mutex, thread};
+    use custodian_loom_tests::explore;
+
+    /// Broken: checks for a winner and stores the value in two separate
+    /// critical sections, so two settlers can both "win".
+    struct CheckThenSetCell(Mutex<Option<usize>>);
+
+    impl CheckThenSetCell {
+        fn settle(&self, value: usize) -> bool {
+            if shim::lock(&self.0).is_some() {
+                return false;
+            }
+            *shim::lock(&self.0) = Some(value);
+            true
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "exactly one settler wins")]
+    fn two_winners_are_caught() {
+        explore("broken: check-then-set", 2, 2, 0, |recorder| {
+            let cell = Arc::new(CheckThenSetCell(Mutex::new(None)));
+            let other = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.settle(1))
+            };
+            let won = [cell.settle(0), other.join().unwrap()];
+            assert_eq!(
+                won.iter().filter(|w| **w).count(),
+                1,
+                "exactly one settler wins"
+            );
+            recorder.won(won.iter().position(|w| *w).unwrap());
+        });
+    }
+
+    /// Broken: the value and the waker list have separate locks, so a waiter
+    /// can see "unsettled", the settler can then store and wake nobody, and
+    /// the waiter registers too late: a lost wake-up, which loom reports as
+    /// a deadlock.
+    #[derive(Default)]
+    struct SplitLockCell {
+        value: Mutex<Option<usize>>,
+        wakers: Mutex<Vec<Waker>>,
+    }
+
+    impl SplitLockCell {
+        fn settle(&self, value: usize) {
+            *shim::lock(&self.value) = Some(value);
+            for waker in shim::lock(&self.wakers).drain(..) {
+                waker.wake();
+            }
+        }
+    }
+
+    struct Wait(Arc<SplitLockCell>);
+
+    impl Future for Wait {
+        type Output = usize;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            if let Some(value) = *shim::lock(&self.0.value) {
+                return Poll::Ready(value);
+            }
+            shim::lock(&self.0.wakers).push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    /// Set in the child process that runs the lost-wake-up model.
+    const CHILD: &str = "CUSTODIAN_LOOM_BROKEN_CHILD";
+
+    /// loom reports the deadlock by panicking, then aborts the process while
+    /// unwinding its blocked threads, so `#[should_panic]` cannot observe it:
+    /// the model runs in a child process whose failure and message we check.
+    #[test]
+    fn lost_wake_up_is_caught() {
+        if std::env::var_os(CHILD).is_some() {
+            explore("broken: split-lock waker list", 2, 1, 0, |recorder| {
+                let cell = Arc::new(SplitLockCell::default());
+                let settler = {
+                    let cell = Arc::clone(&cell);
+                    thread::spawn(move || cell.settle(0))
+                };
+                assert_eq!(loom::future::block_on(Wait(Arc::clone(&cell))), 0);
+                settler.join().unwrap();
+                recorder.won(0);
+            });
+            return;
+        }
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "loom_models::lost_wake_up_is_caught",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&child.stderr);
+        assert!(!child.status.success(), "the lost wake-up went unnoticed");
+        assert!(stderr.contains("deadlock"), "unexpected failure: {stderr}");
+        println!("loom broken: split-lock waker list: caught (child reported a deadlock)");
+    }
+
+    #[test]
+    #[should_panic(expected = "racer 1 never won")]
+    fn a_racer_that_never_wins_is_caught() {
+        explore("broken: racer 1 never wins", 2, 2, 0, |recorder| {
+            let cell = custodian::sync::SettleOnce::new();
+            let other = {
+                let cell = cell.clone();
+                thread::spawn(move || cell.settle(1).is_ok())
+            };
+            let _ = cell.settle(0);
+            let _ = other.join().unwrap();
+            // Records a fixed racer instead of the real winner.
+            recorder.won(0);
+        });
+    }
+}
