@@ -75,6 +75,11 @@ pub(crate) struct Args {
     /// (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
+    /// Linux: make this process a child subreaper, so descendants that
+    /// escape the group (double fork, setsid) are adopted, stopped with the
+    /// group and reaped; the evidence reports the tier `subreaper`.
+    #[arg(long)]
+    subreaper: bool,
     /// Print the evidence wrapped in the model-facing
     /// `<data source="tool">` boundary instead of bare JSON.
     #[arg(long)]
@@ -114,7 +119,14 @@ fn size(v: &str) -> Result<usize, String> {
     usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit in memory here"))
 }
 
-fn validate(args: Args) -> Result<(Invocation, LaunchOptions, bool), ArgsError> {
+struct Config {
+    invocation: Invocation,
+    options: LaunchOptions,
+    for_model: bool,
+    subreaper: bool,
+}
+
+fn validate(args: Args) -> Result<Config, ArgsError> {
     let mut command = args.command.into_iter();
     let executable = command.next().ok_or(ArgsError::NoCommand)?;
     let mut spec = InvocationSpec::new(executable)
@@ -143,7 +155,12 @@ fn validate(args: Args) -> Result<(Invocation, LaunchOptions, bool), ArgsError> 
     };
     // The baseline is the documented subset of this process's environment.
     let options = LaunchOptions::new(workspace);
-    Ok((invocation, options, args.for_model))
+    Ok(Config {
+        invocation,
+        options,
+        for_model: args.for_model,
+        subreaper: args.subreaper,
+    })
 }
 
 fn print_error(kind: &str, code: &str, message: &str) {
@@ -153,13 +170,24 @@ fn print_error(kind: &str, code: &str, message: &str) {
 }
 
 pub(crate) fn main(args: Args) -> ExitCode {
-    let (invocation, options, for_model) = match validate(args) {
+    let Config {
+        invocation,
+        options,
+        for_model,
+        subreaper,
+    } = match validate(args) {
         Ok(v) => v,
         Err(e) => {
             print_error("invalid_invocation", e.code(), &e.to_string());
             return ExitCode::from(EXIT_INVALID);
         }
     };
+    if subreaper {
+        if let Err(e) = custodian::process::enable_subreaper() {
+            print_error("launch_failed", e.code(), &e.to_string());
+            return ExitCode::from(EXIT_LAUNCH_FAILED);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

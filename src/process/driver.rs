@@ -26,7 +26,7 @@ use super::evidence::{
     Evidence, InvocationIdentity, SignalTarget, StepOutcome, Verdict, VerdictReason,
 };
 use super::invocation::Invocation;
-use super::launch::{ProcessError, Running, Shared};
+use super::launch::{ProcessError, ROOTS, Running, SUBREAPER, Shared};
 use super::sys::{self, Delivery, GroupScan};
 use crate::machine::process::{
     self as m, Action, Cause, Descendants, Event, ExitStatus, Limits, Phase, Probe, Signal, Stream,
@@ -36,8 +36,9 @@ use crate::machine::process::{
 /// Size of one pipe read.
 const READ_CHUNK: usize = 64 * 1024;
 /// Longest time a probe keeps rescanning an occupied group before
-/// answering `Occupied` (further capped at a quarter of the grace).
-const PROBE_WINDOW: Duration = Duration::from_millis(50);
+/// answering `Occupied` (further capped at half the grace): long enough for
+/// a member that was just sent KILL to finish exiting on a loaded machine.
+const PROBE_WINDOW: Duration = Duration::from_millis(250);
 
 #[cfg(target_os = "linux")]
 type PidFd = tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>;
@@ -67,15 +68,21 @@ pub(crate) fn spawn(
     {
         cmd.arg0(invocation.executable()).process_group(0);
     }
+    let subreaper = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
     let started_wall = SystemTime::now();
     let started = Instant::now();
     let mut child = {
+        // Registered under the lock, so no probe ever sees this child
+        // unregistered and takes it for an adopted descendant.
+        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
         // The runtime's reactor must be current when the child is spawned.
         let _guard = runtime.enter();
-        cmd.spawn().map_err(|source| ProcessError::Spawn {
+        let child = cmd.spawn().map_err(|source| ProcessError::Spawn {
             path: resolved.clone(),
             source,
-        })?
+        })?;
+        roots.push(child.id().unwrap_or(0));
+        child
     };
     let pid = child.id().unwrap_or(0);
     let stdout = child.stdout.take();
@@ -115,7 +122,8 @@ pub(crate) fn spawn(
         escalation: Vec::new(),
         settled: false,
         cut: false,
-        probe_window: PROBE_WINDOW.min(limits.grace / 4),
+        subreaper: subreaper && tier == Tier::PinnedGroup,
+        probe_window: PROBE_WINDOW.min(limits.grace / 2),
     };
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
@@ -180,6 +188,8 @@ struct Driver {
     /// custodian closed a stream that was still open (drain bound after
     /// KILL, hard deadline, or no safe signal left).
     cut: bool,
+    /// The subreaper tier is active: adopted descendants count as ours.
+    subreaper: bool,
 }
 
 /// What woke the driver.
@@ -315,9 +325,23 @@ impl Driver {
         })
     }
 
+    /// The group scan, extended in the subreaper tier by the live adopted
+    /// descendants (whose exited ones are reaped on the way).
+    fn scan(&self) -> GroupScan {
+        let group = sys::scan_group(self.pid, self.pid);
+        if !self.subreaper || group != GroupScan::Empty {
+            return group;
+        }
+        match adopted() {
+            Some(live) if live.is_empty() => GroupScan::Empty,
+            Some(_) => GroupScan::Occupied,
+            None => GroupScan::Unknown,
+        }
+    }
+
     fn rescan(&mut self, now: Instant) -> Option<Event> {
         let run = self.probe?;
-        match sys::scan_group(self.pid, self.pid) {
+        match self.scan() {
             GroupScan::Empty => Some(self.probe_answer(Probe::Empty)),
             GroupScan::Unknown => Some(self.probe_answer(Probe::Unknown)),
             GroupScan::Occupied if now >= run.give_up => Some(self.probe_answer(Probe::Occupied)),
@@ -375,7 +399,7 @@ impl Driver {
                         ));
                     }
                 }
-                Action::ProbeGroup => match sys::scan_group(self.pid, self.pid) {
+                Action::ProbeGroup => match self.scan() {
                     GroupScan::Empty => follow.push(self.probe_answer(Probe::Empty)),
                     GroupScan::Unknown => follow.push(self.probe_answer(Probe::Unknown)),
                     GroupScan::Occupied => {
@@ -420,6 +444,11 @@ impl Driver {
             Signal::Term => EscalationAction::Term,
             Signal::Kill => EscalationAction::Kill,
         };
+        // A probe still running from before this signal gives the members
+        // it just hit their full window to exit.
+        if let Some(run) = self.probe.as_mut() {
+            run.give_up = now + self.probe_window;
+        }
         tracing::debug!(?sig, ?outcome, "signalled group");
         self.escalation.push(EscalationStep::new(
             action,
@@ -428,11 +457,36 @@ impl Driver {
             outcome,
             now - self.started,
         ));
+        #[cfg(target_os = "linux")]
+        if self.subreaper {
+            // Our own unreaped children: their pids cannot be reused.
+            let live = adopted().unwrap_or_default();
+            if !live.is_empty() {
+                let delivered = live
+                    .iter()
+                    .filter(|&&p| sys::signal_process(p, sig) == Delivery::Delivered)
+                    .count();
+                self.escalation.push(EscalationStep::new(
+                    action,
+                    reason,
+                    Some(SignalTarget::AdoptedDescendants),
+                    if delivered > 0 {
+                        StepOutcome::Delivered
+                    } else {
+                        StepOutcome::NoSuchProcess
+                    },
+                    now - self.started,
+                ));
+            }
+        }
     }
 
     /// Reaps the root if it exited; otherwise drops the child, which hands
     /// it to tokio's orphan reaper (it was sent KILL, or cannot be pinned).
     fn reap(&mut self) {
+        // Reap and unregister under the lock: a concurrent subreaper scan
+        // must never see this root unregistered while it is still ours.
+        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(mut child) = self.child.take() {
             match child.try_wait() {
                 Ok(Some(_)) => {}
@@ -445,6 +499,12 @@ impl Driver {
                 }
                 Err(e) => tracing::warn!(pid = self.pid, error = %e, "reaping the root failed"),
             }
+        }
+        roots.retain(|&p| p != self.pid);
+        drop(roots);
+        if self.subreaper {
+            // Reap adopted descendants that have exited meanwhile.
+            let _ = adopted();
         }
     }
 
@@ -506,6 +566,7 @@ impl Driver {
 
     fn descendants(&self, s: &Summary<Instant>) -> EvDescendants {
         let tier = match s.tier {
+            Tier::PinnedGroup if self.subreaper => evidence::Tier::Subreaper,
             Tier::PinnedGroup => evidence::Tier::PinnedProcessGroup,
             Tier::Group => evidence::Tier::ProcessGroup,
             Tier::DirectChild => evidence::Tier::DirectChild,
@@ -562,6 +623,17 @@ impl Drop for Driver {
         if safe {
             #[cfg(unix)]
             let _ = sys::signal_group(self.pid, Signal::Kill);
+            // Give the killed root a moment to exit so that `reap` collects
+            // it here instead of leaving a zombie to tokio's orphan queue,
+            // which no runtime may ever drain again.
+            if let Some(child) = self.child.as_mut() {
+                for _ in 0..50 {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
         }
         self.reap();
         let mut s = self.machine;
@@ -584,6 +656,31 @@ impl Drop for Driver {
             timings: s.timings,
         });
     }
+}
+
+/// The live children of this process that are not roots launched here:
+/// descendants adopted in the subreaper tier. Exited ones are reaped on
+/// the way. `None` if `/proc` cannot be read.
+#[cfg(target_os = "linux")]
+fn adopted() -> Option<Vec<u32>> {
+    let roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut live = Vec::new();
+    for (pid, state) in sys::own_children()? {
+        if roots.contains(&pid) {
+            continue;
+        }
+        if matches!(state, b'Z' | b'X') {
+            sys::reap_child(pid);
+        } else {
+            live.push(pid);
+        }
+    }
+    Some(live)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn adopted() -> Option<Vec<u32>> {
+    None
 }
 
 async fn sleep_until(at: Option<Instant>) {

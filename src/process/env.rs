@@ -434,30 +434,41 @@ impl Redactor {
     /// Feeds `input`; redacted output is handed to `out` (possibly in several
     /// slices, possibly none yet).
     pub fn push(&mut self, input: &[u8], mut out: impl FnMut(&[u8])) {
-        let Some(matcher) = &self.matcher else {
+        let Redactor {
+            matcher,
+            max_len,
+            carry,
+            redactions,
+        } = self;
+        let Some(matcher) = matcher.as_ref() else {
             out(input);
             return;
         };
-        self.carry.extend_from_slice(input);
-        let buf = &self.carry;
-        // A match starting before `safe_end` lies wholly inside `buf` for
-        // every secret length, so deciding there is final.
-        let safe_end = buf.len().saturating_sub(self.max_len - 1);
-        let mut pos = 0;
-        for m in matcher.find_iter(buf.as_slice()) {
-            if m.start() >= safe_end {
-                break;
+        let max_len = *max_len;
+        if input.len() < max_len {
+            // Small input: decide over carry + input as one buffer.
+            carry.extend_from_slice(input);
+            let emit_to = emit_final(matcher, max_len, carry, redactions, &mut out);
+            carry.drain(..emit_to);
+            return;
+        }
+        // Large input: settle the held-back bytes against the first
+        // `max_len` input bytes (enough to finish any match that starts in
+        // them), then scan the input in place instead of copying it.
+        let mut off = 0;
+        if !carry.is_empty() {
+            let held = carry.len();
+            carry.extend_from_slice(&input[..max_len]);
+            let pos = scan(matcher, carry, held, redactions, &mut out);
+            if pos < held {
+                out(&carry[pos..held]);
             }
-            out(&buf[pos..m.start()]);
-            out(REDACTED.as_bytes());
-            self.redactions += 1;
-            pos = m.end();
+            off = pos.max(held) - held;
+            carry.clear();
         }
-        let emit_to = safe_end.max(pos);
-        if emit_to > pos {
-            out(&buf[pos..emit_to]);
-        }
-        self.carry.drain(..emit_to);
+        let rest = &input[off..];
+        let emit_to = emit_final(matcher, max_len, rest, redactions, &mut out);
+        carry.extend_from_slice(&rest[emit_to..]);
     }
 
     /// Flushes the held-back bytes at end of stream.
@@ -485,6 +496,49 @@ impl Redactor {
     pub fn held(&self) -> usize {
         self.carry.len()
     }
+}
+
+/// Emits `buf` up to where every decision is final (`len - (max_len - 1)`,
+/// or the end of a match that starts before that) and returns that offset.
+fn emit_final(
+    matcher: &AhoCorasick,
+    max_len: usize,
+    buf: &[u8],
+    redactions: &mut u64,
+    out: &mut impl FnMut(&[u8]),
+) -> usize {
+    // A match starting before `safe_end` lies wholly inside `buf` for every
+    // secret length, so deciding there is final.
+    let safe_end = buf.len().saturating_sub(max_len - 1);
+    let pos = scan(matcher, buf, safe_end, redactions, out);
+    let emit_to = safe_end.max(pos);
+    if emit_to > pos {
+        out(&buf[pos..emit_to]);
+    }
+    emit_to
+}
+
+/// Emits `buf` with every match that starts before `limit` replaced by the
+/// marker, up to the end of the last such match; returns that offset
+/// (0 if none). Bytes after it are not emitted.
+fn scan(
+    matcher: &AhoCorasick,
+    buf: &[u8],
+    limit: usize,
+    redactions: &mut u64,
+    out: &mut impl FnMut(&[u8]),
+) -> usize {
+    let mut pos = 0;
+    for m in matcher.find_iter(buf) {
+        if m.start() >= limit {
+            break;
+        }
+        out(&buf[pos..m.start()]);
+        out(REDACTED.as_bytes());
+        *redactions += 1;
+        pos = m.end();
+    }
+    pos
 }
 
 impl fmt::Debug for Redactor {

@@ -92,6 +92,12 @@ pub enum ProcessError {
     /// [`launch`] was called outside a tokio runtime.
     #[error("process launch needs a tokio runtime")]
     NoRuntime,
+    /// [`enable_subreaper`] failed or is not supported here.
+    #[error("cannot become a child subreaper: {source}")]
+    Subreaper {
+        /// The OS error.
+        source: io::Error,
+    },
 }
 
 impl ProcessError {
@@ -105,8 +111,52 @@ impl ProcessError {
             ProcessError::BadCwd { .. } => "bad_cwd",
             ProcessError::Spawn { .. } => "spawn_failed",
             ProcessError::NoRuntime => "no_runtime",
+            ProcessError::Subreaper { .. } => "subreaper",
         }
     }
+}
+
+/// Whether [`enable_subreaper`] succeeded in this process.
+pub(crate) static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// The roots launched by this process and not yet reaped. In the
+/// subreaper tier every other child of this process is an adopted
+/// descendant; the lock is held across spawn so that a fresh root is never
+/// mistaken for one.
+pub(crate) static ROOTS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)`—Opts this whole process into the
+/// **subreaper tier**: descendants of a launched process that outlive
+/// their parent (double forks, `setsid` escapees) are re-parented to this
+/// process instead of `init`, so the driver can see them, signal them with
+/// the group and reap them. The evidence then reports the tier
+/// `subreaper`.
+///
+/// # Caveats
+///
+/// Only for an embedding process whose children are **all** launched
+/// through custodian (the `custodian` CLI, a dedicated node server): the
+/// driver treats every other child of this process as an adopted
+/// descendant, signals it along with a group it is stopping, and reaps it
+/// when it has exited. Concurrent launches share the adopted set, which can
+/// only make their verdicts more conservative. Linux only.
+///
+/// # Errors
+///
+/// [`ProcessError::Subreaper`] if the kernel refuses or the platform has
+/// no subreapers.
+#[doc(alias = "PR_SET_CHILD_SUBREAPER")]
+pub fn enable_subreaper() -> Result<(), ProcessError> {
+    #[cfg(target_os = "linux")]
+    {
+        super::sys::become_subreaper().map_err(|source| ProcessError::Subreaper { source })?;
+        SUBREAPER.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    Err(ProcessError::Subreaper {
+        source: io::Error::from(io::ErrorKind::Unsupported),
+    })
 }
 
 /// The handle shared by every clone of [`Running`] and the driver task.

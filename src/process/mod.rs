@@ -23,14 +23,19 @@
 //! Tiers (recorded in the evidence): `pinned_process_group` on Linux ≥ 5.3;
 //! `process_group` where no pidfd can be opened (signals only while the root
 //! has not exited, the seed's rule; the verdict is never `terminated`);
-//! `direct_child` on Windows (descendants `unsupported`).
+//! `direct_child` on Windows (descendants `unsupported`); and, opted into
+//! by the embedding process with [`enable_subreaper`], `subreaper`: a
+//! pinned group plus every descendant re-parented to this process, which
+//! is signalled with the group, counted by the probe and reaped.
 //!
 //! # Caveats
 //!
-//! This is a governed launcher, not a sandbox: a descendant that calls
-//! `setsid` and closes its stdio leaves the group unseen, so `terminated`
-//! means "the group is confirmed empty and no descendant held the output
-//! pipes", nothing more.
+//! This is a governed launcher, not a sandbox. Without the subreaper tier a
+//! descendant that calls `setsid` and closes its stdio leaves the group
+//! unseen, so `terminated` means "the group is confirmed empty and no
+//! descendant held the output pipes", nothing more. With it, an escapee
+//! whose parent is still alive (and itself escaped) is only seen once that
+//! parent exits.
 
 pub mod capture;
 mod driver;
@@ -43,4 +48,4 @@ pub mod units;
 
 pub use evidence::Evidence;
 pub use invocation::{Invocation, InvocationSpec};
-pub use launch::{LaunchOptions, ProcessError, Running, launch, run};
+pub use launch::{LaunchOptions, ProcessError, Running, enable_subreaper, launch, run};

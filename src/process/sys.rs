@@ -125,34 +125,80 @@ pub(crate) enum GroupScan {
     Unknown,
 }
 
-/// Scans `/proc/*/stat` for a live (not zombie, not dead) process whose
-/// process group is `pgid`, other than `except` (the held root).
+/// Calls `f(pid, state, ppid, pgrp)` for every process in `/proc` until it
+/// returns `true`. Reads each `stat` relative to one `/proc` descriptor
+/// into a stack buffer: three syscalls per process, no allocation. A
+/// process that vanishes meanwhile is skipped: it is gone.
 ///
-/// A process that vanishes during the scan (`ENOENT`/`ESRCH` on its `stat`)
-/// is not a member: it is gone.
+/// # Errors
+///
+/// If `/proc` cannot be opened or listed.
 #[cfg(target_os = "linux")]
-pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return GroupScan::Unknown;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+fn each_process(mut f: impl FnMut(u32, u8, u32, u32) -> bool) -> io::Result<()> {
+    use rustix::fs::{Dir, Mode, OFlags, openat};
+    let proc_fd = rustix::fs::open(
+        "/proc",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut dir = Dir::read_from(&proc_fd)?;
+    let mut path = [0u8; 32];
+    let mut buf = [0u8; 512];
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        let Some(pid) = std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
-        if pid == except {
+        // "<pid>/stat\0"
+        let len = name.len() + 6;
+        if len > path.len() {
             continue;
         }
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        path[..name.len()].copy_from_slice(name);
+        path[name.len()..len].copy_from_slice(b"/stat\0");
+        let Ok(cpath) = std::ffi::CStr::from_bytes_with_nul(&path[..len]) else {
             continue;
         };
-        if let Some((state, pgrp)) = parse_stat(&stat) {
-            if pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x') {
-                return GroupScan::Occupied;
+        let Ok(fd) = openat(
+            &proc_fd,
+            cpath,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        // The fields we need follow the pid and the command name (at most
+        // 16 bytes), well inside the first read.
+        let Ok(n) = rustix::io::read(&fd, &mut buf) else {
+            continue;
+        };
+        if let Some((state, ppid, pgrp)) = parse_stat(&buf[..n]) {
+            if f(pid, state, ppid, pgrp) {
+                break;
             }
         }
     }
-    GroupScan::Empty
+    Ok(())
+}
+
+/// Scans `/proc/*/stat` for a live (not zombie, not dead) process whose
+/// process group is `pgid`, other than `except` (the held root).
+#[cfg(target_os = "linux")]
+pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
+    let mut found = false;
+    let scanned = each_process(|pid, state, _ppid, pgrp| {
+        found = pid != except && pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x');
+        found
+    });
+    match (scanned, found) {
+        (_, true) => GroupScan::Occupied,
+        (Ok(()), false) => GroupScan::Empty,
+        (Err(_), false) => GroupScan::Unknown,
+    }
 }
 
 /// Portable stand-in: no `/proc` to scan.
@@ -161,17 +207,64 @@ pub(crate) fn scan_group(_pgid: u32, _except: u32) -> GroupScan {
     GroupScan::Unknown
 }
 
-/// Parses the state and process group out of a `/proc/<pid>/stat` line:
-/// `pid (comm) state ppid pgrp ...`. The command name may itself hold
+/// Parses the state, parent and process group out of a `/proc/<pid>/stat`
+/// line: `pid (comm) state ppid pgrp ...`. The command name may itself hold
 /// spaces and parentheses, so the fields start after the *last* `)`.
-pub(crate) fn parse_stat(stat: &[u8]) -> Option<(u8, u32)> {
+pub(crate) fn parse_stat(stat: &[u8]) -> Option<(u8, u32, u32)> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
     let mut fields = rest.split_ascii_whitespace();
     let state = *fields.next()?.as_bytes().first()?;
-    let _ppid = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
+    Some((state, ppid, pgrp))
+}
+
+/// The children of this process (pid and `/proc` state letter), found by
+/// scanning `/proc`. `None` if `/proc` cannot be read.
+#[cfg(target_os = "linux")]
+pub(crate) fn own_children() -> Option<Vec<(u32, u8)>> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    each_process(|pid, state, ppid, _| {
+        if ppid == me {
+            out.push((pid, state));
+        }
+        false
+    })
+    .ok()?;
+    Some(out)
+}
+
+/// `kill(pid, sig)`—Sends `sig` to one process. Only used on our own
+/// unreaped children, whose pid cannot have been reused.
+///
+/// # References
+///  - [POSIX](https://pubs.opengroup.org/onlinepubs/9799919799/functions/kill.html)
+#[doc(alias = "kill")]
+#[cfg(target_os = "linux")]
+pub(crate) fn signal_process(pid: u32, sig: Signal) -> Delivery {
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Delivery::Failed;
+    };
+    let sig = match sig {
+        Signal::Term => RSignal::TERM,
+        Signal::Kill => RSignal::KILL,
+    };
+    match rustix::process::kill_process(p, sig) {
+        Ok(()) => Delivery::Delivered,
+        Err(rustix::io::Errno::SRCH) => Delivery::NoSuchProcess,
+        Err(_) => Delivery::Failed,
+    }
+}
+
+/// `waitpid(pid, WNOHANG)`—Reaps our child `pid` if it has exited.
+#[doc(alias = "waitpid")]
+#[cfg(target_os = "linux")]
+pub(crate) fn reap_child(pid: u32) {
+    if let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+    }
 }
 
 /// `prctl(PR_SET_CHILD_SUBREAPER, 1)`—Makes the calling process adopt
@@ -182,7 +275,6 @@ pub(crate) fn parse_stat(stat: &[u8]) -> Option<(u8, u32)> {
 /// As `prctl(2)`.
 #[doc(alias = "PR_SET_CHILD_SUBREAPER")]
 #[cfg(target_os = "linux")]
-#[allow(dead_code)] // the subreaper tier is not wired up yet
 pub(crate) fn become_subreaper() -> io::Result<()> {
     Ok(rustix::process::set_child_subreaper(Some(
         rustix::process::getpid(),
@@ -196,8 +288,8 @@ mod tests {
     #[test]
     fn stat_with_a_hostile_command_name_parses_after_the_last_paren() {
         let line = b"4242 (a) b) Z 9 (x) R 1 77 77 0 -1\n";
-        assert_eq!(parse_stat(line), Some((b'R', 77)));
-        assert_eq!(parse_stat(b"1 (init) S 0 1 1 0"), Some((b'S', 1)));
+        assert_eq!(parse_stat(line), Some((b'R', 1, 77)));
+        assert_eq!(parse_stat(b"1 (init) S 0 1 1 0"), Some((b'S', 0, 1)));
         assert_eq!(parse_stat(b"garbage"), None);
         assert_eq!(parse_stat(b"1 (x) S 0 notanumber"), None);
     }

@@ -83,3 +83,59 @@ fn env_overlay_reaches_the_child_and_never_the_evidence() {
     let rest = rest.to_string();
     assert!(!rest.contains("OVERLAY_KEY_5D") && !rest.contains("overlay-value-e1"));
 }
+
+/// A `setsid` escapee that closes its stdio is invisible to the group
+/// probe; only the subreaper tier sees (and stops) it.
+#[test]
+fn subreaper_tier_adopts_and_stops_a_silent_setsid_escapee() {
+    let script = "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo $! >&2";
+    let escapee = |out: &Output| -> u32 {
+        let ev = json(out);
+        ev["stderr"]["text"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !matches!(
+                s[s.rfind(')').unwrap() + 2..].chars().next(),
+                Some('Z' | 'X')
+            )
+        })
+    };
+
+    // Default tier: the escapee survives; the verdict can only speak for
+    // the group (documented blind spot).
+    let out = custodian(&["--", "sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let pid = escapee(&out);
+    let survived = alive(pid);
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert!(survived, "without a subreaper the escapee outlives the run");
+    assert_eq!(json(&out)["descendants"]["tier"], "pinned_process_group");
+
+    // Subreaper tier: adopted when the root exits, stopped, reaped.
+    let out = custodian(&["--subreaper", "--grace", "300ms", "--", "sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev = json(&out);
+    let pid = escapee(&out);
+    let survived = alive(pid);
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert!(!survived, "the adopted escapee {pid} survived");
+    assert_eq!(ev["descendants"]["tier"], "subreaper");
+    assert_eq!(ev["descendants"]["verdict"], "terminated");
+    let targets: Vec<&str> = ev["escalation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["target"].as_str().unwrap())
+        .collect();
+    assert!(targets.contains(&"adopted_descendants"), "{ev}");
+}

@@ -249,3 +249,23 @@ async fn dropping_the_run_future_still_settles_and_reaps() {
     );
     assert_no_leftovers(pid);
 }
+
+#[test]
+fn shutting_the_runtime_down_still_settles_and_stops_the_group() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt
+        .block_on(async { launch(inv("sleep", &["30"], Duration::from_secs(30)), &opts()) })
+        .unwrap();
+    let pid = r.pid();
+    assert!(r.try_settled().is_none());
+    // Dropping the runtime drops the driver task before it settled.
+    drop(rt);
+    let ev = r.try_settled().expect("settled by the driver's drop");
+    assert_eq!(ev.status, Status::Cancelled);
+    assert_ne!(ev.descendants.verdict, Verdict::Terminated);
+    // Killed and reaped by the drop itself: no zombie, no live member.
+    assert_no_leftovers(pid);
+}
