@@ -144,6 +144,13 @@ pub enum WorkspaceError {
         /// The request.
         request: RequestId,
     },
+    /// A caller path was refused (absolute, escaping, or in the internal
+    /// namespace).
+    #[error("path refused: {0}")]
+    InternalPath(#[from] ResolveError),
+    /// The launcher refused to start the process.
+    #[error(transparent)]
+    Launch(#[from] crate::process::ProcessError),
     /// The workspace has been closed.
     #[error("workspace is closed")]
     Closed,

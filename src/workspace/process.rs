@@ -21,3 +21,17 @@ pub trait RequestProcess: Send + Sync + 'static {
     /// launcher gave up on it and said so in its evidence).
     fn settled(&self) -> SettledFuture<'_>;
 }
+
+impl RequestProcess for crate::process::Running {
+    fn cancel(&self) {
+        crate::process::Running::cancel(self);
+    }
+
+    fn settled(&self) -> SettledFuture<'_> {
+        Box::pin(async move {
+            // The evidence belongs to whoever launched the process; cleanup
+            // only needs to know the group has settled.
+            let _evidence = crate::process::Running::settled(self).await;
+        })
+    }
+}

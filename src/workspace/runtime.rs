@@ -274,16 +274,14 @@ impl Workspace {
     ///
     /// # Errors
     ///
-    /// [`WorkspaceError::Untrusted`] if the path resolves into the internal
-    /// namespace or crosses a symlink; [`WorkspaceError::Io`] otherwise.
+    /// [`WorkspaceError::InternalPath`] if the path is refused or reaches the
+    /// internal namespace; [`WorkspaceError::Io`] if a component is a symlink
+    /// (`ELOOP`/`ENOTDIR`) or cannot be opened.
     pub fn open_user_file(&self, path: &str, write: bool) -> Result<File, WorkspaceError> {
         use rustix::fs::{Mode, OFlags};
         let rel = self
             .resolve_user_path(path)
-            .map_err(|_| WorkspaceError::Untrusted {
-                what: "user path",
-                code: CleanupCode::JobNotOwned,
-            })?;
+            .map_err(WorkspaceError::InternalPath)?;
         let comps: Vec<_> = rel.components().map(|c| c.as_os_str().to_owned()).collect();
         let Some((last, dirs)) = comps.split_last() else {
             return Err(WorkspaceError::InvalidName { reason: "empty" });
@@ -296,10 +294,7 @@ impl Workspace {
             if obs.identity.dev == self.inner.internal_identity.dev
                 && obs.identity.ino == self.inner.internal_identity.ino
             {
-                return Err(WorkspaceError::Untrusted {
-                    what: "user path",
-                    code: CleanupCode::JobNotOwned,
-                });
+                return Err(WorkspaceError::InternalPath(ResolveError::Internal));
             }
             cur = Some(fd);
         }
@@ -650,6 +645,39 @@ impl Job {
         }
         p.active.push(process);
         Ok(())
+    }
+
+    /// Launches `invocation` through the governed launcher and tracks its
+    /// process group for this request's cleanup.
+    ///
+    /// The launch happens under the request's process lock, so a process is
+    /// either tracked before cleanup takes the list or never launched.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::InternalPath`] if the invocation's cwd is in the
+    /// internal namespace; [`WorkspaceError::RequestClosed`] once cleanup
+    /// started; [`WorkspaceError::Launch`] if the launcher refuses.
+    pub fn launch(
+        &self,
+        invocation: crate::process::Invocation,
+        options: &crate::process::LaunchOptions,
+    ) -> Result<crate::process::Running, WorkspaceError> {
+        if let Some(cwd) = invocation.cwd().filter(|c| !c.as_str().is_empty()) {
+            self.ws
+                .resolve_user_path(cwd.as_str())
+                .map_err(WorkspaceError::InternalPath)?;
+        }
+        let mut p = lock(&self.state.procs);
+        if p.closed {
+            return Err(WorkspaceError::RequestClosed {
+                request: self.state.id.clone(),
+            });
+        }
+        let running =
+            crate::process::launch(invocation, options).map_err(WorkspaceError::Launch)?;
+        p.active.push(Arc::new(running.clone()));
+        Ok(running)
     }
 
     /// Number of registered artifacts, the job directory included.

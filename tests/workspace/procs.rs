@@ -1,8 +1,10 @@
 //! Processes of a request: cancelled and settled before any removal.
 //!
-//! `GroupChild` is a test implementation of the `RequestProcess` seam over a
-//! real child leading its own process group (std `Command` +
-//! `process_group(0)`, `killpg` through rustix): TERM, a grace, then KILL.
+//! Real processes go through the governed launcher (`Job::launch`).
+//! `GroupChild` is a second, counting implementation of the
+//! `RequestProcess` seam over a child leading its own process group (std
+//! `Command` + `process_group(0)`, `killpg` through rustix): TERM, a grace,
+//! then KILL; tests use it where they need to count `cancel` calls.
 
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -11,6 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use custodian::process::invocation::Tunables;
+use custodian::process::{Invocation, InvocationSpec, LaunchOptions, Running};
 use custodian::workspace::{
     CleanupCode, CleanupStatus, RequestProcess, SettledFuture, WorkspaceConfig, WorkspaceError,
 };
@@ -124,6 +128,24 @@ async fn wait_until(mut f: impl FnMut() -> bool) {
     panic!("condition never became true");
 }
 
+/// Launches `/bin/sh -c script` through the governed launcher, for `job`.
+fn launch_sh(
+    fx: &Fixture,
+    job: &custodian::workspace::Job,
+    script: &str,
+    grace: Duration,
+) -> Running {
+    let spec = InvocationSpec::new("/bin/sh")
+        .with_args(["-c", script])
+        .with_timeout(Duration::from_secs(120))
+        .with_tunables(Tunables {
+            grace,
+            ..Tunables::default()
+        });
+    let inv = Invocation::validate(spec).unwrap();
+    job.launch(inv, &LaunchOptions::new(fx.root())).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_active_child_is_terminated_before_anything_is_removed() {
     let fx = Fixture::new();
@@ -137,8 +159,7 @@ async fn an_active_child_is_terminated_before_anything_is_removed() {
         job = fx.job_dir("active").display(),
         w = witness.display()
     );
-    let child = GroupChild::spawn(&script, &fx.root(), Duration::from_secs(5));
-    job.track(child.clone()).unwrap();
+    let running = launch_sh(&fx, &job, &script, Duration::from_secs(5));
     wait_until(|| witness.with_extension("up").exists()).await;
     let before = fx.snapshot();
     let gone = inventoried(&fx, &job);
@@ -149,7 +170,11 @@ async fn an_active_child_is_terminated_before_anything_is_removed() {
         (1, 0)
     );
     assert_eq!(fs::read_to_string(&witness).unwrap(), "present\n");
-    assert!(group_members(child.pgid()).is_empty());
+    let evidence = running
+        .try_settled()
+        .expect("settled before cleanup returned");
+    assert_eq!(evidence.exit_code, Some(0), "the trap ran and exited");
+    assert!(group_members(running.pgid() as i32).is_empty());
     let mut after = fx.snapshot();
     after.remove(std::path::Path::new("outside/witness"));
     assert_only_removed(&before, &after, &gone);
@@ -160,17 +185,19 @@ async fn helper_process_descendants_are_all_gone_after_cleanup() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("desc").unwrap();
     populate(&job);
-    let child = GroupChild::spawn(
+    let running = launch_sh(
+        &fx,
+        &job,
         "sleep 1000 & sleep 1000 & (sleep 1000 & wait) & wait",
-        &fx.root(),
         Duration::from_millis(500),
     );
-    job.track(child.clone()).unwrap();
-    wait_until(|| group_members(child.pgid()).len() >= 5).await;
-    let members = group_members(child.pgid());
+    let pgid = running.pgid() as i32;
+    wait_until(|| group_members(pgid).len() >= 5).await;
+    let members = group_members(pgid);
     let r = job.cleanup().await;
     assert!(r.is_clean(), "{r:?}");
-    assert!(group_members(child.pgid()).is_empty());
+    assert_eq!(r.counts.processes_cancelled, 1);
+    assert!(group_members(pgid).is_empty());
     for pid in members {
         let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let alive = state
@@ -179,6 +206,10 @@ async fn helper_process_descendants_are_all_gone_after_cleanup() {
             .unwrap_or(false);
         assert!(!alive, "descendant {pid} survived: {state}");
     }
+    let evidence = running
+        .try_settled()
+        .expect("settled before cleanup returned");
+    println!("descendants: {:?}", evidence.descendants);
     assert!(!fx.job_dir("desc").exists());
 }
 
@@ -191,14 +222,13 @@ async fn a_cleanup_that_exceeds_its_bound_reports_it() {
     let job = fx.ws.open_request("slow").unwrap();
     populate(&job);
     // Ignores TERM, and the grace before KILL is far beyond the bound.
-    let child = GroupChild::spawn(
-        "trap '' TERM; echo up > ../outside/ready; while :; do sleep 0.05; done",
-        &fx.root(),
-        Duration::from_secs(30),
-    );
-    job.track(child.clone()).unwrap();
-    // Only once the trap is installed does TERM get ignored.
     let ready = fx.tmp.path().join("outside/ready");
+    let script = format!(
+        "trap '' TERM; echo up > {}; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let running = launch_sh(&fx, &job, &script, Duration::from_secs(30));
+    // Only once the trap is installed does TERM get ignored.
     wait_until(|| ready.exists()).await;
     let r = job.cleanup().await;
     assert_failed(&r, CleanupCode::ProcessBoundExceeded);
@@ -207,12 +237,34 @@ async fn a_cleanup_that_exceeds_its_bound_reports_it() {
         (1, 1)
     );
     assert!(
-        !group_members(child.pgid()).is_empty(),
+        running.try_settled().is_none(),
         "the child really outlived the bound"
     );
     // The filesystem part still ran, fail-closed as always.
     assert_eq!(r.counts.files_removed, 3);
-    drop(child);
+    killpg(running.pgid() as i32, Signal::KILL);
+    let _ = running.settled().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_after_cleanup_started_is_refused() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("closed").unwrap();
+    assert!(job.cleanup().await.is_clean());
+    let inv = Invocation::validate(InvocationSpec::new("/bin/true")).unwrap();
+    let e = job.launch(inv, &LaunchOptions::new(fx.root())).unwrap_err();
+    assert!(matches!(e, WorkspaceError::RequestClosed { .. }), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_with_its_cwd_in_the_internal_namespace_is_refused() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("cwd").unwrap();
+    let inv = Invocation::validate(InvocationSpec::new("/bin/true").with_cwd(".custodian/job/cwd"))
+        .unwrap();
+    let e = job.launch(inv, &LaunchOptions::new(fx.root())).unwrap_err();
+    assert!(matches!(e, WorkspaceError::InternalPath(_)), "{e:?}");
+    assert!(job.cleanup().await.is_clean());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
