@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::message::{Code, ProcessSummary, RunSpec};
@@ -12,10 +12,8 @@ use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 use crate::process::evidence::Evidence;
 use crate::process::invocation::EnvValue;
-use crate::process::{Invocation, InvocationSpec, LaunchOptions, Running, launch};
-use crate::workspace::{
-    CleanupStatus, Job, RequestProcess, SettledFuture, Workspace, WorkspaceError,
-};
+use crate::process::{Invocation, InvocationSpec, LaunchOptions, Running};
+use crate::workspace::{CleanupStatus, Job, Workspace, WorkspaceError};
 
 /// Safe codes the adapter answers with.
 pub mod codes {
@@ -37,23 +35,10 @@ pub mod codes {
     pub const INVALID_INVOCATION: SafeCode = SafeCode::new("invalid_invocation");
     /// The process could not be launched.
     pub const LAUNCH_FAILED: SafeCode = SafeCode::new("launch_failed");
+    /// The process's cwd is inside the internal namespace.
+    pub const INTERNAL_PATH: SafeCode = SafeCode::new("internal_path");
     /// Some other workspace error.
     pub const WORKSPACE_ERROR: SafeCode = SafeCode::new("workspace_error");
-}
-
-/// A launched process as the workspace's cleanup sees it. A private newtype
-/// so this adapter owns the impl.
-struct Tracked(Running);
-
-impl RequestProcess for Tracked {
-    fn cancel(&self) {
-        self.0.cancel();
-    }
-    fn settled(&self) -> SettledFuture<'_> {
-        Box::pin(async move {
-            let _ = self.0.settled().await;
-        })
-    }
 }
 
 #[derive(Debug)]
@@ -121,6 +106,8 @@ fn workspace_code(e: &WorkspaceError) -> SafeCode {
         WorkspaceError::RequestClosed { .. } => super::message::codes::REQUEST_CLOSED,
         WorkspaceError::Closed => codes::WORKSPACE_CLOSED,
         WorkspaceError::Io { .. } => codes::IO_ERROR,
+        WorkspaceError::InternalPath(_) => codes::INTERNAL_PATH,
+        WorkspaceError::Launch(e) => safe(e.code(), codes::LAUNCH_FAILED),
         _ => codes::WORKSPACE_ERROR,
     }
 }
@@ -197,18 +184,16 @@ impl NodeWorkspace for WorkspaceNode {
         }
         let inv = Invocation::validate(inv).map_err(|_| codes::INVALID_INVOCATION)?;
         let running = {
-            // Launch and track under the lock, so a concurrent cleanup
-            // either sees this process or refuses it (and it is cancelled).
+            // The job launches and tracks under its process lock, so a
+            // concurrent cleanup either sees this process or refuses it.
             let mut jobs = self.jobs();
             let entry = jobs
                 .get_mut(request)
                 .ok_or(super::message::codes::NOT_OPEN)?;
-            let running =
-                launch(inv, &self.launch).map_err(|e| safe(e.code(), codes::LAUNCH_FAILED))?;
-            if let Err(e) = entry.job.track(Arc::new(Tracked(running.clone()))) {
-                running.cancel();
-                return Err(workspace_code(&e));
-            }
+            let running = entry
+                .job
+                .launch(inv, &self.launch)
+                .map_err(|e| workspace_code(&e))?;
             entry.runs.push(running.clone());
             running
         };

@@ -12,3 +12,4 @@ mod scenarios;
 mod stress;
 mod support;
 mod through_wire;
+mod with_workspace;

@@ -1,0 +1,71 @@
+//! The coordinator with the real workspace runtime as its lifecycle.
+
+use std::sync::Arc;
+
+use custodian::coordinator::{Coordinator, Limits};
+use custodian::machine::request::{Candidate, CleanupReport, Status};
+use custodian::workspace::{Workspace, WorkspaceConfig};
+
+use crate::support::{Gate, Processes, Sink, check_log, id};
+
+#[tokio::test]
+async fn a_success_removes_the_job_and_keeps_the_users_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("user.txt"), "mine").unwrap();
+    let ws = Workspace::open(dir.path(), WorkspaceConfig::default()).unwrap();
+    let co = Coordinator::new(
+        Arc::new(ws.clone()),
+        Processes::new(Gate::open_always()),
+        Sink::new(Gate::open_always()),
+        Limits::default(),
+    );
+    let h = co.start(id("real-1"));
+    let job = ws.open_request("real-1").unwrap();
+    h.workspace_opened().await.unwrap();
+    std::io::Write::write_all(&mut job.create_file("out/result.json").unwrap(), b"{}").unwrap();
+    let job_dir = dir.path().join(".custodian/job/real-1");
+    assert!(job_dir.join("out/result.json").is_file());
+    h.candidate(Candidate::Success);
+    h.candidate(Candidate::CallerCancel);
+    let c = h.finished().await;
+    assert_eq!(
+        (c.result.status(), c.result.cleanup()),
+        (Status::Succeeded, CleanupReport::Succeeded)
+    );
+    assert!(!job_dir.exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("user.txt")).unwrap(),
+        "mine"
+    );
+    check_log(&h.log(), "real workspace");
+}
+
+#[tokio::test]
+async fn an_unregistered_file_fails_the_success_closed_and_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path(), WorkspaceConfig::default()).unwrap();
+    let co = Coordinator::new(
+        Arc::new(ws.clone()),
+        Processes::new(Gate::open_always()),
+        Sink::new(Gate::open_always()),
+        Limits::default(),
+    );
+    let h = co.start(id("real-2"));
+    let _job = ws.open_request("real-2").unwrap();
+    h.workspace_opened().await.unwrap();
+    // Planted behind the inventory's back.
+    let planted = dir.path().join(".custodian/job/real-2/planted.txt");
+    std::fs::write(&planted, "suspect").unwrap();
+    h.candidate(Candidate::Success);
+    let c = h.finished().await;
+    assert_eq!(
+        c.result.status(),
+        Status::Failed,
+        "success + cleanup failure = failed"
+    );
+    let CleanupReport::Failed { code } = c.result.cleanup() else {
+        panic!("{c:?}")
+    };
+    assert_eq!(code.as_str(), "unregistered_entry");
+    assert!(planted.is_file(), "the suspect is kept for inspection");
+}
