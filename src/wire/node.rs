@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, mpsc};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::codec::{FrameError, FrameReader, decode_request, encode_line};
@@ -22,6 +22,7 @@ use super::message::{
 };
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
+use crate::sync::{Abandoned, Elected, Elections};
 
 /// The workspace operations the node performs for the wire.
 ///
@@ -103,19 +104,20 @@ impl Default for NodeConfig {
     }
 }
 
-/// Where one request stands on this node.
-#[derive(Debug)]
+/// Where one request stands on this node. The cleanup's result lives in
+/// the node's [`Elections`], not here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Open,
-    /// Cleanup elected; the receiver yields its result once.
-    Cleaning(watch::Receiver<Option<CleanupReport>>),
-    Cleaned(CleanupReport),
+    /// Cleanup elected: no new work is accepted.
+    Closed,
 }
 
 #[derive(Debug, Default)]
 struct Table {
     slots: HashMap<RequestId, Slot>,
-    /// Cleaned ids, oldest first, for bounding the cache.
+    /// Closed ids whose cleanup finished, oldest first, for bounding the
+    /// table like the elections' result cache.
     cleaned: VecDeque<RequestId>,
 }
 
@@ -144,6 +146,8 @@ pub struct Node<W> {
     workspace: W,
     config: NodeConfig,
     table: Mutex<Table>,
+    /// One cleanup per request id; duplicates share its result.
+    cleanups: Elections<RequestId, CleanupReport>,
     /// Serializes `open` so that a request is opened at most once.
     open_lock: tokio::sync::Mutex<()>,
 }
@@ -154,6 +158,7 @@ impl<W: NodeWorkspace> Node<W> {
         Arc::new(Node {
             counters: Counters::default(),
             workspace,
+            cleanups: Elections::new(config.cleanup_cache),
             config,
             table: Mutex::new(Table::default()),
             open_lock: tokio::sync::Mutex::new(()),
@@ -276,50 +281,54 @@ impl<W: NodeWorkspace> Node<W> {
     /// gets the same report. The cleanup runs in its own task so that it
     /// finishes even if every caller goes away.
     pub async fn cleanup(self: &Arc<Self>, request_id: RequestId) -> CleanupReport {
-        let (rx, owner) = {
+        let (waiter, owner) = {
+            // Electing under the table lock closes the request in the same
+            // critical section, so no new work slips in once cleanup is
+            // elected.
             let mut table = self.table();
-            match table.slots.get(&request_id) {
-                Some(Slot::Cleaned(report)) => {
-                    return CleanupReport {
-                        cached: true,
-                        ..report.clone()
-                    };
-                }
-                Some(Slot::Cleaning(rx)) => (rx.clone(), false),
-                Some(Slot::Open) | None => {
-                    let (tx, rx) = watch::channel(None);
-                    table
-                        .slots
-                        .insert(request_id.clone(), Slot::Cleaning(rx.clone()));
+            match self.cleanups.elect(request_id.clone()) {
+                Elected::Owner(guard) => {
+                    table.slots.insert(request_id.clone(), Slot::Closed);
+                    let waiter = guard.waiter();
                     let node = Arc::clone(self);
                     let id = request_id.clone();
                     tokio::spawn(
                         async move {
                             let verdict = node.workspace.cleanup(&id).await;
-                            let report = report(id.clone(), verdict);
-                            node.finish_cleanup(&id, report.clone());
-                            // Receivers may all be gone; the result is cached.
-                            let _ = tx.send(Some(report));
+                            node.finish_cleanup(&id);
+                            // Waiters may all be gone; the elections keep
+                            // the result. Dropping the guard instead (the
+                            // runtime shutting down) publishes `Abandoned`.
+                            guard.complete(report(id, verdict));
                         }
                         .in_current_span(),
                     );
-                    (rx, true)
+                    (waiter, true)
                 }
+                Elected::Waiter(waiter) => (waiter, false),
             }
         };
-        let mut report = wait_report(&request_id, rx).await;
+        let mut report = match waiter.await {
+            Ok(report) => report,
+            Err(Abandoned) => CleanupReport {
+                request_id,
+                status: CleanupStatus::Failed,
+                code: Some(Code::from(codes::SHUTTING_DOWN)),
+                cached: false,
+            },
+        };
         report.cached = !owner;
         report
     }
 
-    fn finish_cleanup(&self, id: &RequestId, report: CleanupReport) {
+    fn finish_cleanup(&self, id: &RequestId) {
         let mut table = self.table();
-        table.slots.insert(id.clone(), Slot::Cleaned(report));
         table.cleaned.push_back(id.clone());
         while table.cleaned.len() > self.config.cleanup_cache {
             if let Some(old) = table.cleaned.pop_front() {
-                // Eviction forgets the result; a later duplicate asks the
-                // workspace again, whose cleanup of a gone job is a no-op.
+                // Forgetting a closed id lets a later duplicate elect a new
+                // owner once the elections evicted its result too; it asks
+                // the workspace again, whose cleanup of a gone job is a no-op.
                 table.slots.remove(&old);
             }
         }
@@ -496,22 +505,5 @@ fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupReport {
         status,
         code,
         cached: false,
-    }
-}
-
-async fn wait_report(
-    id: &RequestId,
-    mut rx: watch::Receiver<Option<CleanupReport>>,
-) -> CleanupReport {
-    // The sender lives in the spawned cleanup task, which always sends
-    // before it ends; a closed channel means the runtime is shutting down.
-    match rx.wait_for(Option::is_some).await {
-        Ok(r) => r.clone().expect("waited for Some"),
-        Err(_) => CleanupReport {
-            request_id: id.clone(),
-            status: CleanupStatus::Failed,
-            code: Some(Code::from(codes::SHUTTING_DOWN)),
-            cached: false,
-        },
     }
 }
