@@ -197,6 +197,9 @@ fn runtime_traces_conform_to_the_model_and_cover_its_edges() {
         let mut logs = scenarios::run_family(&scenarios::family_a(), "a").await;
         logs.extend(scenarios::run_family(&scenarios::family_b(), "b").await);
         logs.extend(scenarios::run_family_c().await);
+        logs.extend(scenarios::run_family(&scenarios::family_d(), "d").await);
+        logs.extend(scenarios::run_family(&scenarios::family_e(), "e").await);
+        logs.extend(scenarios::run_family(&scenarios::family_f(), "f").await);
         logs
     });
     let seed = scenarios::seed();

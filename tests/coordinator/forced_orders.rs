@@ -6,7 +6,9 @@
 use custodian::coordinator::RequestObserver;
 use custodian::machine::request::{Candidate, Status};
 
-use crate::scenarios::{family_a, family_b, fresh, run_family, run_family_c};
+use crate::scenarios::{
+    family_a, family_b, family_d, family_e, family_f, fresh, run_family, run_family_c,
+};
 use crate::support::{check_log, id, settle};
 
 #[tokio::test(start_paused = true)]
@@ -18,6 +20,25 @@ async fn success_cancel_disconnect_in_every_order() {
 #[tokio::test(start_paused = true)]
 async fn deadline_error_write_failure_in_every_order() {
     let logs = run_family(&family_b(), "b").await;
+    assert_eq!(logs.len(), 720 + 240);
+}
+
+#[tokio::test(start_paused = true)]
+async fn disconnect_and_write_failure_in_every_order() {
+    let logs = run_family(&family_d(), "d").await;
+    // 5! orders with a workspace, 4! × 2 write variants without one.
+    assert_eq!(logs.len(), 120 + 48);
+}
+
+#[tokio::test(start_paused = true)]
+async fn error_cancel_disconnect_in_every_order() {
+    let logs = run_family(&family_e(), "e").await;
+    assert_eq!(logs.len(), 720 + 240);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_cancel_disconnect_in_every_order() {
+    let logs = run_family(&family_f(), "f").await;
     assert_eq!(logs.len(), 720 + 240);
 }
 

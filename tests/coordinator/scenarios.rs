@@ -157,7 +157,10 @@ pub async fn run_order(
         Delivery::WriteFailed => assert!(
             write_fails
                 || primary == Candidate::TerminalWriteFailed
-                || order.contains(&Stimulus::Candidate(Candidate::TerminalWriteFailed)),
+                || order.contains(&Stimulus::Candidate(Candidate::TerminalWriteFailed))
+                // Advancing time to the deadline can also expire a terminal
+                // write still held by its gate.
+                || order.contains(&Stimulus::Deadline),
             "{ctx}"
         ),
         Delivery::Acknowledged => assert!(!write_fails && writes == 1, "{ctx}"),
@@ -195,6 +198,45 @@ pub fn family_b() -> Vec<Stimulus> {
         Stimulus::Deadline,
         Stimulus::Candidate(Candidate::ExecutorError { code: EXEC_FAILED }),
         Stimulus::Candidate(Candidate::TerminalWriteFailed),
+        Stimulus::ReleaseCancel,
+        Stimulus::ReleaseCleanup,
+        Stimulus::ReleaseWrite,
+    ]
+}
+
+/// Family D: a disconnect and a terminal-write failure race each other and
+/// the action answers, so a write failure also reaches a request whose
+/// caller is already gone while it is still finalizing (an edge the seeded
+/// stress run only hits by chance).
+pub fn family_d() -> Vec<Stimulus> {
+    vec![
+        Stimulus::Candidate(Candidate::CallerDisconnect),
+        Stimulus::Candidate(Candidate::TerminalWriteFailed),
+        Stimulus::ReleaseCancel,
+        Stimulus::ReleaseCleanup,
+        Stimulus::ReleaseWrite,
+    ]
+}
+
+/// Families E and F: an executor error (E) or the deadline (F) races a
+/// cancel and a disconnect, so those candidates also arrive while another
+/// one is finalizing, with and without a caller.
+pub fn family_e() -> Vec<Stimulus> {
+    cancel_disconnect_race(Stimulus::Candidate(Candidate::ExecutorError {
+        code: EXEC_FAILED,
+    }))
+}
+
+/// See [`family_e`].
+pub fn family_f() -> Vec<Stimulus> {
+    cancel_disconnect_race(Stimulus::Deadline)
+}
+
+fn cancel_disconnect_race(first: Stimulus) -> Vec<Stimulus> {
+    vec![
+        first,
+        Stimulus::Candidate(Candidate::CallerCancel),
+        Stimulus::Candidate(Candidate::CallerDisconnect),
         Stimulus::ReleaseCancel,
         Stimulus::ReleaseCleanup,
         Stimulus::ReleaseWrite,
