@@ -125,73 +125,90 @@ pub(crate) enum GroupScan {
     Unknown,
 }
 
-/// Calls `f(pid, state, ppid, pgrp)` for every process in `/proc` until it
-/// returns `true`. Reads each `stat` relative to one `/proc` descriptor
-/// into a stack buffer: three syscalls per process, no allocation. A
-/// process that vanishes meanwhile is skipped: it is gone.
+/// Calls `f(proc_fd, pid)` for every process listed in `/proc` until it
+/// returns `true`.
 ///
 /// # Errors
 ///
 /// If `/proc` cannot be opened or listed.
 #[cfg(target_os = "linux")]
-fn each_process(mut f: impl FnMut(u32, u8, u32, u32) -> bool) -> io::Result<()> {
-    use rustix::fs::{Dir, Mode, OFlags, openat};
+fn each_pid(mut f: impl FnMut(&OwnedFd, u32) -> bool) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags, RawDir};
     let proc_fd = rustix::fs::open(
         "/proc",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let mut dir = Dir::read_from(&proc_fd)?;
-    let mut path = [0u8; 32];
-    let mut buf = [0u8; 512];
-    while let Some(entry) = dir.read() {
+    // Large enough for a few thousand entries per `getdents64`: listing
+    // `/proc` costs the kernel per entry, the syscalls should not add to it.
+    let mut buf = Vec::with_capacity(32 * 1024);
+    let mut dir = RawDir::new(&proc_fd, buf.spare_capacity_mut());
+    while let Some(entry) = dir.next() {
         let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        let Some(pid) = std::str::from_utf8(name)
+        let Some(pid) = std::str::from_utf8(entry.file_name().to_bytes())
             .ok()
             .and_then(|n| n.parse::<u32>().ok())
         else {
             continue;
         };
-        // "<pid>/stat\0"
-        let len = name.len() + 6;
-        if len > path.len() {
-            continue;
-        }
-        path[..name.len()].copy_from_slice(name);
-        path[name.len()..len].copy_from_slice(b"/stat\0");
-        let Ok(cpath) = std::ffi::CStr::from_bytes_with_nul(&path[..len]) else {
-            continue;
-        };
-        let Ok(fd) = openat(
-            &proc_fd,
-            cpath,
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        // The fields we need follow the pid and the command name (at most
-        // 16 bytes), well inside the first read.
-        let Ok(n) = rustix::io::read(&fd, &mut buf) else {
-            continue;
-        };
-        if let Some((state, ppid, pgrp)) = parse_stat(&buf[..n]) {
-            if f(pid, state, ppid, pgrp) {
-                break;
-            }
+        if f(&proc_fd, pid) {
+            break;
         }
     }
     Ok(())
 }
 
-/// Scans `/proc/*/stat` for a live (not zombie, not dead) process whose
-/// process group is `pgid`, other than `except` (the held root).
+/// Reads `(state, ppid, pgrp)` from `<proc_fd>/<pid>/stat` into a stack
+/// buffer: three syscalls, no allocation. `None` if the process vanished
+/// meanwhile (it is gone) or the line cannot be parsed.
+#[cfg(target_os = "linux")]
+fn read_stat(proc_fd: &OwnedFd, pid: u32) -> Option<(u8, u32, u32)> {
+    use rustix::fs::{Mode, OFlags, openat};
+    use std::io::Write;
+    // "<pid>/stat\0": a u32 has at most 10 digits.
+    let mut path = [0u8; 32];
+    let len = {
+        let mut w = &mut path[..];
+        write!(w, "{pid}/stat\0").ok()?;
+        32 - w.len()
+    };
+    let cpath = std::ffi::CStr::from_bytes_with_nul(&path[..len]).ok()?;
+    let fd = openat(
+        proc_fd,
+        cpath,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    // The fields we need follow the pid and the command name (at most
+    // 16 bytes), well inside the first read.
+    let mut buf = [0u8; 512];
+    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    parse_stat(&buf[..n])
+}
+
+/// Scans `/proc` for a live (not zombie, not dead) process whose process
+/// group is `pgid`, other than `except` (the held root).
+///
+/// Each listed process costs one `getpgid` (no file opened, no text
+/// formatted by the kernel); only a process found in the group has its
+/// `stat` read, to tell a live member from a zombie one.
 #[cfg(target_os = "linux")]
 pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
     let mut found = false;
-    let scanned = each_process(|pid, state, _ppid, pgrp| {
-        found = pid != except && pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x');
+    let scanned = each_pid(|proc_fd, pid| {
+        if pid == except {
+            return false;
+        }
+        let Some(p) = Pid::from_raw(pid as i32) else {
+            return false;
+        };
+        let in_group = rustix::process::getpgid(Some(p))
+            .is_ok_and(|g| g.as_raw_nonzero().get() as u32 == pgid);
+        found = in_group
+            && read_stat(proc_fd, pid).is_some_and(|(state, _, pgrp)| {
+                pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x')
+            });
         found
     });
     match (scanned, found) {
@@ -226,9 +243,11 @@ pub(crate) fn parse_stat(stat: &[u8]) -> Option<(u8, u32, u32)> {
 pub(crate) fn own_children() -> Option<Vec<(u32, u8)>> {
     let me = std::process::id();
     let mut out = Vec::new();
-    each_process(|pid, state, ppid, _| {
-        if ppid == me {
-            out.push((pid, state));
+    each_pid(|proc_fd, pid| {
+        if let Some((state, ppid, _)) = read_stat(proc_fd, pid) {
+            if ppid == me {
+                out.push((pid, state));
+            }
         }
         false
     })
