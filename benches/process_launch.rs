@@ -1,4 +1,4 @@
-//! Launch cost: 200 sequential `/bin/true` through custodian vs
+//! Launch cost: 200 rounds of `/bin/true` through custodian vs
 //! `tokio::process::Command::output()` vs `std::process::Command::output()`,
 //! then the same while this process holds ~2 GiB of touched memory, against
 //! a spawner that is forced onto std's fork path.
@@ -26,15 +26,23 @@ fn stats(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
     (total, v[v.len() / 2], v[v.len() * 95 / 100])
 }
 
-fn time_each(mut f: impl FnMut()) -> Vec<Duration> {
-    f(); // warm-up
-    (0..N)
-        .map(|_| {
+/// Runs every spawner once per round, `N` rounds, so that drift in the
+/// machine's load hits all of them alike; returns each one's samples.
+fn interleaved(spawners: &mut [&mut dyn FnMut()]) -> Vec<Vec<Duration>> {
+    for f in spawners.iter_mut() {
+        f(); // warm-up
+    }
+    let mut samples = vec![Vec::with_capacity(N); spawners.len()];
+    for round in 0..N {
+        // Rotate the starting spawner so none always runs first.
+        for k in 0..spawners.len() {
+            let i = (round + k) % spawners.len();
             let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect()
+            (spawners[i])();
+            samples[i].push(t.elapsed());
+        }
+    }
+    samples
 }
 
 struct Row {
@@ -69,73 +77,84 @@ fn print(title: &str, rows: &[Row], anchor: &str) {
     }
 }
 
-fn custodian_row(rt: &tokio::runtime::Runtime, opts: &LaunchOptions) -> Row {
-    let (mut launch, mut exit, mut settle) = (Vec::new(), Vec::new(), Vec::new());
-    let samples = time_each(|| {
-        let inv = Invocation::validate(InvocationSpec::new("/bin/true")).unwrap();
-        let ev = rt.block_on(async {
-            let t = Instant::now();
-            let running = custodian::process::launch(inv, opts).unwrap();
-            launch.push(t.elapsed().as_secs_f64() * 1e6);
-            running.settled().await
-        });
-        assert_eq!(ev.exit_code, Some(0));
-        exit.push(ev.timings.root_exit_us.unwrap() as f64);
-        settle.push((ev.timings.settled_us - ev.timings.root_exit_us.unwrap()) as f64);
+/// One launch through custodian, recording the breakdown.
+fn custodian_once(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, parts: &mut Breakdown) {
+    let inv = Invocation::validate(InvocationSpec::new("/bin/true")).unwrap();
+    let ev = rt.block_on(async {
+        let t = Instant::now();
+        let running = custodian::process::launch(inv, opts).unwrap();
+        parts.launch.push(t.elapsed().as_secs_f64() * 1e6);
+        running.settled().await
     });
-    let p50 = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    println!(
-        "custodian breakdown p50: launch() {:.0} us, start→root exit {:.0} us, root exit→settled {:.0} us",
-        p50(&mut launch),
-        p50(&mut exit),
-        p50(&mut settle)
-    );
-    Row {
-        name: "custodian::process::run",
-        samples,
+    assert_eq!(ev.exit_code, Some(0));
+    let exit = ev.timings.root_exit_us.unwrap();
+    parts.exit.push(exit as f64);
+    parts.settle.push((ev.timings.settled_us - exit) as f64);
+}
+
+#[derive(Default)]
+struct Breakdown {
+    launch: Vec<f64>,
+    exit: Vec<f64>,
+    settle: Vec<f64>,
+}
+
+impl Breakdown {
+    fn print(mut self) {
+        let p50 = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "custodian breakdown p50: launch() {:.0} us, start→root exit {:.0} us, root exit→settled {:.0} us",
+            p50(&mut self.launch),
+            p50(&mut self.exit),
+            p50(&mut self.settle)
+        );
     }
 }
 
-fn tokio_row(rt: &tokio::runtime::Runtime) -> Row {
-    let samples = time_each(|| {
-        // `output()` spawns eagerly: call it inside the runtime.
-        let out = rt
-            .block_on(async { tokio::process::Command::new("/bin/true").output().await })
-            .unwrap();
-        assert!(out.status.success());
-    });
-    Row {
-        name: "tokio Command::output",
-        samples,
-    }
+fn tokio_once(rt: &tokio::runtime::Runtime) {
+    // `output()` spawns eagerly: call it inside the runtime.
+    let out = rt
+        .block_on(async { tokio::process::Command::new("/bin/true").output().await })
+        .unwrap();
+    assert!(out.status.success());
 }
 
-fn std_row() -> Row {
-    let samples = time_each(|| {
-        let out = std::process::Command::new("/bin/true").output().unwrap();
-        assert!(out.status.success());
-    });
-    Row {
-        name: "std Command::output",
-        samples,
-    }
+fn std_once() {
+    let out = std::process::Command::new("/bin/true").output().unwrap();
+    assert!(out.status.success());
 }
 
-fn fork_row() -> Row {
-    let samples = time_each(|| {
-        let out = std::process::Command::new("true")
-            .env("PATH", "/usr/bin:/bin")
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-    });
-    Row {
-        name: "std, forced fork (PATH + bare name)",
-        samples,
-    }
+fn fork_once() {
+    let out = std::process::Command::new("true")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+fn measure(rt: &tokio::runtime::Runtime, opts: &LaunchOptions) -> Vec<Row> {
+    let mut parts = Breakdown::default();
+    let samples = interleaved(&mut [
+        &mut || custodian_once(rt, opts, &mut parts),
+        &mut || tokio_once(rt),
+        &mut std_once,
+        &mut fork_once,
+    ]);
+    parts.print();
+    let names = [
+        "custodian::process::run",
+        "tokio Command::output",
+        "std Command::output",
+        "std, forced fork (PATH + bare name)",
+    ];
+    names
+        .into_iter()
+        .zip(samples)
+        .map(|(name, samples)| Row { name, samples })
+        .collect()
 }
 
 fn main() {
@@ -147,12 +166,17 @@ fn main() {
         .unwrap();
     let opts = LaunchOptions::new(std::env::temp_dir());
 
-    let rows = vec![
-        custodian_row(&rt, &opts),
-        tokio_row(&rt),
-        std_row(),
-        fork_row(),
-    ];
+    let processes = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            })
+            .count()
+        })
+        .unwrap_or(0);
+    println!("{processes} processes on the machine (the group probe scans them all)");
+    let rows = measure(&rt, &opts);
     print("Small parent", &rows, "tokio Command::output");
 
     let mib: usize = std::env::var("CUSTODIAN_BENCH_HOLD_MIB")
@@ -164,12 +188,7 @@ fn main() {
     for page in held.chunks_mut(4096) {
         page[0] = 1;
     }
-    let rows = vec![
-        custodian_row(&rt, &opts),
-        tokio_row(&rt),
-        std_row(),
-        fork_row(),
-    ];
+    let rows = measure(&rt, &opts);
     print(
         &format!("Parent holding {mib} MiB of touched memory"),
         &rows,
