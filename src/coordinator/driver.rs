@@ -298,7 +298,8 @@ where
         let shared = Arc::new(Shared {
             id: id.clone(),
             done: SettleOnce::new(),
-            log: Mutex::new(Vec::new()),
+            // A request commits about eight transitions.
+            log: Mutex::new(Vec::with_capacity(8)),
             state: Mutex::new(State::new(now.into_std())),
             counters: Counters::default(),
         });
@@ -312,6 +313,7 @@ where
             cleanup_deadline: request_deadline + self.limits.cleanup_grace,
             internal: itx,
             in_flight: 0,
+            ready: VecDeque::new(),
         };
         let span = info_span!("request", request_id = %id);
         tokio::spawn(actor.run(rx, irx).instrument(span));
@@ -330,6 +332,10 @@ struct Actor<L, P, S> {
     internal: mpsc::UnboundedSender<Event>,
     /// Action tasks whose answer has not arrived yet.
     in_flight: u32,
+    /// Answers of actions that finished on their first poll, committed
+    /// after the external inputs already queued (as the internal channel's
+    /// answers are).
+    ready: VecDeque<Event>,
 }
 
 impl<L, P, S> Actor<L, P, S>
@@ -348,42 +354,77 @@ where
         let timer = tokio::time::sleep_until(self.request_deadline);
         tokio::pin!(timer);
         loop {
-            if self.state.is_completed() && !external_open && self.in_flight == 0 {
+            if self.state.is_completed()
+                && !external_open
+                && self.in_flight == 0
+                && self.ready.is_empty()
+            {
                 return;
             }
             // External inputs first: a `WorkspaceOpened` reported before the
             // executor stopped must be committed before the `ExecutionStopped`
-            // that the cancel task sends once it has stopped.
-            let event = tokio::select! {
-                biased;
-                input = external.recv(), if external_open => match input {
-                    Some(Input::Event(e)) => e,
-                    Some(Input::Opened(reply)) => {
-                        self.commit(Event::WorkspaceOpened);
-                        let _ = reply.send(self.state.workspace_opened());
-                        continue;
-                    }
-                    None => {
-                        // Every handle is gone: nobody can report a
-                        // candidate or read the terminal any more.
-                        external_open = false;
-                        if self.state.is_completed() {
-                            continue;
+            // that the cancel action answers once it has stopped, whether
+            // that answer came at once or from its task.
+            let event = if self.ready.is_empty() {
+                tokio::select! {
+                    biased;
+                    input = external.recv(), if external_open => {
+                        match self.on_input(input, &mut external_open) {
+                            Some(e) => e,
+                            None => continue,
                         }
-                        Event::Candidate(Candidate::CallerDisconnect)
                     }
-                },
-                Some(e) = internal.recv() => {
-                    self.in_flight -= 1;
-                    e
+                    Some(e) = internal.recv() => {
+                        self.in_flight -= 1;
+                        e
+                    }
+                    // A completed request has nothing left to time out.
+                    () = &mut timer, if timer_armed && !self.state.is_completed() => {
+                        timer_armed = false;
+                        Event::Candidate(Candidate::Timeout)
+                    }
                 }
-                // A completed request has nothing left to time out.
-                () = &mut timer, if timer_armed && !self.state.is_completed() => {
-                    timer_armed = false;
-                    Event::Candidate(Candidate::Timeout)
+            } else {
+                let input = match external_open.then(|| external.try_recv()) {
+                    Some(Ok(input)) => Some(Some(input)),
+                    Some(Err(mpsc::error::TryRecvError::Disconnected)) => Some(None),
+                    Some(Err(mpsc::error::TryRecvError::Empty)) | None => None,
+                };
+                match input {
+                    Some(input) => match self.on_input(input, &mut external_open) {
+                        Some(e) => e,
+                        None => continue,
+                    },
+                    None => match self.ready.pop_front() {
+                        Some(e) => e,
+                        None => continue,
+                    },
                 }
             };
             self.commit(event);
+        }
+    }
+
+    /// Handles one external input (`None`: every handle is gone); returns
+    /// the event to commit, if any is left to commit.
+    fn on_input(&mut self, input: Option<Input>, external_open: &mut bool) -> Option<Event> {
+        match input {
+            Some(Input::Event(e)) => Some(e),
+            Some(Input::Opened(reply)) => {
+                self.commit(Event::WorkspaceOpened);
+                let _ = reply.send(self.state.workspace_opened());
+                None
+            }
+            None => {
+                // Every handle is gone: nobody can report a candidate or
+                // read the terminal any more.
+                *external_open = false;
+                if self.state.is_completed() {
+                    None
+                } else {
+                    Some(Event::Candidate(Candidate::CallerDisconnect))
+                }
+            }
         }
     }
 
@@ -498,20 +539,32 @@ where
         }
     }
 
-    /// Runs `work` in its own task and feeds its answer back to the actor.
-    /// The actor waits at most until `deadline` (answering `on_timeout`; the
-    /// work goes on in the same task, never aborted) and answers `on_panic`
-    /// if the work panicked, so no action can leave the machine waiting
-    /// forever.
+    /// Runs `work` and feeds its answer back to the actor.
+    ///
+    /// The work is polled once here first: most hooks answer at once
+    /// (nothing to cancel, an in-memory sink), and then the answer joins
+    /// [`Actor::ready`] without a task or a channel hop. Otherwise it goes
+    /// on in its own task, and the actor waits at most until `deadline`
+    /// (answering `on_timeout`; the work goes on in the same task, never
+    /// aborted). A panic answers `on_panic`, so no action can leave the
+    /// machine waiting forever.
     fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Event, on_panic: Event)
     where
         F: std::future::Future<Output = Event> + Send + 'static,
     {
+        let mut work = CatchUnwind(Box::pin(work));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(answer) = std::pin::Pin::new(&mut work).poll(&mut cx) {
+            self.ready.push_back(answer.unwrap_or_else(|()| {
+                warn!(?on_panic, "an action panicked");
+                on_panic
+            }));
+            return;
+        }
         self.in_flight += 1;
         let tx = self.internal.clone();
         tokio::spawn(
             async move {
-                let mut work = CatchUnwind(Box::pin(work));
                 // The actor holds its own sender: a send only fails if the
                 // runtime is shutting down.
                 tokio::select! {
