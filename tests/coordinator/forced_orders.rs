@@ -7,7 +7,8 @@ use custodian::coordinator::RequestObserver;
 use custodian::machine::request::{Candidate, Status};
 
 use crate::scenarios::{
-    family_a, family_b, family_d, family_e, family_f, fresh, run_family, run_family_c,
+    family_a, family_b, family_d, family_e, family_f, family_g, family_h, fresh, run_family,
+    run_family_c,
 };
 use crate::support::{check_log, id, settle};
 
@@ -39,6 +40,33 @@ async fn error_cancel_disconnect_in_every_order() {
 #[tokio::test(start_paused = true)]
 async fn deadline_cancel_disconnect_in_every_order() {
     let logs = run_family(&family_f(), "f").await;
+    assert_eq!(logs.len(), 720 + 240);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_cleanup_races_success_cancel_disconnect_in_every_order() {
+    let logs = run_family(&family_g(), "fail-g").await;
+    assert_eq!(logs.len(), 720 + 240);
+    // Every opened workspace's cleanup failed, and the machine saw it.
+    let failures = logs
+        .iter()
+        .filter(|log| {
+            log.iter().any(|r| {
+                matches!(
+                    r.event,
+                    custodian::machine::request::Event::CleanupFinished(
+                        custodian::machine::request::CleanupResult::Failed(_)
+                    )
+                )
+            })
+        })
+        .count();
+    assert_eq!(failures, 720);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_timeout_candidate_in_every_order() {
+    let logs = run_family(&family_h(), "h").await;
     assert_eq!(logs.len(), 720 + 240);
 }
 
