@@ -148,8 +148,12 @@ fn row(label: &str, concurrency: usize, total: usize, wall: Duration, anchor: Du
 }
 
 fn main() {
+    let workers = std::env::var("COORD_BENCH_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
