@@ -194,27 +194,32 @@ pub fn fresh() -> Fakes {
 /// Family A: success, cancel and disconnect race each other and the three
 /// action answers.
 pub fn family_a() -> Vec<Stimulus> {
-    vec![
+    race_the_answers([
         Stimulus::Candidate(Candidate::Success),
         Stimulus::Candidate(Candidate::CallerCancel),
         Stimulus::Candidate(Candidate::CallerDisconnect),
+    ])
+}
+
+/// Three racing stimuli and the release of the three action answers.
+fn race_the_answers(racers: [Stimulus; 3]) -> Vec<Stimulus> {
+    let mut all = racers.to_vec();
+    all.extend([
         Stimulus::ReleaseCancel,
         Stimulus::ReleaseCleanup,
         Stimulus::ReleaseWrite,
-    ]
+    ]);
+    all
 }
 
 /// Family B: the deadline, an executor error and a terminal-write failure
 /// race the action answers.
 pub fn family_b() -> Vec<Stimulus> {
-    vec![
+    race_the_answers([
         Stimulus::Deadline,
         Stimulus::Candidate(Candidate::ExecutorError { code: EXEC_FAILED }),
         Stimulus::Candidate(Candidate::TerminalWriteFailed),
-        Stimulus::ReleaseCancel,
-        Stimulus::ReleaseCleanup,
-        Stimulus::ReleaseWrite,
-    ]
+    ])
 }
 
 /// Family D: a disconnect and a terminal-write failure race each other and
@@ -246,14 +251,11 @@ pub fn family_f() -> Vec<Stimulus> {
 }
 
 fn cancel_disconnect_race(first: Stimulus) -> Vec<Stimulus> {
-    vec![
+    race_the_answers([
         first,
         Stimulus::Candidate(Candidate::CallerCancel),
         Stimulus::Candidate(Candidate::CallerDisconnect),
-        Stimulus::ReleaseCancel,
-        Stimulus::ReleaseCleanup,
-        Stimulus::ReleaseWrite,
-    ]
+    ])
 }
 
 /// Family G: success, cancel and disconnect race the action answers while
@@ -261,14 +263,7 @@ fn cancel_disconnect_race(first: Stimulus) -> Vec<Stimulus> {
 /// lifecycle fake fails), so the failure reaches the machine with and
 /// without a caller.
 pub fn family_g() -> Vec<Stimulus> {
-    vec![
-        Stimulus::Candidate(Candidate::Success),
-        Stimulus::Candidate(Candidate::CallerCancel),
-        Stimulus::Candidate(Candidate::CallerDisconnect),
-        Stimulus::ReleaseCancel,
-        Stimulus::ReleaseCleanup,
-        Stimulus::ReleaseWrite,
-    ]
+    family_a()
 }
 
 /// Family H: a timeout reported as a candidate races a success, a
@@ -278,14 +273,11 @@ pub fn family_g() -> Vec<Stimulus> {
 /// and a paused clock advanced to the deadline would expire the terminal
 /// write first.
 pub fn family_h() -> Vec<Stimulus> {
-    vec![
+    race_the_answers([
         Stimulus::Candidate(Candidate::Success),
         Stimulus::Candidate(Candidate::Timeout),
         Stimulus::Candidate(Candidate::CallerDisconnect),
-        Stimulus::ReleaseCancel,
-        Stimulus::ReleaseCleanup,
-        Stimulus::ReleaseWrite,
-    ]
+    ])
 }
 
 /// Family C: the executor opens its workspace while a cancel or a
