@@ -200,11 +200,12 @@ pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
         if pid == except {
             return false;
         }
-        let Some(p) = Pid::from_raw(pid as i32) else {
+        let Ok(raw) = i32::try_from(pid) else {
             return false;
         };
-        let in_group = rustix::process::getpgid(Some(p))
-            .is_ok_and(|g| g.as_raw_nonzero().get() as u32 == pgid);
+        // Kernel threads are in group 0: `nix` takes that, not rustix.
+        let in_group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(raw)))
+            .is_ok_and(|g| i64::from(g.as_raw()) == i64::from(pgid));
         found = in_group
             && read_stat(proc_fd, pid).is_some_and(|(state, _, pgrp)| {
                 pgrp == pgid && !matches!(state, b'Z' | b'X' | b'x')
