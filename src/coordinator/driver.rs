@@ -92,8 +92,16 @@ struct Shared {
     id: RequestId,
     done: SettleOnce<Completion>,
     log: Mutex<Vec<Record>>,
+    /// The committed state. Every commit steps the machine from it and
+    /// records the transition while holding this lock, so the log is one
+    /// sequence whoever commits.
     state: Mutex<State>,
     counters: Counters,
+    /// External inputs sent to the actor and not yet committed. A handle
+    /// may commit `WorkspaceOpened` itself only while this is zero: never
+    /// ahead of an input it sent earlier.
+    pending: AtomicU32,
+    span: tracing::Span,
 }
 
 impl Shared {
@@ -106,6 +114,41 @@ impl Shared {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Steps the machine by `event` from the committed state, records the
+    /// transition and commits it. Returns the new state and the actions the
+    /// caller must now execute.
+    fn commit(&self, event: Event, now: std::time::Instant) -> (State, Vec<Action>) {
+        let mut state = self.lock_state();
+        let before = *state;
+        let request::Transition { next, actions } = request::step(&before, event, now);
+        debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
+        if next.late_workspace_open() && !before.late_workspace_open() {
+            warn!("workspace opened after the request finalized without one");
+        }
+        {
+            let mut log = self.lock_log();
+            let index = u32::try_from(log.len()).unwrap_or(u32::MAX);
+            log.push(Record {
+                index,
+                at: now,
+                before,
+                event,
+                after: next,
+                actions: actions.clone(),
+            });
+        }
+        *state = next;
+        (next, actions)
+    }
+
+    /// Sends one input to the actor, counted in `pending` until committed.
+    fn send(&self, tx: &mpsc::UnboundedSender<Input>, input: Input) -> Result<(), ()> {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        tx.send(input).map_err(|_| {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        })
     }
 }
 
@@ -181,7 +224,9 @@ impl RequestHandle {
     /// may race from any number of tasks. Reporting after the request
     /// completed only records a duplicate.
     pub fn candidate(&self, candidate: Candidate) {
-        let _ = self.tx.send(Input::Event(Event::Candidate(candidate)));
+        let _ = self
+            .shared
+            .send(&self.tx, Input::Event(Event::Candidate(candidate)));
     }
 
     /// Reports that the executor opened the request's workspace, and waits
@@ -192,8 +237,22 @@ impl RequestHandle {
     /// [`LateOpen`] when the request had already finalized without a
     /// workspace: nobody will clean this one, so the caller must.
     pub async fn workspace_opened(&self) -> Result<(), LateOpen> {
+        // `WorkspaceOpened` never has actions to execute: when nothing this
+        // caller sent earlier is still queued, commit it here and spare the
+        // round trip through the actor.
+        if self.shared.pending.load(Ordering::SeqCst) == 0 {
+            let _span = self.shared.span.enter();
+            let (next, _) = self
+                .shared
+                .commit(Event::WorkspaceOpened, Instant::now().into_std());
+            return if next.workspace_opened() {
+                Ok(())
+            } else {
+                Err(LateOpen)
+            };
+        }
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Input::Opened(tx)).is_err() {
+        if self.shared.send(&self.tx, Input::Opened(tx)).is_err() {
             return Err(LateOpen);
         }
         match rx.await {
@@ -302,20 +361,21 @@ where
             log: Mutex::new(Vec::with_capacity(8)),
             state: Mutex::new(State::new(now.into_std())),
             counters: Counters::default(),
+            pending: AtomicU32::new(0),
+            span: info_span!("request", request_id = %id),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let (itx, irx) = mpsc::unbounded_channel();
         let actor = Actor {
             this: self.clone(),
             shared: Arc::clone(&shared),
-            state: State::new(now.into_std()),
             request_deadline,
             cleanup_deadline: request_deadline + self.limits.cleanup_grace,
             internal: itx,
             in_flight: 0,
             ready: VecDeque::new(),
         };
-        let span = info_span!("request", request_id = %id);
+        let span = shared.span.clone();
         tokio::spawn(actor.run(rx, irx).instrument(span));
         RequestHandle { tx, shared }
     }
@@ -324,7 +384,6 @@ where
 struct Actor<L, P, S> {
     this: Coordinator<L, P, S>,
     shared: Arc<Shared>,
-    state: State,
     request_deadline: Instant,
     cleanup_deadline: Instant,
     /// Answers of action tasks come back here; the actor holds a sender so
@@ -354,11 +413,7 @@ where
         let timer = tokio::time::sleep_until(self.request_deadline);
         tokio::pin!(timer);
         loop {
-            if self.state.is_completed()
-                && !external_open
-                && self.in_flight == 0
-                && self.ready.is_empty()
-            {
+            if self.completed() && !external_open && self.in_flight == 0 && self.ready.is_empty() {
                 return;
             }
             // External inputs first: a `WorkspaceOpened` reported before the
@@ -369,17 +424,15 @@ where
                 tokio::select! {
                     biased;
                     input = external.recv(), if external_open => {
-                        match self.on_input(input, &mut external_open) {
-                            Some(e) => e,
-                            None => continue,
-                        }
+                        self.on_input(input, &mut external_open);
+                        continue;
                     }
                     Some(e) = internal.recv() => {
                         self.in_flight -= 1;
                         e
                     }
                     // A completed request has nothing left to time out.
-                    () = &mut timer, if timer_armed && !self.state.is_completed() => {
+                    () = &mut timer, if timer_armed && !self.completed() => {
                         timer_armed = false;
                         Event::Candidate(Candidate::Timeout)
                     }
@@ -391,10 +444,10 @@ where
                     Some(Err(mpsc::error::TryRecvError::Empty)) | None => None,
                 };
                 match input {
-                    Some(input) => match self.on_input(input, &mut external_open) {
-                        Some(e) => e,
-                        None => continue,
-                    },
+                    Some(input) => {
+                        self.on_input(input, &mut external_open);
+                        continue;
+                    }
                     None => match self.ready.pop_front() {
                         Some(e) => e,
                         None => continue,
@@ -405,67 +458,58 @@ where
         }
     }
 
-    /// Handles one external input (`None`: every handle is gone); returns
-    /// the event to commit, if any is left to commit.
-    fn on_input(&mut self, input: Option<Input>, external_open: &mut bool) -> Option<Event> {
+    /// Commits one external input (`None`: every handle is gone).
+    fn on_input(&mut self, input: Option<Input>, external_open: &mut bool) {
         match input {
-            Some(Input::Event(e)) => Some(e),
+            Some(Input::Event(e)) => {
+                self.commit(e);
+                self.shared.pending.fetch_sub(1, Ordering::SeqCst);
+            }
             Some(Input::Opened(reply)) => {
-                self.commit(Event::WorkspaceOpened);
-                let _ = reply.send(self.state.workspace_opened());
-                None
+                let opened = self.commit(Event::WorkspaceOpened).workspace_opened();
+                self.shared.pending.fetch_sub(1, Ordering::SeqCst);
+                let _ = reply.send(opened);
             }
             None => {
                 // Every handle is gone: nobody can report a candidate or
                 // read the terminal any more.
                 *external_open = false;
-                if self.state.is_completed() {
-                    None
-                } else {
-                    Some(Event::Candidate(Candidate::CallerDisconnect))
+                if !self.completed() {
+                    self.commit(Event::Candidate(Candidate::CallerDisconnect));
                 }
             }
         }
     }
 
+    fn completed(&self) -> bool {
+        self.shared.lock_state().is_completed()
+    }
+
     /// Commits one event and executes the returned actions; synchronous
     /// follow-up events (the `Published` answer) are committed in the same
-    /// call, before any other input.
-    fn commit(&mut self, event: Event) {
-        let mut queue = VecDeque::from([event]);
+    /// call, before any other input. Returns the state after `event`.
+    fn commit(&mut self, event: Event) -> State {
+        let (after, actions) = self.shared.commit(event, Instant::now().into_std());
+        let mut queue = VecDeque::new();
+        self.execute_all(actions, &after, &mut queue);
         while let Some(event) = queue.pop_front() {
-            let now = Instant::now().into_std();
-            let before = self.state;
-            let request::Transition { next, actions } = request::step(&before, event, now);
-            self.state = next;
-            debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
-            if next.late_workspace_open() && !before.late_workspace_open() {
-                warn!("workspace opened after the request finalized without one");
-            }
-            {
-                let mut log = self.shared.lock_log();
-                let index = u32::try_from(log.len()).unwrap_or(u32::MAX);
-                log.push(Record {
-                    index,
-                    at: now,
-                    before,
-                    event,
-                    after: next,
-                    actions: actions.clone(),
-                });
-            }
-            *self.shared.lock_state() = next;
-            for action in actions {
-                if let Some(follow_up) = self.execute(action) {
-                    queue.push_back(follow_up);
-                }
+            let (next, actions) = self.shared.commit(event, Instant::now().into_std());
+            self.execute_all(actions, &next, &mut queue);
+        }
+        after
+    }
+
+    fn execute_all(&mut self, actions: Vec<Action>, state: &State, follow: &mut VecDeque<Event>) {
+        for action in actions {
+            if let Some(follow_up) = self.execute(action, state) {
+                follow.push_back(follow_up);
             }
         }
     }
 
     /// Performs one action. Slow actions run in their own task and answer
     /// through the internal channel; publishing answers at once.
-    fn execute(&mut self, action: Action) -> Option<Event> {
+    fn execute(&mut self, action: Action, state: &State) -> Option<Event> {
         let id = self.shared.id.clone();
         let counters = &self.shared.counters;
         match action {
@@ -516,7 +560,7 @@ where
             }
             Action::Publish(result) => {
                 counters.publications.fetch_add(1, Ordering::SeqCst);
-                let delivery = match self.state.phase() {
+                let delivery = match state.phase() {
                     Phase::Acknowledged { delivery, .. } | Phase::Completed { delivery, .. } => {
                         delivery
                     }

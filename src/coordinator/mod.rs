@@ -2,14 +2,14 @@
 //!
 //! # Theory of operation
 //!
-//! Every request gets one actor task ([`Coordinator::start`]). The actor owns
-//! the request's [`State`](crate::machine::request::State) and is the only
-//! code that changes it: each input — a terminal candidate reported through
-//! a [`RequestHandle`], the request deadline, a caller disconnect, or the
-//! answer of an action — is committed through
-//! [`step`](crate::machine::request::step), recorded in the request's event
-//! log ([`Record`]: before, event, after, actions), and the actions the step
-//! returned are executed exactly as returned:
+//! Every request gets one actor task ([`Coordinator::start`]). Each input —
+//! a terminal candidate reported through a [`RequestHandle`], the request
+//! deadline, a caller disconnect, or the answer of an action — is committed
+//! through [`step`](crate::machine::request::step) from the request's
+//! committed [`State`](crate::machine::request::State), recorded in the
+//! request's event log ([`Record`]: before, event, after, actions) under the
+//! same lock, and the actions the step returned are executed exactly as
+//! returned:
 //!
 //! - `CancelProcesses` → [`ProcessControl::cancel_processes`], answered with
 //!   `ExecutionStopped`;
@@ -20,10 +20,18 @@
 //! - `Publish` → the request's settle-once cell, answered with `Published`.
 //!
 //! The runtime never decides anything on its own: which cleanup runs, when,
-//! and which result is final are the machine's decisions. Slow actions run
-//! in their own tasks, bounded by the request's frozen deadlines
-//! ([`Limits`]), and report back through a channel; a missed deadline or a
-//! panicking hook becomes a typed answer, so no request can hang.
+//! and which result is final are the machine's decisions. The actor commits
+//! every input but one: [`RequestHandle::workspace_opened`] commits
+//! `WorkspaceOpened` itself when nothing its caller sent earlier is still
+//! queued, because that event never has an action to execute; the shared
+//! lock keeps the log one sequence either way.
+//!
+//! An action's hook is polled once where the action is executed; if it is
+//! not ready at once, it goes on in its own task, bounded by the request's
+//! frozen deadlines ([`Limits`]), and reports back through a channel. Either
+//! way its answer is committed after the external inputs already queued. A
+//! missed deadline or a panicking hook becomes a typed answer, so no request
+//! can hang.
 //!
 //! Waiters ([`RequestHandle::finished`]) read the settle-once cell: early or
 //! late, they all observe the same [`Completion`]. Dropping a waiter's
