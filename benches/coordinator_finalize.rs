@@ -10,7 +10,13 @@
 //! spawns the three action tasks the coordinator spawns and completes a
 //! oneshot.
 //!
-//! Run: `cargo bench --bench coordinator_finalize` (prints a table).
+//! Per request the table gives the wall time (the latency at 1 in flight,
+//! the inverse throughput above) and the CPU time this process spent
+//! (read from its CPU clock, all threads), each against the anchor's; the
+//! coordinator's overhead is the difference of the CPU columns.
+//!
+//! Run: `cargo bench --bench coordinator_finalize` (prints a table);
+//! `COORD_BENCH_WORKERS` changes the worker count from 2.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -74,6 +80,27 @@ fn ids(n: usize, round: usize) -> Vec<RequestId> {
         .collect()
 }
 
+/// Wall and CPU time of one measured run.
+#[derive(Clone, Copy)]
+struct Cost {
+    wall: Duration,
+    cpu: Duration,
+}
+
+fn cpu_now() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+fn measure(rt: &tokio::runtime::Runtime, run: impl std::future::Future<Output = Duration>) -> Cost {
+    let cpu = cpu_now();
+    let wall = rt.block_on(run);
+    Cost {
+        wall,
+        cpu: cpu_now() - cpu,
+    }
+}
+
 /// Runs `total` requests, `concurrency` at a time; returns the wall time.
 async fn drive<L: WorkspaceLifecycle, P: ProcessControl>(
     co: &Coordinator<L, P, AckSink>,
@@ -135,15 +162,16 @@ async fn anchor(concurrency: usize, total: usize) -> Duration {
     start.elapsed()
 }
 
-fn row(label: &str, concurrency: usize, total: usize, wall: Duration, anchor: Duration) {
-    let per = wall.as_secs_f64() * 1e6 / total as f64;
-    let per_anchor = anchor.as_secs_f64() * 1e6 / total as f64;
+fn row(label: &str, concurrency: usize, total: usize, c: Cost, anchor: Cost) {
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / total as f64;
     println!(
-        "{label:<10} {concurrency:>11} {total:>9} {:>12.0} {per:>12.2} {:>12.2} {:>14.2}",
-        total as f64 / wall.as_secs_f64(),
-        // Two worker threads: CPU time spent per request.
-        per * 2.0,
-        per_anchor,
+        "{label:<8} {concurrency:>11} {total:>9} {:>11.0} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+        total as f64 / c.wall.as_secs_f64(),
+        per(c.wall),
+        per(anchor.wall),
+        per(c.cpu),
+        per(anchor.cpu),
+        per(c.cpu) - per(anchor.cpu),
     );
 }
 
@@ -183,23 +211,26 @@ fn main() {
         );
         (co, client)
     });
+    println!("{workers} worker threads; times in µs per request");
     println!(
-        "{:<10} {:>11} {:>9} {:>12} {:>12} {:>12} {:>14}",
+        "{:<8} {:>11} {:>9} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "path",
         "concurrency",
         "requests",
         "requests/s",
-        "wall µs/req",
-        "cpu µs/req",
-        "anchor µs/req"
+        "wall",
+        "anchor",
+        "cpu",
+        "anchor",
+        "overhead"
     );
     for (concurrency, total) in [(1, 20_000), (100, 100_000), (10_000, 100_000)] {
         // Warm up allocators and the runtime once per size.
         rt.block_on(drive(&direct, None, concurrency, concurrency.max(1000)));
-        let a = rt.block_on(anchor(concurrency, total));
-        let d = rt.block_on(drive(&direct, None, concurrency, total));
+        let a = measure(&rt, anchor(concurrency, total));
+        let d = measure(&rt, drive(&direct, None, concurrency, total));
         row("direct", concurrency, total, d, a);
-        let w = rt.block_on(drive(&wire_co, Some(&client), concurrency, total));
+        let w = measure(&rt, drive(&wire_co, Some(&client), concurrency, total));
         row("wire", concurrency, total, w, a);
     }
 }
