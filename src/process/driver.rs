@@ -221,8 +221,9 @@ impl Driver {
         mut stderr: Option<ChildStderr>,
         mut follow: Vec<Event>,
     ) {
-        let mut out_buf = vec![0u8; READ_CHUNK];
-        let mut err_buf = vec![0u8; READ_CHUNK];
+        // Read into spare capacity: nothing is zeroed per launch.
+        let mut out_buf = Vec::with_capacity(READ_CHUNK);
+        let mut err_buf = Vec::with_capacity(READ_CHUNK);
         let mut root_pending = true;
         let mut cancel_seen = false;
         while !self.settled {
@@ -277,6 +278,10 @@ impl Driver {
                     };
                     if let Some(cap) = cap {
                         cap.push(&buf[..n]);
+                    }
+                    match which {
+                        Stream::Stdout => out_buf.clear(),
+                        Stream::Stderr => err_buf.clear(),
                     }
                     None
                 }
@@ -690,12 +695,14 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
+/// Reads once into `buf`'s spare capacity (the caller empties it after
+/// each read).
 async fn read_some<R: tokio::io::AsyncRead + Unpin>(
     r: Option<&mut R>,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
     match r {
-        Some(r) => r.read(buf).await,
+        Some(r) => r.read_buf(buf).await,
         None => std::future::pending().await,
     }
 }
