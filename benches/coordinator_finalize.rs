@@ -12,8 +12,9 @@
 //!
 //! Per request the table gives the wall time (the latency at 1 in flight,
 //! the inverse throughput above) and the CPU time this process spent
-//! (read from its CPU clock, all threads), each against the anchor's; the
-//! coordinator's overhead is the difference of the CPU columns.
+//! (read from its CPU clock, all threads), each against the anchor's, as
+//! medians over seven interleaved blocks; the coordinator's overhead is the
+//! median of the per-block CPU differences to the anchor.
 //!
 //! Run: `cargo bench --bench coordinator_finalize` (prints a table);
 //! `COORD_BENCH_WORKERS` changes the worker count from 2.
@@ -74,9 +75,13 @@ impl NodeWorkspace for NoopNode {
     }
 }
 
+/// Fresh ids for one round: a node refuses to reopen an id it has cleaned,
+/// so no id repeats within a run.
 fn ids(n: usize, round: usize) -> Vec<RequestId> {
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     (0..n)
-        .map(|i| RequestId::new(&format!("r{round}-{i}")).unwrap())
+        .map(|i| RequestId::new(&format!("r{run}-{round}-{i}")).unwrap())
         .collect()
 }
 
@@ -162,16 +167,37 @@ async fn anchor(concurrency: usize, total: usize) -> Duration {
     start.elapsed()
 }
 
-fn row(label: &str, concurrency: usize, total: usize, c: Cost, anchor: Cost) {
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / total as f64;
+/// Costs per request of one path over the blocks of a size.
+#[derive(Default)]
+struct Samples {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl Samples {
+    fn push(&mut self, c: Cost, requests: usize) {
+        self.wall.push(c.wall.as_secs_f64() * 1e6 / requests as f64);
+        self.cpu.push(c.cpu.as_secs_f64() * 1e6 / requests as f64);
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn row(label: &str, concurrency: usize, total: usize, c: &Samples, anchor: &Samples) {
+    let (wall, cpu) = (median(&c.wall), median(&c.cpu));
+    // The overhead is the median of the per-block differences: each block
+    // of the path ran right after its anchor block.
+    let diffs: Vec<f64> = c.cpu.iter().zip(&anchor.cpu).map(|(c, a)| c - a).collect();
     println!(
-        "{label:<8} {concurrency:>11} {total:>9} {:>11.0} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
-        total as f64 / c.wall.as_secs_f64(),
-        per(c.wall),
-        per(anchor.wall),
-        per(c.cpu),
-        per(anchor.cpu),
-        per(c.cpu) - per(anchor.cpu),
+        "{label:<8} {concurrency:>11} {total:>9} {:>11.0} {wall:>10.2} {:>10.2} {cpu:>10.2} {:>10.2} {:>10.2}",
+        1e6 / wall,
+        median(&anchor.wall),
+        median(&anchor.cpu),
+        median(&diffs),
     );
 }
 
@@ -224,13 +250,26 @@ fn main() {
         "anchor",
         "overhead"
     );
-    for (concurrency, total) in [(1, 20_000), (100, 100_000), (10_000, 100_000)] {
+    // Each size runs BLOCKS rounds of anchor, direct and wire blocks in
+    // turn, so that drift in the machine's load hits all three alike; the
+    // table gives medians over the blocks.
+    const BLOCKS: usize = 7;
+    for (concurrency, block) in [(1, 4_000), (100, 20_000), (10_000, 20_000)] {
         // Warm up allocators and the runtime once per size.
         rt.block_on(drive(&direct, None, concurrency, concurrency.max(1000)));
-        let a = measure(&rt, anchor(concurrency, total));
-        let d = measure(&rt, drive(&direct, None, concurrency, total));
-        row("direct", concurrency, total, d, a);
-        let w = measure(&rt, drive(&wire_co, Some(&client), concurrency, total));
-        row("wire", concurrency, total, w, a);
+        let (mut a, mut d, mut w) = (Samples::default(), Samples::default(), Samples::default());
+        for _ in 0..BLOCKS {
+            a.push(measure(&rt, anchor(concurrency, block)), block);
+            d.push(
+                measure(&rt, drive(&direct, None, concurrency, block)),
+                block,
+            );
+            w.push(
+                measure(&rt, drive(&wire_co, Some(&client), concurrency, block)),
+                block,
+            );
+        }
+        row("direct", concurrency, block * BLOCKS, &d, &a);
+        row("wire", concurrency, block * BLOCKS, &w, &a);
     }
 }
