@@ -5,7 +5,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
@@ -90,29 +90,13 @@ impl WireClient {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (out, rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let inner = Arc::new(Inner {
             out,
             pending: Mutex::new(Pending::default()),
             next_seq: AtomicU64::new(1),
         });
-        tokio::spawn(async move {
-            let mut w = BufWriter::new(write);
-            while let Some(line) = rx.recv().await {
-                if w.write_all(&line).await.is_err() {
-                    return;
-                }
-                while let Ok(more) = rx.try_recv() {
-                    if w.write_all(&more).await.is_err() {
-                        return;
-                    }
-                }
-                if w.flush().await.is_err() {
-                    return;
-                }
-            }
-            let _ = w.shutdown().await;
-        });
+        tokio::spawn(super::codec::write_lines(write, rx));
         let reader_inner = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let mut frames = FrameReader::new(BufReader::new(read), max_frame);

@@ -146,6 +146,32 @@ pub async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> io::Re
     w.flush().await
 }
 
+/// Writes every line received on `lines` to `write`, batching the lines
+/// already queued into one flush, until the channel closes (then shuts the
+/// write half down, so the peer reads end of stream) or a write fails.
+/// Each side of a connection runs one of these as its only writer, so
+/// frames never interleave.
+pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(
+    write: W,
+    mut lines: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    let mut w = tokio::io::BufWriter::new(write);
+    while let Some(line) = lines.recv().await {
+        if w.write_all(&line).await.is_err() {
+            return;
+        }
+        while let Ok(more) = lines.try_recv() {
+            if w.write_all(&more).await.is_err() {
+                return;
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
 /// A request frame that could not be decoded, with what could be salvaged
 /// from it for the error response.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -11,7 +11,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -373,25 +373,8 @@ impl<W: NodeWorkspace> Node<W> {
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (read, write) = tokio::io::split(io);
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let writer = tokio::spawn(async move {
-            let mut w = BufWriter::new(write);
-            while let Some(line) = rx.recv().await {
-                use tokio::io::AsyncWriteExt;
-                if w.write_all(&line).await.is_err() {
-                    return;
-                }
-                // Batch lines that are already queued into one flush.
-                while let Ok(more) = rx.try_recv() {
-                    if w.write_all(&more).await.is_err() {
-                        return;
-                    }
-                }
-                if w.flush().await.is_err() {
-                    return;
-                }
-            }
-        });
+        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let writer = tokio::spawn(super::codec::write_lines(write, rx));
         let permits = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
         let mut frames = FrameReader::new(BufReader::new(read), self.config.max_frame);
         let result = loop {
