@@ -1,5 +1,11 @@
 //! The seams between the coordinator and the world: the workspace
 //! lifecycle, process control, and the endpoint's terminal sink.
+//!
+//! Every hook is polled once where the coordinator issues its action, inside
+//! the request's actor task: an answer ready at once is taken without a task
+//! of its own. A hook must therefore not block the thread (run blocking work
+//! on `spawn_blocking`, as the workspace runtime does); one that is not
+//! ready at once goes on in its own task.
 
 use std::future::Future;
 
@@ -14,9 +20,10 @@ use crate::machine::request::{CleanupResult, Delivery, FinalResult};
 /// once per request, and only if the request reported that it opened a
 /// workspace; a request that never opened one completes without any call.
 ///
-/// The coordinator runs the call in its own task and waits for it only up to
-/// the request's frozen cleanup deadline; past that it records
-/// `cleanup_deadline_exceeded` and lets the task finish in the background.
+/// A call that does not answer at once runs in its own task, and the
+/// coordinator waits for it only up to the request's frozen cleanup
+/// deadline; past that it records `cleanup_deadline_exceeded` and lets the
+/// task finish in the background.
 ///
 /// [`cleanup_workspace`]: WorkspaceLifecycle::cleanup_workspace
 pub trait WorkspaceLifecycle: Send + Sync + 'static {
