@@ -299,3 +299,118 @@ async fn a_panicking_hook_becomes_a_typed_answer_and_the_request_completes() {
     assert_eq!(c.delivery, Delivery::WriteFailed);
     finish(&h, "panics").await;
 }
+
+/// Hooks that panic only after their first poll, so the panic happens in
+/// the action's own task rather than where the action was issued.
+struct LatePanickingLifecycle;
+
+impl custodian::coordinator::WorkspaceLifecycle for LatePanickingLifecycle {
+    async fn cleanup_workspace(
+        &self,
+        _: &custodian::coordinator::RequestId,
+    ) -> custodian::machine::request::CleanupResult {
+        tokio::task::yield_now().await;
+        panic!("cleanup hook bug after a yield")
+    }
+}
+
+struct LatePanickingSink;
+
+impl custodian::coordinator::TerminalSink for LatePanickingSink {
+    async fn write_terminal(
+        &self,
+        _: &custodian::coordinator::RequestId,
+        _: &custodian::machine::request::FinalResult,
+    ) -> Result<(), custodian::coordinator::TerminalWriteError> {
+        tokio::task::yield_now().await;
+        panic!("sink bug after a yield")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_panicking_in_its_own_task_becomes_a_typed_answer() {
+    let co = custodian::coordinator::Coordinator::new(
+        std::sync::Arc::new(LatePanickingLifecycle),
+        crate::support::Processes::new(Gate::open_always()),
+        std::sync::Arc::new(LatePanickingSink),
+        Limits::default(),
+    );
+    let h = co.start(id("late-panics"));
+    h.workspace_opened().await.unwrap();
+    h.candidate(Candidate::Success);
+    let c = h.finished().await;
+    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(
+        c.result.cleanup(),
+        CleanupReport::Failed {
+            code: custodian::coordinator::CODE_CLEANUP_ABORTED
+        }
+    );
+    assert_eq!(c.delivery, Delivery::WriteFailed);
+    finish(&h, "late-panics").await;
+}
+
+/// `workspace_opened` commits by itself when nothing its caller sent is
+/// queued: its future is ready on the first poll, before the actor (on this
+/// single-threaded runtime) could run at all.
+#[tokio::test(flavor = "current_thread")]
+async fn an_open_with_nothing_queued_is_committed_by_the_handle_itself() {
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::open_always(),
+        Gate::open_always(),
+        Limits::default(),
+    );
+    let h = co.start(id("direct-open"));
+    let mut open = std::pin::pin!(h.workspace_opened());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert_eq!(
+        std::future::Future::poll(open.as_mut(), &mut cx),
+        std::task::Poll::Ready(Ok(())),
+        "the open needed the actor"
+    );
+    let log = h.log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(
+        log[0].event,
+        custodian::machine::request::Event::WorkspaceOpened
+    );
+    assert!(h.state().workspace_opened());
+    h.candidate(Candidate::Success);
+    let facts = finish(&h, "direct-open").await;
+    assert_eq!(facts.start_cleanups, 1);
+    assert_eq!(co.lifecycle().count(h.id()), 1);
+}
+
+/// An open reported after a candidate the same caller sent goes through the
+/// actor, behind that candidate: it never overtakes it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_open_never_overtakes_a_candidate_its_caller_sent_first() {
+    let co = coordinator(
+        Gate::closed(),
+        Gate::closed(),
+        Gate::open_always(),
+        Limits::default(),
+    );
+    let h = co.start(id("queued-open"));
+    // Not yet committed: the actor has not run since.
+    h.candidate(Candidate::CallerCancel);
+    assert!(h.log().is_empty());
+    h.workspace_opened()
+        .await
+        .expect("an open while the cancel finalizes is accepted");
+    let events: Vec<_> = h.log().iter().map(|r| r.event).collect();
+    assert_eq!(
+        events,
+        [
+            custodian::machine::request::Event::Candidate(Candidate::CallerCancel),
+            custodian::machine::request::Event::WorkspaceOpened,
+        ]
+    );
+    co.processes().gate.release(1);
+    co.lifecycle().gate.release(1);
+    let c = h.finished().await;
+    assert_eq!(c.result.status(), Status::Cancelled);
+    assert_eq!(co.lifecycle().count(h.id()), 1, "the late open is cleaned");
+    finish(&h, "queued-open").await;
+}
