@@ -314,6 +314,23 @@ mod tests {
         assert_eq!(parse_stat(b"1 (x) S 0 notanumber"), None);
     }
 
+    /// Kernel threads are in process group 0; the scan must read that
+    /// group like any other (rustix's `getpgid` cannot represent it).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn kernel_threads_in_group_zero_are_seen() {
+        // kthreadd is pid 2 wherever kernel threads are visible.
+        let visible = std::fs::read("/proc/2/stat")
+            .ok()
+            .and_then(|s| parse_stat(&s))
+            .is_some_and(|(_, _, pgrp)| pgrp == 0);
+        if !visible {
+            eprintln!("skipped: no kernel threads visible in /proc (pid namespace)");
+            return;
+        }
+        assert_eq!(super::scan_group(0, 0), super::GroupScan::Occupied);
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn our_own_group_is_occupied_and_a_fresh_id_is_empty() {
