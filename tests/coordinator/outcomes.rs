@@ -254,100 +254,72 @@ async fn dropping_every_handle_is_a_disconnect_that_still_cleans_up() {
     crate::support::check_log(&observer.log(), "abandoned");
 }
 
-struct PanickingLifecycle;
+/// Hooks that panic, either on their first poll (so where the action is
+/// issued) or after a yield (so in the action's own task).
+struct Panicking {
+    after_a_yield: bool,
+}
 
-impl custodian::coordinator::WorkspaceLifecycle for PanickingLifecycle {
+impl Panicking {
+    async fn panic(&self, what: &str) -> ! {
+        if self.after_a_yield {
+            tokio::task::yield_now().await;
+        }
+        panic!("{what} bug")
+    }
+}
+
+impl custodian::coordinator::WorkspaceLifecycle for Panicking {
     async fn cleanup_workspace(
         &self,
         _: &custodian::coordinator::RequestId,
     ) -> custodian::machine::request::CleanupResult {
-        panic!("cleanup hook bug")
+        self.panic("cleanup hook").await
     }
 }
 
-struct PanickingSink;
-
-impl custodian::coordinator::TerminalSink for PanickingSink {
+impl custodian::coordinator::TerminalSink for Panicking {
     async fn write_terminal(
         &self,
         _: &custodian::coordinator::RequestId,
         _: &custodian::machine::request::FinalResult,
     ) -> Result<(), custodian::coordinator::TerminalWriteError> {
-        panic!("sink bug")
+        self.panic("sink").await
     }
+}
+
+/// A success whose cleanup and terminal write both panic still completes,
+/// as a failure with typed answers.
+async fn panicking_hooks_give_typed_answers(after_a_yield: bool, name: &str) {
+    let co = custodian::coordinator::Coordinator::new(
+        std::sync::Arc::new(Panicking { after_a_yield }),
+        crate::support::Processes::new(Gate::open_always()),
+        std::sync::Arc::new(Panicking { after_a_yield }),
+        Limits::default(),
+    );
+    let h = co.start(id(name));
+    h.workspace_opened().await.unwrap();
+    h.candidate(Candidate::Success);
+    let c = h.finished().await;
+    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(
+        c.result.cleanup(),
+        CleanupReport::Failed {
+            code: custodian::coordinator::CODE_CLEANUP_ABORTED
+        }
+    );
+    assert_eq!(c.delivery, Delivery::WriteFailed);
+    finish(&h, name).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_panicking_hook_becomes_a_typed_answer_and_the_request_completes() {
-    let co = custodian::coordinator::Coordinator::new(
-        std::sync::Arc::new(PanickingLifecycle),
-        crate::support::Processes::new(Gate::open_always()),
-        std::sync::Arc::new(PanickingSink),
-        Limits::default(),
-    );
-    let h = co.start(id("panics"));
-    h.workspace_opened().await.unwrap();
-    h.candidate(Candidate::Success);
-    let c = h.finished().await;
-    assert_eq!(c.result.status(), Status::Failed);
-    assert_eq!(
-        c.result.cleanup(),
-        CleanupReport::Failed {
-            code: custodian::coordinator::CODE_CLEANUP_ABORTED
-        }
-    );
-    assert_eq!(c.delivery, Delivery::WriteFailed);
-    finish(&h, "panics").await;
-}
-
-/// Hooks that panic only after their first poll, so the panic happens in
-/// the action's own task rather than where the action was issued.
-struct LatePanickingLifecycle;
-
-impl custodian::coordinator::WorkspaceLifecycle for LatePanickingLifecycle {
-    async fn cleanup_workspace(
-        &self,
-        _: &custodian::coordinator::RequestId,
-    ) -> custodian::machine::request::CleanupResult {
-        tokio::task::yield_now().await;
-        panic!("cleanup hook bug after a yield")
-    }
-}
-
-struct LatePanickingSink;
-
-impl custodian::coordinator::TerminalSink for LatePanickingSink {
-    async fn write_terminal(
-        &self,
-        _: &custodian::coordinator::RequestId,
-        _: &custodian::machine::request::FinalResult,
-    ) -> Result<(), custodian::coordinator::TerminalWriteError> {
-        tokio::task::yield_now().await;
-        panic!("sink bug after a yield")
-    }
+    panicking_hooks_give_typed_answers(false, "panics").await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_hook_panicking_in_its_own_task_becomes_a_typed_answer() {
-    let co = custodian::coordinator::Coordinator::new(
-        std::sync::Arc::new(LatePanickingLifecycle),
-        crate::support::Processes::new(Gate::open_always()),
-        std::sync::Arc::new(LatePanickingSink),
-        Limits::default(),
-    );
-    let h = co.start(id("late-panics"));
-    h.workspace_opened().await.unwrap();
-    h.candidate(Candidate::Success);
-    let c = h.finished().await;
-    assert_eq!(c.result.status(), Status::Failed);
-    assert_eq!(
-        c.result.cleanup(),
-        CleanupReport::Failed {
-            code: custodian::coordinator::CODE_CLEANUP_ABORTED
-        }
-    );
-    assert_eq!(c.delivery, Delivery::WriteFailed);
-    finish(&h, "late-panics").await;
+    panicking_hooks_give_typed_answers(true, "late-panics").await;
 }
 
 /// `workspace_opened` commits by itself when nothing its caller sent is
