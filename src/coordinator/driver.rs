@@ -438,21 +438,23 @@ where
                     }
                 }
             } else {
-                let input = match external_open.then(|| external.try_recv()) {
-                    Some(Ok(input)) => Some(Some(input)),
-                    Some(Err(mpsc::error::TryRecvError::Disconnected)) => Some(None),
-                    Some(Err(mpsc::error::TryRecvError::Empty)) | None => None,
-                };
-                match input {
-                    Some(input) => {
-                        self.on_input(input, &mut external_open);
-                        continue;
+                if external_open {
+                    match external.try_recv() {
+                        Ok(input) => {
+                            self.on_input(Some(input), &mut external_open);
+                            continue;
+                        }
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            self.on_input(None, &mut external_open);
+                            continue;
+                        }
+                        Err(mpsc::error::TryRecvError::Empty) => {}
                     }
-                    None => match self.ready.pop_front() {
-                        Some(e) => e,
-                        None => continue,
-                    },
                 }
+                let Some(e) = self.ready.pop_front() else {
+                    continue;
+                };
+                e
             };
             self.commit(event);
         }
