@@ -44,6 +44,8 @@ pub mod evidence;
 pub mod governed;
 pub mod invocation;
 mod launch;
+#[cfg(target_os = "linux")]
+pub(crate) mod spawn;
 pub(crate) mod sys;
 pub mod units;
 

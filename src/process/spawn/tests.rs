@@ -1,0 +1,778 @@
+//! Real children, real cgroups: each test starts programs through the
+//! spawner and checks what the child saw.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::pipe::{PipeFlags, pipe_with};
+use rustix::process::{WaitId, WaitIdOptions, waitid};
+
+use super::{SpawnError, SpawnSpec, Spawned, Stage, spawn, supported};
+
+fn cs(s: impl Into<Vec<u8>>) -> CString {
+    CString::new(s).unwrap()
+}
+
+fn host_ok() -> bool {
+    if supported() {
+        true
+    } else {
+        eprintln!("skipped: clone3 with CLONE_INTO_CGROUP is unavailable on this host");
+        false
+    }
+}
+
+fn dev_null() -> OwnedFd {
+    rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).unwrap()
+}
+
+/// How a child ended: `Ok(code)` or `Err(signal)`.
+fn wait(s: &Spawned) -> Result<i32, i32> {
+    let st = loop {
+        match waitid(WaitId::PidFd(s.pidfd.as_fd()), WaitIdOptions::EXITED) {
+            Err(Errno::INTR) => continue,
+            other => break other.unwrap().unwrap(),
+        }
+    };
+    st.exit_status()
+        .ok_or_else(|| st.terminating_signal().unwrap())
+}
+
+/// A spec template: stdin and stderr on /dev/null.
+struct Child {
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    cwd: Option<CString>,
+    group: bool,
+}
+
+impl Child {
+    fn new(program: &str, argv: &[&[u8]]) -> Child {
+        Child {
+            program: cs(program),
+            argv: argv.iter().map(|a| cs(*a)).collect(),
+            envp: vec![cs("PATH=/usr/bin:/bin")],
+            cwd: None,
+            group: false,
+        }
+    }
+
+    fn spec<'a>(
+        &'a self,
+        stdin: &'a OwnedFd,
+        stdout: &'a OwnedFd,
+        stderr: &'a OwnedFd,
+        cgroup: Option<&'a OwnedFd>,
+    ) -> SpawnSpec<'a> {
+        SpawnSpec {
+            program: &self.program,
+            argv: &self.argv,
+            envp: &self.envp,
+            cwd: self.cwd.as_deref(),
+            stdin: stdin.as_fd(),
+            stdout: stdout.as_fd(),
+            stderr: stderr.as_fd(),
+            new_process_group: self.group,
+            cgroup: cgroup.map(AsFd::as_fd),
+        }
+    }
+
+    /// Spawns, reads stdout to the end, waits: (stdout, exit).
+    fn output(&self, cgroup: Option<&OwnedFd>) -> Result<(Vec<u8>, Result<i32, i32>), SpawnError> {
+        let null = dev_null();
+        let (r, w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+        let spawned = spawn(&self.spec(&null, &w, &null, cgroup))?;
+        drop(w);
+        let mut out = Vec::new();
+        File::from(r).read_to_end(&mut out).unwrap();
+        Ok((out, wait(&spawned)))
+    }
+}
+
+#[test]
+fn argv_boundaries_survive_spaces_empty_strings_and_non_utf8() {
+    if !host_ok() {
+        return;
+    }
+    let odd: &[u8] = b"\xff\xfe not utf-8";
+    let c = Child::new(
+        "/usr/bin/printf",
+        &[b"printf", b"%s\\0", b"a b", b"", odd, b"  "],
+    );
+    let (out, exit) = c.output(None).unwrap();
+    assert_eq!(exit, Ok(0));
+    assert_eq!(out, b"a b\0\0\xff\xfe not utf-8\0  \0");
+
+    // argv[0] is ours to choose, independent of the program path.
+    let c = Child::new("/bin/cat", &[b"zero with space", b"/proc/self/cmdline"]);
+    let (out, _) = c.output(None).unwrap();
+    assert_eq!(out, b"zero with space\0/proc/self/cmdline\0");
+}
+
+#[test]
+fn the_environment_is_exactly_the_one_given() {
+    if !host_ok() {
+        return;
+    }
+    let mut c = Child::new("/usr/bin/env", &[b"env"]);
+    c.envp = vec![
+        cs("A=1"),
+        cs("B=two words"),
+        cs("EMPTY="),
+        cs(&b"X=\xff"[..]),
+    ];
+    let (out, exit) = c.output(None).unwrap();
+    assert_eq!(exit, Ok(0));
+    assert_eq!(out, b"A=1\nB=two words\nEMPTY=\nX=\xff\n");
+
+    c.envp.clear();
+    let (out, _) = c.output(None).unwrap();
+    assert_eq!(out, b"", "an empty environment stays empty");
+}
+
+#[test]
+fn the_working_directory_is_applied() {
+    if !host_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().canonicalize().unwrap();
+    let mut c = Child::new("/bin/pwd", &[b"pwd", b"-P"]);
+    c.cwd = Some(cs(real.as_os_str().as_bytes()));
+    let (out, exit) = c.output(None).unwrap();
+    assert_eq!(exit, Ok(0));
+    assert_eq!(out, [real.as_os_str().as_bytes(), b"\n"].concat());
+}
+
+#[test]
+fn stdin_stdout_and_stderr_are_wired_to_the_given_descriptors() {
+    if !host_ok() {
+        return;
+    }
+    let (in_r, in_w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+    let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+    let (err_r, err_w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+    let c = Child::new(
+        "/bin/sh",
+        &[
+            b"sh",
+            b"-c",
+            b"read line; echo \"out:$line\"; echo \"err:$line\" >&2",
+        ],
+    );
+    let spawned = spawn(&c.spec(&in_r, &out_w, &err_w, None)).unwrap();
+    drop((in_r, out_w, err_w));
+    rustix::io::write(&in_w, b"hello\n").unwrap();
+    drop(in_w);
+    let (mut out, mut err) = (String::new(), String::new());
+    File::from(out_r).read_to_string(&mut out).unwrap();
+    File::from(err_r).read_to_string(&mut err).unwrap();
+    assert_eq!(wait(&spawned), Ok(0));
+    assert_eq!(out, "out:hello\n");
+    assert_eq!(err, "err:hello\n");
+}
+
+#[test]
+fn only_stdio_crosses_into_the_child() {
+    if !host_ok() {
+        return;
+    }
+    // A descriptor opened without O_CLOEXEC, as careless code elsewhere in
+    // the embedding process might.
+    let leaky = rustix::fs::open("/dev/null", OFlags::RDONLY, Mode::empty()).unwrap();
+    let leaky_no = std::os::fd::AsRawFd::as_raw_fd(&leaky);
+    let c = Child::new("/bin/sh", &[b"sh", b"-c", b"/bin/ls /proc/$$/fd; :"]);
+    let (out, exit) = c.output(None).unwrap();
+    assert_eq!(exit, Ok(0));
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "0\n1\n2\n",
+        "fd {leaky_no} (no O_CLOEXEC) or another one leaked"
+    );
+    drop(leaky);
+}
+
+/// Some attacks need a process of their own: a group to signal, or stdio
+/// descriptors the test can choose. This re-runs the test binary with only
+/// the ignored test `helper`, marked by an environment variable, and its
+/// stdout and stderr on two different pipes.
+fn run_helper(helper: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &format!("process::spawn::tests::{helper}"),
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER, helper)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "helper failed:\n{text}");
+    assert!(text.contains("1 passed"), "helper did not run:\n{text}");
+}
+
+/// The environment variable that names the helper a process is.
+const HELPER: &str = "CUSTODIAN_SPAWN_TEST_HELPER";
+
+fn assert_helper(name: &str) {
+    assert_eq!(
+        std::env::var(HELPER).as_deref(),
+        Ok(name),
+        "run only as a helper"
+    );
+}
+
+#[test]
+fn stdio_sources_on_low_descriptors_are_not_clobbered() {
+    if !host_ok() {
+        return;
+    }
+    run_helper("helper_stdio_from_low_descriptors");
+}
+
+#[test]
+#[ignore = "helper process for stdio_sources_on_low_descriptors_are_not_clobbered"]
+fn helper_stdio_from_low_descriptors() {
+    assert_helper("helper_stdio_from_low_descriptors");
+    // stdin from our fd 1, stdout from our 2, stderr from our 1: installing
+    // one must not overwrite the source of another.
+    let mine = |fd: i32| std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+    let (one, two) = (mine(1), mine(2));
+    assert_ne!(one, two, "the runner gives fds 1 and 2 different pipes");
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let script = format!(
+        "echo $(readlink /proc/$$/fd/0 /proc/$$/fd/1 /proc/$$/fd/2) > {}",
+        report.path().display()
+    );
+    let c = Child::new("/bin/sh", &[b"sh", b"-c", script.as_bytes()]);
+    let null = dev_null();
+    let (so, se) = (std::io::stdout(), std::io::stderr());
+    let spec = SpawnSpec {
+        stdin: so.as_fd(),
+        stdout: se.as_fd(),
+        stderr: so.as_fd(),
+        ..c.spec(&null, &null, &null, None)
+    };
+    let spawned = spawn(&spec).unwrap();
+    assert_eq!(wait(&spawned), Ok(0));
+    let seen = std::fs::read_to_string(report.path()).unwrap();
+    let expect = format!("{} {} {}\n", one.display(), two.display(), one.display());
+    assert_eq!(seen, expect);
+}
+
+#[test]
+fn the_child_leads_its_own_group_only_when_asked() {
+    if !host_ok() {
+        return;
+    }
+    let null = dev_null();
+    for group in [true, false] {
+        let mut c = Child::new("/bin/sleep", &[b"sleep", b"30"]);
+        c.group = group;
+        let spawned = spawn(&c.spec(&null, &null, &null, None)).unwrap();
+        let pid = nix::unistd::Pid::from_raw(spawned.pid as i32);
+        let pgid = nix::unistd::getpgid(Some(pid)).unwrap();
+        let ours = nix::unistd::getpgid(None).unwrap();
+        rustix::process::pidfd_send_signal(&spawned.pidfd, rustix::process::Signal::KILL).unwrap();
+        assert_eq!(wait(&spawned), Err(libc::SIGKILL));
+        if group {
+            assert_eq!(pgid, pid, "leads a new group");
+        } else {
+            assert_eq!(pgid, ours, "stays in ours");
+        }
+    }
+}
+
+/// Zombie children of this process whose name is `comm`.
+fn zombies_named(comm: &str) -> usize {
+    let me = std::process::id();
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read(e.path().join("stat")) else {
+            continue;
+        };
+        let Some((state, ppid, _)) = crate::process::sys::parse_stat(&stat) else {
+            continue;
+        };
+        let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if state == b'Z' && ppid == me && name.trim_end() == comm {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Spawns `c` from a thread named `comm`, so that a child that fails
+/// before exec carries that name (it never exec'ed a new one).
+fn fail_from_thread(c: Child, comm: &'static str) -> SpawnError {
+    std::thread::Builder::new()
+        .name(comm.into())
+        .spawn(move || c.output(None).unwrap_err())
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_missing_program_fails_at_exec_with_enoent_and_leaves_no_zombie() {
+    if !host_ok() {
+        return;
+    }
+    let c = Child::new("/nonexistent/custodian-no-such-program", &[b"x"]);
+    let e = fail_from_thread(c, "spawn-noent");
+    assert!(
+        matches!(
+            e,
+            SpawnError::Failed {
+                stage: Stage::Exec,
+                errno: Errno::NOENT
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        zombies_named("spawn-noent"),
+        0,
+        "the failed child was reaped"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_executable_fails_at_exec_with_eacces() {
+    if !host_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-executable");
+    std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+    let c = Child::new(path.to_str().unwrap(), &[b"x"]);
+    let e = fail_from_thread(c, "spawn-eacces");
+    assert!(
+        matches!(
+            e,
+            SpawnError::Failed {
+                stage: Stage::Exec,
+                errno: Errno::ACCESS
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(std::io::Error::from(e).raw_os_error(), Some(libc::EACCES));
+    assert_eq!(zombies_named("spawn-eacces"), 0);
+}
+
+#[test]
+fn a_missing_working_directory_fails_at_chdir() {
+    if !host_ok() {
+        return;
+    }
+    let mut c = Child::new("/bin/true", &[b"true"]);
+    c.cwd = Some(cs("/nonexistent/custodian-no-such-dir"));
+    let e = fail_from_thread(c, "spawn-chdir");
+    assert!(
+        matches!(
+            e,
+            SpawnError::Failed {
+                stage: Stage::Chdir,
+                errno: Errno::NOENT
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(zombies_named("spawn-chdir"), 0);
+}
+
+/// One hex mask line (`SigBlk:` …) of `/proc/<pid>/status`.
+fn status_mask(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("{key} in status"));
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+fn bit(sig: i32) -> u64 {
+    1 << (sig - 1)
+}
+
+extern "C" fn record_foreign_pid(_: libc::c_int) {
+    // Async-signal-safe: a raw getpid and an atomic store.
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+    if pid != PARENT.load(Ordering::Relaxed) {
+        FOREIGN.store(pid, Ordering::Relaxed);
+    }
+}
+
+static PARENT: AtomicI32 = AtomicI32::new(0);
+static FOREIGN: AtomicI32 = AtomicI32::new(0);
+
+fn install(sig: i32, handler: libc::sighandler_t) {
+    // SAFETY: a zeroed sigaction with a valid handler (SIG_DFL, SIG_IGN or
+    // an async-signal-safe extern "C" fn) and an empty mask.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
+    }
+}
+
+fn thread_mask(how: i32, sig: Option<i32>) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; pthread_sigmask reads `set` and
+    // writes `old`, both on this stack.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if let Some(s) = sig {
+            libc::sigaddset(&mut set, s);
+        }
+        assert_eq!(libc::pthread_sigmask(how, &set, &mut old), 0);
+        old
+    }
+}
+
+#[test]
+fn the_child_starts_with_an_empty_mask_default_sigpipe_and_no_handler() {
+    if !host_ok() {
+        return;
+    }
+    // The parent catches SIGUSR1, ignores SIGPIPE (the Rust runtime already
+    // does; made explicit) and this thread blocks SIGUSR2.
+    PARENT.store(std::process::id() as i32, Ordering::Relaxed);
+    install(
+        libc::SIGUSR1,
+        record_foreign_pid as *const () as libc::sighandler_t,
+    );
+    install(libc::SIGPIPE, libc::SIG_IGN);
+    thread_mask(libc::SIG_BLOCK, Some(libc::SIGUSR2));
+
+    let null = dev_null();
+    let c = Child::new("/bin/sleep", &[b"sleep", b"30"]);
+    let spawned = spawn(&c.spec(&null, &null, &null, None)).unwrap();
+    let (blk, ign, cgt) = (
+        status_mask(spawned.pid, "SigBlk:"),
+        status_mask(spawned.pid, "SigIgn:"),
+        status_mask(spawned.pid, "SigCgt:"),
+    );
+    // The parent thread's own mask came back as it was.
+    let after = thread_mask(libc::SIG_BLOCK, None);
+    rustix::process::pidfd_send_signal(&spawned.pidfd, rustix::process::Signal::KILL).unwrap();
+    wait(&spawned).unwrap_err();
+    thread_mask(libc::SIG_SETMASK, None);
+    // SAFETY: `after` is an initialised sigset.
+    let still_blocked = unsafe { libc::sigismember(&after, libc::SIGUSR2) } == 1;
+    install(libc::SIGUSR1, libc::SIG_DFL);
+
+    assert!(still_blocked, "the caller's mask is restored");
+    assert_eq!(blk, 0, "empty mask in the child, not the parent's");
+    assert_eq!(ign & bit(libc::SIGPIPE), 0, "SIGPIPE back to SIG_DFL");
+    assert_eq!(cgt & bit(libc::SIGUSR1), 0, "no handler crosses");
+}
+
+/// A parent's signal handler must never run in the child (it shares the
+/// parent's memory until exec). The runner may share this process's group,
+/// so the attack runs in a helper that leads a group of its own.
+#[test]
+fn no_parent_handler_runs_in_the_child_while_signals_rain_on_the_group() {
+    if !host_ok() {
+        return;
+    }
+    run_helper("helper_signals_to_the_group_during_spawns");
+}
+
+#[test]
+#[ignore = "helper process for no_parent_handler_runs_in_the_child_while_signals_rain_on_the_group"]
+fn helper_signals_to_the_group_during_spawns() {
+    assert_helper("helper_signals_to_the_group_during_spawns");
+    // Our own group: the signals below reach this helper and its children
+    // only.
+    nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).unwrap();
+    PARENT.store(std::process::id() as i32, Ordering::Relaxed);
+    install(
+        libc::SIGUSR1,
+        record_foreign_pid as *const () as libc::sighandler_t,
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rain = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let group = rustix::process::getpgrp();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::USR1);
+            }
+        })
+    };
+    let null = dev_null();
+    let c = Child::new("/bin/true", &[b"true"]);
+    let mut killed = 0;
+    for _ in 0..300 {
+        let spawned = spawn(&c.spec(&null, &null, &null, None)).unwrap();
+        if wait(&spawned) == Err(libc::SIGUSR1) {
+            killed += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    rain.join().unwrap();
+    println!("{killed} of 300 children were killed by the rain");
+    assert_eq!(
+        FOREIGN.load(Ordering::Relaxed),
+        0,
+        "the parent's handler ran inside a child"
+    );
+    assert!(
+        killed > 0,
+        "the rain never reached a child: the test proves nothing"
+    );
+}
+
+/// A scratch cgroup under this process's own cgroup in the unified
+/// hierarchy; killed and removed on drop.
+struct Scratch {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+static SCRATCH_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl Scratch {
+    fn new() -> Option<Scratch> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mount = mountinfo.lines().find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.split(' ').next() == Some("cgroup2")).then(|| pre.split(' ').nth(4))?
+        });
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("0::").map(str::to_owned));
+        let (Some(mount), Some(own)) = (mount, own) else {
+            eprintln!("skipped: no cgroup v2 hierarchy is mounted");
+            return None;
+        };
+        let name = format!(
+            "custodian-spawn-test-{}-{}",
+            std::process::id(),
+            SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = Path::new(mount)
+            .join(own.trim_start_matches('/'))
+            .join(name);
+        if let Err(e) = std::fs::create_dir(&path) {
+            eprintln!("skipped: cannot create a cgroup at {}: {e}", path.display());
+            return None;
+        }
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        Some(Scratch { path, fd })
+    }
+
+    /// The path `/proc/<pid>/cgroup` shows for this cgroup.
+    fn relative(&self) -> String {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let own = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap()
+            .trim_end_matches('/');
+        format!("{own}/{}", self.path.file_name().unwrap().to_str().unwrap())
+    }
+
+    fn procs(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path.join("cgroup.kill"), "1");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let events = std::fs::read_to_string(self.path.join("cgroup.events"));
+            if events.is_ok_and(|e| e.contains("populated 0")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        match std::fs::remove_dir(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("leftover cgroup {}: {e}", self.path.display());
+            }
+            _ => {}
+        }
+    }
+}
+
+fn zero_line(out: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn spawns_into_a_fresh_cgroup() {
+    if !host_ok() {
+        return;
+    }
+    let Some(cg) = Scratch::new() else { return };
+    let c = Child::new("/bin/cat", &[b"cat", b"/proc/self/cgroup"]);
+    let (out, exit) = c.output(Some(&cg.fd)).unwrap();
+    assert_eq!(exit, Ok(0));
+    assert_eq!(zero_line(&out), [cg.relative()]);
+
+    // Without a cgroup the child stays in ours.
+    let (out, _) = c.output(None).unwrap();
+    assert_ne!(zero_line(&out), [cg.relative()]);
+}
+
+#[test]
+fn a_child_that_forks_at_once_has_both_in_the_cgroup() {
+    if !host_ok() {
+        return;
+    }
+    let Some(cg) = Scratch::new() else { return };
+    let c = Child::new(
+        "/bin/sh",
+        &[
+            b"sh",
+            b"-c",
+            b"cat /proc/self/cgroup & cat /proc/self/cgroup; wait",
+        ],
+    );
+    let (out, exit) = c.output(Some(&cg.fd)).unwrap();
+    assert_eq!(exit, Ok(0));
+    assert_eq!(zero_line(&out), [cg.relative(), cg.relative()]);
+}
+
+#[test]
+fn a_running_child_is_listed_in_the_cgroup_and_we_are_not() {
+    if !host_ok() {
+        return;
+    }
+    let Some(cg) = Scratch::new() else { return };
+    let null = dev_null();
+    let c = Child::new("/bin/sleep", &[b"sleep", b"30"]);
+    let spawned = spawn(&c.spec(&null, &null, &null, Some(&cg.fd))).unwrap();
+    // Listed the moment spawn returns: it never ran elsewhere.
+    assert_eq!(cg.procs(), [spawned.pid]);
+    std::fs::write(cg.path.join("cgroup.kill"), "1").unwrap();
+    assert_eq!(wait(&spawned), Err(libc::SIGKILL));
+}
+
+#[test]
+fn a_removed_cgroup_or_a_plain_directory_refuses_and_starts_nothing() {
+    if !host_ok() {
+        return;
+    }
+    let Some(cg) = Scratch::new() else { return };
+    let c = Child::new("/bin/true", &[b"true"]);
+    let plain = tempfile::tempdir().unwrap();
+    let plain = rustix::fs::open(
+        plain.path(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    let e = c.output(Some(&plain)).unwrap_err();
+    assert!(
+        matches!(e, SpawnError::CgroupRefused { errno: Errno::BADF }),
+        "{e:?}"
+    );
+
+    std::fs::remove_dir(&cg.path).unwrap();
+    let e = c.output(Some(&cg.fd)).unwrap_err();
+    // ENOENT on Linux 6.x; older kernels said ENODEV.
+    assert!(
+        matches!(
+            e,
+            SpawnError::CgroupRefused {
+                errno: Errno::NOENT | Errno::NODEV
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn many_spawns_from_several_threads_while_others_allocate() {
+    if !host_ok() {
+        return;
+    }
+    let cg = Scratch::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let allocators: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut keep = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    keep.push(vec![7u8; 64 * 1024]);
+                    if keep.len() > 64 {
+                        keep.clear();
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let cg = cg.as_ref();
+            s.spawn(move || {
+                for i in 0..40u8 {
+                    let code = (t * 40 + i) % 200;
+                    let script = format!("echo {code}; exit {code}");
+                    let c = Child::new("/bin/sh", &[b"sh", b"-c", script.as_bytes()]);
+                    let cgroup = if i % 2 == 0 { cg.map(|c| &c.fd) } else { None };
+                    let (out, exit) = c.output(cgroup).unwrap();
+                    assert_eq!(exit, Ok(i32::from(code)));
+                    assert_eq!(out, format!("{code}\n").as_bytes());
+                }
+            });
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    for a in allocators {
+        a.join().unwrap();
+    }
+}
+
+#[test]
+fn the_stage_names_read_as_the_call_that_failed() {
+    let e = SpawnError::Failed {
+        stage: Stage::Exec,
+        errno: Errno::NOENT,
+    };
+    assert_eq!(
+        e.to_string(),
+        format!("spawn failed at execve ({})", Errno::NOENT)
+    );
+    for s in Stage::CHILD {
+        assert_eq!(Stage::from_code(s.code()), Some(s));
+    }
+    assert_eq!(Stage::from_code(0), None);
+}
