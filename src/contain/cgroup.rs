@@ -334,9 +334,24 @@ impl Cgroup {
     /// # Errors
     ///
     /// [`CgroupError::Io`] (`ENOENT` before Linux 5.14).
+    ///
+    /// `cgroup.kill` walks processes by their leader and misses a process
+    /// whose leader thread has exited while other threads run (observed on
+    /// Linux 6.18), so every thread still listed afterwards is killed
+    /// through a thread pidfd as well ([`Cgroup::kill_threads`]).
     #[doc(alias = "cgroup.kill")]
     pub fn kill(&self) -> Result<(), CgroupError> {
-        self.write_file(c"cgroup.kill", b"1", "kill")
+        self.write_file(c"cgroup.kill", b"1", "kill")?;
+        kill_threads(&self.dir, 0);
+        Ok(())
+    }
+
+    /// Sends `SIGKILL` to every thread listed in `cgroup.threads` of this
+    /// cgroup and its descendants, through `pidfd_open(tid, PIDFD_THREAD)`
+    /// and `pidfd_send_signal`, never to a reused id (see the code).
+    /// Returns how many signals were delivered.
+    pub fn kill_threads(&self) -> usize {
+        kill_threads(&self.dir, 0)
     }
 
     /// `write(cgroup.freeze, "1"|"0")`—Freezes or thaws every task inside.
@@ -465,6 +480,109 @@ impl Cgroup {
             Err(e) => Err(io_err("rmdir")(e)),
         }
     }
+}
+
+/// `PIDFD_THREAD` (Linux 6.9): a pidfd for one thread, which need not be
+/// a thread-group leader.
+const PIDFD_THREAD: u32 = 0o200;
+/// Deepest nesting [`kill_threads`] descends into.
+const MAX_DEPTH: usize = 16;
+
+/// Reads a whole small cgroup file relative to `dir`.
+fn read_all(dir: &OwnedFd, file: &CStr) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        file,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match rustix::io::read(&fd, &mut buf) {
+            Ok(0) => return Some(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+fn ids(text: &[u8]) -> Vec<i32> {
+    std::str::from_utf8(text)
+        .unwrap_or("")
+        .split_ascii_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect()
+}
+
+/// The thread pass of [`Cgroup::kill`].
+///
+/// A thread id is only signalled through a pidfd opened on it *before* the
+/// list is read a second time: if the id is still listed then, the task
+/// holding it is in this cgroup, and either it is the one the pidfd
+/// refers to, or that one has exited (the id was reused meanwhile) and the
+/// signal fails with `ESRCH`. No other process can be hit.
+fn kill_threads(dir: &OwnedFd, depth: usize) -> usize {
+    let mut delivered = 0;
+    if let Some(first) = read_all(dir, c"cgroup.threads") {
+        let fds: Vec<(i32, OwnedFd)> = ids(&first)
+            .into_iter()
+            .filter_map(|tid| {
+                let pid = rustix::process::Pid::from_raw(tid)?;
+                let flags = rustix::process::PidfdFlags::from_bits_retain(PIDFD_THREAD);
+                rustix::process::pidfd_open(pid, flags)
+                    .ok()
+                    .map(|fd| (tid, fd))
+            })
+            .collect();
+        if !fds.is_empty() {
+            let second = read_all(dir, c"cgroup.threads").unwrap_or_default();
+            let still = ids(&second);
+            for (tid, fd) in fds {
+                if still.contains(&tid)
+                    && rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL)
+                        .is_ok()
+                {
+                    delivered += 1;
+                }
+            }
+        }
+    }
+    if depth < MAX_DEPTH {
+        delivered += each_child_dir(dir, |child| kill_threads(child, depth + 1));
+    }
+    delivered
+}
+
+/// Calls `f` on every child cgroup directory of `dir` (opened no-follow)
+/// and sums its answers.
+fn each_child_dir(dir: &OwnedFd, mut f: impl FnMut(&OwnedFd) -> usize) -> usize {
+    let Ok(listing) = rustix::fs::openat(
+        dir,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return 0;
+    };
+    let mut buf = Vec::with_capacity(8192);
+    let mut entries = rustix::fs::RawDir::new(&listing, buf.spare_capacity_mut());
+    let mut names = Vec::new();
+    while let Some(Ok(e)) = entries.next() {
+        if e.file_type() == rustix::fs::FileType::Directory {
+            let name = e.file_name();
+            if name != c"." && name != c".." {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+        .iter()
+        .filter_map(|n| open_cgroup_dir(Some(dir.as_fd()), n).ok())
+        .map(|child| f(&child))
+        .sum()
 }
 
 fn parse_populated(text: &[u8]) -> Option<bool> {

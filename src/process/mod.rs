@@ -38,6 +38,9 @@
 //! parent exits.
 
 pub mod capture;
+#[cfg(target_os = "linux")]
+mod cgroup_root;
+mod containment;
 mod driver;
 pub mod env;
 pub mod evidence;
