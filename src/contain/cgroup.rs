@@ -559,13 +559,55 @@ fn kill_threads(dir: &OwnedFd, depth: usize) -> usize {
 /// Calls `f` on every child cgroup directory of `dir` (opened no-follow)
 /// and sums its answers.
 fn each_child_dir(dir: &OwnedFd, mut f: impl FnMut(&OwnedFd) -> usize) -> usize {
+    child_dirs(dir).iter().map(|(_, child)| f(child)).sum()
+}
+
+impl Cgroup {
+    /// `rmdir` of every child cgroup (deepest first, at most 16 levels),
+    /// then of this one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cgroup::remove`]: [`CgroupError::Busy`] if a task is left
+    /// anywhere in the tree.
+    pub fn remove_tree(&self) -> Result<(), CgroupError> {
+        remove_children(&self.dir, 0)?;
+        self.remove()
+    }
+}
+
+fn remove_children(dir: &OwnedFd, depth: usize) -> Result<(), CgroupError> {
+    if depth >= MAX_DEPTH {
+        return Ok(());
+    }
+    let mut failure = None;
+    for (name, child) in child_dirs(dir) {
+        let r = remove_children(&child, depth + 1).and_then(|()| {
+            match rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR) {
+                // Removed meanwhile (e.g. by its process's driver).
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(Errno::BUSY) => Err(CgroupError::Busy {
+                    name: name.to_string_lossy().into_owned(),
+                }),
+                Err(e) => Err(io_err("rmdir")(e)),
+            }
+        });
+        if let Err(e) = r {
+            failure.get_or_insert(e);
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// The child cgroup directories of `dir`, opened no-follow.
+fn child_dirs(dir: &OwnedFd) -> Vec<(CString, OwnedFd)> {
     let Ok(listing) = rustix::fs::openat(
         dir,
         c".",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     ) else {
-        return 0;
+        return Vec::new();
     };
     let mut buf = Vec::with_capacity(8192);
     let mut entries = rustix::fs::RawDir::new(&listing, buf.spare_capacity_mut());
@@ -579,10 +621,12 @@ fn each_child_dir(dir: &OwnedFd, mut f: impl FnMut(&OwnedFd) -> usize) -> usize 
         }
     }
     names
-        .iter()
-        .filter_map(|n| open_cgroup_dir(Some(dir.as_fd()), n).ok())
-        .map(|child| f(&child))
-        .sum()
+        .into_iter()
+        .filter_map(|n| {
+            let fd = open_cgroup_dir(Some(dir.as_fd()), &n).ok()?;
+            Some((n, fd))
+        })
+        .collect()
 }
 
 fn parse_populated(text: &[u8]) -> Option<bool> {

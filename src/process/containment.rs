@@ -39,16 +39,36 @@ impl Selected {
     }
 }
 
-/// A fresh cgroup for one process, or why there is none.
-fn cgroup() -> Result<Plan, Unavailable> {
-    #[cfg(target_os = "linux")]
-    {
-        if !super::spawn::supported() {
-            return Err(Unavailable::Clone3Unsupported);
-        }
-        crate::contain::process_cgroup().map(Plan::Cgroup)
+/// A fresh cgroup for one process (beneath `parent` if given), or why
+/// there is none.
+#[cfg(target_os = "linux")]
+fn cgroup(parent: Option<&crate::contain::Cgroup>) -> Result<Plan, Unavailable> {
+    use crate::contain::CgroupError;
+    if !super::spawn::supported() {
+        return Err(Unavailable::Clone3Unsupported);
     }
-    #[cfg(not(target_os = "linux"))]
+    match parent {
+        None => crate::contain::process_cgroup().map(Plan::Cgroup),
+        Some(parent) => parent
+            .process_child()
+            .map(Plan::Cgroup)
+            .map_err(|e| match e {
+                CgroupError::Io { source, .. }
+                    if source.raw_os_error().is_some_and(|n| {
+                        use rustix::io::Errno;
+                        [Errno::ACCESS, Errno::PERM, Errno::ROFS]
+                            .contains(&Errno::from_raw_os_error(n))
+                    }) =>
+                {
+                    Unavailable::NotDelegated
+                }
+                _ => Unavailable::SetupFailed,
+            }),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cgroup() -> Result<Plan, Unavailable> {
     Err(Unavailable::NotLinux)
 }
 
@@ -59,7 +79,12 @@ fn cgroup() -> Result<Plan, Unavailable> {
 ///
 /// [`ProcessError::ContainmentUnavailable`] when an explicit `cgroup` or
 /// `subreaper` cannot be had. Nothing was created.
-pub(crate) fn select(requested: Containment) -> Result<Selected, ProcessError> {
+pub(crate) fn select(
+    requested: Containment,
+    #[cfg(target_os = "linux")] parent: Option<&crate::contain::Cgroup>,
+) -> Result<Selected, ProcessError> {
+    #[cfg(target_os = "linux")]
+    let cgroup = || cgroup(parent);
     let unavailable = |reason| ProcessError::ContainmentUnavailable { requested, reason };
     let plan = match requested {
         Containment::Auto => match cgroup() {

@@ -28,6 +28,10 @@ pub struct LaunchOptions {
     /// How to contain the process and its descendants (default
     /// [`Containment::Auto`]: a cgroup v2 where one can be created).
     pub containment: Containment,
+    /// In the cgroup tier, create the process's cgroup beneath this one (a
+    /// request's cgroup) instead of beneath the per-process base.
+    #[cfg(target_os = "linux")]
+    pub(crate) cgroup_parent: Option<Arc<crate::contain::Cgroup>>,
 }
 
 impl LaunchOptions {
@@ -39,6 +43,8 @@ impl LaunchOptions {
             baseline: Baseline::from_parent(),
             secrets: Arc::new(NoSecrets),
             containment: Containment::Auto,
+            #[cfg(target_os = "linux")]
+            cgroup_parent: None,
         }
     }
 
@@ -307,6 +313,9 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         },
     })?;
     // Last, so that no cgroup is created for an invocation refused above.
+    #[cfg(target_os = "linux")]
+    let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;
+    #[cfg(not(target_os = "linux"))]
     let selected = containment::select(options.containment)?;
     driver::spawn(&runtime, invocation, env, cwd, resolved, selected)
 }
