@@ -34,6 +34,9 @@
 //!
 //! # Caveats
 //!
+//! Under systemd, give the unit `Delegate=yes` so that systemd leaves the
+//! cgroups created beneath it alone.
+//!
 //! No cgroup controller is needed or enabled. A non-root cgroup that has
 //! controllers in its `cgroup.subtree_control` cannot hold processes itself
 //! ("no internal processes" rule); custodian running in such a cgroup means
