@@ -776,18 +776,36 @@ fn with_base<T>(
         name: base_name(),
         _lease: None,
     };
-    if !handle.has_kill() {
-        return Err(Unavailable::NoCgroupKill);
+    let out = if handle.has_kill() {
+        f(&handle).map_err(|e| match e {
+            CgroupError::Io { source, .. } => source
+                .raw_os_error()
+                .map(Errno::from_raw_os_error)
+                .map_or(Unavailable::SetupFailed, unavailable_from),
+            _ => Unavailable::SetupFailed,
+        })
+    } else {
+        Err(Unavailable::NoCgroupKill)
+    };
+    match out {
+        Ok(out) => {
+            base.live += 1;
+            Ok((out, BaseLease))
+        }
+        Err(why) => {
+            // Nothing lives under a base we may just have created: do not
+            // leave it behind.
+            if base.live == 0 {
+                base.dir = None;
+                let _ = rustix::fs::unlinkat(
+                    &*handle.parent,
+                    handle.name.as_c_str(),
+                    AtFlags::REMOVEDIR,
+                );
+            }
+            Err(why)
+        }
     }
-    let out = f(&handle).map_err(|e| match e {
-        CgroupError::Io { source, .. } => source
-            .raw_os_error()
-            .map(Errno::from_raw_os_error)
-            .map_or(Unavailable::SetupFailed, unavailable_from),
-        _ => Unavailable::SetupFailed,
-    })?;
-    base.live += 1;
-    Ok((out, BaseLease))
 }
 
 /// A fresh cgroup `custodian-<pid>/p<n>` for one governed process.
