@@ -29,6 +29,9 @@ pub(crate) struct CgroupRoot {
 pub(crate) enum StartError {
     /// `clone3` with `CLONE_INTO_CGROUP` is not available here.
     Unsupported,
+    /// The cgroup refused the new process (its errno); nothing was
+    /// started.
+    Refused(rustix::io::Errno),
     /// Anything else; nothing is running.
     Failed(std::io::Error),
 }
@@ -94,6 +97,7 @@ pub(crate) fn start(
     };
     let spawned = spawn::spawn(&spec).map_err(|e| match e {
         SpawnError::Unsupported { .. } => StartError::Unsupported,
+        SpawnError::CgroupRefused { errno } => StartError::Refused(errno),
         other => StartError::Failed(other.into()),
     })?;
     // Our copies of the write ends must go, or the reads never see EOF.

@@ -97,17 +97,14 @@ pub(crate) fn spawn(
         Plan::Cgroup(cg) => {
             match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, cg) {
                 Ok(started) => started,
-                Err(None) if requested == Containment::Auto => {
-                    let fb = Selected::fallback(requested, Unavailable::Clone3Unsupported);
+                Err(Ok(why)) if requested == Containment::Auto => {
+                    let fb = Selected::fallback(requested, why);
                     return spawn(runtime, invocation, env, cwd, resolved, fb);
                 }
-                Err(None) => {
-                    return Err(ProcessError::ContainmentUnavailable {
-                        requested,
-                        reason: Unavailable::Clone3Unsupported,
-                    });
+                Err(Ok(reason)) => {
+                    return Err(ProcessError::ContainmentUnavailable { requested, reason });
                 }
-                Err(Some(source)) => {
+                Err(Err(source)) => {
                     return Err(ProcessError::Spawn {
                         path: resolved,
                         source,
@@ -126,7 +123,9 @@ pub(crate) fn spawn(
 
 /// The cgroup tier: the root starts inside `cg` (`clone3` with
 /// `CLONE_INTO_CGROUP`), pinned by the pidfd that `clone3` returned.
-/// `Err(None)`: the kernel cannot do that here (the cgroup was removed).
+/// `Err(Ok(why))`: the kernel cannot spawn into a cgroup here, or the
+/// cgroup refused the process (nothing started; the cgroup was removed);
+/// `Err(Err(e))`: the spawn itself failed.
 #[cfg(target_os = "linux")]
 fn spawn_in_cgroup(
     runtime: &tokio::runtime::Handle,
@@ -135,7 +134,7 @@ fn spawn_in_cgroup(
     cwd: &std::path::Path,
     resolved: &std::path::Path,
     cg: crate::contain::Cgroup,
-) -> Result<Started, Option<std::io::Error>> {
+) -> Result<Started, Result<Unavailable, std::io::Error>> {
     use super::cgroup_root::{self, StartError};
     let _guard = runtime.enter();
     // Watch before the root exists, so no change of `cgroup.events` is
@@ -161,9 +160,15 @@ fn spawn_in_cgroup(
                 if let Err(re) = cg.remove() {
                     tracing::warn!(error = %re, "removing an unused cgroup failed");
                 }
+                use rustix::io::Errno;
                 return Err(match e {
-                    StartError::Unsupported => None,
-                    StartError::Failed(e) => Some(e),
+                    StartError::Unsupported => Ok(Unavailable::Clone3Unsupported),
+                    StartError::Refused(Errno::BUSY) => Ok(Unavailable::InternalProcessRule),
+                    StartError::Refused(Errno::ACCESS | Errno::PERM) => {
+                        Ok(Unavailable::NotDelegated)
+                    }
+                    StartError::Refused(_) => Ok(Unavailable::SetupFailed),
+                    StartError::Failed(e) => Err(e),
                 });
             }
         }
@@ -178,7 +183,7 @@ fn spawn_in_cgroup(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|&p| p != pid);
-            return Err(Some(e));
+            return Err(Err(e));
         }
     };
     Ok(Started {
