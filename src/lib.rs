@@ -30,6 +30,7 @@
 //! them; `coordinator` drives a request end to end; `wire` and the CLI sit on
 //! top. See `docs/architecture.md`.
 
+pub mod contain;
 pub mod coordinator;
 pub mod error;
 pub mod machine;

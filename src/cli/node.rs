@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use custodian::contain::Containment;
 use custodian::process::LaunchOptions;
 use custodian::wire::codec::encode_line;
 use custodian::wire::{Code, Node, NodeConfig, Response, ResponseFrame, VERSION, WorkspaceNode};
@@ -39,6 +40,16 @@ pub(crate) struct Args {
     /// How long cleanup waits for a request's processes to settle.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     cleanup_bound: Duration,
+    /// How processes are contained: `auto` (a cgroup v2 per process, under
+    /// one per request, where possible), `cgroup` (or refuse to launch),
+    /// `group`, `subreaper`.
+    #[arg(long, value_name = "TIER", default_value = "auto", value_parser = containment)]
+    containment: Containment,
+}
+
+fn containment(v: &str) -> Result<Containment, String> {
+    v.parse()
+        .map_err(|e: custodian::contain::UnknownContainment| e.to_string())
 }
 
 /// What the arguments resolve to.
@@ -48,6 +59,7 @@ struct Config {
     node: NodeConfig,
     process_timeout: Duration,
     cleanup_bound: Duration,
+    containment: Containment,
 }
 
 impl Args {
@@ -67,6 +79,7 @@ impl Args {
             },
             process_timeout: self.process_timeout,
             cleanup_bound: self.cleanup_bound,
+            containment: self.containment,
         })
     }
 }
@@ -95,7 +108,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let workspace = Workspace::open(&config.workspace, ws_config)
         .with_context(|| format!("opening workspace {}", config.workspace.display()))?;
-    let launch = LaunchOptions::new(&config.workspace);
+    if config.containment == Containment::Subreaper {
+        custodian::process::enable_subreaper().context("--containment subreaper")?;
+    }
+    let launch = LaunchOptions::new(&config.workspace).with_containment(config.containment);
     let node = Node::new(
         WorkspaceNode::new(workspace.clone(), launch, config.process_timeout),
         config.node,

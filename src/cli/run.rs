@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use custodian::contain::Containment;
 use custodian::process::invocation::{EnvValue, OutputBudget, Tunables};
 use custodian::process::units::{parse_duration, parse_size};
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions, ProcessError};
@@ -34,7 +35,9 @@ Exit codes:
       was launched
   70  internal error
   71  launch failure: executable not found or not executable, working
-      directory missing, spawn failed; nothing is running
+      directory missing, spawn failed, or an explicit --containment
+      (cgroup, subreaper) unavailable here (code containment_unavailable);
+      nothing is running
   65/66  --policy file invalid / unreadable; nothing was launched
   75  --policy requires approval; stdout holds the decision with its
       suggested_override, to pass back as --approve; nothing was launched
@@ -79,10 +82,15 @@ pub(crate) struct Args {
     /// (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
-    /// Linux: make this process a child subreaper, so descendants that
-    /// escape the group (double fork, setsid) are adopted, stopped with the
-    /// group and reaped; the evidence reports the tier `subreaper`.
-    #[arg(long)]
+    /// How the process and its descendants are contained: `auto` (a cgroup
+    /// v2 where one can be created, else the pinned process group; the
+    /// evidence says which and why), `cgroup` (or fail with exit code 71),
+    /// `group` (the process group only), `subreaper` (the pinned group,
+    /// with this process adopting descendants that escape it).
+    #[arg(long, value_name = "TIER", default_value = "auto", value_parser = containment)]
+    containment: Containment,
+    /// Alias of `--containment subreaper`.
+    #[arg(long, conflicts_with = "containment")]
     subreaper: bool,
     /// Print the evidence wrapped in the model-facing
     /// `<data source="tool">` boundary instead of bare JSON.
@@ -118,6 +126,11 @@ impl ArgsError {
             ArgsError::Workspace(_) => "bad_workspace",
         }
     }
+}
+
+fn containment(v: &str) -> Result<Containment, String> {
+    v.parse()
+        .map_err(|e: custodian::contain::UnknownContainment| e.to_string())
 }
 
 fn size(v: &str) -> Result<usize, String> {
@@ -159,13 +172,18 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
         Some(w) => w,
         None => std::env::current_dir().map_err(ArgsError::Workspace)?,
     };
+    let containment = if args.subreaper {
+        Containment::Subreaper
+    } else {
+        args.containment
+    };
     // The baseline is the documented subset of this process's environment.
-    let options = LaunchOptions::new(workspace);
+    let options = LaunchOptions::new(workspace).with_containment(containment);
     Ok(Config {
         invocation,
         options,
         for_model: args.for_model,
-        subreaper: args.subreaper,
+        subreaper: containment == Containment::Subreaper,
     })
 }
 

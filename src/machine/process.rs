@@ -31,8 +31,10 @@
 //!   emitted exactly once, on the transition into it.
 //!
 //! Whenever the root has exited and both streams are done, a machine on the
-//! [`Tier::PinnedGroup`] tier asks the driver to look at the process group
-//! ([`Action::ProbeGroup`]) and waits for [`Event::GroupProbed`]. An empty
+//! [`Tier::PinnedGroup`] or [`Tier::Cgroup`] tier asks the driver to look at
+//! the group ([`Action::ProbeGroup`]: a `/proc` scan of the process group,
+//! or `cgroup.events` of the process's cgroup) and waits for
+//! [`Event::GroupProbed`]. An empty
 //! group settles; an occupied group climbs the ladder (`TERM`, then `KILL`
 //! after the grace); a group still occupied after `KILL` settles as
 //! [`Descendants::UnconfirmedOrEscaped`]. On the other tiers no probe is
@@ -48,11 +50,14 @@
 //! * `SignalGroup(Kill)` is only emitted on [`Event::GraceElapsed`] in
 //!   [`Phase::Term`] after `SignalGroup(Term)` was emitted.
 //! * Group signals after the root exited are only emitted on
-//!   [`Tier::PinnedGroup`], where the unreaped root keeps the group id from
-//!   being reused.
-//! * The verdict is [`Descendants::Terminated`] only on
-//!   [`Tier::PinnedGroup`], only after the driver reported the group empty,
-//!   and only if no stream was held open past the root's exit or cut.
+//!   [`Tier::PinnedGroup`] and [`Tier::Cgroup`], where the unreaped root
+//!   keeps the group id from being reused.
+//! * The verdict is [`Descendants::Terminated`] only after the driver
+//!   reported the group empty, and then: on [`Tier::Cgroup`] always (an
+//!   unpopulated cgroup means every descendant is dead, whoever held a
+//!   pipe); on [`Tier::PinnedGroup`] only if no stream was held open past
+//!   the root's exit or cut (a holder may have left the group); never on
+//!   the other tiers.
 //!
 //! # Time
 //!
@@ -91,6 +96,13 @@ pub enum Tier {
     /// Only the direct child can be terminated (Windows); descendants are
     /// [`Descendants::Unsupported`].
     DirectChild,
+    /// The root and every descendant live in a cgroup v2 of their own, and
+    /// the root is pinned as in [`Tier::PinnedGroup`]. `SIGTERM` goes to the
+    /// process group; [`Signal::Kill`] is executed as `cgroup.kill` (plus
+    /// `killpg`), which reaches every member, `setsid` escapees included.
+    /// The probe reads `cgroup.events`: [`Probe::Empty`] means
+    /// `populated 0`, i.e. no task is left.
+    Cgroup,
 }
 
 /// The tunables of one run. The driver arms timers from these.
@@ -185,7 +197,8 @@ pub enum Event {
 #[must_use = "the machine decides, the driver must act"]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action<I> {
-    /// Send this signal to the whole process group (`killpg`).
+    /// Send this signal to the whole process group (`killpg`); on
+    /// [`Tier::Cgroup`], [`Signal::Kill`] also writes `cgroup.kill`.
     SignalGroup(Signal),
     /// Deliver the timer's event at `at`.
     ArmTimer {
@@ -266,7 +279,10 @@ pub struct StreamState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Descendants {
-    /// The group was confirmed empty and no stream was held open.
+    /// Observed, per tier: [`Tier::Cgroup`] — the cgroup was observed
+    /// unpopulated (every descendant is dead); [`Tier::PinnedGroup`] — the
+    /// process group was observed empty and no stream was held open or cut.
+    /// Never on the other tiers.
     Terminated,
     /// A descendant held stdio, may have left the group, or emptiness could
     /// not be confirmed.
@@ -543,7 +559,7 @@ impl<I: Instant> State<I> {
     /// Whether a group signal can still reach only our group.
     fn signals_safe(&self) -> bool {
         match self.tier {
-            Tier::PinnedGroup => true,
+            Tier::PinnedGroup | Tier::Cgroup => true,
             Tier::Group | Tier::DirectChild => self.root.is_none(),
         }
     }
@@ -605,7 +621,7 @@ impl<I: Instant> State<I> {
             return;
         }
         match self.tier {
-            Tier::PinnedGroup => {
+            Tier::PinnedGroup | Tier::Cgroup => {
                 self.probe = ProbeState::Pending;
                 out.push(Action::ProbeGroup);
             }
@@ -620,6 +636,10 @@ impl<I: Instant> State<I> {
             Tier::Group => Descendants::UnconfirmedOrEscaped,
             Tier::PinnedGroup if self.probed_empty && clean => Descendants::Terminated,
             Tier::PinnedGroup => Descendants::UnconfirmedOrEscaped,
+            // Held or cut stdio does not lower it: whoever held the pipe was
+            // in the cgroup, and the cgroup is empty.
+            Tier::Cgroup if self.probed_empty => Descendants::Terminated,
+            Tier::Cgroup => Descendants::UnconfirmedOrEscaped,
         }
     }
 

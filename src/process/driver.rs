@@ -14,20 +14,23 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime};
 
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, ChildStderr, ChildStdout};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Child;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::capture::{StreamCapture, StreamState};
+use super::containment::{Plan, Selected};
 use super::env::ChildEnv;
 use super::evidence::{
-    self, Descendants as EvDescendants, EscalationAction, EscalationReason, EscalationStep,
-    Evidence, InvocationIdentity, SignalTarget, StepOutcome, Verdict, VerdictReason,
+    self, CgroupRemoval, Descendants as EvDescendants, EscalationAction, EscalationReason,
+    EscalationStep, Evidence, InvocationIdentity, SignalTarget, StepOutcome, Verdict,
+    VerdictReason,
 };
 use super::invocation::Invocation;
-use super::launch::{ProcessError, ROOTS, Running, SUBREAPER, Shared};
+use super::launch::{ProcessError, ROOTS, Running, Shared};
 use super::sys::{self, Delivery, GroupScan};
+use crate::contain::{Containment, Unavailable};
 use crate::machine::process::{
     self as m, Action, Cause, Descendants, Event, ExitStatus, Limits, Phase, Probe, Signal, Stream,
     StreamEnd, Summary, Tier, Timer,
@@ -45,21 +48,171 @@ type PidFd = tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>;
 #[cfg(not(target_os = "linux"))]
 type PidFd = ();
 
+/// One captured output stream, whichever way the root was spawned.
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+
+/// The process's cgroup (cgroup tier) and the watch on its
+/// `cgroup.events`.
+#[cfg(target_os = "linux")]
+struct CgroupRun {
+    cg: crate::contain::Cgroup,
+    /// `None` if inotify is unavailable: the probe then rescans on a timer.
+    watch: Option<crate::contain::EventsWatch>,
+}
+#[cfg(not(target_os = "linux"))]
+struct CgroupRun;
+
+/// Everything a started root hands to its driver.
+struct Started {
+    pid: u32,
+    child: Option<Child>,
+    pidfd: Option<PidFd>,
+    tier: Tier,
+    stdout: Option<Reader>,
+    stderr: Option<Reader>,
+    cgroup: Option<CgroupRun>,
+    subreaper: bool,
+    started_wall: SystemTime,
+    started: Instant,
+}
+
+/// Spawns the root as `selected` says and starts its driver task. `auto`
+/// falls back to the group tier when the kernel cannot spawn into a
+/// cgroup.
 pub(crate) fn spawn(
     runtime: &tokio::runtime::Handle,
     invocation: Invocation,
     env: ChildEnv,
     cwd: PathBuf,
     resolved: PathBuf,
+    selected: Selected,
 ) -> Result<Running, ProcessError> {
-    let mut cmd = tokio::process::Command::new(&resolved);
+    let Selected {
+        plan,
+        requested,
+        fallback,
+    } = selected;
+    let started = match plan {
+        #[cfg(target_os = "linux")]
+        Plan::Cgroup(cg) => {
+            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, cg) {
+                Ok(started) => started,
+                Err(None) if requested == Containment::Auto => {
+                    let fb = Selected::fallback(requested, Unavailable::Clone3Unsupported);
+                    return spawn(runtime, invocation, env, cwd, resolved, fb);
+                }
+                Err(None) => {
+                    return Err(ProcessError::ContainmentUnavailable {
+                        requested,
+                        reason: Unavailable::Clone3Unsupported,
+                    });
+                }
+                Err(Some(source)) => {
+                    return Err(ProcessError::Spawn {
+                        path: resolved,
+                        source,
+                    });
+                }
+            }
+        }
+        Plan::Group { subreaper } => {
+            spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
+        }
+    };
+    Ok(start_driver(
+        runtime, invocation, &env, &resolved, started, requested, fallback,
+    ))
+}
+
+/// The cgroup tier: the root starts inside `cg` (`clone3` with
+/// `CLONE_INTO_CGROUP`), pinned by the pidfd that `clone3` returned.
+/// `Err(None)`: the kernel cannot do that here (the cgroup was removed).
+#[cfg(target_os = "linux")]
+fn spawn_in_cgroup(
+    runtime: &tokio::runtime::Handle,
+    invocation: &Invocation,
+    env: &ChildEnv,
+    cwd: &std::path::Path,
+    resolved: &std::path::Path,
+    cg: crate::contain::Cgroup,
+) -> Result<Started, Option<std::io::Error>> {
+    use super::cgroup_root::{self, StartError};
+    let _guard = runtime.enter();
+    // Watch before the root exists, so no change of `cgroup.events` is
+    // missed.
+    let watch = cg
+        .watch()
+        .map_err(|e| tracing::warn!(error = %e, "no inotify on cgroup.events; polling"))
+        .ok();
+    let started_wall = SystemTime::now();
+    let started = Instant::now();
+    let root = {
+        // As for the group tier: a concurrent subreaper scan must never
+        // take this root for an adopted descendant.
+        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+        match cgroup_root::start(invocation, env, cwd, resolved, &cg) {
+            Ok(root) => {
+                roots.push(root.pid);
+                root
+            }
+            Err(e) => {
+                drop(roots);
+                // Nothing runs in it: the cgroup is empty.
+                if let Err(re) = cg.remove() {
+                    tracing::warn!(error = %re, "removing an unused cgroup failed");
+                }
+                return Err(match e {
+                    StartError::Unsupported => None,
+                    StartError::Failed(e) => Some(e),
+                });
+            }
+        }
+    };
+    let pid = root.pid;
+    let pidfd = match sys::register_pidfd(root.pidfd) {
+        Ok(fd) => fd,
+        Err(e) => {
+            // Cannot observe the root: kill the cgroup, reap, report.
+            let _ = cg.kill();
+            ROOTS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|&p| p != pid);
+            return Err(Some(e));
+        }
+    };
+    Ok(Started {
+        pid,
+        child: None,
+        pidfd: Some(pidfd),
+        tier: Tier::Cgroup,
+        stdout: Some(Box::new(root.stdout)),
+        stderr: Some(Box::new(root.stderr)),
+        cgroup: Some(CgroupRun { cg, watch }),
+        subreaper: false,
+        started_wall,
+        started,
+    })
+}
+
+/// The group tiers: `tokio::process` (std's `posix_spawn`), the root leads
+/// a new process group and is pinned with a pidfd where the kernel allows.
+fn spawn_in_group(
+    runtime: &tokio::runtime::Handle,
+    invocation: &Invocation,
+    env: &ChildEnv,
+    cwd: &std::path::Path,
+    resolved: &std::path::Path,
+    subreaper: bool,
+) -> Result<Started, ProcessError> {
+    let mut cmd = tokio::process::Command::new(resolved);
     // No pre_exec hook anywhere: std keeps its posix_spawn fast path
     // (the program is an absolute path, so setting PATH does not force
     // fork, and the process group is set with POSIX_SPAWN_SETPGROUP).
     cmd.args(invocation.args())
         .env_clear()
         .envs(env.vars())
-        .current_dir(&cwd)
+        .current_dir(cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -68,7 +221,6 @@ pub(crate) fn spawn(
     {
         cmd.arg0(invocation.executable()).process_group(0);
     }
-    let subreaper = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
     let started_wall = SystemTime::now();
     let started = Instant::now();
     let mut child = {
@@ -78,18 +230,53 @@ pub(crate) fn spawn(
         // The runtime's reactor must be current when the child is spawned.
         let _guard = runtime.enter();
         let child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-            path: resolved.clone(),
+            path: resolved.to_path_buf(),
             source,
         })?;
         roots.push(child.id().unwrap_or(0));
         child
     };
     let pid = child.id().unwrap_or(0);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let stdout = child.stdout.take().map(|r| Box::new(r) as Reader);
+    let stderr = child.stderr.take().map(|r| Box::new(r) as Reader);
     let (pidfd, tier) = pin_root(runtime, pid);
+    Ok(Started {
+        pid,
+        child: Some(child),
+        pidfd,
+        tier,
+        stdout,
+        stderr,
+        cgroup: None,
+        subreaper: subreaper && tier == Tier::PinnedGroup,
+        started_wall,
+        started,
+    })
+}
+
+fn start_driver(
+    runtime: &tokio::runtime::Handle,
+    invocation: Invocation,
+    env: &ChildEnv,
+    resolved: &std::path::Path,
+    started: Started,
+    requested: Containment,
+    fallback: Option<Unavailable>,
+) -> Running {
+    let Started {
+        pid,
+        child,
+        pidfd,
+        tier,
+        stdout,
+        stderr,
+        cgroup,
+        subreaper,
+        started_wall,
+        started,
+    } = started;
     let secrets = env.secrets();
-    let identity = InvocationIdentity::new(&invocation, &resolved, secrets);
+    let identity = InvocationIdentity::new(&invocation, resolved, secrets);
     let budget = invocation.budget();
     let tun = invocation.tunables();
     let limits = Limits {
@@ -108,7 +295,12 @@ pub(crate) fn spawn(
     let start = m::start(tier, limits, started);
     let mut driver = Driver {
         machine: start.next,
-        child: Some(child),
+        child,
+        pidfd,
+        cgroup,
+        requested,
+        fallback,
+        removal: None,
         pid,
         shared: shared.clone(),
         identity,
@@ -122,17 +314,17 @@ pub(crate) fn spawn(
         escalation: Vec::new(),
         settled: false,
         cut: false,
-        subreaper: subreaper && tier == Tier::PinnedGroup,
+        subreaper,
         probe_window: PROBE_WINDOW.min(limits.grace / 2),
     };
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
     let span = tracing::debug_span!("process", pid);
     runtime.spawn(tracing::Instrument::instrument(
-        driver.run(pidfd, stdout, stderr, follow),
+        driver.run(stdout, stderr, follow),
         span,
     ));
-    Ok(Running::from_shared(shared))
+    Running::from_shared(shared)
 }
 
 /// Opens a pidfd on the root so its exit can be observed without reaping
@@ -171,7 +363,17 @@ struct ProbeRun {
 
 struct Driver {
     machine: m::State<Instant>,
+    /// The root in the group tiers (tokio reaps or we do, see `reap`).
     child: Option<Child>,
+    /// The root's pidfd: observes its exit without reaping it; in the
+    /// cgroup tier also reaps it.
+    pidfd: Option<PidFd>,
+    /// The cgroup tier's cgroup.
+    cgroup: Option<CgroupRun>,
+    requested: Containment,
+    fallback: Option<Unavailable>,
+    /// What became of the cgroup at settlement.
+    removal: Option<CgroupRemoval>,
     pid: u32,
     shared: Arc<Shared>,
     identity: InvocationIdentity,
@@ -216,9 +418,8 @@ const TIMERS: [Timer; 4] = [Timer::Deadline, Timer::Grace, Timer::Drain, Timer::
 impl Driver {
     async fn run(
         mut self,
-        pidfd: Option<PidFd>,
-        mut stdout: Option<ChildStdout>,
-        mut stderr: Option<ChildStderr>,
+        mut stdout: Option<Reader>,
+        mut stderr: Option<Reader>,
         mut follow: Vec<Event>,
     ) {
         // Read into spare capacity: nothing is zeroed per launch.
@@ -237,10 +438,11 @@ impl Driver {
             let next_timer = self.timers.iter().flatten().min().copied();
             let probe_at = self.probe.map(|p| p.next);
             let shared = self.shared.clone();
+            let probing = self.probe.is_some();
             let wake = tokio::select! {
                 biased;
                 _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
-                r = root_exit(pidfd.as_ref(), self.child.as_mut()), if root_pending => {
+                r = root_exit(self.pidfd.as_ref(), self.child.as_mut()), if root_pending => {
                     match r {
                         Some(st) => Wake::Exit(st),
                         None => Wake::ExitUnobservable,
@@ -254,6 +456,7 @@ impl Driver {
                 }
                 _ = sleep_until(next_timer), if next_timer.is_some() => Wake::Timer,
                 _ = sleep_until(probe_at), if probe_at.is_some() => Wake::Probe,
+                _ = cgroup_changed(self.cgroup.as_mut()), if probing => Wake::Probe,
             };
             let now = Instant::now();
             let event = match wake {
@@ -303,7 +506,7 @@ impl Driver {
     }
 
     /// Drops the readers the machine has closed (`CloseStreams`).
-    fn sync_streams(&self, stdout: &mut Option<ChildStdout>, stderr: &mut Option<ChildStderr>) {
+    fn sync_streams(&self, stdout: &mut Option<Reader>, stderr: &mut Option<Reader>) {
         if !self.machine.stdout.open {
             *stdout = None;
         }
@@ -333,6 +536,17 @@ impl Driver {
     /// The group scan, extended in the subreaper tier by the live adopted
     /// descendants (whose exited ones are reaped on the way).
     fn scan(&self) -> GroupScan {
+        #[cfg(target_os = "linux")]
+        if let Some(run) = &self.cgroup {
+            return match run.cg.populated() {
+                Ok(false) => GroupScan::Empty,
+                Ok(true) => GroupScan::Occupied,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading cgroup.events failed");
+                    GroupScan::Unknown
+                }
+            };
+        }
         let group = sys::scan_group(self.pid, self.pid);
         if !self.subreaper || group != GroupScan::Empty {
             return group;
@@ -353,13 +567,25 @@ impl Driver {
             GroupScan::Occupied => {
                 let delay = (run.delay * 2).min(Duration::from_millis(10));
                 self.probe = Some(ProbeRun {
-                    next: now + delay,
+                    next: self.next_scan(now + delay, run.give_up),
                     delay,
                     give_up: run.give_up,
                 });
                 None
             }
         }
+    }
+
+    /// When to rescan an occupied group: on the timer in the `/proc`
+    /// tiers; in the cgroup tier only at `give_up`, since the inotify watch
+    /// wakes the driver as soon as `cgroup.events` changes.
+    fn next_scan(&self, timer: Instant, give_up: Instant) -> Instant {
+        #[cfg(target_os = "linux")]
+        if self.cgroup.as_ref().is_some_and(|c| c.watch.is_some()) {
+            return give_up;
+        }
+        let _ = give_up;
+        timer
     }
 
     fn probe_answer(&mut self, p: Probe) -> Event {
@@ -409,10 +635,11 @@ impl Driver {
                     GroupScan::Unknown => follow.push(self.probe_answer(Probe::Unknown)),
                     GroupScan::Occupied => {
                         let delay = Duration::from_millis(1);
+                        let give_up = now + self.probe_window;
                         self.probe = Some(ProbeRun {
-                            next: now + delay,
+                            next: self.next_scan(now + delay, give_up),
                             delay,
-                            give_up: now + self.probe_window,
+                            give_up,
                         });
                     }
                 },
@@ -423,6 +650,33 @@ impl Driver {
     }
 
     fn signal(&mut self, sig: Signal, now: Instant) {
+        #[cfg(target_os = "linux")]
+        if sig == Signal::Kill {
+            if let Some(run) = &self.cgroup {
+                // Every task in the cgroup, whatever its group or session;
+                // the group KILL is for good measure.
+                let outcome = match run.cg.kill() {
+                    Ok(()) => StepOutcome::Delivered,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cgroup.kill failed");
+                        StepOutcome::Failed
+                    }
+                };
+                let _ = sys::signal_group(self.pid, sig);
+                if let Some(run) = self.probe.as_mut() {
+                    run.give_up = now + self.probe_window;
+                    run.next = run.next.max(now);
+                }
+                self.escalation.push(EscalationStep::new(
+                    EscalationAction::Kill,
+                    EscalationReason::GraceExpired,
+                    Some(SignalTarget::Cgroup),
+                    outcome,
+                    now - self.started,
+                ));
+                return;
+            }
+        }
         #[cfg(unix)]
         let outcome = match sys::signal_group(self.pid, sig) {
             Delivery::Delivered => StepOutcome::Delivered,
@@ -442,7 +696,7 @@ impl Driver {
         };
         let target = match (self.machine.tier, self.machine.root) {
             (Tier::DirectChild, _) => SignalTarget::DirectChild,
-            (Tier::PinnedGroup, Some(_)) => SignalTarget::PinnedProcessGroup,
+            (Tier::PinnedGroup | Tier::Cgroup, Some(_)) => SignalTarget::PinnedProcessGroup,
             _ => SignalTarget::ProcessGroup,
         };
         let action = match sig {
@@ -453,6 +707,10 @@ impl Driver {
         // it just hit their full window to exit.
         if let Some(run) = self.probe.as_mut() {
             run.give_up = now + self.probe_window;
+        }
+        if let Some(run) = self.probe {
+            let next = self.next_scan(run.next, run.give_up);
+            self.probe = Some(ProbeRun { next, ..run });
         }
         tracing::debug!(?sig, ?outcome, "signalled group");
         self.escalation.push(EscalationStep::new(
@@ -505,6 +763,10 @@ impl Driver {
                 Err(e) => tracing::warn!(pid = self.pid, error = %e, "reaping the root failed"),
             }
         }
+        #[cfg(target_os = "linux")]
+        if self.cgroup.is_some() {
+            self.reap_pidfd();
+        }
         roots.retain(|&p| p != self.pid);
         drop(roots);
         if self.subreaper {
@@ -513,11 +775,69 @@ impl Driver {
         }
     }
 
+    /// Cgroup tier: reaps the root through its pidfd; a root that has not
+    /// exited yet (it was killed with its cgroup) is reaped by a thread.
+    #[cfg(target_os = "linux")]
+    fn reap_pidfd(&mut self) {
+        let Some(fd) = self.pidfd.take() else {
+            return;
+        };
+        match sys::reap_pidfd(fd.get_ref(), false) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    "root alive at settlement; reaped when it exits"
+                );
+                let fd = fd.into_inner();
+                let _ = std::thread::Builder::new()
+                    .name("custodian-reap".into())
+                    .spawn(move || sys::reap_pidfd(&fd, true));
+            }
+            Err(e) => tracing::warn!(pid = self.pid, error = %e, "reaping the root failed"),
+        }
+    }
+
+    /// Cgroup tier: removes the cgroup after settlement and records what
+    /// came of it. A cgroup that is still populated is killed and reported
+    /// `left_populated`; a thread removes it once it is empty.
+    #[cfg(target_os = "linux")]
+    fn remove_cgroup(&mut self) {
+        let Some(run) = self.cgroup.take() else {
+            return;
+        };
+        self.removal = Some(match run.cg.remove() {
+            Ok(()) => CgroupRemoval::Removed,
+            Err(crate::contain::CgroupError::Busy { .. }) => {
+                let _ = run.cg.kill();
+                let cg = run.cg;
+                let _ = std::thread::Builder::new()
+                    .name("custodian-rmdir".into())
+                    .spawn(move || {
+                        for _ in 0..500 {
+                            if cg.remove().is_ok() {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        tracing::warn!(cgroup = cg.name(), "cgroup still populated after KILL");
+                    });
+                CgroupRemoval::LeftPopulated
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "removing the cgroup failed");
+                CgroupRemoval::Failed
+            }
+        });
+    }
+
     fn settle(&mut self, summary: Summary<Instant>) {
         if self.settled {
             return;
         }
         self.settled = true;
+        #[cfg(target_os = "linux")]
+        self.remove_cgroup();
         let state = |e: StreamEnd| match e {
             StreamEnd::Closed => StreamState::Closed,
             StreamEnd::HeldOpen => StreamState::HeldOpen,
@@ -573,6 +893,7 @@ impl Driver {
         let tier = match s.tier {
             Tier::PinnedGroup if self.subreaper => evidence::Tier::Subreaper,
             Tier::PinnedGroup => evidence::Tier::PinnedProcessGroup,
+            Tier::Cgroup => evidence::Tier::Cgroup,
             Tier::Group => evidence::Tier::ProcessGroup,
             Tier::DirectChild => evidence::Tier::DirectChild,
         };
@@ -602,9 +923,16 @@ impl Driver {
                 (Tier::PinnedGroup, Some(Probe::Unknown) | None) => {
                     reasons.push(VerdictReason::GroupEmptinessUnknown)
                 }
+                (Tier::Cgroup, Some(Probe::Occupied)) => reasons.push(VerdictReason::GroupNotEmpty),
+                (Tier::Cgroup, Some(Probe::Empty)) => {}
+                (Tier::Cgroup, Some(Probe::Unknown) | None) => {
+                    reasons.push(VerdictReason::GroupEmptinessUnknown)
+                }
             }
         }
         EvDescendants::new(verdict, tier, reasons)
+            .with_containment(self.requested, self.fallback)
+            .with_cgroup_removal(self.removal)
     }
 }
 
@@ -622,9 +950,21 @@ impl Drop for Driver {
         }
         let now = Instant::now();
         let safe = match self.machine.tier {
-            Tier::PinnedGroup => true,
+            Tier::PinnedGroup | Tier::Cgroup => true,
             Tier::Group | Tier::DirectChild => self.machine.root.is_none(),
         };
+        #[cfg(target_os = "linux")]
+        if let Some(run) = &self.cgroup {
+            let _ = run.cg.kill();
+            // Let the killed tasks go, so that the cgroup can be removed and
+            // the root reaped here rather than left behind.
+            for _ in 0..50 {
+                if matches!(run.cg.populated(), Ok(false)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         if safe {
             #[cfg(unix)]
             let _ = sys::signal_group(self.pid, Signal::Kill);
@@ -686,6 +1026,25 @@ fn adopted() -> Option<Vec<u32>> {
 #[cfg(not(target_os = "linux"))]
 fn adopted() -> Option<Vec<u32>> {
     None
+}
+
+/// Waits for a change of the cgroup's `cgroup.events`; never returns
+/// outside the cgroup tier or without a watch.
+async fn cgroup_changed(run: Option<&mut CgroupRun>) {
+    #[cfg(target_os = "linux")]
+    if let Some(run) = run {
+        if let Some(watch) = run.watch.as_mut() {
+            if let Err(e) = watch.changed().await {
+                // Back to rescans on the timer rather than a busy loop.
+                tracing::warn!(error = %e, "cgroup.events watch failed; polling");
+                run.watch = None;
+            }
+            return;
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = run;
+    std::future::pending().await
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::capture::{CapturedStream, MAX_MARKER_LEN};
 use super::env::Secrets;
 use super::invocation::{Invocation, MAX_ARGV_BYTES, OutputBudget};
+use crate::contain::{Containment, Unavailable};
 
 /// The evidence format version (the `version` field).
 pub const EVIDENCE_VERSION: u32 = 1;
@@ -241,6 +242,8 @@ pub enum SignalTarget {
     DirectChild,
     /// Descendants adopted by custodian as child subreaper.
     AdoptedDescendants,
+    /// Every task in the process's cgroup (`cgroup.kill`).
+    Cgroup,
 }
 
 /// What came of a step.
@@ -269,25 +272,84 @@ pub struct Descendants {
     pub tier: Tier,
     /// Why the verdict is not `terminated` (empty when it is).
     pub reasons: Vec<VerdictReason>,
+    /// The containment the launch asked for (`auto` unless the embedder
+    /// chose one).
+    #[serde(default)]
+    pub requested_containment: Containment,
+    /// Why `auto` did not get the cgroup tier (null when it did, or when a
+    /// tier was asked for explicitly).
+    #[serde(default)]
+    pub fallback_reason: Option<Unavailable>,
+    /// What became of the process's cgroup after settlement (cgroup tier
+    /// only; null otherwise).
+    #[serde(default)]
+    pub cgroup_removal: Option<CgroupRemoval>,
 }
 
 impl Descendants {
-    /// A verdict with its tier and reasons.
+    /// A verdict with its tier and reasons, for an `auto` launch that did
+    /// not fall back and has no cgroup.
     pub fn new(verdict: Verdict, tier: Tier, reasons: Vec<VerdictReason>) -> Self {
         Descendants {
             verdict,
             tier,
             reasons,
+            requested_containment: Containment::Auto,
+            fallback_reason: None,
+            cgroup_removal: None,
         }
+    }
+
+    /// Records the requested containment and, for `auto`, why it fell
+    /// back.
+    #[must_use]
+    pub fn with_containment(
+        mut self,
+        requested: Containment,
+        fallback: Option<Unavailable>,
+    ) -> Self {
+        self.requested_containment = requested;
+        self.fallback_reason = fallback;
+        self
+    }
+
+    /// Records what became of the cgroup.
+    #[must_use]
+    pub fn with_cgroup_removal(mut self, removal: Option<CgroupRemoval>) -> Self {
+        self.cgroup_removal = removal;
+        self
     }
 }
 
+/// What became of a process's cgroup after settlement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CgroupRemoval {
+    /// `rmdir` succeeded.
+    Removed,
+    /// `rmdir` answered `EBUSY`: a task is still in it (it was killed; the
+    /// cgroup is left for the operator to inspect).
+    LeftPopulated,
+    /// `rmdir` failed for another reason; the cgroup is left.
+    Failed,
+}
+
 /// The descendant verdict.
+///
+/// What `terminated` means, per tier (the same text is in
+/// `docs/contracts/process-evidence.md` and `docs/threat-model.md`):
+///
+/// | tier | `terminated` means |
+/// |---|---|
+/// | `cgroup` | the process's cgroup was observed unpopulated (`cgroup.events`): every descendant, in or out of the process group, is dead |
+/// | `pinned_process_group`, `subreaper` | no live member of the process group (nor, for `subreaper`, adopted descendant) was found by the `/proc` scan and no descendant held or had its stdio cut; a descendant that left the group and closed its stdio is not seen |
+/// | `process_group`, `direct_child` | never said |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Verdict {
-    /// Confirmed: no descendant is left alive.
+    /// Confirmed, as far as the tier sees (see the table above).
     Terminated,
     /// A descendant may be alive, in or out of the group.
     UnconfirmedOrEscaped,
@@ -309,6 +371,9 @@ pub enum Tier {
     Subreaper,
     /// The direct child only (Windows).
     DirectChild,
+    /// A cgroup v2 holding the root and every descendant, with the root
+    /// pinned; `KILL` is `cgroup.kill`.
+    Cgroup,
 }
 
 /// Why a verdict is not `terminated`.
@@ -612,6 +677,17 @@ mod tests {
             vec![VerdictReason::PlatformUnsupported],
         );
         variants.push(cut);
+        let mut cgroup = sample();
+        cgroup.escalation[1].target = Some(SignalTarget::Cgroup);
+        cgroup.descendants = Descendants::new(Verdict::Terminated, Tier::Cgroup, vec![])
+            .with_containment(Containment::Cgroup, None)
+            .with_cgroup_removal(Some(CgroupRemoval::LeftPopulated));
+        variants.push(cgroup);
+        let mut fell_back = sample();
+        fell_back.descendants = fell_back
+            .descendants
+            .with_containment(Containment::Auto, Some(Unavailable::NotDelegated));
+        variants.push(fell_back);
         for e in variants {
             let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
             assert_eq!(schema_errors(&v, &json), Vec::<String>::new(), "{json}");

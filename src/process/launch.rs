@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{Notify, watch};
 
+use super::containment;
 use super::driver;
 use super::env::{Baseline, ChildEnv, EnvError, NoSecrets, SecretResolver};
 use super::evidence::Evidence;
 use super::invocation::{Invocation, ResolveError, is_executable_file, resolve_executable};
+use crate::contain::{Containment, Unavailable};
 
 /// What the embedding runtime supplies besides the invocation.
 #[derive(Clone)]
@@ -23,6 +25,13 @@ pub struct LaunchOptions {
     pub baseline: Baseline,
     /// Resolves secret references in the overlay.
     pub secrets: Arc<dyn SecretResolver>,
+    /// How to contain the process and its descendants (default
+    /// [`Containment::Auto`]: a cgroup v2 where one can be created).
+    pub containment: Containment,
+    /// In the cgroup tier, create the process's cgroup beneath this one (a
+    /// request's cgroup) instead of beneath the per-process base.
+    #[cfg(target_os = "linux")]
+    pub(crate) cgroup_parent: Option<Arc<crate::contain::Cgroup>>,
 }
 
 impl LaunchOptions {
@@ -33,7 +42,17 @@ impl LaunchOptions {
             workspace: workspace.into(),
             baseline: Baseline::from_parent(),
             secrets: Arc::new(NoSecrets),
+            containment: Containment::Auto,
+            #[cfg(target_os = "linux")]
+            cgroup_parent: None,
         }
+    }
+
+    /// Replaces the containment request.
+    #[must_use]
+    pub fn with_containment(mut self, containment: Containment) -> Self {
+        self.containment = containment;
+        self
     }
 
     /// Replaces the secret resolver.
@@ -49,6 +68,7 @@ impl fmt::Debug for LaunchOptions {
         // Never the baseline's values.
         f.debug_struct("LaunchOptions")
             .field("workspace", &self.workspace)
+            .field("containment", &self.containment)
             .finish_non_exhaustive()
     }
 }
@@ -98,11 +118,23 @@ pub enum ProcessError {
         /// The OS error.
         source: io::Error,
     },
+    /// The containment asked for explicitly ([`LaunchOptions::containment`]
+    /// `cgroup` or `subreaper`) cannot be had here; nothing was launched.
+    /// `auto` never fails this way: it falls back and says why in the
+    /// evidence.
+    #[error("containment {requested} is unavailable: {reason}")]
+    ContainmentUnavailable {
+        /// What was asked for.
+        requested: Containment,
+        /// Why it cannot be had (a safe code: [`Unavailable::code`]).
+        reason: Unavailable,
+    },
 }
 
 impl ProcessError {
     /// A short, stable code for the error (`not_found`, `not_executable`,
-    /// `bad_cwd`, `spawn_failed`, `env`, `no_runtime`).
+    /// `bad_cwd`, `spawn_failed`, `env`, `no_runtime`, `subreaper`,
+    /// `containment_unavailable`).
     pub fn code(&self) -> &'static str {
         match self {
             ProcessError::Env(_) => "env",
@@ -112,6 +144,7 @@ impl ProcessError {
             ProcessError::Spawn { .. } => "spawn_failed",
             ProcessError::NoRuntime => "no_runtime",
             ProcessError::Subreaper { .. } => "subreaper",
+            ProcessError::ContainmentUnavailable { .. } => "containment_unavailable",
         }
     }
 }
@@ -238,8 +271,9 @@ impl Running {
 /// # Errors
 ///
 /// A [`ProcessError`] if the environment cannot be built, the executable
-/// is not found or not executable, the cwd is not a directory, or the
-/// spawn fails. A non-zero exit or a timeout is not an error: it is in the
+/// is not found or not executable, the cwd is not a directory, an explicit
+/// containment is unavailable
+/// ([`ProcessError::ContainmentUnavailable`]), or the spawn fails. A non-zero exit or a timeout is not an error: it is in the
 /// [`Evidence`].
 ///
 /// # Examples
@@ -278,7 +312,12 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             name: invocation.executable().to_owned(),
         },
     })?;
-    driver::spawn(&runtime, invocation, env, cwd, resolved)
+    // Last, so that no cgroup is created for an invocation refused above.
+    #[cfg(target_os = "linux")]
+    let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;
+    #[cfg(not(target_os = "linux"))]
+    let selected = containment::select(options.containment)?;
+    driver::spawn(&runtime, invocation, env, cwd, resolved, selected)
 }
 
 fn check_cwd(cwd: &Path, rel: &str) -> Result<(), ProcessError> {

@@ -20,7 +20,12 @@
 //! exactly once, at settlement. The outcome is one bounded [`Evidence`]
 //! object; [`Running::settled`] hands the same one to every waiter.
 //!
-//! Tiers (recorded in the evidence): `pinned_process_group` on Linux ≥ 5.3;
+//! Tiers (recorded in the evidence, chosen with
+//! [`LaunchOptions::containment`](crate::contain::Containment)): `cgroup`,
+//! the default where a cgroup v2 can be created — the root starts inside a
+//! fresh cgroup of its own (`clone3` with `CLONE_INTO_CGROUP`), `KILL` is
+//! `cgroup.kill`, settlement waits on `cgroup.events` (inotify), and the
+//! cgroup is removed afterwards; `pinned_process_group` on Linux ≥ 5.3;
 //! `process_group` where no pidfd can be opened (signals only while the root
 //! has not exited, the seed's rule; the verdict is never `terminated`);
 //! `direct_child` on Windows (descendants `unsupported`); and, opted into
@@ -30,14 +35,18 @@
 //!
 //! # Caveats
 //!
-//! This is a governed launcher, not a sandbox. Without the subreaper tier a
-//! descendant that calls `setsid` and closes its stdio leaves the group
-//! unseen, so `terminated` means "the group is confirmed empty and no
-//! descendant held the output pipes", nothing more. With it, an escapee
+//! This is a governed launcher, not a sandbox. Outside the cgroup tier and
+//! without the subreaper tier a descendant that calls `setsid` and closes
+//! its stdio leaves the group unseen, so there `terminated` means "the group
+//! is confirmed empty and no descendant held the output pipes", nothing
+//! more (see [`evidence::Verdict`] for the meaning per tier). With it, an escapee
 //! whose parent is still alive (and itself escaped) is only seen once that
 //! parent exits.
 
 pub mod capture;
+#[cfg(target_os = "linux")]
+mod cgroup_root;
+mod containment;
 mod driver;
 pub mod env;
 pub mod evidence;

@@ -114,6 +114,27 @@ pub(crate) fn peek_exit(fd: &impl AsFd) -> io::Result<Option<ExitStatus>> {
     }))
 }
 
+/// `waitid(P_PIDFD, fd, WEXITED [| WNOHANG])`—Reaps the process behind
+/// `fd` (our own child). With `block` false, returns `false` at once if it
+/// has not exited yet; with `block` true, waits for it.
+///
+/// # Errors
+///
+/// As `waitid(2)` (`ECHILD` if it was already reaped).
+///
+/// # References
+///  - [Linux](https://man7.org/linux/man-pages/man2/waitid.2.html)
+#[doc(alias = "waitid")]
+#[cfg(target_os = "linux")]
+pub(crate) fn reap_pidfd(fd: &impl AsFd, block: bool) -> io::Result<bool> {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let mut opts = WaitIdOptions::EXITED;
+    if !block {
+        opts |= WaitIdOptions::NOHANG;
+    }
+    Ok(waitid(WaitId::PidFd(fd.as_fd()), opts)?.is_some())
+}
+
 /// The result of one scan of `/proc` for a group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GroupScan {

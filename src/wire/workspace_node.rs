@@ -202,10 +202,10 @@ impl NodeWorkspace for WorkspaceNode {
     }
 
     async fn cancel(&self, request: &RequestId) -> u32 {
-        let runs: Vec<Running> = self
+        let (runs, job): (Vec<Running>, _) = self
             .jobs()
             .get(request)
-            .map(|e| e.runs.clone())
+            .map(|e| (e.runs.clone(), Some(e.job.clone())))
             .unwrap_or_default();
         let mut active = 0;
         for r in &runs {
@@ -216,6 +216,13 @@ impl NodeWorkspace for WorkspaceNode {
         }
         for r in &runs {
             let _ = r.settled().await;
+        }
+        // Whatever outlived its process's settlement (cgroup tier: nothing
+        // should) dies with the request's cgroup.
+        if let Some(job) = job {
+            if !job.kill_processes().await {
+                tracing::warn!(request_id = %request, "request cgroup still populated after cancel");
+            }
         }
         active
     }

@@ -50,6 +50,36 @@ struct RequestState {
     anchor: Anchor,
     fs: Mutex<FsState>,
     procs: Mutex<ProcState>,
+    /// Locked after `procs` when both are held.
+    cgroup: Mutex<CgroupSlot>,
+}
+
+/// The request's cgroup: the parent of its processes' cgroups, created on
+/// the first launch that may use the cgroup tier.
+#[derive(Default)]
+enum CgroupSlot {
+    #[default]
+    Untried,
+    #[cfg(target_os = "linux")]
+    Ready(RequestCgroup),
+    /// None could be created (the processes fall back on their own), or
+    /// cleanup took it.
+    Gone,
+}
+
+/// A request's cgroup; dropped (cleanup done, or the request dropped
+/// without one), it is removed if nothing is left in it, best effort: a
+/// populated one is logged and kept.
+#[cfg(target_os = "linux")]
+struct RequestCgroup(Arc<crate::contain::Cgroup>);
+
+#[cfg(target_os = "linux")]
+impl Drop for RequestCgroup {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.remove_tree() {
+            tracing::warn!(error = %e, code = e.code(), "request cgroup left behind");
+        }
+    }
 }
 
 struct FsState {
@@ -240,6 +270,7 @@ impl Workspace {
                 inventory: Inventory::new(obs.identity),
             }),
             procs: Mutex::new(ProcState::default()),
+            cgroup: Mutex::new(CgroupSlot::default()),
         });
         requests.insert(id, state.clone());
         Ok(Job {
@@ -421,7 +452,16 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     }
     waiting.abort_all();
 
-    // 2. Freeze the inventory; nothing more can be created for the request.
+    // 2. Kill whatever is left in the request's cgroup (escapees of settled
+    //    processes, processes past the bound) and see it empty before any
+    //    file is removed: nothing of the request can write after this.
+    #[cfg(target_os = "linux")]
+    if let Err(code) = kill_request_cgroup(&state, inner.config.cleanup_bound).await {
+        tracing::warn!(request = %id, "request cgroup still populated; files kept");
+        return CleanupResult::failed(code, counts, None);
+    }
+
+    // 3. Freeze the inventory; nothing more can be created for the request.
     let inventory = {
         let mut fs = lock(&state.fs);
         fs.closed = true;
@@ -461,6 +501,43 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
         counts,
         suspect: None,
     }
+}
+
+/// `cgroup.kill` on the request's cgroup, then waits (inotify on
+/// `cgroup.events`, at most `bound`, at least a second) until it is
+/// unpopulated, then removes it and whatever process cgroups are left
+/// beneath. Leaves the slot `Gone`, so no later launch uses it.
+///
+/// # Errors
+///
+/// [`CleanupCode::ProcessBoundExceeded`] if the cgroup is still populated
+/// (or cannot be read) at the deadline: the caller must keep every file.
+#[cfg(target_os = "linux")]
+async fn kill_request_cgroup(
+    state: &RequestState,
+    bound: std::time::Duration,
+) -> Result<(), CleanupCode> {
+    let taken = std::mem::replace(&mut *lock(&state.cgroup), CgroupSlot::Gone);
+    let CgroupSlot::Ready(RequestCgroup(cg)) = &taken else {
+        return Ok(());
+    };
+    let cg = cg.clone();
+    if let Err(e) = cg.kill() {
+        tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
+    }
+    let deadline = tokio::time::Instant::now() + bound.max(std::time::Duration::from_secs(1));
+    match cg.wait_unpopulated(deadline).await {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            // Keep the handle's directory for the operator; the files too.
+            return Err(CleanupCode::ProcessBoundExceeded);
+        }
+    }
+    if let Err(e) = cg.remove_tree() {
+        // Empty but not removable: logged, the files are safe to remove.
+        tracing::warn!(error = %e, code = e.code(), "removing the request cgroup failed");
+    }
+    Ok(())
 }
 
 /// After eviction (or for a request never opened here): is the directory gone?
@@ -674,10 +751,66 @@ impl Job {
                 request: self.state.id.clone(),
             });
         }
+        #[cfg(target_os = "linux")]
+        let options = &self.with_request_cgroup(options);
         let running =
             crate::process::launch(invocation, options).map_err(WorkspaceError::Launch)?;
         p.active.push(Arc::new(running.clone()));
         Ok(running)
+    }
+
+    /// `options`, with this request's cgroup (created on first use) as the
+    /// parent of the process's cgroup when the cgroup tier may be used.
+    /// Where no request cgroup can be created, the options are unchanged and
+    /// the launcher decides (`auto` falls back, `cgroup` fails).
+    #[cfg(target_os = "linux")]
+    fn with_request_cgroup(
+        &self,
+        options: &crate::process::LaunchOptions,
+    ) -> crate::process::LaunchOptions {
+        use crate::contain::Containment;
+        let mut options = options.clone();
+        if !matches!(options.containment, Containment::Auto | Containment::Cgroup) {
+            return options;
+        }
+        let mut slot = lock(&self.state.cgroup);
+        if matches!(*slot, CgroupSlot::Untried) {
+            *slot = match crate::contain::request_cgroup() {
+                Ok(cg) => CgroupSlot::Ready(RequestCgroup(Arc::new(cg))),
+                Err(why) => {
+                    tracing::debug!(code = %why.code(), "no request cgroup");
+                    CgroupSlot::Gone
+                }
+            };
+        }
+        if let CgroupSlot::Ready(RequestCgroup(cg)) = &*slot {
+            options.cgroup_parent = Some(cg.clone());
+        }
+        options
+    }
+
+    /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,
+    /// at most the workspace's cleanup bound, until it is empty. Returns
+    /// whether it was seen empty (`true` too when the request has no
+    /// cgroup). Later launches of the request still get a cgroup of their
+    /// own; the request cgroup is removed by cleanup.
+    pub async fn kill_processes(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            let cg = match &*lock(&self.state.cgroup) {
+                CgroupSlot::Ready(RequestCgroup(cg)) => cg.clone(),
+                _ => return true,
+            };
+            if let Err(e) = cg.kill() {
+                tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
+            }
+            let bound = self.ws.inner.config.cleanup_bound;
+            let deadline =
+                tokio::time::Instant::now() + bound.max(std::time::Duration::from_secs(1));
+            cg.wait_unpopulated(deadline).await.unwrap_or(false)
+        }
+        #[cfg(not(target_os = "linux"))]
+        true
     }
 
     /// Number of registered artifacts, the job directory included.

@@ -27,6 +27,8 @@ fn a_timeout_is_a_completed_run_with_exit_code_zero() {
 #[test]
 fn a_held_pipe_is_reported_held_open() {
     let out = custodian(&[
+        "--containment",
+        "group",
         "--drain",
         "100ms",
         "--",
@@ -107,9 +109,9 @@ fn subreaper_tier_adopts_and_stops_a_silent_setsid_escapee() {
         })
     };
 
-    // Default tier: the escapee survives; the verdict can only speak for
+    // Group tier: the escapee survives; the verdict can only speak for
     // the group (documented blind spot).
-    let out = custodian(&["--", "sh", "-c", script]);
+    let out = custodian(&["--containment", "group", "--", "sh", "-c", script]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let pid = escapee(&out);
     let survived = alive(pid);

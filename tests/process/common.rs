@@ -35,6 +35,12 @@ pub fn opts() -> LaunchOptions {
     LaunchOptions::new(std::env::temp_dir())
 }
 
+/// Options for the process-group tier (pinned by the unreaped root): the
+/// tier whose blind spots these tests document.
+pub fn group_opts() -> LaunchOptions {
+    opts().with_containment(custodian::contain::Containment::Group)
+}
+
 /// `(state, pgrp)` of a process, `None` if it is gone.
 pub fn stat(pid: u32) -> Option<(char, u32)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

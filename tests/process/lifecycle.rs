@@ -65,7 +65,7 @@ async fn grandchild_ignoring_term_does_not_survive_its_root() {
 #[tokio::test]
 async fn grandchild_holding_stdout_and_ignoring_term_is_killed() {
     let script = "(trap '' TERM; exec sleep 30) & echo $!; wait";
-    let r = launch(sh(script, SHORT), &opts()).unwrap();
+    let r = launch(sh(script, SHORT), &group_opts()).unwrap();
     let ev = r.settled().await;
     let grandchild: u32 = ev.stdout.text.trim().parse().unwrap();
     assert!(!alive(grandchild), "grandchild {grandchild} survived");
@@ -78,7 +78,7 @@ async fn background_sleep_holding_stdout_returns_within_the_drain_bound() {
     let t0 = Instant::now();
     let r = launch(
         sh("echo partial; sleep 30 &", Duration::from_secs(20)),
-        &opts(),
+        &group_opts(),
     )
     .unwrap();
     let ev = r.settled().await;
@@ -106,7 +106,7 @@ async fn background_sleep_holding_stdout_returns_within_the_drain_bound() {
 async fn setsid_escapee_is_never_reported_terminated() {
     // `setsid` leaves the group; the escapee keeps stdout open.
     let script = "setsid sleep 30 & echo $!";
-    let r = launch(sh(script, Duration::from_secs(20)), &opts()).unwrap();
+    let r = launch(sh(script, Duration::from_secs(20)), &group_opts()).unwrap();
     let ev = r.settled().await;
     let escapee: u32 = ev.stdout.text.trim().parse().unwrap();
     let escaped = alive(escapee);
@@ -135,7 +135,7 @@ async fn setsid_escapee_is_never_reported_terminated() {
 #[tokio::test]
 async fn double_fork_holding_stdout_is_unconfirmed_and_stopped() {
     let script = "(sleep 30 & echo $!); echo done";
-    let r = launch(sh(script, Duration::from_secs(20)), &opts()).unwrap();
+    let r = launch(sh(script, Duration::from_secs(20)), &group_opts()).unwrap();
     let ev = r.settled().await;
     let orphan: u32 = ev.stdout.text.lines().next().unwrap().parse().unwrap();
     assert!(!alive(orphan), "double-forked {orphan} survived");

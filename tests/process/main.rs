@@ -5,6 +5,7 @@
 
 mod cli;
 mod common;
+mod containment;
 mod errors;
 mod evidence;
 mod lifecycle;

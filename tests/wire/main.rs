@@ -4,5 +4,6 @@
 #[path = "../support/fake_node.rs"]
 mod fake_node;
 
+mod containment;
 mod e2e;
 mod node_handler;

@@ -5,6 +5,7 @@
 
 mod attacks;
 mod basics;
+mod containment;
 mod mounts;
 mod procs;
 mod races;
@@ -36,6 +37,11 @@ impl Fixture {
 
     pub fn with_config(config: WorkspaceConfig) -> Self {
         Self::build(config, tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// A fixture in a temporary directory beneath `dir`.
+    pub fn with_config_in(config: WorkspaceConfig, dir: &Path) -> Self {
+        Self::build(config, tempfile::tempdir_in(dir).expect("tempdir"))
     }
 
     /// A fixture on tmpfs when `/dev/shm` is one (cheap metadata for big

@@ -239,10 +239,9 @@ async fn a_cleanup_that_exceeds_its_bound_reports_it() {
         (r.counts.processes_cancelled, r.counts.processes_unsettled),
         (1, 1)
     );
-    assert!(
-        running.try_settled().is_none(),
-        "the child really outlived the bound"
-    );
+    // The child outlived the bound (`processes_unsettled` above); in the
+    // cgroup tier the request's cgroup was then killed and seen empty
+    // before the filesystem part ran, so it may have settled by now.
     // The filesystem part still ran, fail-closed as always.
     assert_eq!(r.counts.files_removed, 3);
     killpg(running.pgid() as i32, Signal::KILL);

@@ -448,6 +448,89 @@ fn a_root_that_leaves_a_silent_group_member_gets_it_stopped() {
     assert_eq!(render(&t.actions), "reap settle:exited:terminated");
 }
 
+// ---- the cgroup tier ----
+
+/// The cgroup tier takes every step the pinned tier takes (the same ladder,
+/// probes, timers and closes); only the verdict differs: an empty cgroup is
+/// `terminated` whatever the streams went through.
+#[test]
+fn cgroup_tier_steps_like_the_pinned_tier_with_its_own_verdict() {
+    for (name, pinned, row) in pinned_states() {
+        let cg = State {
+            tier: Tier::Cgroup,
+            ..pinned
+        };
+        for (event, (phase, actions)) in EVENTS.iter().zip(row) {
+            let t = step(&cg, *event, secs(20));
+            let expected = if t.next.probed_empty {
+                actions.replace(":unconfirmed", ":terminated")
+            } else {
+                actions.to_owned()
+            };
+            assert_eq!(
+                (t.next.phase, render(&t.actions)),
+                (phase, expected),
+                "cgroup state {name} × {event:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cgroup_tier_a_held_pipe_then_an_empty_cgroup_is_terminated() {
+    // `sh -c 'setsid sleep 30 &'`: the escapee holds stdout; the drain bound
+    // starts the ladder, KILL (cgroup.kill) ends it, the cgroup is empty.
+    let s = reach(Tier::Cgroup, &[(1, EXIT0), (1, ERR)]);
+    let t = step(&s, Event::DrainBoundReached, secs(2));
+    assert_eq!(render(&t.actions), "TERM arm:grace@4 arm:hard@7");
+    let t = step(&t.next, Event::GraceElapsed, secs(4));
+    // The holder is killed with the cgroup; the held pipe is closed.
+    assert_eq!(render(&t.actions), "KILL close probe");
+    let t = step(&t.next, Event::GroupProbed(Probe::Empty), secs(4));
+    assert_eq!(render(&t.actions), "reap settle:exited:terminated");
+    match &t.actions[1] {
+        Action::Settle(s) => {
+            assert_eq!(s.tier, Tier::Cgroup);
+            // The stream states stay in the evidence.
+            assert_eq!(s.stdout, StreamEnd::HeldOpen);
+            assert_eq!(s.cause, Some(Cause::HeldStdio));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn cgroup_tier_a_silent_escapee_is_killed_and_the_verdict_waits_for_empty() {
+    let s = reach(Tier::Cgroup, &[(1, EXIT0), (1, OUT), (1, ERR)]);
+    let t = step(&s, Event::GroupProbed(Probe::Occupied), secs(1));
+    assert_eq!(render(&t.actions), "TERM arm:grace@3 arm:hard@6 probe");
+    // TERM went to the process group; the escapee is not in it.
+    let t = step(&t.next, Event::GroupProbed(Probe::Occupied), secs(1));
+    assert_eq!(render(&t.actions), "");
+    let t = step(&t.next, Event::GraceElapsed, secs(3));
+    assert_eq!(render(&t.actions), "KILL probe");
+    let occupied = step(&t.next, Event::GroupProbed(Probe::Occupied), secs(3));
+    assert_eq!(render(&occupied.actions), "reap settle:exited:unconfirmed");
+    let unknown = step(&t.next, Event::GroupProbed(Probe::Unknown), secs(3));
+    assert_eq!(render(&unknown.actions), "reap settle:exited:unconfirmed");
+    let empty = step(&t.next, Event::GroupProbed(Probe::Empty), secs(3));
+    assert_eq!(render(&empty.actions), "reap settle:exited:terminated");
+}
+
+#[test]
+fn cgroup_tier_without_an_observed_empty_cgroup_is_never_terminated() {
+    // The hard deadline cuts the streams and settles without a probe.
+    let s = reach(
+        Tier::Cgroup,
+        &[(10, Event::DeadlineReached), (12, Event::GraceElapsed)],
+    );
+    let t = step(&s, Event::HardDeadlineReached, secs(15));
+    assert_eq!(
+        render(&t.actions),
+        "close reap settle:timed_out:unconfirmed"
+    );
+}
+
 // ---- randomized sequences against the invariants ----
 
 fn arb_event() -> impl Strategy<Value = Event> {
@@ -471,7 +554,8 @@ fn arb_tier() -> impl Strategy<Value = Tier> {
     prop_oneof![
         Just(Tier::PinnedGroup),
         Just(Tier::Group),
-        Just(Tier::DirectChild)
+        Just(Tier::DirectChild),
+        Just(Tier::Cgroup)
     ]
 }
 
@@ -509,7 +593,7 @@ proptest! {
                 match a {
                     Action::SignalGroup(sig) => {
                         prop_assert!(settles == 0, "signal after settle");
-                        if tier != Tier::PinnedGroup {
+                        if !matches!(tier, Tier::PinnedGroup | Tier::Cgroup) {
                             prop_assert!(before.root.is_none(), "unpinned signal after exit");
                         }
                         match sig {
@@ -531,9 +615,16 @@ proptest! {
                         prop_assert_eq!(reaps, 1, "exactly one reap precedes settle");
                         held_or_cut |= sum.stdout != StreamEnd::Closed || sum.stderr != StreamEnd::Closed;
                         if sum.descendants == Descendants::Terminated {
-                            prop_assert_eq!(tier, Tier::PinnedGroup);
+                            prop_assert!(matches!(tier, Tier::PinnedGroup | Tier::Cgroup));
                             prop_assert_eq!(last_probe, Some(Probe::Empty));
-                            prop_assert!(!held_or_cut);
+                            if tier == Tier::PinnedGroup {
+                                prop_assert!(!held_or_cut);
+                            }
+                        }
+                        // The cgroup tier says terminated whenever the
+                        // cgroup was seen empty, held pipes or not.
+                        if tier == Tier::Cgroup && last_probe == Some(Probe::Empty) {
+                            prop_assert_eq!(sum.descendants, Descendants::Terminated);
                         }
                         if tier == Tier::DirectChild {
                             prop_assert_eq!(sum.descendants, Descendants::Unsupported);

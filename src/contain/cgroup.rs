@@ -1,0 +1,943 @@
+//! The cgroup v2 handle and the discovery of where cgroups may be created.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::Unavailable;
+
+/// `CGROUP2_SUPER_MAGIC` from `linux/magic.h`: what `fstatfs` reports for a
+/// cgroup v2 mount.
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+
+/// Longest name accepted by [`CgroupName::new`].
+const MAX_NAME: usize = 64;
+
+/// Why a cgroup operation failed. Never carries a path from input.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CgroupError {
+    /// `rmdir` answered `EBUSY`: the cgroup still holds a live task (or a
+    /// child cgroup).
+    #[error("cgroup {name} is still populated")]
+    Busy {
+        /// The cgroup's own name.
+        name: String,
+    },
+    /// A name that [`CgroupName::new`] refuses.
+    #[error("invalid cgroup name")]
+    InvalidName,
+    /// A system call failed.
+    #[error("cgroup {op} failed: {source}")]
+    Io {
+        /// What was being done (`mkdir`, `kill`, `read_events`, ...).
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl CgroupError {
+    /// A short, stable code: `cgroup_busy`, `invalid_cgroup_name`,
+    /// `cgroup_io`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CgroupError::Busy { .. } => "cgroup_busy",
+            CgroupError::InvalidName => "invalid_cgroup_name",
+            CgroupError::Io { .. } => "cgroup_io",
+        }
+    }
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(Errno) -> CgroupError {
+    move |e| CgroupError::Io {
+        op,
+        source: e.into(),
+    }
+}
+
+/// A validated cgroup directory name: 1 to 64 bytes of `[a-z0-9_-]`, not
+/// starting with `cgroup` (the kernel's interface files). Never a path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CgroupName(CString);
+
+impl CgroupName {
+    /// Validates `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::InvalidName`] for anything but 1 to 64 bytes of
+    /// lowercase ASCII letters, digits, `_` and `-`, or a name starting
+    /// with `cgroup`.
+    pub fn new(name: &str) -> Result<Self, CgroupError> {
+        let ok = !name.is_empty()
+            && name.len() <= MAX_NAME
+            && !name.starts_with("cgroup")
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !ok {
+            return Err(CgroupError::InvalidName);
+        }
+        CString::new(name)
+            .map(CgroupName)
+            .map_err(|_| CgroupError::InvalidName)
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        // Validated ASCII.
+        self.0.to_str().unwrap_or("")
+    }
+
+    fn as_c_str(&self) -> &CStr {
+        &self.0
+    }
+}
+
+/// Where the unified (cgroup v2) hierarchy is mounted and where this
+/// process sits in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// The mount point (`/sys/fs/cgroup` on a pure v2 host,
+    /// `/sys/fs/cgroup/unified` on a hybrid one).
+    pub mount: PathBuf,
+    /// This process's cgroup as a directory under the mount.
+    pub own: PathBuf,
+    /// Whether the own cgroup is the hierarchy's root (which is exempt from
+    /// the "no internal processes" rule).
+    pub own_is_root: bool,
+}
+
+impl Hierarchy {
+    /// Reads `/proc/self/mountinfo` and `/proc/self/cgroup` and finds this
+    /// process's cgroup in the unified hierarchy.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable::NoCgroup2`] if no cgroup v2 is mounted, this process
+    /// has no `0::` line, or its cgroup is outside every cgroup2 mount.
+    pub fn discover() -> Result<Hierarchy, Unavailable> {
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").map_err(|_| Unavailable::NoCgroup2)?;
+        let own =
+            std::fs::read_to_string("/proc/self/cgroup").map_err(|_| Unavailable::NoCgroup2)?;
+        Self::from_texts(&mountinfo, &own).ok_or(Unavailable::NoCgroup2)
+    }
+
+    /// The pure part of [`Hierarchy::discover`].
+    pub fn from_texts(mountinfo: &str, proc_cgroup: &str) -> Option<Hierarchy> {
+        let own = parse_own_cgroup(proc_cgroup)?;
+        let mounts = parse_cgroup2_mounts(mountinfo);
+        // Prefer the conventional mount points, then any other.
+        let rank = |m: &Path| match m.to_str() {
+            Some("/sys/fs/cgroup") => 0,
+            Some("/sys/fs/cgroup/unified") => 1,
+            _ => 2,
+        };
+        let mut mounts: Vec<_> = mounts
+            .into_iter()
+            .filter_map(|(root, mount)| {
+                // A mount of a subtree (`root` other than `/`) holds our
+                // cgroup only if our path lies beneath that root.
+                let rel = if root == "/" {
+                    own.trim_start_matches('/').to_owned()
+                } else if own == root {
+                    String::new()
+                } else {
+                    own.strip_prefix(&root)?.strip_prefix('/')?.to_owned()
+                };
+                Some((mount, rel))
+            })
+            .collect();
+        mounts.sort_by_key(|(m, _)| rank(m));
+        let (mount, rel) = mounts.into_iter().next()?;
+        // The kernel wrote this path; still refuse anything that is not a
+        // plain downward path.
+        if rel.split('/').any(|c| c == ".." || c == ".") {
+            return None;
+        }
+        let own_is_root = rel.is_empty();
+        let own = if own_is_root {
+            mount.clone()
+        } else {
+            mount.join(&rel)
+        };
+        Some(Hierarchy {
+            mount,
+            own,
+            own_is_root,
+        })
+    }
+}
+
+/// The `0::<path>` line of `/proc/<pid>/cgroup`: this process's cgroup in
+/// the unified hierarchy, as an absolute path from the hierarchy's root.
+pub(crate) fn parse_own_cgroup(text: &str) -> Option<String> {
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    // A cgroup removed under us is shown with this suffix.
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    path.starts_with('/').then(|| path.to_owned())
+}
+
+/// Every `cgroup2` mount in a `mountinfo` text as `(root, mount point)`.
+pub(crate) fn parse_cgroup2_mounts(text: &str) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // `id parent maj:min root mountpoint opts [optional...] - fstype src superopts`
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split(' ').next() != Some("cgroup2") {
+            continue;
+        }
+        let mut f = left.split(' ');
+        let (Some(root), Some(mount)) = (f.nth(3), f.next()) else {
+            continue;
+        };
+        out.push((unescape(root), PathBuf::from(unescape(mount))));
+    }
+    out
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            let oct = &b[i + 1..i + 4];
+            if oct.iter().all(|d| (b'0'..=b'7').contains(d)) {
+                let v = (oct[0] - b'0') * 64 + (oct[1] - b'0') * 8 + (oct[2] - b'0');
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A cgroup v2 directory held open. Every operation is relative to the
+/// descriptor.
+///
+/// Dropping a `Cgroup` does not remove it: call [`Cgroup::remove`] and
+/// report what it says.
+#[derive(Debug)]
+pub struct Cgroup {
+    dir: Arc<OwnedFd>,
+    parent: Arc<OwnedFd>,
+    name: CgroupName,
+    /// Held while this cgroup lives under the per-process base.
+    _lease: Option<BaseLease>,
+}
+
+/// `open(path, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)` of a cgroup v2
+/// directory, checked with `fstatfs`.
+fn open_cgroup_dir(at: Option<BorrowedFd<'_>>, path: &CStr) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match at {
+        Some(at) => rustix::fs::openat(at, path, flags, Mode::empty())?,
+        None => rustix::fs::open(path, flags, Mode::empty())?,
+    };
+    let st = rustix::fs::fstatfs(&fd)?;
+    #[allow(clippy::unnecessary_cast)]
+    if st.f_type as u64 != CGROUP2_SUPER_MAGIC {
+        return Err(Errno::NOTDIR);
+    }
+    Ok(fd)
+}
+
+impl Cgroup {
+    /// The directory descriptor, for `clone3(CLONE_INTO_CGROUP)`.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// The cgroup's own name (the last component).
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// `mkdirat(self, name)` then `openat(O_DIRECTORY | O_NOFOLLOW)`—
+    /// Creates a child cgroup.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`] with `op = "mkdir"` (`EEXIST` if the name is
+    /// taken, `EACCES` if not delegated) or `"open"`.
+    ///
+    /// # References
+    ///  - [cgroup v2](https://docs.kernel.org/admin-guide/cgroup-v2.html)
+    #[doc(alias = "mkdirat")]
+    pub fn child(&self, name: &CgroupName) -> Result<Cgroup, CgroupError> {
+        rustix::fs::mkdirat(&*self.dir, name.as_c_str(), Mode::from_raw_mode(0o755))
+            .map_err(io_err("mkdir"))?;
+        let dir =
+            open_cgroup_dir(Some(self.dir.as_fd()), name.as_c_str()).map_err(io_err("open"))?;
+        Ok(Cgroup {
+            dir: Arc::new(dir),
+            parent: self.dir.clone(),
+            name: name.clone(),
+            _lease: None,
+        })
+    }
+
+    /// Creates a child named `<prefix><n>` with the first free `n` from a
+    /// process-wide counter.
+    fn fresh_child(&self, prefix: &str) -> Result<Cgroup, CgroupError> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let mut last = None;
+        // A name can only be taken by a leftover of an earlier process with
+        // the same pid: skip it.
+        for _ in 0..16 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let name = CgroupName::new(&format!("{prefix}{n}"))?;
+            match self.child(&name) {
+                Err(CgroupError::Io { source, .. })
+                    if source.raw_os_error() == Some(Errno::EXIST.raw_os_error()) =>
+                {
+                    last = Some(source);
+                }
+                other => return other,
+            }
+        }
+        Err(CgroupError::Io {
+            op: "mkdir",
+            source: last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)),
+        })
+    }
+
+    /// A fresh child cgroup for one governed process under this one (a
+    /// request's cgroup).
+    ///
+    /// # Errors
+    ///
+    /// As [`Cgroup::child`].
+    pub fn process_child(&self) -> Result<Cgroup, CgroupError> {
+        self.fresh_child("p")
+    }
+
+    /// `write(cgroup.kill, "1")`—Sends `SIGKILL` to every task in this
+    /// cgroup and its descendants, including tasks forked while the kill
+    /// runs.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`] (`ENOENT` before Linux 5.14).
+    ///
+    /// `cgroup.kill` walks processes by their leader and misses a process
+    /// whose leader thread has exited while other threads run (observed on
+    /// Linux 6.18), so every thread still listed afterwards is killed
+    /// through a thread pidfd as well ([`Cgroup::kill_threads`]).
+    #[doc(alias = "cgroup.kill")]
+    pub fn kill(&self) -> Result<(), CgroupError> {
+        self.write_file(c"cgroup.kill", b"1", "kill")?;
+        kill_threads(&self.dir, 0);
+        Ok(())
+    }
+
+    /// Sends `SIGKILL` to every thread listed in `cgroup.threads` of this
+    /// cgroup and its descendants, through `pidfd_open(tid, PIDFD_THREAD)`
+    /// and `pidfd_send_signal`, never to a reused id (see the code).
+    /// Returns how many signals were delivered.
+    pub fn kill_threads(&self) -> usize {
+        kill_threads(&self.dir, 0)
+    }
+
+    /// `write(cgroup.freeze, "1"|"0")`—Freezes or thaws every task inside.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`].
+    #[doc(alias = "cgroup.freeze")]
+    pub fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
+        self.write_file(c"cgroup.freeze", if frozen { b"1" } else { b"0" }, "freeze")
+    }
+
+    fn write_file(&self, file: &CStr, data: &[u8], op: &'static str) -> Result<(), CgroupError> {
+        let fd = rustix::fs::openat(
+            &*self.dir,
+            file,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io_err(op))?;
+        rustix::io::write(&fd, data).map_err(io_err(op))?;
+        Ok(())
+    }
+
+    /// Whether the kernel offers `cgroup.kill` here (Linux 5.14).
+    pub fn has_kill(&self) -> bool {
+        rustix::fs::accessat(
+            &*self.dir,
+            c"cgroup.kill",
+            rustix::fs::Access::EXISTS,
+            AtFlags::empty(),
+        )
+        .is_ok()
+    }
+
+    /// `read(cgroup.events)`—Whether any task lives in this cgroup or
+    /// beneath it (`populated 1`). Zombies do not count.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`] if the file cannot be read or has no
+    /// `populated` line.
+    #[doc(alias = "cgroup.events")]
+    pub fn populated(&self) -> Result<bool, CgroupError> {
+        let fd = rustix::fs::openat(
+            &*self.dir,
+            c"cgroup.events",
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io_err("read_events"))?;
+        let mut buf = [0u8; 256];
+        let n = rustix::io::read(&fd, &mut buf).map_err(io_err("read_events"))?;
+        parse_populated(&buf[..n]).ok_or(CgroupError::Io {
+            op: "read_events",
+            source: io::Error::from(io::ErrorKind::InvalidData),
+        })
+    }
+
+    /// Starts watching `cgroup.events` (inotify `IN_MODIFY`), registered
+    /// with the current tokio reactor.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`] if inotify or `/proc/self/fd` is unavailable, or
+    /// outside a tokio runtime.
+    pub fn watch(&self) -> Result<EventsWatch, CgroupError> {
+        use rustix::fs::inotify;
+        let ino = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+            .map_err(io_err("watch"))?;
+        // inotify takes a path; naming the file through our own descriptor
+        // keeps it relative to the directory we hold.
+        let path = format!("/proc/self/fd/{}/cgroup.events", self.dir.as_raw_fd());
+        inotify::add_watch(&ino, path.as_str(), inotify::WatchFlags::MODIFY)
+            .map_err(io_err("watch"))?;
+        // Deprecated because a generic `T` may hand out another descriptor
+        // later; an `OwnedFd` owns exactly one for the `AsyncFd`'s whole
+        // life (as in `process::sys::register_pidfd`).
+        #[allow(deprecated)]
+        let fd = tokio::io::unix::AsyncFd::with_interest(ino, tokio::io::Interest::READABLE)
+            .map_err(|source| CgroupError::Io {
+                op: "watch",
+                source,
+            })?;
+        Ok(EventsWatch { fd })
+    }
+
+    /// Waits until the cgroup is observed unpopulated or `deadline` passes:
+    /// `Ok(true)` when it was seen empty, `Ok(false)` at the deadline.
+    /// Woken by inotify on `cgroup.events`, not by polling.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cgroup::watch`] and [`Cgroup::populated`].
+    pub async fn wait_unpopulated(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool, CgroupError> {
+        let mut watch = self.watch()?;
+        loop {
+            // Read after the watch exists, so no change can fall between.
+            if !self.populated()? {
+                return Ok(true);
+            }
+            tokio::select! {
+                r = watch.changed() => r?,
+                _ = tokio::time::sleep_until(deadline) => return Ok(!self.populated()?),
+            }
+        }
+    }
+
+    /// `rmdir` of this cgroup, relative to its parent's descriptor.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Busy`] (`EBUSY`) while a task or a child cgroup is
+    /// left: the caller must report it. A cgroup already gone (`ENOENT`) is
+    /// removed.
+    #[doc(alias = "rmdir")]
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        match rustix::fs::unlinkat(&*self.parent, self.name.as_c_str(), AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(Errno::BUSY) => Err(CgroupError::Busy {
+                name: self.name.as_str().to_owned(),
+            }),
+            Err(e) => Err(io_err("rmdir")(e)),
+        }
+    }
+}
+
+/// `PIDFD_THREAD` (Linux 6.9): a pidfd for one thread, which need not be
+/// a thread-group leader.
+const PIDFD_THREAD: u32 = 0o200;
+/// Deepest nesting [`kill_threads`] descends into.
+const MAX_DEPTH: usize = 16;
+
+/// Reads a whole small cgroup file relative to `dir`.
+fn read_all(dir: &OwnedFd, file: &CStr) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        file,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match rustix::io::read(&fd, &mut buf) {
+            Ok(0) => return Some(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+fn ids(text: &[u8]) -> Vec<i32> {
+    std::str::from_utf8(text)
+        .unwrap_or("")
+        .split_ascii_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect()
+}
+
+/// The thread pass of [`Cgroup::kill`].
+///
+/// A thread id is only signalled through a pidfd opened on it *before* the
+/// list is read a second time: if the id is still listed then, the task
+/// holding it is in this cgroup, and either it is the one the pidfd
+/// refers to, or that one has exited (the id was reused meanwhile) and the
+/// signal fails with `ESRCH`. No other process can be hit.
+fn kill_threads(dir: &OwnedFd, depth: usize) -> usize {
+    let mut delivered = 0;
+    if let Some(first) = read_all(dir, c"cgroup.threads") {
+        let fds: Vec<(i32, OwnedFd)> = ids(&first)
+            .into_iter()
+            .filter_map(|tid| {
+                let pid = rustix::process::Pid::from_raw(tid)?;
+                let flags = rustix::process::PidfdFlags::from_bits_retain(PIDFD_THREAD);
+                rustix::process::pidfd_open(pid, flags)
+                    .ok()
+                    .map(|fd| (tid, fd))
+            })
+            .collect();
+        if !fds.is_empty() {
+            let second = read_all(dir, c"cgroup.threads").unwrap_or_default();
+            let still = ids(&second);
+            for (tid, fd) in fds {
+                if still.contains(&tid)
+                    && rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL)
+                        .is_ok()
+                {
+                    delivered += 1;
+                }
+            }
+        }
+    }
+    if depth < MAX_DEPTH {
+        delivered += each_child_dir(dir, |child| kill_threads(child, depth + 1));
+    }
+    delivered
+}
+
+/// Calls `f` on every child cgroup directory of `dir` (opened no-follow)
+/// and sums its answers.
+fn each_child_dir(dir: &OwnedFd, mut f: impl FnMut(&OwnedFd) -> usize) -> usize {
+    child_dirs(dir).iter().map(|(_, child)| f(child)).sum()
+}
+
+impl Cgroup {
+    /// `rmdir` of every child cgroup (deepest first, at most 16 levels),
+    /// then of this one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cgroup::remove`]: [`CgroupError::Busy`] if a task is left
+    /// anywhere in the tree.
+    pub fn remove_tree(&self) -> Result<(), CgroupError> {
+        remove_children(&self.dir, 0)?;
+        self.remove()
+    }
+}
+
+fn remove_children(dir: &OwnedFd, depth: usize) -> Result<(), CgroupError> {
+    if depth >= MAX_DEPTH {
+        return Ok(());
+    }
+    let mut failure = None;
+    for (name, child) in child_dirs(dir) {
+        let r = remove_children(&child, depth + 1).and_then(|()| {
+            match rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR) {
+                // Removed meanwhile (e.g. by its process's driver).
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(Errno::BUSY) => Err(CgroupError::Busy {
+                    name: name.to_string_lossy().into_owned(),
+                }),
+                Err(e) => Err(io_err("rmdir")(e)),
+            }
+        });
+        if let Err(e) = r {
+            failure.get_or_insert(e);
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// The child cgroup directories of `dir`, opened no-follow.
+fn child_dirs(dir: &OwnedFd) -> Vec<(CString, OwnedFd)> {
+    let Ok(listing) = rustix::fs::openat(
+        dir,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let mut buf = Vec::with_capacity(8192);
+    let mut entries = rustix::fs::RawDir::new(&listing, buf.spare_capacity_mut());
+    let mut names = Vec::new();
+    while let Some(Ok(e)) = entries.next() {
+        if e.file_type() == rustix::fs::FileType::Directory {
+            let name = e.file_name();
+            if name != c"." && name != c".." {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let fd = open_cgroup_dir(Some(dir.as_fd()), &n).ok()?;
+            Some((n, fd))
+        })
+        .collect()
+}
+
+fn parse_populated(text: &[u8]) -> Option<bool> {
+    let text = std::str::from_utf8(text).ok()?;
+    text.lines()
+        .find_map(|l| match l.strip_prefix("populated ")? {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        })
+}
+
+/// An inotify watch on one cgroup's `cgroup.events`.
+#[derive(Debug)]
+pub struct EventsWatch {
+    fd: tokio::io::unix::AsyncFd<OwnedFd>,
+}
+
+impl EventsWatch {
+    /// Waits for the next modification of `cgroup.events` (and consumes
+    /// every event queued so far). Read the file afterwards.
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`] if the inotify descriptor fails.
+    pub async fn changed(&mut self) -> Result<(), CgroupError> {
+        loop {
+            let mut guard = self.fd.readable().await.map_err(|source| CgroupError::Io {
+                op: "watch",
+                source,
+            })?;
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1024];
+            let mut reader = rustix::fs::inotify::Reader::new(self.fd.get_ref(), &mut buf);
+            let mut any = false;
+            loop {
+                match reader.next() {
+                    Ok(_) => any = true,
+                    Err(Errno::AGAIN) => break,
+                    Err(e) => return Err(io_err("watch")(e)),
+                }
+            }
+            guard.clear_ready();
+            if any {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The per-process base cgroup `custodian-<pid>` and how many cgroups live
+/// under it.
+#[derive(Debug, Default)]
+struct BaseState {
+    dir: Option<(Arc<OwnedFd>, Arc<OwnedFd>)>,
+    live: usize,
+}
+
+static BASE: Mutex<BaseState> = Mutex::new(BaseState { dir: None, live: 0 });
+
+/// Keeps the base alive; the last lease to go removes it, best effort.
+#[derive(Debug)]
+struct BaseLease;
+
+impl Drop for BaseLease {
+    fn drop(&mut self) {
+        let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+        base.live = base.live.saturating_sub(1);
+        if base.live == 0 {
+            if let Some((parent, _)) = base.dir.take() {
+                // Best effort: a leftover child (reported by its owner)
+                // keeps the base; the next launch opens it again.
+                let _ = rustix::fs::unlinkat(&*parent, base_name().as_c_str(), AtFlags::REMOVEDIR);
+            }
+        }
+    }
+}
+
+fn base_name() -> CgroupName {
+    // "custodian-" + at most 10 digits: always valid.
+    CgroupName::new(&format!("custodian-{}", std::process::id()))
+        .unwrap_or_else(|_| CgroupName(CString::from(c"custodian")))
+}
+
+/// The hierarchy, discovered once per process.
+fn hierarchy() -> Result<&'static Hierarchy, Unavailable> {
+    static H: OnceLock<Result<Hierarchy, Unavailable>> = OnceLock::new();
+    H.get_or_init(Hierarchy::discover).as_ref().map_err(|e| *e)
+}
+
+fn unavailable_from(e: Errno) -> Unavailable {
+    match e {
+        Errno::ACCESS | Errno::PERM | Errno::ROFS => Unavailable::NotDelegated,
+        Errno::NOENT | Errno::NOTDIR => Unavailable::NoCgroup2,
+        _ => Unavailable::SetupFailed,
+    }
+}
+
+/// Opens the own cgroup of `h` and checks that children may be created
+/// there.
+fn open_own(h: &Hierarchy) -> Result<OwnedFd, Unavailable> {
+    let path =
+        CString::new(h.own.as_os_str().as_encoded_bytes()).map_err(|_| Unavailable::NoCgroup2)?;
+    let own = open_cgroup_dir(None, &path).map_err(unavailable_from)?;
+    if !h.own_is_root {
+        let mut buf = [0u8; 512];
+        let fd = rustix::fs::openat(
+            &own,
+            c"cgroup.subtree_control",
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(unavailable_from)?;
+        let n = rustix::io::read(&fd, &mut buf).map_err(unavailable_from)?;
+        if buf[..n].iter().any(|b| !b.is_ascii_whitespace()) {
+            return Err(Unavailable::InternalProcessRule);
+        }
+    }
+    Ok(own)
+}
+
+/// Runs `f` on the base cgroup (created if needed) and takes a lease.
+fn with_base<T>(
+    f: impl FnOnce(&Cgroup) -> Result<T, CgroupError>,
+) -> Result<(T, BaseLease), Unavailable> {
+    let h = hierarchy()?;
+    let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+    let (own, dir) = match &base.dir {
+        Some(pair) => pair.clone(),
+        None => {
+            let own = Arc::new(open_own(h)?);
+            let name = base_name();
+            match rustix::fs::mkdirat(&*own, name.as_c_str(), Mode::from_raw_mode(0o755)) {
+                // A leftover of an earlier process with our pid: reuse it.
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(unavailable_from(e)),
+            }
+            let dir = Arc::new(
+                open_cgroup_dir(Some(own.as_fd()), name.as_c_str()).map_err(unavailable_from)?,
+            );
+            base.dir = Some((own.clone(), dir.clone()));
+            (own, dir)
+        }
+    };
+    let handle = Cgroup {
+        dir,
+        parent: own,
+        name: base_name(),
+        _lease: None,
+    };
+    let out = if handle.has_kill() {
+        f(&handle).map_err(|e| match e {
+            CgroupError::Io { source, .. } => source
+                .raw_os_error()
+                .map(Errno::from_raw_os_error)
+                .map_or(Unavailable::SetupFailed, unavailable_from),
+            _ => Unavailable::SetupFailed,
+        })
+    } else {
+        Err(Unavailable::NoCgroupKill)
+    };
+    match out {
+        Ok(out) => {
+            base.live += 1;
+            Ok((out, BaseLease))
+        }
+        Err(why) => {
+            // Nothing lives under a base we may just have created: do not
+            // leave it behind.
+            if base.live == 0 {
+                base.dir = None;
+                let _ = rustix::fs::unlinkat(
+                    &*handle.parent,
+                    handle.name.as_c_str(),
+                    AtFlags::REMOVEDIR,
+                );
+            }
+            Err(why)
+        }
+    }
+}
+
+/// A fresh cgroup `custodian-<pid>/p<n>` for one governed process.
+///
+/// # Errors
+///
+/// [`Unavailable`] with the reason the cgroup tier cannot be used here.
+pub fn process_cgroup() -> Result<Cgroup, Unavailable> {
+    let (mut cg, lease) = with_base(|b| b.fresh_child("p"))?;
+    cg._lease = Some(lease);
+    Ok(cg)
+}
+
+/// A fresh cgroup `custodian-<pid>/r<n>` for one request; its processes'
+/// cgroups are created beneath it with [`Cgroup::process_child`].
+///
+/// # Errors
+///
+/// As [`process_cgroup`].
+pub fn request_cgroup() -> Result<Cgroup, Unavailable> {
+    let (mut cg, lease) = with_base(|b| b.fresh_child("r"))?;
+    cg._lease = Some(lease);
+    Ok(cg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+31 25 0:26 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:10 - cgroup2 cgroup2 rw
+42 31 0:39 / /sys/fs/cgroup/pids rw shared:11 - cgroup cgroup rw,pids
+";
+
+    #[test]
+    fn a_hybrid_host_finds_the_unified_mount_and_the_own_cgroup() {
+        let h = Hierarchy::from_texts(HYBRID, "9:pids:/\n0::/\n").unwrap();
+        assert_eq!(h.mount, Path::new("/sys/fs/cgroup/unified"));
+        assert_eq!(h.own, Path::new("/sys/fs/cgroup/unified"));
+        assert!(h.own_is_root);
+        let h = Hierarchy::from_texts(HYBRID, "0::/user.slice/a b.scope\n").unwrap();
+        assert_eq!(
+            h.own,
+            Path::new("/sys/fs/cgroup/unified/user.slice/a b.scope")
+        );
+        assert!(!h.own_is_root);
+    }
+
+    #[test]
+    fn a_pure_v2_host_is_preferred_and_escapes_are_undone() {
+        let text = "\
+30 1 0:25 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw
+50 1 0:25 / /mnt/with\\040space rw - cgroup2 cgroup2 rw
+";
+        let h = Hierarchy::from_texts(text, "0::/x\n").unwrap();
+        assert_eq!(h.mount, Path::new("/sys/fs/cgroup"));
+        let mounts = parse_cgroup2_mounts(text);
+        assert_eq!(mounts[1].1, Path::new("/mnt/with space"));
+    }
+
+    #[test]
+    fn a_subtree_mount_only_holds_cgroups_beneath_its_root() {
+        let text = "30 1 0:25 /a /c rw - cgroup2 cgroup2 rw\n";
+        let h = Hierarchy::from_texts(text, "0::/a/b\n").unwrap();
+        assert_eq!(h.own, Path::new("/c/b"));
+        assert!(Hierarchy::from_texts(text, "0::/ab\n").is_none());
+        assert!(Hierarchy::from_texts(text, "0::/z\n").is_none());
+    }
+
+    #[test]
+    fn without_cgroup2_or_a_0_line_there_is_no_hierarchy() {
+        let v1_only = "42 31 0:39 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n";
+        assert!(Hierarchy::from_texts(v1_only, "0::/\n").is_none());
+        assert!(Hierarchy::from_texts(HYBRID, "9:pids:/\n").is_none());
+        assert!(Hierarchy::from_texts(HYBRID, "0::relative\n").is_none());
+        assert!(Hierarchy::from_texts(HYBRID, "0::/a/../b\n").is_none());
+        assert_eq!(
+            parse_own_cgroup("0::/gone (deleted)\n").as_deref(),
+            Some("/gone")
+        );
+    }
+
+    #[test]
+    fn names_are_validated_never_paths() {
+        for bad in [
+            "",
+            "..",
+            ".",
+            "a/b",
+            "cgroup.kill",
+            "cgroupx",
+            "A",
+            "a b",
+            &"x".repeat(65),
+        ] {
+            assert!(CgroupName::new(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["p1", "custodian-42", "r_7", &"x".repeat(64)] {
+            assert_eq!(CgroupName::new(good).unwrap().as_str(), good);
+        }
+    }
+
+    /// Real cgroups, where this host lets us create them.
+    #[tokio::test]
+    async fn a_process_cgroup_is_created_watched_killed_and_removed() {
+        let cg = match process_cgroup() {
+            Ok(cg) => cg,
+            Err(e) => {
+                eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+                return;
+            }
+        };
+        assert!(cg.name().starts_with('p'));
+        assert!(!cg.populated().unwrap());
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        assert!(cg.wait_unpopulated(deadline).await.unwrap());
+        cg.kill().unwrap();
+        let other = process_cgroup().unwrap();
+        assert_ne!(other.name(), cg.name());
+        cg.remove().unwrap();
+        other.remove().unwrap();
+        // Removing twice is not an error: it is gone.
+        cg.remove().unwrap();
+    }
+
+    #[test]
+    fn populated_is_read_from_the_events_text() {
+        assert_eq!(parse_populated(b"populated 1\nfrozen 0\n"), Some(true));
+        assert_eq!(parse_populated(b"frozen 0\npopulated 0\n"), Some(false));
+        assert_eq!(parse_populated(b"frozen 0\n"), None);
+        assert_eq!(parse_populated(b"populated 2\n"), None);
+    }
+}

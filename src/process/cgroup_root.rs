@@ -1,0 +1,118 @@
+//! Starting the root inside its own cgroup: pipes, `/dev/null`, and the
+//! `clone3(CLONE_INTO_CGROUP)` spawner, so that neither the root nor any
+//! child of it ever runs outside the cgroup.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::pipe::{PipeFlags, pipe_with};
+use tokio::net::unix::pipe::Receiver;
+
+use super::env::ChildEnv;
+use super::invocation::Invocation;
+use super::spawn::{self, SpawnError, SpawnSpec};
+use crate::contain::Cgroup;
+
+/// A root started in its cgroup: nobody has reaped it.
+pub(crate) struct CgroupRoot {
+    pub(crate) pid: u32,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) stdout: Receiver,
+    pub(crate) stderr: Receiver,
+}
+
+/// Why the root could not be started in its cgroup.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// `clone3` with `CLONE_INTO_CGROUP` is not available here.
+    Unsupported,
+    /// Anything else; nothing is running.
+    Failed(std::io::Error),
+}
+
+fn cstring(bytes: &[u8]) -> Result<CString, StartError> {
+    CString::new(bytes).map_err(|_| {
+        StartError::Failed(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "argument or environment entry holds a NUL byte",
+        ))
+    })
+}
+
+fn io(e: rustix::io::Errno) -> StartError {
+    StartError::Failed(e.into())
+}
+
+/// Spawns `resolved` with argv `[executable as given, args...]`, the
+/// child's environment, `cwd`, stdin on `/dev/null` and two pipes, as the
+/// leader of a new process group, inside `cgroup`. Must run inside the
+/// tokio runtime that will read the pipes.
+pub(crate) fn start(
+    invocation: &Invocation,
+    env: &ChildEnv,
+    cwd: &Path,
+    resolved: &Path,
+    cgroup: &Cgroup,
+) -> Result<CgroupRoot, StartError> {
+    let program = cstring(resolved.as_os_str().as_bytes())?;
+    let argv = std::iter::once(invocation.executable().as_bytes())
+        .chain(invocation.args().iter().map(|a| a.as_bytes()))
+        .map(cstring)
+        .collect::<Result<Vec<_>, _>>()?;
+    let envp = env
+        .vars()
+        .map(|(k, v)| {
+            let mut kv = Vec::with_capacity(k.len() + v.len() + 1);
+            kv.extend_from_slice(k.as_bytes());
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            cstring(&kv)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = cstring(cwd.as_os_str().as_bytes())?;
+    let null = rustix::fs::open(
+        c"/dev/null",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io)?;
+    let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+    let (err_r, err_w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+    let spec = SpawnSpec {
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        cwd: Some(&cwd),
+        stdin: null.as_fd(),
+        stdout: out_w.as_fd(),
+        stderr: err_w.as_fd(),
+        new_process_group: true,
+        cgroup: Some(cgroup.as_fd()),
+    };
+    let spawned = spawn::spawn(&spec).map_err(|e| match e {
+        SpawnError::Unsupported { .. } => StartError::Unsupported,
+        other => StartError::Failed(other.into()),
+    })?;
+    // Our copies of the write ends must go, or the reads never see EOF.
+    drop((out_w, err_w, null));
+    let stdout = Receiver::from_owned_fd(out_r);
+    let stderr = Receiver::from_owned_fd(err_r);
+    match (stdout, stderr) {
+        (Ok(stdout), Ok(stderr)) => Ok(CgroupRoot {
+            pid: spawned.pid,
+            pidfd: spawned.pidfd,
+            stdout,
+            stderr,
+        }),
+        (Err(e), _) | (_, Err(e)) => {
+            // The root runs but cannot be read: kill it with its cgroup
+            // and reap it before reporting.
+            let _ = cgroup.kill();
+            let _ = super::sys::reap_pidfd(&spawned.pidfd, true);
+            Err(StartError::Failed(e))
+        }
+    }
+}
