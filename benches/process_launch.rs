@@ -4,7 +4,15 @@
 //! a spawner that is forced onto std's fork path.
 //!
 //! Run: `cargo bench -p custodian --bench process_launch`
-//! (`CUSTODIAN_BENCH_HOLD_MIB` overrides the held memory, default 2048).
+//! (`CUSTODIAN_BENCH_HOLD_MIB` overrides the held memory, default 2048;
+//! `CUSTODIAN_BENCH_EXTRA_PROCS=1000` starts that many idle `sleep`s first,
+//! to show which spawners' cost grows with the host's process count).
+//!
+//! On Linux x86-64 it also measures the clone3 spawner alone
+//! (`process::spawn`, through `custodian::__bench`): without a cgroup, into
+//! a cgroup made for each launch (`mkdir`, spawn, reap, `rmdir`), and into
+//! one reused cgroup (checked `populated 0` before each reuse), which is
+//! what a pool of pre-made cgroups would cost.
 //!
 //! The fork-path anchor: std uses `posix_spawn` (vfork-like, cost
 //! independent of the parent's size) unless the command needs something it
@@ -14,6 +22,7 @@
 //! itself after `fork`), and takes no `unsafe`. Both force `fork`, whose
 //! cost grows with the parent's page tables.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
@@ -135,26 +144,188 @@ fn fork_once() {
     assert!(out.status.success());
 }
 
-fn measure(rt: &tokio::runtime::Runtime, opts: &LaunchOptions) -> Vec<Row> {
+/// A cgroup directory of this bench's own under this process's cgroup in
+/// the unified hierarchy; its children are the per-launch cgroups. Removed
+/// (after `cgroup.kill`) on drop.
+struct BenchCgroup {
+    dir: PathBuf,
+    seq: u64,
+    reused: Option<(PathBuf, std::os::fd::OwnedFd)>,
+}
+
+impl BenchCgroup {
+    fn new() -> Option<BenchCgroup> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        if !custodian::__bench::raw_spawn_supported() {
+            println!("clone3 spawner unavailable: its rows are skipped");
+            return None;
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        return None;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mount = mountinfo.lines().find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.split(' ').next() == Some("cgroup2")).then(|| pre.split(' ').nth(4))?
+        })?;
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let own = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+        let dir = Path::new(mount)
+            .join(own.trim_start_matches('/'))
+            .join(format!("custodian-bench-{}", std::process::id()));
+        if let Err(e) = std::fs::create_dir(&dir) {
+            println!(
+                "no writable cgroup v2 ({}: {e}): cgroup rows skipped",
+                dir.display()
+            );
+            return None;
+        }
+        let mut me = BenchCgroup {
+            dir,
+            seq: 0,
+            reused: None,
+        };
+        let reused = me.dir.join("reused");
+        std::fs::create_dir(&reused).ok()?;
+        me.reused = Some((reused.clone(), open_dir(&reused)));
+        Some(me)
+    }
+
+    /// mkdir, spawn into it, reap, rmdir.
+    fn fresh_once(&mut self) {
+        self.seq += 1;
+        let path = self.dir.join(format!("p{}", self.seq));
+        std::fs::create_dir(&path).unwrap();
+        let fd = open_dir(&path);
+        raw_once(Some(&fd));
+        drop(fd);
+        // The child was reaped, so the cgroup is empty.
+        std::fs::remove_dir(&path).unwrap();
+    }
+
+    /// Spawn into the same cgroup again, after checking that it is empty.
+    fn reused_once(&mut self) {
+        let (path, fd) = self.reused.as_ref().unwrap();
+        let events = std::fs::read_to_string(path.join("cgroup.events")).unwrap();
+        assert!(events.contains("populated 0"));
+        raw_once(Some(fd));
+    }
+}
+
+impl Drop for BenchCgroup {
+    fn drop(&mut self) {
+        if let Some((path, fd)) = self.reused.take() {
+            drop(fd);
+            let _ = std::fs::write(path.join("cgroup.kill"), "1");
+            let _ = std::fs::remove_dir(&path);
+        }
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            println!("leftover cgroup {}: {e}", self.dir.display());
+        }
+    }
+}
+
+fn open_dir(path: &Path) -> std::os::fd::OwnedFd {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::DIRECTORY.bits() as i32)
+        .open(path)
+        .unwrap()
+        .into()
+}
+
+fn raw_once(cgroup: Option<&std::os::fd::OwnedFd>) {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        use std::os::fd::AsFd;
+        let code = custodian::__bench::raw_output(c"/bin/true", cgroup.map(|c| c.as_fd())).unwrap();
+        assert_eq!(code, 0);
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    let _ = cgroup;
+}
+
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    opts: &LaunchOptions,
+    cg: Option<&mut BenchCgroup>,
+) -> Vec<Row> {
     let mut parts = Breakdown::default();
-    let samples = interleaved(&mut [
-        &mut || custodian_once(rt, opts, &mut parts),
-        &mut || tokio_once(rt),
-        &mut std_once,
-        &mut fork_once,
-    ]);
-    parts.print();
-    let names = [
+    let mut names = vec![
         "custodian::process::run",
         "tokio Command::output",
         "std Command::output",
         "std, forced fork (PATH + bare name)",
     ];
+    let samples = if let Some(cg) = cg {
+        names.extend([
+            "clone3 spawner, no cgroup",
+            "clone3 spawner, fresh cgroup",
+            "clone3 spawner, reused cgroup",
+        ]);
+        let cg = std::cell::RefCell::new(cg);
+        interleaved(&mut [
+            &mut || custodian_once(rt, opts, &mut parts),
+            &mut || tokio_once(rt),
+            &mut std_once,
+            &mut fork_once,
+            &mut || raw_once(None),
+            &mut || cg.borrow_mut().fresh_once(),
+            &mut || cg.borrow_mut().reused_once(),
+        ])
+    } else {
+        interleaved(&mut [
+            &mut || custodian_once(rt, opts, &mut parts),
+            &mut || tokio_once(rt),
+            &mut std_once,
+            &mut fork_once,
+        ])
+    };
+    parts.print();
     names
         .into_iter()
         .zip(samples)
         .map(|(name, samples)| Row { name, samples })
         .collect()
+}
+
+/// Idle processes started to grow the host's process table; killed and
+/// reaped on drop.
+struct Crowd(Vec<std::process::Child>);
+
+impl Crowd {
+    fn new(n: usize) -> Crowd {
+        let kids = (0..n)
+            .map(|_| {
+                std::process::Command::new("/bin/sleep")
+                    .arg("3600")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        Crowd(kids)
+    }
+}
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        for k in &mut self.0 {
+            let _ = k.kill();
+        }
+        for k in &mut self.0 {
+            let _ = k.wait();
+        }
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 fn main() {
@@ -166,6 +337,13 @@ fn main() {
         .unwrap();
     let opts = LaunchOptions::new(std::env::temp_dir());
 
+    let extra: usize = std::env::var("CUSTODIAN_BENCH_EXTRA_PROCS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let _crowd = Crowd::new(extra);
+    let mut cg = BenchCgroup::new();
+
     let processes = std::fs::read_dir("/proc")
         .map(|d| {
             d.filter(|e| {
@@ -175,9 +353,13 @@ fn main() {
             .count()
         })
         .unwrap_or(0);
-    println!("{processes} processes on the machine (the group probe scans them all)");
-    let rows = measure(&rt, &opts);
+    println!(
+        "{processes} processes on the machine ({extra} started by the bench; the group probe scans them all)"
+    );
+    println!("load average before: {}", loadavg());
+    let rows = measure(&rt, &opts, cg.as_mut());
     print("Small parent", &rows, "tokio Command::output");
+    println!("load average after: {}", loadavg());
 
     let mib: usize = std::env::var("CUSTODIAN_BENCH_HOLD_MIB")
         .ok()
@@ -188,12 +370,13 @@ fn main() {
     for page in held.chunks_mut(4096) {
         page[0] = 1;
     }
-    let rows = measure(&rt, &opts);
+    let rows = measure(&rt, &opts, cg.as_mut());
     print(
         &format!("Parent holding {mib} MiB of touched memory"),
         &rows,
         "std, forced fork (PATH + bare name)",
     );
+    println!("load average after: {}", loadavg());
     println!(
         "(held checksum {})",
         held.iter().step_by(4096).map(|&b| b as u64).sum::<u64>()

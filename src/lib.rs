@@ -40,3 +40,64 @@ pub mod spill;
 pub mod sync;
 pub mod wire;
 pub mod workspace;
+
+/// Thin wrappers over crate-private mechanisms, for `benches/` only. Not
+/// part of the API: no stability, no semver.
+#[doc(hidden)]
+#[cfg(target_os = "linux")]
+pub mod __bench {
+    use std::ffi::{CStr, CString};
+    use std::fs::File;
+    use std::io::{self, Read};
+    use std::os::fd::{AsFd, BorrowedFd};
+
+    /// Whether the clone3 spawner works on this host.
+    pub fn raw_spawn_supported() -> bool {
+        crate::process::spawn::supported()
+    }
+
+    /// Runs `program` (argv `[program]`, empty environment, new process
+    /// group) through the clone3 spawner, into `cgroup` if given, with
+    /// stdin on `/dev/null` and stdout/stderr on pipes it reads to the end
+    /// (stdout first: for small outputs only), then reaps it through its
+    /// pidfd. Returns the exit code (`-signal` if killed).
+    ///
+    /// # Errors
+    ///
+    /// The spawn's error, or a pipe or `waitid` error.
+    pub fn raw_output(program: &CStr, cgroup: Option<BorrowedFd<'_>>) -> io::Result<i32> {
+        use rustix::fs::{Mode, OFlags};
+        use rustix::pipe::{PipeFlags, pipe_with};
+        use rustix::process::{WaitId, WaitIdOptions, waitid};
+        let null = rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC)?;
+        let (err_r, err_w) = pipe_with(PipeFlags::CLOEXEC)?;
+        let argv = [CString::from(program)];
+        let spawned = crate::process::spawn::spawn(&crate::process::spawn::SpawnSpec {
+            program,
+            argv: &argv,
+            envp: &[],
+            cwd: None,
+            stdin: null.as_fd(),
+            stdout: out_w.as_fd(),
+            stderr: err_w.as_fd(),
+            new_process_group: true,
+            cgroup,
+        })?;
+        drop((out_w, err_w));
+        let mut sink = Vec::new();
+        File::from(out_r).read_to_end(&mut sink)?;
+        File::from(err_r).read_to_end(&mut sink)?;
+        let status = loop {
+            match waitid(WaitId::PidFd(spawned.pidfd.as_fd()), WaitIdOptions::EXITED) {
+                Err(rustix::io::Errno::INTR) => {}
+                other => break other?,
+            }
+        };
+        let status = status.ok_or_else(|| io::Error::other("waitid returned no status"))?;
+        Ok(status
+            .exit_status()
+            .or_else(|| status.terminating_signal().map(|s| -s))
+            .unwrap_or(i32::MIN))
+    }
+}

@@ -43,11 +43,18 @@
 //! - Needs Linux 5.7 (`CLONE_INTO_CGROUP`); a seccomp filter may hide
 //!   `clone3` (container runtimes answer `ENOSYS` or `EPERM`): both are
 //!   [`SpawnError::Unsupported`].
-//! - Checked once with strace (`strace -f -e trace=clone3,execve` on
-//!   `spawns_into_a_fresh_cgroup`), which showed
-//!   `clone3({flags=CLONE_VM|CLONE_PIDFD|CLONE_VFORK|CLONE_INTO_CGROUP,
-//!   pidfd=[…], exit_signal=SIGCHLD, stack=0x…, stack_size=0x10000,
-//!   cgroup=…}, 88)` followed by the child's `execve`.
+//! - Checked with `strace -f -e trace=clone3,execve` on the test
+//!   `spawns_into_a_fresh_cgroup` (Linux 6.18): the probe, then the spawn.
+//!
+//!   ```text
+//!   clone3({flags=CLONE_VM|CLONE_VFORK|CLONE_INTO_CGROUP, exit_signal=SIGCHLD,
+//!           stack=0x7f5ece48c000, stack_size=0x1000, cgroup=2147483647}, 88)
+//!           = -1 EBADF (Bad file descriptor)
+//!   clone3({flags=CLONE_VM|CLONE_PIDFD|CLONE_VFORK|CLONE_INTO_CGROUP,
+//!           pidfd=0x7f5ece1a3e14, exit_signal=SIGCHLD, stack=0x7f5ecdf95000,
+//!           stack_size=0x10000, cgroup=3} => {pidfd=[7]}, 88) = 2736
+//!   execve("/bin/cat", ["cat", "/proc/self/cgroup"], 0x7f5ec8000dd0 /* 1 var */) = 0
+//!   ```
 
 #![allow(
     unsafe_code,
@@ -450,7 +457,10 @@ mod imp {
         // process exec'ed or exited (CLONE_VFORK).
         let a = unsafe { &*args };
         let fail = |stage: Stage, ret: isize| -> ! {
-            a.failed_errno.store(-(ret as i32), Ordering::Relaxed);
+            // ret is -4095..=-1: a plain negation cannot overflow, but
+            // wrapping_neg leaves no panic path in the child at all.
+            a.failed_errno
+                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
             a.failed_stage.store(stage.code(), Ordering::Relaxed);
             exit_127()
         };
