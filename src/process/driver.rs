@@ -7,7 +7,15 @@
 //! one [`Event`], steps the machine and executes the returned actions, until
 //! the machine settles. Because it is a spawned task, dropping the caller's
 //! future changes nothing; if the task itself is dropped (runtime shutdown)
-//! before settling, [`Driver`]'s `Drop` kills the group and settles.
+//! before settling, [`Driver`]'s `Drop` kills the group (and, in the cgroup
+//! tier, the cgroup: `cgroup.kill`) and settles.
+//!
+//! In the cgroup tier the root is started by the `clone3` spawner inside a
+//! fresh cgroup ([`super::cgroup_root`]); there is no `tokio::process::Child`:
+//! its exit is observed through the pidfd `clone3` returned, it is reaped
+//! with `waitid(P_PIDFD)` at settlement, the probe reads `cgroup.events`
+//! (woken by inotify), and the cgroup is removed after settlement, with the
+//! outcome in the evidence (`cgroup_removal`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
