@@ -554,13 +554,17 @@ impl<I: Instant> State<I> {
         if !matches!(self.phase, Phase::Running | Phase::Draining) {
             return;
         }
-        // The root exited and the streams are done: the outstanding probe
-        // decides whether anything is left to stop.
-        if self.probe == ProbeState::Pending {
-            return;
-        }
+        // A timeout or cancel is recorded even when nothing is signalled
+        // now, so the evidence says why the run ended (`timed_out`,
+        // `cancelled`) whatever the probe answers; the first cause wins.
         if self.cause.is_none() {
             self.cause = Some(cause);
+        }
+        // The root exited and the streams are done: the outstanding probe
+        // decides whether anything is left to stop (an occupied group
+        // climbs the ladder with the cause recorded above).
+        if self.probe == ProbeState::Pending {
+            return;
         }
         if !self.signals_safe() {
             // Unpinned and the root is gone: nothing can be signalled

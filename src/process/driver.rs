@@ -118,7 +118,7 @@ pub(crate) fn spawn(
         err: Some(StreamCapture::new(budget.stderr, secrets.redactor())),
         timers: [None; 4],
         probe: None,
-        last_probe: None,
+        last_view: None,
         escalation: Vec::new(),
         settled: false,
         cut: false,
@@ -181,7 +181,7 @@ struct Driver {
     err: Option<StreamCapture>,
     timers: [Option<Instant>; 4],
     probe: Option<ProbeRun>,
-    last_probe: Option<Probe>,
+    last_view: Option<View>,
     escalation: Vec<EscalationStep>,
     settled: bool,
     probe_window: Duration,
@@ -330,27 +330,45 @@ impl Driver {
         })
     }
 
-    /// The group scan, extended in the subreaper tier by the live adopted
-    /// descendants (whose exited ones are reaped on the way).
-    fn scan(&self) -> GroupScan {
-        let group = sys::scan_group(self.pid, self.pid);
-        if !self.subreaper || group != GroupScan::Empty {
-            return group;
+    /// Looks for live descendants with what this tier can see.
+    ///
+    /// Subreaper tier: the adoption witness alone. The root has exited, so
+    /// every live descendant has an ancestor chain of live descendants up
+    /// to a child of this process (orphans are re-parented to the nearest
+    /// live subreaper ancestor): some non-root child of ours is alive
+    /// whenever any descendant is, in or out of the group, `setsid` or
+    /// not. One pass over our children that finds none alive and none
+    /// dead-but-unreaped proves that none was alive when the pass began (a
+    /// child that died during the pass, handing its children to us behind
+    /// the listing's cursor, is still our zombie when the cursor reaches
+    /// it, and only we reap it), and nothing outside the tree can enter it.
+    ///
+    /// Group tiers: the stable group scan ([`sys::scan_group_stable`]);
+    /// an empty group proves nothing about a descendant that left it, so
+    /// it is never [`View::NoDescendant`].
+    ///
+    /// Either way, a `/proc` that may hide processes makes any emptiness
+    /// [`View::Restricted`].
+    fn view(&self) -> View {
+        if self.subreaper {
+            return match adoption_witness() {
+                View::Occupied => View::Occupied,
+                _ if sys::proc_restricted(self.pid) => View::Restricted,
+                v => v,
+            };
         }
-        match adopted() {
-            Some(live) if live.is_empty() => GroupScan::Empty,
-            Some(_) => GroupScan::Occupied,
-            None => GroupScan::Unknown,
+        match sys::scan_group_stable(self.pid, self.pid) {
+            GroupScan::Occupied => View::Occupied,
+            _ if sys::proc_restricted(self.pid) => View::Restricted,
+            GroupScan::Empty => View::GroupEmpty,
+            GroupScan::Unknown => View::Unknown,
         }
     }
 
     fn rescan(&mut self, now: Instant) -> Option<Event> {
         let run = self.probe?;
-        match self.scan() {
-            GroupScan::Empty => Some(self.probe_answer(Probe::Empty)),
-            GroupScan::Unknown => Some(self.probe_answer(Probe::Unknown)),
-            GroupScan::Occupied if now >= run.give_up => Some(self.probe_answer(Probe::Occupied)),
-            GroupScan::Occupied => {
+        match self.view() {
+            View::Occupied if now < run.give_up => {
                 let delay = (run.delay * 2).min(Duration::from_millis(10));
                 self.probe = Some(ProbeRun {
                     next: now + delay,
@@ -359,13 +377,14 @@ impl Driver {
                 });
                 None
             }
+            v => Some(self.probe_answer(v)),
         }
     }
 
-    fn probe_answer(&mut self, p: Probe) -> Event {
+    fn probe_answer(&mut self, v: View) -> Event {
         self.probe = None;
-        self.last_probe = Some(p);
-        Event::GroupProbed(p)
+        self.last_view = Some(v);
+        Event::GroupProbed(v.probe())
     }
 
     fn feed(&mut self, event: Event, now: Instant, follow: &mut Vec<Event>) {
@@ -404,10 +423,8 @@ impl Driver {
                         ));
                     }
                 }
-                Action::ProbeGroup => match self.scan() {
-                    GroupScan::Empty => follow.push(self.probe_answer(Probe::Empty)),
-                    GroupScan::Unknown => follow.push(self.probe_answer(Probe::Unknown)),
-                    GroupScan::Occupied => {
+                Action::ProbeGroup => match self.view() {
+                    View::Occupied => {
                         let delay = Duration::from_millis(1);
                         self.probe = Some(ProbeRun {
                             next: now + delay,
@@ -415,6 +432,7 @@ impl Driver {
                             give_up: now + self.probe_window,
                         });
                     }
+                    v => follow.push(self.probe_answer(v)),
                 },
                 Action::Reap => self.reap(),
                 Action::Settle(summary) => self.settle(summary),
@@ -587,19 +605,27 @@ impl Driver {
             if held {
                 reasons.push(VerdictReason::StdioHeldOpen);
             }
-            match (s.tier, self.last_probe) {
+            match (s.tier, self.last_view) {
                 (Tier::DirectChild, _) => reasons.push(VerdictReason::PlatformUnsupported),
                 (Tier::Group, _) => reasons.push(VerdictReason::RootReapedBeforeCheck),
-                (Tier::PinnedGroup, Some(Probe::Occupied)) => {
+                (Tier::PinnedGroup, Some(View::Occupied)) => {
                     reasons.push(VerdictReason::GroupNotEmpty)
                 }
-                // The group is empty yet a pipe had to be cut: whoever
-                // held it is outside the group.
-                (Tier::PinnedGroup, Some(Probe::Empty)) if self.cut => {
+                // The group is empty, but a descendant that left it cannot
+                // be seen by this tier.
+                (Tier::PinnedGroup, Some(View::GroupEmpty)) => {
                     reasons.push(VerdictReason::MayHaveLeftGroup)
                 }
-                (Tier::PinnedGroup, Some(Probe::Empty)) => {}
-                (Tier::PinnedGroup, Some(Probe::Unknown) | None) => {
+                // No descendant is alive yet a pipe had to be cut: whoever
+                // held it was handed the pipe outside the tree.
+                (Tier::PinnedGroup, Some(View::NoDescendant)) if self.cut => {
+                    reasons.push(VerdictReason::MayHaveLeftGroup)
+                }
+                (Tier::PinnedGroup, Some(View::NoDescendant)) => {}
+                (Tier::PinnedGroup, Some(View::Restricted)) => {
+                    reasons.push(VerdictReason::ProcRestricted)
+                }
+                (Tier::PinnedGroup, Some(View::Unknown) | None) => {
                     reasons.push(VerdictReason::GroupEmptinessUnknown)
                 }
             }
@@ -663,29 +689,75 @@ impl Drop for Driver {
     }
 }
 
-/// The live children of this process that are not roots launched here:
-/// descendants adopted in the subreaper tier. Exited ones are reaped on
-/// the way. `None` if `/proc` cannot be read.
+/// The children of this process that are not roots launched here:
+/// descendants adopted in the subreaper tier. Dead ones are reaped on the
+/// way (and still listed in `zombies`). `None` if `/proc` cannot be read.
 #[cfg(target_os = "linux")]
-fn adopted() -> Option<Vec<u32>> {
+fn adopted_pass() -> Option<sys::Children> {
     let roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut live = Vec::new();
-    for (pid, state) in sys::own_children()? {
-        if roots.contains(&pid) {
-            continue;
-        }
-        if matches!(state, b'Z' | b'X') {
-            sys::reap_child(pid);
-        } else {
-            live.push(pid);
-        }
+    let mut c = sys::own_children()?;
+    c.live.retain(|p| !roots.contains(p));
+    c.zombies.retain(|p| !roots.contains(p));
+    for &pid in &c.zombies {
+        sys::reap_child(pid);
     }
-    Some(live)
+    Some(c)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn adopted() -> Option<Vec<u32>> {
+fn adopted_pass() -> Option<sys::Children> {
     None
+}
+
+/// The live adopted descendants (see [`adopted_pass`]).
+fn adopted() -> Option<Vec<u32>> {
+    adopted_pass().map(|c| c.live)
+}
+
+/// The subreaper tier's adoption witness (see [`Driver::view`]): passes
+/// over our children until one sees a live one ([`View::Occupied`]) or
+/// neither a live nor a dead one ([`View::NoDescendant`]). A pass that
+/// reaped a zombie proves nothing (its children may have been handed to
+/// us behind the cursor), so it is repeated, at most
+/// [`sys::STABLE_ATTEMPTS`] times.
+fn adoption_witness() -> View {
+    for _ in 0..sys::STABLE_ATTEMPTS {
+        match adopted_pass() {
+            None => return View::Unknown,
+            Some(c) if !c.live.is_empty() => return View::Occupied,
+            Some(c) if c.zombies.is_empty() => return View::NoDescendant,
+            Some(_) => {}
+        }
+    }
+    View::Unknown
+}
+
+/// What one probe learned; the machine gets the coarser [`Probe`], the
+/// evidence's reasons come from this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// Subreaper tier: no live descendant at all (the adoption witness).
+    NoDescendant,
+    /// The group was stably empty; a descendant outside it cannot be seen.
+    GroupEmpty,
+    /// A live member, or a live adopted descendant, was seen.
+    Occupied,
+    /// `/proc` may hide processes from this one.
+    Restricted,
+    /// `/proc` could not be read, or the scan never stabilised.
+    Unknown,
+}
+
+impl View {
+    /// The machine's [`Probe::Empty`] is reserved for a witness that sees
+    /// every descendant; an empty group is only "cannot tell".
+    fn probe(self) -> Probe {
+        match self {
+            View::NoDescendant => Probe::Empty,
+            View::Occupied => Probe::Occupied,
+            View::GroupEmpty | View::Restricted | View::Unknown => Probe::Unknown,
+        }
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -328,6 +328,9 @@ pub enum VerdictReason {
     MayHaveLeftGroup,
     /// The platform cannot enumerate descendants.
     PlatformUnsupported,
+    /// `/proc` may hide processes from custodian (`hidepid=`, `subset=`,
+    /// a `/proc` of another pid namespace), so seeing none proves nothing.
+    ProcRestricted,
 }
 
 impl Evidence {
