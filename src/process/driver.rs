@@ -361,6 +361,7 @@ impl Driver {
             GroupScan::Occupied => View::Occupied,
             _ if sys::proc_restricted(self.pid) => View::Restricted,
             GroupScan::Empty => View::GroupEmpty,
+            GroupScan::Unstable => View::Unstable,
             GroupScan::Unknown => View::Unknown,
         }
     }
@@ -368,7 +369,9 @@ impl Driver {
     fn rescan(&mut self, now: Instant) -> Option<Event> {
         let run = self.probe?;
         match self.view() {
-            View::Occupied if now < run.give_up => {
+            // Members just sent a signal need a moment to exit, and a busy
+            // host a quieter moment to scan in: look again shortly.
+            View::Occupied | View::Unstable if now < run.give_up => {
                 let delay = (run.delay * 2).min(Duration::from_millis(10));
                 self.probe = Some(ProbeRun {
                     next: now + delay,
@@ -424,7 +427,7 @@ impl Driver {
                     }
                 }
                 Action::ProbeGroup => match self.view() {
-                    View::Occupied => {
+                    View::Occupied | View::Unstable => {
                         let delay = Duration::from_millis(1);
                         self.probe = Some(ProbeRun {
                             next: now + delay,
@@ -625,7 +628,7 @@ impl Driver {
                 (Tier::PinnedGroup, Some(View::Restricted)) => {
                     reasons.push(VerdictReason::ProcRestricted)
                 }
-                (Tier::PinnedGroup, Some(View::Unknown) | None) => {
+                (Tier::PinnedGroup, Some(View::Unknown | View::Unstable) | None) => {
                     reasons.push(VerdictReason::GroupEmptinessUnknown)
                 }
             }
@@ -744,7 +747,10 @@ enum View {
     Occupied,
     /// `/proc` may hide processes from this one.
     Restricted,
-    /// `/proc` could not be read, or the scan never stabilised.
+    /// Tasks were created during every pass: an empty pass proves
+    /// nothing ([`sys::scan_group_stable`]).
+    Unstable,
+    /// `/proc` could not be read.
     Unknown,
 }
 
@@ -755,7 +761,7 @@ impl View {
         match self {
             View::NoDescendant => Probe::Empty,
             View::Occupied => Probe::Occupied,
-            View::GroupEmpty | View::Restricted | View::Unknown => Probe::Unknown,
+            View::GroupEmpty | View::Restricted | View::Unstable | View::Unknown => Probe::Unknown,
         }
     }
 }

@@ -123,6 +123,9 @@ pub(crate) enum GroupScan {
     Occupied,
     /// `/proc` could not be read, or a member's state could not.
     Unknown,
+    /// Every pass was empty, but tasks were created during each one, so
+    /// none can be trusted ([`scan_group_stable`]); worth retrying.
+    Unstable,
 }
 
 /// The fields of `/proc/<pid>/stat` the scans need.
@@ -169,8 +172,8 @@ enum StatRead {
 /// `getdents64` on `/proc` walks the pid table in numeric order from a
 /// cursor kept in the file offset, so a process that exists for the whole
 /// listing is always listed; one born during the listing is missed when
-/// its pid is below the cursor (after a wraparound), which is why the
-/// callers bracket a listing with [`pid_witness`].
+/// its pid is below the cursor, which is why [`scan_group_stable`]
+/// brackets a listing with [`fork_witness`].
 ///
 /// # Errors
 ///
@@ -260,22 +263,10 @@ pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
     let mut found = false;
     let mut unreadable = false;
     let scanned = each_pid(|proc_fd, pid| {
-        if pid == except {
-            return false;
-        }
-        let Ok(raw) = i32::try_from(pid) else {
-            return false;
-        };
-        // Kernel threads are in group 0: `nix` takes that, not rustix.
-        let in_group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(raw)))
-            .is_ok_and(|g| i64::from(g.as_raw()) == i64::from(pgid));
-        if !in_group {
-            return false;
-        }
-        match read_stat(proc_fd, pid) {
-            StatRead::Gone => {}
-            StatRead::Unreadable => unreadable = true,
-            StatRead::Stat(st) => found = st.pgrp == pgid && st.live(),
+        match member(proc_fd, pid, pgid, except) {
+            Member::Live => found = true,
+            Member::Unreadable => unreadable = true,
+            Member::No => {}
         }
         found
     });
@@ -286,64 +277,105 @@ pub(crate) fn scan_group(pgid: u32, except: u32) -> GroupScan {
     }
 }
 
+/// Whether one pid is a live member of group `pgid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Member {
+    /// A live member.
+    Live,
+    /// In the group, but its `stat` cannot be read.
+    Unreadable,
+    /// Not in the group, gone, dead, or `except`.
+    No,
+}
+
+/// `getpgid(pid)`, then, for a member, its `stat`.
+#[cfg(target_os = "linux")]
+fn member(proc_fd: &OwnedFd, pid: u32, pgid: u32, except: u32) -> Member {
+    if pid == except {
+        return Member::No;
+    }
+    let Ok(raw) = i32::try_from(pid) else {
+        return Member::No;
+    };
+    // Kernel threads are in group 0: `nix` takes that, not rustix.
+    let in_group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(raw)))
+        .is_ok_and(|g| i64::from(g.as_raw()) == i64::from(pgid));
+    if !in_group {
+        return Member::No;
+    }
+    match read_stat(proc_fd, pid) {
+        StatRead::Gone => Member::No,
+        StatRead::Unreadable => Member::Unreadable,
+        StatRead::Stat(st) if st.pgrp == pgid && st.live() => Member::Live,
+        StatRead::Stat(_) => Member::No,
+    }
+}
+
 /// Portable stand-in: no `/proc` to scan.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn scan_group(_pgid: u32, _except: u32) -> GroupScan {
     GroupScan::Unknown
 }
 
-/// How many times [`scan_group_stable`] retries a scan during which a pid
-/// was allocated before it answers [`GroupScan::Unknown`].
-pub(crate) const STABLE_ATTEMPTS: u32 = 8;
+/// How many passes [`scan_group_stable`] runs before it answers
+/// [`GroupScan::Unstable`].
+pub(crate) const STABLE_ATTEMPTS: u32 = 4;
 
-/// Scans the group until the answer can be trusted, at most
-/// [`STABLE_ATTEMPTS`] times.
+/// Scans the group until an empty answer can be trusted.
 ///
 /// # Why an empty scan needs a witness
 ///
 /// One listing of `/proc` followed by a `getpgid` per pid is not a
-/// snapshot. A member may fork and exit while the listing runs: if the
-/// child's pid is below the listing's cursor (the pid counter wrapped, or
-/// the listing already passed that slot), nobody live is ever seen. So an
-/// empty pass is only accepted when the namespace's pid counter
-/// ([`pid_witness`], read before and after) did not move: then no process
-/// (nor thread) was created during the pass, every process that is alive
-/// at its end existed for all of it and was listed, and a member that
-/// stayed in the group was seen. A moved witness means "scan again",
-/// never "empty" — it also moves for unrelated forks on the host, so the
-/// retries are bounded and an unstable host answers
-/// [`GroupScan::Unknown`]. Two such passes must agree (`w0 = w1 = w2`),
-/// so a member that re-entered the group with `setpgid` during the first
-/// pass is caught by the second.
+/// snapshot. A member may fork and exit while the listing runs, and its
+/// child may be born behind the listing's cursor — after a pid
+/// wraparound, or because the child's pid was allocated but not yet
+/// attached when the listing passed its slot — so nobody live is seen
+/// although a member lives (a test below makes a single pass miss such a
+/// "walking" member about half the time).
 ///
-/// What the witness cannot see: a process that leaves the group during
-/// the scan (`setsid`, `setpgid`) — the group tier never claims to see
-/// those — and exactly `pid_max − 300` allocations between two reads,
-/// which bring the counter back to the same value (a full wrap within one
-/// pass; about four million pids on a default 64-bit kernel, 32 768 on a
-/// small `pid_max`).
+/// So a pass is bracketed by the kernel's count of created tasks
+/// ([`fork_witness`], `total_forks`, incremented in the same critical
+/// section that makes a new task visible). If it did not move, no task
+/// became visible during the pass, so every process alive at its end was
+/// visible for all of it; `getdents` on `/proc` walks the pid table in
+/// numeric order from a cursor, so each was listed and checked, and a
+/// member that stayed in the group was seen. If it moved, the pass proves
+/// nothing: scan again, at most [`STABLE_ATTEMPTS`] passes, then answer
+/// [`GroupScan::Unstable`] (the caller may retry later; it is never
+/// "empty"). The counter is host-wide, so unrelated forks move it too;
+/// that costs retries, never soundness. Pid numbers are not used at all,
+/// so wraparound does not matter.
+///
+/// What it cannot see: a process that leaves the group during the scan
+/// (`setsid`, `setpgid`); the group tier never claims to see those.
 #[cfg(target_os = "linux")]
 pub(crate) fn scan_group_stable(pgid: u32, except: u32) -> GroupScan {
+    stable(|| scan_group(pgid, except), fork_witness)
+}
+
+/// The retry logic of [`scan_group_stable`], over any pass and witness: an
+/// answer other than `Empty` is final at once; `Empty` only from a pass
+/// with the witness equal before and after; an unreadable witness is
+/// `Unknown`.
+pub(crate) fn stable(
+    mut pass: impl FnMut() -> GroupScan,
+    mut witness: impl FnMut() -> Option<u64>,
+) -> GroupScan {
     for _ in 0..STABLE_ATTEMPTS {
-        let Some(w0) = pid_witness() else {
+        let Some(before) = witness() else {
             return GroupScan::Unknown;
         };
-        match scan_group(pgid, except) {
+        match pass() {
             GroupScan::Empty => {}
             other => return other,
         }
-        if pid_witness() != Some(w0) {
-            continue;
-        }
-        match scan_group(pgid, except) {
-            GroupScan::Empty => {}
-            other => return other,
-        }
-        if pid_witness() == Some(w0) {
-            return GroupScan::Empty;
+        match witness() {
+            None => return GroupScan::Unknown,
+            Some(after) if after == before => return GroupScan::Empty,
+            Some(_) => {}
         }
     }
-    GroupScan::Unknown
+    GroupScan::Unstable
 }
 
 /// Portable stand-in: no `/proc` to scan.
@@ -352,31 +384,24 @@ pub(crate) fn scan_group_stable(_pgid: u32, _except: u32) -> GroupScan {
     GroupScan::Unknown
 }
 
-/// The last pid allocated in this process's pid namespace: the last field
-/// of `/proc/loadavg` (the same counter as `/proc/sys/kernel/ns_last_pid`,
-/// which needs `CONFIG_CHECKPOINT_RESTORE`). Every fork or thread creation
-/// in this namespace or a nested one moves it. `None` if it cannot be read
-/// (e.g. `/proc` mounted with `subset=pid`).
+/// The number of tasks (processes and threads) created since boot: the
+/// `processes` line of `/proc/stat`, the kernel's `total_forks`, which
+/// `copy_process` increments under `tasklist_lock` together with attaching
+/// the new task's pids. Monotonic and host-wide. `None` if it cannot be
+/// read (e.g. `/proc` mounted with `subset=pid`).
+///
+/// # References
+///  - [proc_stat(5)](https://man7.org/linux/man-pages/man5/proc_stat.5.html)
 #[cfg(target_os = "linux")]
-pub(crate) fn pid_witness() -> Option<u32> {
-    use rustix::fs::{Mode, OFlags, open};
-    let fd = open(
-        "/proc/loadavg",
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let mut buf = [0u8; 128];
-    let n = rustix::io::read(&fd, &mut buf).ok()?;
-    parse_loadavg_last_pid(&buf[..n])
+pub(crate) fn fork_witness() -> Option<u64> {
+    parse_processes(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
-/// The last field of a `/proc/loadavg` line (`0.00 0.01 0.05 1/99 4242`).
-pub(crate) fn parse_loadavg_last_pid(line: &[u8]) -> Option<u32> {
-    std::str::from_utf8(line)
-        .ok()?
-        .split_ascii_whitespace()
-        .nth(4)?
+/// The value of the `processes` line of a `/proc/stat` text.
+pub(crate) fn parse_processes(stat: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("processes "))?
+        .trim()
         .parse()
         .ok()
 }
@@ -548,7 +573,7 @@ pub(crate) fn become_subreaper() -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Stat, mountinfo_restricts_proc, parse_loadavg_last_pid, parse_stat};
+    use super::{Stat, mountinfo_restricts_proc, parse_stat};
 
     /// A `stat` line with `state`, `ppid`, `pgrp` and `num_threads`; the
     /// fields between are real values from a sleeping shell.
@@ -588,13 +613,111 @@ mod tests {
     }
 
     #[test]
-    fn the_pid_witness_is_the_last_loadavg_field() {
+    fn empty_is_trusted_only_from_a_pass_during_which_nothing_was_created() {
+        use super::{GroupScan, STABLE_ATTEMPTS, stable};
+        use std::cell::Cell;
+        let passes = Cell::new(0);
+        let pass = || {
+            passes.set(passes.get() + 1);
+            GroupScan::Empty
+        };
+        // Quiet host: one pass.
+        assert_eq!(stable(pass, || Some(7)), GroupScan::Empty);
+        assert_eq!(passes.replace(0), 1);
+
+        // A task created during every pass (a member forking, or the
+        // host): bounded, and never empty.
+        let n = Cell::new(0);
+        let moving = || {
+            n.set(n.get() + 1);
+            Some(n.get())
+        };
+        assert_eq!(stable(pass, moving), GroupScan::Unstable);
+        assert_eq!(passes.replace(0), STABLE_ATTEMPTS);
+
+        // Created during the first pass only: the second is trusted.
+        let reads = std::cell::RefCell::new(vec![1, 2, 2, 2].into_iter());
+        assert_eq!(stable(pass, || reads.borrow_mut().next()), GroupScan::Empty);
+        assert_eq!(passes.replace(0), 2);
+
+        // A member seen, or no witness: final at once.
+        assert_eq!(stable(|| GroupScan::Occupied, moving), GroupScan::Occupied);
+        assert_eq!(stable(pass, || None), GroupScan::Unknown);
+        let reads = std::cell::RefCell::new(vec![Some(1), None].into_iter());
         assert_eq!(
-            parse_loadavg_last_pid(b"7.99 2.98 1.18 14/199 15820\n"),
-            Some(15820)
+            stable(pass, || reads.borrow_mut().next().flatten()),
+            GroupScan::Unknown
         );
-        assert_eq!(parse_loadavg_last_pid(b"7.99 2.98 1.18 14/199"), None);
-        assert_eq!(parse_loadavg_last_pid(b""), None);
+    }
+
+    /// The real scan against a member that forks continuously (each
+    /// process forks once and exits, so the live one is always a new pid):
+    /// it is never called empty while the walker runs.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_walking_member_is_never_scanned_empty() {
+        use std::os::unix::process::CommandExt;
+        // Each `sh` starts the next one in the background and exits: the
+        // live member is always a new pid.
+        let step = r#"sh -c "$1" x "$1" & exit 0"#;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", step, "x", step])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id();
+        let _ = child.wait();
+        let mut empty = 0;
+        let mut occupied = 0;
+        let mut plain_empty = 0;
+        for _ in 0..50 {
+            match super::scan_group_stable(pgid, 0) {
+                super::GroupScan::Empty => empty += 1,
+                super::GroupScan::Occupied => occupied += 1,
+                _ => {}
+            }
+            if super::scan_group(pgid, 0) == super::GroupScan::Empty {
+                plain_empty += 1;
+            }
+        }
+        let g = rustix::process::Pid::from_raw(pgid as i32).unwrap();
+        let mut left = super::GroupScan::Unknown;
+        for _ in 0..200 {
+            let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
+            left = super::scan_group_stable(pgid, 0);
+            if left == super::GroupScan::Empty {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        eprintln!("of 50 passes: single missed the walker {plain_empty}, stable saw it {occupied}");
+        assert_eq!(
+            left,
+            super::GroupScan::Empty,
+            "the walker outlived the test"
+        );
+        assert!(
+            occupied > 0,
+            "the walker never ran: the test proves nothing"
+        );
+        assert_eq!(empty, 0, "called empty while a member ran");
+        assert_eq!(
+            left,
+            super::GroupScan::Empty,
+            "the walker outlived the test"
+        );
+        assert_eq!(empty, 0, "called empty while a member ran");
+    }
+
+    #[test]
+    fn the_fork_witness_is_the_processes_line() {
+        let stat = "cpu  1 2 3\nintr 5 0 0\nctxt 99\nbtime 1700000000\nprocesses 175991\nprocs_running 2\n";
+        assert_eq!(super::parse_processes(stat), Some(175_991));
+        assert_eq!(super::parse_processes("cpu 1\n"), None);
+        assert_eq!(super::parse_processes("processes x\n"), None);
     }
 
     #[test]
@@ -634,7 +757,7 @@ mod tests {
             eprintln!("skipped: this host's /proc is mounted with hidepid/subset");
             return;
         }
-        assert!(super::pid_witness().is_some());
+        assert!(super::fork_witness().is_some());
         use std::os::unix::process::CommandExt;
         let mut child = std::process::Command::new("sleep")
             .arg("5")

@@ -16,6 +16,7 @@ fn json(out: &Output) -> serde_json::Value {
 
 #[test]
 fn a_timeout_is_a_completed_run_with_exit_code_zero() {
+    let _quiet = crate::common::quiet_host();
     let out = custodian(&["--timeout", "200ms", "--grace", "200ms", "--", "sleep", "5"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let ev = json(&out);

@@ -108,3 +108,20 @@ pub fn assert_group_confirmed_empty(ev: &custodian::process::Evidence) {
         "{ev:?}"
     );
 }
+
+static HOST: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test whose evidence must show a *confirmed* empty group: the
+/// group scan only trusts a pass during which no task was created on the
+/// host, so it must not overlap a test that forks thousands of processes
+/// (those hold [`fork_storm`]).
+pub fn quiet_host() -> std::sync::RwLockReadGuard<'static, ()> {
+    HOST.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Held by a test that forks continuously; see [`quiet_host`].
+pub fn fork_storm() -> std::sync::RwLockWriteGuard<'static, ()> {
+    HOST.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

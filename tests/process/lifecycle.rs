@@ -13,6 +13,7 @@ const SHORT: Duration = Duration::from_millis(300);
 
 #[tokio::test]
 async fn term_respecting_child_settles_on_term_without_kill() {
+    let _quiet = quiet_host();
     let r = launch(inv("sleep", &["30"], SHORT), &opts()).unwrap();
     let ev = r.settled().await;
     assert_eq!(ev.status, Status::TimedOut);
@@ -27,6 +28,7 @@ async fn term_respecting_child_settles_on_term_without_kill() {
 
 #[tokio::test]
 async fn term_ignoring_child_is_killed_after_the_grace() {
+    let _quiet = quiet_host();
     // `trap "" TERM` is inherited through exec: the sleeps ignore it too.
     let script = "trap '' TERM; echo ready; while :; do sleep 0.05; done";
     let r = launch(sh(script, SHORT), &opts()).unwrap();
@@ -47,6 +49,7 @@ async fn term_ignoring_child_is_killed_after_the_grace() {
 
 #[tokio::test]
 async fn grandchild_ignoring_term_does_not_survive_its_root() {
+    let _quiet = quiet_host();
     // The root dies on TERM at once; its grandchild ignores TERM and holds
     // no pipe. Only a pinned group lets KILL reach it after the root exit.
     let script = "(trap '' TERM; exec sleep 30) >/dev/null 2>&1 & echo $!; wait";
@@ -146,6 +149,7 @@ async fn double_fork_holding_stdout_is_unconfirmed_and_stopped() {
 
 #[tokio::test]
 async fn silent_double_fork_left_in_the_group_is_stopped_and_confirmed() {
+    let _quiet = quiet_host();
     let script = "(sleep 30 >/dev/null 2>&1 & echo $! >&2); echo done";
     let r = launch(sh(script, Duration::from_secs(20)), &opts()).unwrap();
     let ev = r.settled().await;
@@ -162,6 +166,7 @@ async fn silent_double_fork_left_in_the_group_is_stopped_and_confirmed() {
 
 #[tokio::test]
 async fn clean_exit_with_a_code_is_a_completed_result() {
+    let _quiet = quiet_host();
     let ev = run(sh("echo out; echo err >&2; exit 3", SHORT), &opts())
         .await
         .unwrap();
