@@ -283,11 +283,31 @@ impl Descendants {
 }
 
 /// The descendant verdict.
+///
+/// `terminated` means: after the root exited, custodian observed that no
+/// descendant of it was alive, and no descendant held stdout or stderr past
+/// the root's exit. Only a tier that can see every descendant can observe
+/// that:
+///
+/// - `subreaper`: a pass over custodian's own children found none alive and
+///   none exited-but-unreaped (every live descendant of an exited root has a
+///   chain of live ancestors ending at a child of custodian, in the group or
+///   not), and `/proc` shows every process.
+/// - `pinned_process_group`: never. A group confirmed empty is reported
+///   `unconfirmed_or_escaped` with `may_have_left_group`: a descendant that
+///   left the group (`setsid`, `setpgid`) and closed its stdio is invisible
+///   to this tier.
+/// - `process_group`: never (`root_reaped_before_check`).
+/// - `direct_child`: never; the verdict is `unsupported`.
+///
+/// (The same text is in `docs/contracts/process-evidence.md` and
+/// `docs/threat-model.md`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Verdict {
-    /// Confirmed: no descendant is left alive.
+    /// Observed: no descendant is alive (only in a tier that sees them all;
+    /// see the type's documentation).
     Terminated,
     /// A descendant may be alive, in or out of the group.
     UnconfirmedOrEscaped,
