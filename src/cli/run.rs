@@ -30,8 +30,9 @@ Exit codes:
   2   the command line could not be parsed (including a bad duration or
       size); nothing was launched
   64  invalid invocation (an --env entry without `=`, a cwd escaping the
-      workspace, a zero timeout, a budget over the limit, ...); nothing
-      was launched
+      workspace, a zero timeout, a timeout over 30 days, a grace, drain or
+      hard margin over 1 hour, a budget over 64 MiB, ...); nothing was
+      launched
   70  internal error
   71  launch failure: executable not found or not executable, working
       directory missing, spawn failed; nothing is running

@@ -15,8 +15,10 @@
 //!   (custodian is a governed launcher, not a sandbox);
 //! - environment overlay keys are non-empty, contain no `=` and no NUL, and
 //!   appear at most once; literal values contain no NUL;
-//! - the timeout is non-zero and the per-stream budgets are at most
-//!   [`MAX_STREAM_BUDGET`];
+//! - the timeout is non-zero and at most [`MAX_TIMEOUT`]; the grace, the
+//!   drain bound and the hard-deadline margin are at most [`MAX_TUNABLE`],
+//!   so no deadline the lifecycle computes can overflow a clock; the
+//!   per-stream budgets are at most [`MAX_STREAM_BUDGET`];
 //! - on Windows (or when validating *for* Windows with
 //!   [`Invocation::validate_for`]) the executable must satisfy
 //!   [`check_windows_executable`].
@@ -48,6 +50,21 @@ pub const MAX_ARGV_BYTES: usize = 1024 * 1024;
 pub const MAX_ARGS: usize = 32 * 1024;
 /// The largest number of environment overlay entries accepted.
 pub const MAX_ENV_ENTRIES: usize = 4096;
+/// The longest timeout accepted: 30 days.
+///
+/// Longer than any request an agent runtime should hold open, and far
+/// inside every clock the lifecycle adds it to: the deadline is
+/// `now + timeout` on a monotonic `Instant` (which panics on overflow),
+/// tokio's timer wheel spans about two years, and the evidence's timings
+/// are microseconds in a `u64`. A timeout of centuries is a mistake or an
+/// attack, never a plan.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// The longest grace, drain bound or hard-deadline margin accepted: 1 hour.
+///
+/// Each is a short wait after a signal or an exit; an hour is already
+/// far more than any process needs to shut down, and keeps
+/// `timeout + grace + hard_margin` within [`MAX_TIMEOUT`] plus two hours.
+pub const MAX_TUNABLE: Duration = Duration::from_secs(60 * 60);
 
 /// An environment overlay value: a literal, or a reference to a secret that
 /// is resolved at launch (see [`crate::process::env::SecretResolver`]).
@@ -322,6 +339,16 @@ pub enum InvalidInvocation {
     /// The timeout is zero.
     #[error("the timeout must be greater than zero")]
     ZeroTimeout,
+    /// The timeout is longer than [`MAX_TIMEOUT`].
+    #[error("the timeout exceeds the limit of {} days", MAX_TIMEOUT.as_secs() / 86_400)]
+    TimeoutTooLarge,
+    /// The grace, the drain bound or the hard-deadline margin is longer
+    /// than [`MAX_TUNABLE`].
+    #[error("the {name} exceeds the limit of {} seconds", MAX_TUNABLE.as_secs())]
+    TunableTooLarge {
+        /// `"grace"`, `"drain"` or `"hard_margin"`.
+        name: &'static str,
+    },
     /// A stream budget is larger than [`MAX_STREAM_BUDGET`].
     #[error("the {stream} budget exceeds the limit of {MAX_STREAM_BUDGET} bytes")]
     BudgetTooLarge {
@@ -384,6 +411,18 @@ impl Invocation {
         let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() {
             return Err(InvalidInvocation::ZeroTimeout);
+        }
+        if timeout > MAX_TIMEOUT {
+            return Err(InvalidInvocation::TimeoutTooLarge);
+        }
+        for (name, d) in [
+            ("grace", tunables.grace),
+            ("drain", tunables.drain),
+            ("hard_margin", tunables.hard_margin),
+        ] {
+            if d > MAX_TUNABLE {
+                return Err(InvalidInvocation::TunableTooLarge { name });
+            }
         }
         if budget.stdout > MAX_STREAM_BUDGET {
             return Err(InvalidInvocation::BudgetTooLarge { stream: "stdout" });
@@ -961,6 +1000,61 @@ mod tests {
             }))
             .is_ok()
         );
+    }
+
+    /// Durations that would overflow the clock or the timer (a timeout or a
+    /// grace of centuries, `u64::MAX` milliseconds from the wire) are
+    /// refused before anything is launched; the limits themselves pass.
+    #[test]
+    fn durations_that_overflow_a_clock_are_refused() {
+        let huge = [
+            Duration::MAX,
+            Duration::from_millis(u64::MAX),
+            Duration::from_secs(100 * 365 * 86_400),
+            MAX_TIMEOUT + Duration::from_nanos(1),
+        ];
+        for t in huge {
+            assert_eq!(
+                Invocation::validate(spec("x").with_timeout(t)),
+                Err(InvalidInvocation::TimeoutTooLarge),
+                "{t:?}"
+            );
+        }
+        let with = |f: fn(&mut Tunables, Duration), d| {
+            let mut tun = Tunables::default();
+            f(&mut tun, d);
+            Invocation::validate(spec("x").with_tunables(tun))
+        };
+        let setters: [(&str, fn(&mut Tunables, Duration)); 3] = [
+            ("grace", |t, d| t.grace = d),
+            ("drain", |t, d| t.drain = d),
+            ("hard_margin", |t, d| t.hard_margin = d),
+        ];
+        for (name, set) in setters {
+            for d in [Duration::MAX, MAX_TUNABLE + Duration::from_nanos(1)] {
+                assert_eq!(
+                    with(set, d),
+                    Err(InvalidInvocation::TunableTooLarge { name }),
+                    "{name} {d:?}"
+                );
+            }
+            assert!(with(set, MAX_TUNABLE).is_ok(), "{name} at the limit");
+        }
+        let max =
+            Invocation::validate(spec("x").with_timeout(MAX_TIMEOUT).with_tunables(Tunables {
+                grace: MAX_TUNABLE,
+                drain: MAX_TUNABLE,
+                hard_margin: MAX_TUNABLE,
+            }))
+            .unwrap();
+        // The furthest deadline the lifecycle computes still fits the
+        // monotonic clock.
+        assert!(
+            std::time::Instant::now()
+                .checked_add(max.hard_deadline())
+                .is_some()
+        );
+        assert_eq!(max.hard_deadline(), MAX_TIMEOUT + 2 * MAX_TUNABLE);
     }
 
     #[test]
