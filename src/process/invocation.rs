@@ -1020,12 +1020,13 @@ mod tests {
                 "{t:?}"
             );
         }
-        let with = |f: fn(&mut Tunables, Duration), d| {
+        type Set = fn(&mut Tunables, Duration);
+        let with = |f: Set, d| {
             let mut tun = Tunables::default();
             f(&mut tun, d);
             Invocation::validate(spec("x").with_tunables(tun))
         };
-        let setters: [(&str, fn(&mut Tunables, Duration)); 3] = [
+        let setters: [(&str, Set); 3] = [
             ("grace", |t, d| t.grace = d),
             ("drain", |t, d| t.drain = d),
             ("hard_margin", |t, d| t.hard_margin = d),
