@@ -50,6 +50,9 @@ pub const MAX_ARGV_BYTES: usize = 1024 * 1024;
 pub const MAX_ARGS: usize = 32 * 1024;
 /// The largest number of environment overlay entries accepted.
 pub const MAX_ENV_ENTRIES: usize = 4096;
+/// The longest working directory accepted, in bytes (Linux's `PATH_MAX`):
+/// it bounds the cwd in the evidence.
+pub const MAX_CWD_BYTES: usize = 4096;
 /// The longest timeout accepted: 30 days.
 ///
 /// Longer than any request an agent runtime should hold open, and far
@@ -301,6 +304,9 @@ pub enum InvalidInvocation {
     /// The working directory contains a NUL byte.
     #[error("the working directory contains a NUL byte")]
     CwdNul,
+    /// The working directory is longer than [`MAX_CWD_BYTES`].
+    #[error("the working directory is longer than {MAX_CWD_BYTES} bytes")]
+    CwdTooLong,
     /// An overlay key is empty.
     #[error("environment overlay entry {index}: the key is empty")]
     EnvKeyEmpty {
@@ -542,6 +548,9 @@ impl WorkspaceCwd {
         }
         if cwd.contains('\0') {
             return Err(InvalidInvocation::CwdNul);
+        }
+        if cwd.len() > MAX_CWD_BYTES {
+            return Err(InvalidInvocation::CwdTooLong);
         }
         let bytes = cwd.as_bytes();
         let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
@@ -899,6 +908,10 @@ mod tests {
             ("a/../../b", InvalidInvocation::CwdEscapes),
             ("..\\x", InvalidInvocation::CwdEscapes),
             ("a\0b", InvalidInvocation::CwdNul),
+            (
+                &*"a".repeat(MAX_CWD_BYTES + 1),
+                InvalidInvocation::CwdTooLong,
+            ),
         ] {
             assert_eq!(WorkspaceCwd::new(bad), Err(err.clone()), "{bad:?}");
             assert_eq!(
