@@ -9,6 +9,7 @@
 //! future changes nothing; if the task itself is dropped (runtime shutdown)
 //! before settling, [`Driver`]'s `Drop` kills the group and settles.
 
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,6 +26,7 @@ use super::evidence::{
     self, Descendants as EvDescendants, EscalationAction, EscalationReason, EscalationStep,
     Evidence, InvocationIdentity, SignalTarget, StepOutcome, Verdict, VerdictReason,
 };
+use super::fault::{self, FaultPoint};
 use super::invocation::Invocation;
 use super::launch::{ProcessError, ROOTS, Running, SUBREAPER, Shared};
 use super::sys::{self, Delivery, GroupScan};
@@ -69,9 +71,13 @@ pub(crate) fn spawn(
         cmd.arg0(invocation.executable()).process_group(0);
     }
     let subreaper = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
+    let fault = invocation.fault();
+    // Built before the spawn: the fallback evidence needs it if anything
+    // after the spawn fails.
+    let identity = InvocationIdentity::new(&invocation, &resolved, env.secrets());
     let started_wall = SystemTime::now();
     let started = Instant::now();
-    let mut child = {
+    let child = {
         // Registered under the lock, so no probe ever sees this child
         // unregistered and takes it for an adopted descendant.
         let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -85,18 +91,12 @@ pub(crate) fn spawn(
         child
     };
     let pid = child.id().unwrap_or(0);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let (pidfd, tier) = pin_root(runtime, pid);
-    let secrets = env.secrets();
-    let identity = InvocationIdentity::new(&invocation, &resolved, secrets);
-    let budget = invocation.budget();
-    let tun = invocation.tunables();
-    let limits = Limits {
-        timeout: invocation.timeout(),
-        grace: tun.grace,
-        drain: tun.drain,
-        hard_margin: tun.hard_margin,
+    // From the instant the spawn returned, a guard owns the child until the
+    // driver takes it over: whatever panics in between, the group is
+    // killed and the root reaped, and the evidence says so.
+    let mut guard = ChildGuard {
+        child: Some(child),
+        pid,
     };
     let (done, _) = watch::channel(None);
     let shared = Arc::new(Shared {
@@ -105,9 +105,76 @@ pub(crate) fn spawn(
         cancelled: AtomicBool::new(false),
         done,
     });
-    let start = m::start(tier, limits, started);
+    let setup = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        fault::hit(fault, FaultPoint::AfterSpawn);
+        let child = guard.child.take()?;
+        start_driver(
+            runtime,
+            child,
+            &shared,
+            identity.clone(),
+            &invocation,
+            &env,
+            (started, started_wall),
+            subreaper,
+        );
+        Some(())
+    }));
+    if setup.is_err() {
+        // Either the guard still holds the child, or the driver that took
+        // it over was dropped while unwinding and settled on its own.
+        let kill = guard.kill_and_reap(started);
+        let tier = if cfg!(windows) {
+            evidence::Tier::DirectChild
+        } else {
+            evidence::Tier::ProcessGroup
+        };
+        publish_once(&shared, || {
+            Evidence::internal_failure(identity, started_wall, started.elapsed(), kill, tier)
+        });
+    }
+    Ok(Running::from_shared(shared))
+}
+
+/// Publishes `ev` unless an evidence was already published: every waiter
+/// sees exactly one.
+fn publish_once(shared: &Shared, ev: impl FnOnce() -> Evidence) {
+    shared.done.send_if_modified(|slot| {
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(Arc::new(ev()));
+        true
+    });
+}
+
+/// Pins the root, builds the driver and spawns its task.
+#[allow(clippy::too_many_arguments)]
+fn start_driver(
+    runtime: &tokio::runtime::Handle,
+    mut child: Child,
+    shared: &Arc<Shared>,
+    identity: InvocationIdentity,
+    invocation: &Invocation,
+    env: &ChildEnv,
+    (started, started_wall): (Instant, SystemTime),
+    subreaper: bool,
+) {
+    let pid = shared.pid;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let secrets = env.secrets();
+    let budget = invocation.budget();
+    let tun = invocation.tunables();
+    let limits = Limits {
+        timeout: invocation.timeout(),
+        grace: tun.grace,
+        drain: tun.drain,
+        hard_margin: tun.hard_margin,
+    };
+    // The driver owns the child from its first line on.
     let mut driver = Driver {
-        machine: start.next,
+        machine: m::start(Tier::Group, limits, started).next,
         child: Some(child),
         pid,
         shared: shared.clone(),
@@ -122,9 +189,15 @@ pub(crate) fn spawn(
         escalation: Vec::new(),
         settled: false,
         cut: false,
-        subreaper: subreaper && tier == Tier::PinnedGroup,
+        subreaper: false,
         probe_window: PROBE_WINDOW.min(limits.grace / 2),
+        fault: invocation.fault(),
+        internal_error: false,
     };
+    let (pidfd, tier) = pin_root(runtime, pid);
+    let start = m::start(tier, limits, started);
+    driver.machine = start.next;
+    driver.subreaper = subreaper && tier == Tier::PinnedGroup;
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
     let span = tracing::debug_span!("process", pid);
@@ -132,7 +205,69 @@ pub(crate) fn spawn(
         driver.run(pidfd, stdout, stderr, follow),
         span,
     ));
-    Ok(Running::from_shared(shared))
+}
+
+/// Owns a freshly spawned child until the driver takes it over.
+struct ChildGuard {
+    child: Option<Child>,
+    pid: u32,
+}
+
+impl ChildGuard {
+    /// Kills the child's group (the root is unreaped, so the group id is
+    /// still ours), reaps the root if it exits within a moment, and
+    /// unregisters it. Returns the kill step, `None` if the child was
+    /// already handed over.
+    fn kill_and_reap(&mut self, started: Instant) -> Option<EscalationStep> {
+        let mut child = self.child.take()?;
+        let at = Instant::now() - started;
+        #[cfg(unix)]
+        let outcome = match sys::signal_group(self.pid, Signal::Kill) {
+            Delivery::Delivered => StepOutcome::Delivered,
+            Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
+            Delivery::Failed => StepOutcome::Failed,
+        };
+        #[cfg(not(unix))]
+        let outcome = match child.start_kill() {
+            Ok(()) => StepOutcome::Delivered,
+            Err(_) => StepOutcome::Failed,
+        };
+        wait_briefly(&mut child);
+        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+        // Reaps if it exited; else tokio's orphan queue takes it.
+        let _ = child.try_wait();
+        drop(child);
+        roots.retain(|&p| p != self.pid);
+        Some(EscalationStep::new(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(if cfg!(windows) {
+                SignalTarget::DirectChild
+            } else {
+                SignalTarget::ProcessGroup
+            }),
+            outcome,
+            at,
+        ))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.kill_and_reap(Instant::now());
+    }
+}
+
+/// Gives a killed root a moment (≤ 100 ms) to exit, so that it is reaped
+/// here rather than left as a zombie to an orphan queue that no runtime
+/// may drain again.
+fn wait_briefly(child: &mut Child) {
+    for _ in 0..50 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Opens a pidfd on the root so its exit can be observed without reaping
@@ -190,6 +325,10 @@ struct Driver {
     cut: bool,
     /// The subreaper tier is active: adopted descendants count as ours.
     subreaper: bool,
+    /// The test seam (see [`fault`]).
+    fault: Option<FaultPoint>,
+    /// custodian panicked; the evidence reports `internal_error`.
+    internal_error: bool,
 }
 
 /// What woke the driver.
@@ -228,76 +367,82 @@ impl Driver {
         let mut cancel_seen = false;
         while !self.settled {
             // Events produced by executing actions (probe answers) first.
-            if !follow.is_empty() {
-                let ev = follow.remove(0);
-                self.feed(ev, Instant::now(), &mut follow);
-                self.sync_streams(&mut stdout, &mut stderr);
-                continue;
-            }
-            let next_timer = self.timers.iter().flatten().min().copied();
-            let probe_at = self.probe.map(|p| p.next);
-            let shared = self.shared.clone();
-            let wake = tokio::select! {
-                biased;
-                _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
-                r = root_exit(pidfd.as_ref(), self.child.as_mut()), if root_pending => {
-                    match r {
-                        Some(st) => Wake::Exit(st),
-                        None => Wake::ExitUnobservable,
+            let wake = if follow.is_empty() {
+                let next_timer = self.timers.iter().flatten().min().copied();
+                let probe_at = self.probe.map(|p| p.next);
+                let shared = self.shared.clone();
+                Some(tokio::select! {
+                    biased;
+                    _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
+                    r = root_exit(pidfd.as_ref(), self.child.as_mut()), if root_pending => {
+                        match r {
+                            Some(st) => Wake::Exit(st),
+                            None => Wake::ExitUnobservable,
+                        }
                     }
-                }
-                r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
-                    Wake::Read(Stream::Stdout, r)
-                }
-                r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
-                    Wake::Read(Stream::Stderr, r)
-                }
-                _ = sleep_until(next_timer), if next_timer.is_some() => Wake::Timer,
-                _ = sleep_until(probe_at), if probe_at.is_some() => Wake::Probe,
+                    r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
+                        Wake::Read(Stream::Stdout, r)
+                    }
+                    r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
+                        Wake::Read(Stream::Stderr, r)
+                    }
+                    _ = sleep_until(next_timer), if next_timer.is_some() => Wake::Timer,
+                    _ = sleep_until(probe_at), if probe_at.is_some() => Wake::Probe,
+                })
+            } else {
+                None
             };
-            let now = Instant::now();
-            let event = match wake {
-                Wake::Cancel => {
-                    cancel_seen = true;
-                    Some(Event::Cancel)
-                }
-                Wake::Exit(st) => {
-                    root_pending = false;
-                    Some(Event::RootExited(st))
-                }
-                Wake::ExitUnobservable => {
-                    // waitid failed: the exit cannot be observed. Leave it
-                    // to the timers (the ladder and the hard deadline).
-                    root_pending = false;
-                    None
-                }
-                Wake::Read(which, Ok(n)) if n > 0 => {
-                    let (cap, buf) = match which {
-                        Stream::Stdout => (self.out.as_mut(), &out_buf),
-                        Stream::Stderr => (self.err.as_mut(), &err_buf),
-                    };
-                    if let Some(cap) = cap {
-                        cap.push(&buf[..n]);
+            // Whatever panics while handling an event (a bug in the
+            // driver, the capture, the evidence), the group is killed, the
+            // root reaped and an evidence published: nothing leaks, no
+            // waiter hangs.
+            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let now = Instant::now();
+                let event = match wake {
+                    None => Some(follow.remove(0)),
+                    Some(Wake::Cancel) => {
+                        cancel_seen = true;
+                        Some(Event::Cancel)
                     }
-                    match which {
-                        Stream::Stdout => out_buf.clear(),
-                        Stream::Stderr => err_buf.clear(),
+                    Some(Wake::Exit(st)) => {
+                        root_pending = false;
+                        Some(Event::RootExited(st))
                     }
-                    None
-                }
-                Wake::Read(which, _) => {
-                    match which {
-                        Stream::Stdout => stdout = None,
-                        Stream::Stderr => stderr = None,
+                    Some(Wake::ExitUnobservable) => {
+                        // waitid failed: the exit cannot be observed. Leave
+                        // it to the timers (the ladder and the hard deadline).
+                        root_pending = false;
+                        None
                     }
-                    Some(Event::StreamClosed(which))
+                    Some(Wake::Read(which, Ok(n))) if n > 0 => {
+                        fault::hit(self.fault, FaultPoint::Capture);
+                        let (cap, buf) = match which {
+                            Stream::Stdout => (self.out.as_mut(), &mut out_buf),
+                            Stream::Stderr => (self.err.as_mut(), &mut err_buf),
+                        };
+                        if let Some(cap) = cap {
+                            cap.push(&buf[..n]);
+                        }
+                        buf.clear();
+                        None
+                    }
+                    Some(Wake::Read(which, _)) => {
+                        match which {
+                            Stream::Stdout => stdout = None,
+                            Stream::Stderr => stderr = None,
+                        }
+                        Some(Event::StreamClosed(which))
+                    }
+                    Some(Wake::Timer) => self.due_timer(now),
+                    Some(Wake::Probe) => self.rescan(now),
+                };
+                if let Some(ev) = event {
+                    self.feed(ev, now, &mut follow);
+                    self.sync_streams(&mut stdout, &mut stderr);
                 }
-                Wake::Timer => self.due_timer(now),
-                Wake::Probe => self.rescan(now),
-            };
-            if let Some(ev) = event {
-                self.feed(ev, now, &mut follow);
-                self.sync_streams(&mut stdout, &mut stderr);
+            }));
+            if handled.is_err() {
+                self.abandon(true);
             }
         }
     }
@@ -391,6 +536,7 @@ impl Driver {
     }
 
     fn feed(&mut self, event: Event, now: Instant, follow: &mut Vec<Event>) {
+        fault::hit(self.fault, FaultPoint::Step);
         let t = m::step(&self.machine, event, now);
         let cause = event;
         self.machine = t.next;
@@ -534,11 +680,30 @@ impl Driver {
         }
     }
 
+    /// Publishes the evidence, exactly once. Building it cannot take the
+    /// waiters down with it: if it panics, a minimal evidence that says
+    /// `internal_error` is published instead.
     fn settle(&mut self, summary: Summary<Instant>) {
         if self.settled {
             return;
         }
+        let built = std::panic::catch_unwind(AssertUnwindSafe(|| self.evidence(&summary)));
+        let ev = built.unwrap_or_else(|_| {
+            let tier = self.descendants(&summary).tier;
+            Evidence::internal_failure(
+                self.identity.clone(),
+                self.started_wall,
+                self.started.elapsed(),
+                None,
+                tier,
+            )
+        });
         self.settled = true;
+        publish_once(&self.shared, || ev);
+    }
+
+    fn evidence(&mut self, summary: &Summary<Instant>) -> Evidence {
+        fault::hit(self.fault, FaultPoint::Evidence);
         let state = |e: StreamEnd| match e {
             StreamEnd::Closed => StreamState::Closed,
             StreamEnd::HeldOpen => StreamState::HeldOpen,
@@ -570,12 +735,13 @@ impl Driver {
             None => (None, None),
         };
         let status = match summary.status() {
+            _ if self.internal_error => evidence::Status::InternalError,
             m::Status::Exited => evidence::Status::Exited,
             m::Status::Signaled => evidence::Status::Signaled,
             m::Status::TimedOut => evidence::Status::TimedOut,
             m::Status::Cancelled => evidence::Status::Cancelled,
         };
-        let ev = Evidence {
+        Evidence {
             version: evidence::EVIDENCE_VERSION,
             invocation: self.identity.clone(),
             status,
@@ -585,9 +751,8 @@ impl Driver {
             stdout,
             stderr,
             escalation: std::mem::take(&mut self.escalation),
-            descendants: self.descendants(&summary),
-        };
-        self.shared.done.send_replace(Some(Arc::new(ev)));
+            descendants: self.descendants(summary),
+        }
     }
 
     fn descendants(&self, s: &Summary<Instant>) -> EvDescendants {
@@ -641,14 +806,36 @@ fn evidence_empty(state: StreamState) -> super::capture::CapturedStream {
     super::capture::CapturedStream::empty(state)
 }
 
-impl Drop for Driver {
-    /// The task was dropped before settling (runtime shutdown): stop the
-    /// group without a grace, reap what can be reaped, and settle anyway
-    /// so that no waiter hangs and no signal is sent afterwards.
-    fn drop(&mut self) {
+impl Driver {
+    /// Stops the run without a grace and settles: the group is killed (if
+    /// that is still safe), the root reaped if it exits within a moment,
+    /// and an evidence published, so that no waiter hangs and no signal is
+    /// sent afterwards. `internal` marks a panic (status `internal_error`);
+    /// otherwise the task was dropped (runtime shutdown) and the run counts
+    /// as cancelled.
+    fn abandon(&mut self, internal: bool) {
         if self.settled || self.machine.phase == Phase::Settled {
+            // Settled in the machine but the evidence was never published
+            // (a panic in between): publish the minimal one.
+            if !self.settled {
+                self.settled = true;
+                let tier = match self.machine.tier {
+                    Tier::DirectChild => evidence::Tier::DirectChild,
+                    _ => evidence::Tier::PinnedProcessGroup,
+                };
+                publish_once(&self.shared, || {
+                    Evidence::internal_failure(
+                        self.identity.clone(),
+                        self.started_wall,
+                        self.started.elapsed(),
+                        None,
+                        tier,
+                    )
+                });
+            }
             return;
         }
+        self.internal_error = internal;
         let now = Instant::now();
         let safe = match self.machine.tier {
             Tier::PinnedGroup => true,
@@ -656,17 +843,31 @@ impl Drop for Driver {
         };
         if safe {
             #[cfg(unix)]
-            let _ = sys::signal_group(self.pid, Signal::Kill);
-            // Give the killed root a moment to exit so that `reap` collects
-            // it here instead of leaving a zombie to tokio's orphan queue,
-            // which no runtime may ever drain again.
+            let delivery = sys::signal_group(self.pid, Signal::Kill);
+            #[cfg(not(unix))]
+            let delivery = match self.child.as_mut().map(|c| c.start_kill()) {
+                Some(Ok(())) => Delivery::Delivered,
+                _ => Delivery::NoSuchProcess,
+            };
+            if internal {
+                self.escalation.push(EscalationStep::new(
+                    EscalationAction::Kill,
+                    EscalationReason::InternalError,
+                    Some(match (self.machine.tier, self.machine.root) {
+                        (Tier::DirectChild, _) => SignalTarget::DirectChild,
+                        (Tier::PinnedGroup, Some(_)) => SignalTarget::PinnedProcessGroup,
+                        _ => SignalTarget::ProcessGroup,
+                    }),
+                    match delivery {
+                        Delivery::Delivered => StepOutcome::Delivered,
+                        Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
+                        Delivery::Failed => StepOutcome::Failed,
+                    },
+                    now - self.started,
+                ));
+            }
             if let Some(child) = self.child.as_mut() {
-                for _ in 0..50 {
-                    if !matches!(child.try_wait(), Ok(None)) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                wait_briefly(child);
             }
         }
         self.reap();
@@ -677,6 +878,9 @@ impl Drop for Driver {
             }
         }
         s.timings.settled = Some(now);
+        if internal && s.timings.kill_sent.is_none() && safe {
+            s.timings.kill_sent = Some(now);
+        }
         self.settle(Summary {
             root: s.root,
             cause: Some(s.cause.unwrap_or(Cause::Cancel)),
@@ -689,6 +893,14 @@ impl Drop for Driver {
             tier: s.tier,
             timings: s.timings,
         });
+    }
+}
+
+impl Drop for Driver {
+    /// The task was dropped before settling (runtime shutdown, or a panic
+    /// that escaped the handler): stop and settle anyway.
+    fn drop(&mut self) {
+        self.abandon(std::thread::panicking());
     }
 }
 

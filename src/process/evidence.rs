@@ -106,6 +106,10 @@ pub enum Status {
     TimedOut,
     /// The embedding runtime cancelled; custodian escalated.
     Cancelled,
+    /// custodian failed internally (a bug) after the launch; it killed the
+    /// group at once and reaped the root. What was captured until then may
+    /// be missing.
+    InternalError,
 }
 
 /// When things happened: a wall-clock start, then monotonic offsets from it
@@ -227,6 +231,8 @@ pub enum EscalationReason {
     GroupCleanup,
     /// The hard deadline passed.
     HardDeadline,
+    /// custodian failed internally and stopped the group without a grace.
+    InternalError,
 }
 
 /// Whom a signal was aimed at.
@@ -355,6 +361,41 @@ pub enum VerdictReason {
 }
 
 impl Evidence {
+    /// The evidence of a run that custodian could not drive to its end (it
+    /// panicked after the launch): status `internal_error`, no captured
+    /// output, the kill it sent (if any), and a verdict that claims nothing.
+    /// Built from plain values only, so building it cannot fail.
+    pub(crate) fn internal_failure(
+        invocation: InvocationIdentity,
+        started_at: SystemTime,
+        elapsed: Duration,
+        kill: Option<EscalationStep>,
+        tier: Tier,
+    ) -> Evidence {
+        Evidence {
+            version: EVIDENCE_VERSION,
+            invocation,
+            status: Status::InternalError,
+            exit_code: None,
+            signal: None,
+            timings: Timings::new(
+                started_at,
+                None,
+                None,
+                kill.map(|k| Duration::from_micros(k.at_us)),
+                elapsed,
+            ),
+            stdout: CapturedStream::empty(super::capture::StreamState::CutAtDeadline),
+            stderr: CapturedStream::empty(super::capture::StreamState::CutAtDeadline),
+            escalation: kill.into_iter().collect(),
+            descendants: Descendants::new(
+                Verdict::UnconfirmedOrEscaped,
+                tier,
+                vec![VerdictReason::GroupEmptinessUnknown],
+            ),
+        }
+    }
+
     /// The evidence as one JSON object.
     pub fn to_json(&self) -> String {
         // Serializing these plain structs (string keys, no maps, no floats)

@@ -376,6 +376,7 @@ pub struct Invocation {
     timeout: Duration,
     budget: OutputBudget,
     tunables: Tunables,
+    fault: Option<super::fault::FaultPoint>,
 }
 
 impl Invocation {
@@ -444,6 +445,7 @@ impl Invocation {
             timeout,
             budget,
             tunables,
+            fault: None,
         })
     }
 
@@ -480,6 +482,19 @@ impl Invocation {
     /// The lifecycle tunables.
     pub fn tunables(&self) -> Tunables {
         self.tunables
+    }
+
+    /// Test seam: makes the launcher panic at `at` (see
+    /// [`crate::process::fault`]).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_fault(mut self, at: super::fault::FaultPoint) -> Self {
+        self.fault = Some(at);
+        self
+    }
+
+    pub(crate) fn fault(&self) -> Option<super::fault::FaultPoint> {
+        self.fault
     }
 
     /// The hard deadline, measured from the start: `timeout + grace +

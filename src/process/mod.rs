@@ -40,6 +40,8 @@ pub mod capture;
 mod driver;
 pub mod env;
 pub mod evidence;
+#[doc(hidden)]
+pub mod fault;
 pub mod governed;
 pub mod invocation;
 mod launch;

@@ -13,4 +13,5 @@ mod errors;
 mod evidence;
 mod lifecycle;
 mod output;
+mod panics;
 mod soundness;
