@@ -164,11 +164,16 @@ pub enum Timer {
 /// What the driver saw when it looked at the group ([`Action::ProbeGroup`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Probe {
-    /// No live member of the group besides the held root.
+    /// No descendant of the root is alive, as a witness that sees every
+    /// descendant observed (the cgroup tier's `populated 0`, the subreaper
+    /// tier's adoption witness). A process group found empty is
+    /// not enough — a descendant may have left it — and is answered
+    /// [`Probe::Unknown`].
     Empty,
     /// At least one live member besides the root.
     Occupied,
-    /// The driver could not tell.
+    /// The driver could not tell (including: the group is empty, but the
+    /// tier cannot see a descendant outside it).
     Unknown,
 }
 
@@ -279,9 +284,11 @@ pub struct StreamState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Descendants {
-    /// Observed, per tier: [`Tier::Cgroup`] — the cgroup was observed
-    /// unpopulated (every descendant is dead); [`Tier::PinnedGroup`] — the
-    /// process group was observed empty and no stream was held open or cut.
+    /// The driver answered [`Probe::Empty`] (a witness that sees every
+    /// descendant found none alive), per tier: [`Tier::Cgroup`] — the cgroup
+    /// was observed unpopulated, whoever held a pipe; [`Tier::PinnedGroup`]
+    /// — the subreaper's adoption witness saw no descendant and no stream
+    /// was held open or cut (a group scan alone never answers `Empty`).
     /// Never on the other tiers.
     Terminated,
     /// A descendant held stdio, may have left the group, or emptiness could
@@ -570,13 +577,17 @@ impl<I: Instant> State<I> {
         if !matches!(self.phase, Phase::Running | Phase::Draining) {
             return;
         }
-        // The root exited and the streams are done: the outstanding probe
-        // decides whether anything is left to stop.
-        if self.probe == ProbeState::Pending {
-            return;
-        }
+        // A timeout or cancel is recorded even when nothing is signalled
+        // now, so the evidence says why the run ended (`timed_out`,
+        // `cancelled`) whatever the probe answers; the first cause wins.
         if self.cause.is_none() {
             self.cause = Some(cause);
+        }
+        // The root exited and the streams are done: the outstanding probe
+        // decides whether anything is left to stop (an occupied group
+        // climbs the ladder with the cause recorded above).
+        if self.probe == ProbeState::Pending {
+            return;
         }
         if !self.signals_safe() {
             // Unpinned and the root is gone: nothing can be signalled

@@ -142,7 +142,6 @@ fn cli_kills_a_silent_setsid_escapee_and_says_terminated_in_the_cgroup_tier() {
 /// The same run in the group tier can never say `terminated`: the escapee
 /// is invisible to a process-group probe.
 #[test]
-#[ignore = "needs the pinned-group verdict that never trusts an empty group (issue 11, part 2)"]
 fn cli_group_tier_never_says_terminated_for_a_silent_setsid_escapee() {
     let out = custodian(&[
         "--containment",

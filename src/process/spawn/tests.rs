@@ -304,9 +304,10 @@ fn zombies_named(comm: &str) -> usize {
         let Ok(stat) = std::fs::read(e.path().join("stat")) else {
             continue;
         };
-        let Some((state, ppid, _)) = crate::process::sys::parse_stat(&stat) else {
+        let Some(st) = crate::process::sys::parse_stat(&stat) else {
             continue;
         };
+        let (state, ppid) = (st.state, st.ppid);
         let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
         if state == b'Z' && ppid == me && name.trim_end() == comm {
             n += 1;
