@@ -620,46 +620,35 @@ impl Drop for Driver {
         if self.settled || self.machine.phase == Phase::Settled {
             return;
         }
-        let now = Instant::now();
-        let safe = match self.machine.tier {
-            Tier::PinnedGroup => true,
-            Tier::Group | Tier::DirectChild => self.machine.root.is_none(),
-        };
-        if safe {
-            #[cfg(unix)]
-            let _ = sys::signal_group(self.pid, Signal::Kill);
-            // Give the killed root a moment to exit so that `reap` collects
-            // it here instead of leaving a zombie to tokio's orphan queue,
-            // which no runtime may ever drain again.
-            if let Some(child) = self.child.as_mut() {
-                for _ in 0..50 {
-                    if !matches!(child.try_wait(), Ok(None)) {
-                        break;
+        let t = m::abandon(&self.machine, Instant::now());
+        self.machine = t.next;
+        for action in t.actions {
+            match action {
+                Action::SignalGroup(sig) => {
+                    #[cfg(unix)]
+                    let _ = sys::signal_group(self.pid, sig);
+                    #[cfg(not(unix))]
+                    let _ = sig;
+                    // Give the killed root a moment to exit so that `reap`
+                    // collects it here instead of leaving a zombie to
+                    // tokio's orphan queue, which no runtime may ever drain
+                    // again.
+                    if let Some(child) = self.child.as_mut() {
+                        for _ in 0..50 {
+                            if !matches!(child.try_wait(), Ok(None)) {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
                     }
-                    std::thread::sleep(Duration::from_millis(2));
                 }
+                Action::Reap => self.reap(),
+                Action::Settle(summary) => self.settle(summary),
+                // The readers go with the driver; nothing is left to arm or
+                // probe.
+                Action::CloseStreams | Action::ArmTimer { .. } | Action::ProbeGroup => {}
             }
         }
-        self.reap();
-        let mut s = self.machine;
-        for st in [&mut s.stdout, &mut s.stderr] {
-            if st.open {
-                st.end = StreamEnd::CutAtDeadline;
-            }
-        }
-        s.timings.settled = Some(now);
-        self.settle(Summary {
-            root: s.root,
-            cause: Some(s.cause.unwrap_or(Cause::Cancel)),
-            stdout: s.stdout.end,
-            stderr: s.stderr.end,
-            descendants: match s.tier {
-                Tier::DirectChild => Descendants::Unsupported,
-                _ => Descendants::UnconfirmedOrEscaped,
-            },
-            tier: s.tier,
-            timings: s.timings,
-        });
     }
 }
 
