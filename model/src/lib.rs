@@ -16,5 +16,6 @@
 //! That is how the harness is shown able to fail.
 
 pub mod check;
+pub mod explain;
 pub mod process;
 pub mod request;

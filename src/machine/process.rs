@@ -530,9 +530,9 @@ pub fn step<I: Instant>(state: &State<I>, event: Event, now: I) -> Transition<I>
 
 /// What the driver must do when it is dropped before the machine settled
 /// (runtime shutdown): there is no time left for a grace, so `SIGKILL` goes
-/// to the group at once if that is still safe, the streams are cut, and the
-/// run is reaped and settled. A run abandoned without a cause of its own
-/// counts as cancelled. A settled machine returns itself and no actions.
+/// to the group at once if that is still safe and was not sent yet, the
+/// streams are cut, and the run is reaped and settled. A run abandoned
+/// without a cause of its own counts as cancelled. A settled machine returns itself and no actions.
 ///
 /// The actions are [`Action::SignalGroup`]`(`[`Signal::Kill`]`)` (only if
 /// safe), [`Action::CloseStreams`] (if a stream was open), [`Action::Reap`]
@@ -548,7 +548,7 @@ pub fn abandon<I: Instant>(state: &State<I>, now: I) -> Transition<I> {
         if s.cause.is_none() {
             s.cause = Some(Cause::Cancel);
         }
-        if s.signals_safe() {
+        if s.signals_safe() && s.timings.kill_sent.is_none() {
             s.timings.kill_sent = Some(now);
             out.push(Action::SignalGroup(Signal::Kill));
         }

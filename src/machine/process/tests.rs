@@ -593,6 +593,15 @@ fn abandon_kills_only_when_safe_cuts_and_settles_once() {
         render(&abandon(&timed_out, secs(11)).actions),
         "KILL close reap settle:timed_out:unconfirmed"
     );
+    // KILL already sent by the ladder: not again.
+    let killed = reach(
+        Tier::PinnedGroup,
+        &[(10, Event::DeadlineReached), (12, Event::GraceElapsed)],
+    );
+    assert_eq!(
+        render(&abandon(&killed, secs(13)).actions),
+        "close reap settle:timed_out:unconfirmed"
+    );
     // Streams already done: nothing to close.
     let done = reach(Tier::Group, &[(1, OUT), (1, ERR)]);
     assert_eq!(
