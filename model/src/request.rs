@@ -155,7 +155,7 @@ pub mod broken {
 /// The terminal candidates the environment fires, each once; bit `i` of
 /// [`Sys::fired`] records `CANDIDATES[i]`. Index 1 is the duplicate success
 /// callback, enabled only after the first success (index 0).
-const CANDIDATES: [Candidate; 7] = [
+pub const CANDIDATES: [Candidate; 7] = [
     Candidate::Success,
     Candidate::Success,
     Candidate::ExecutorError { code: EXEC_CODE },
@@ -439,6 +439,15 @@ impl<S: RequestStep> Model for RequestModel<S> {
             n.completed = n.machine.result();
         }
         Some(n)
+    }
+
+    fn format_action(&self, act: &Act) -> String {
+        crate::explain::request_action(act)
+    }
+
+    fn format_step(&self, last: &Sys, act: Act) -> Option<String> {
+        self.next_state(last, act)
+            .map(|next| crate::explain::request_state(&next))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
