@@ -62,7 +62,7 @@
 //! let t = step(&t.next, Input::OpenFinished { ok: true });
 //! assert_eq!(t.actions, [Action::Reply(Reply::Closed)]);
 //! let t = step(&t.next, Input::Cleanup);
-//! assert_eq!(t.actions, [Action::StartCleanup]);
+//! assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
 //! let t = step(&t.next, Input::CleanupFinished(CleanupVerdict::Cleaned));
 //! // A duplicate cleanup gets the first verdict, never a second removal.
 //! let t = step(&t.next, Input::Cleanup);
