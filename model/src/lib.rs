@@ -15,6 +15,8 @@
 //! demands that each broken variant is caught by the property it breaks.
 //! That is how the harness is shown able to fail.
 
+pub mod catalog;
 pub mod check;
+pub mod explain;
 pub mod process;
 pub mod request;

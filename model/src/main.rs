@@ -1,24 +1,31 @@
-//! `custodian-model`: check every model, or explore one in a browser.
+//! `custodian-model`: check every model, explore one in a browser, or draw a
+//! counterexample.
 //!
 //! - `custodian-model check` checks every model configuration and every
 //!   deliberately broken variant, prints per run the states explored, the
 //!   unique states, the maximum depth, the seconds taken and each property's
-//!   verdict, and exits non-zero if a real model violates a property, a
-//!   pinned state count changed, or a broken variant was not caught.
+//!   verdict, and exits non-zero if a real model violates a property (other
+//!   than a listed known violation), a pinned state count changed, or a
+//!   broken variant was not caught.
 //! - `custodian-model explore [--port N] [--model NAME]` serves stateright's
-//!   explorer for one model on `127.0.0.1`.
+//!   explorer for one model on `127.0.0.1`, with actions by name and compact
+//!   states.
+//! - `custodian-model counterexample --variant NAME [--property P]
+//!   [--mermaid FILE] [--html FILE]` finds a path that breaks the property
+//!   (by default the one the broken variant breaks) and writes it as a
+//!   mermaid sequence diagram, and optionally as an HTML page that renders
+//!   it.
 
+use std::fmt;
+use std::hash::Hash;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use custodian_model::catalog::{self, Visit};
 use custodian_model::check;
-use std::fmt;
-use std::hash::Hash;
-
-use custodian_model::process::{self, ProcessModel};
-use custodian_model::request::{Real, RequestModel, broken};
-use stateright::Model;
+use custodian_model::explain::Narrate;
 
 #[derive(Parser)]
 #[command(
@@ -50,19 +57,29 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         waiters: usize,
     },
+    /// Find a path that breaks a property and draw it as a mermaid
+    /// sequence diagram.
+    Counterexample {
+        /// Which model or broken variant (`list` prints the names).
+        #[arg(long)]
+        variant: String,
+        /// The property (default: the one the broken variant breaks).
+        #[arg(long)]
+        property: Option<String>,
+        /// Write the mermaid text here (default: standard output).
+        #[arg(long)]
+        mermaid: Option<PathBuf>,
+        /// Also write an HTML page that renders the diagram.
+        #[arg(long)]
+        html: Option<PathBuf>,
+        /// The mermaid script the HTML page loads, relative to the page.
+        #[arg(long, default_value = "mermaid.min.js")]
+        mermaid_js: String,
+        /// Waiters in the request model.
+        #[arg(long, default_value_t = 1)]
+        waiters: usize,
+    },
 }
-
-const MODELS: [&str; 9] = [
-    "request",
-    "process",
-    "process/broken/signal-after-settle",
-    "process/broken/settle-twice",
-    "process/broken/kill-before-grace",
-    "request/broken/double-cleanup",
-    "request/broken/complete-before-cleanup",
-    "request/broken/success-despite-cleanup-failure",
-    "request/broken/republish-on-duplicate",
-];
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -77,6 +94,50 @@ fn main() -> ExitCode {
             model,
             waiters,
         } => run_explore(port, &model, waiters),
+        Command::Counterexample {
+            variant,
+            property,
+            mermaid,
+            html,
+            mermaid_js,
+            waiters,
+        } => {
+            if variant == "list" {
+                for m in catalog::names() {
+                    println!("{m}");
+                }
+                return ExitCode::SUCCESS;
+            }
+            let d = match catalog::counterexample(&variant, property.as_deref(), waiters) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let text = d.mermaid();
+            let written = match &mermaid {
+                Some(path) => {
+                    std::fs::write(path, &text).map(|()| eprintln!("wrote {}", path.display()))
+                }
+                None => {
+                    print!("{text}");
+                    Ok(())
+                }
+            };
+            let written = written.and_then(|()| match &html {
+                Some(path) => std::fs::write(path, d.html(&mermaid_js))
+                    .map(|()| eprintln!("wrote {}", path.display())),
+                None => Ok(()),
+            });
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 
@@ -101,17 +162,33 @@ fn run_check(threads: usize) -> ExitCode {
     }
 }
 
+struct Serve(SocketAddr);
+
+impl Visit for Serve {
+    type Out = ();
+
+    fn visit<M>(self, model: M, _breaks: Option<&'static str>)
+    where
+        M: Narrate + fmt::Debug + Send + Sync + 'static,
+        M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync + 'static,
+        M::Action: fmt::Debug + Clone + PartialEq + Send + Sync + 'static,
+    {
+        println!("serving {model:?} on http://{}/ (Ctrl-C to stop)", self.0);
+        let _checker = model.checker().serve(self.0);
+    }
+}
+
 fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
     if model == "list" {
-        for m in MODELS {
+        for m in catalog::names() {
             println!("{m}");
         }
         return ExitCode::SUCCESS;
     }
-    if !MODELS.contains(&model) {
+    if !catalog::NAMES.contains(&model) {
         eprintln!(
             "error: unknown model {model:?}; models: {}",
-            MODELS.join(", ")
+            catalog::names().join(", ")
         );
         return ExitCode::FAILURE;
     }
@@ -121,50 +198,8 @@ fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
         eprintln!("error: cannot listen on {addr}: {e}");
         return ExitCode::FAILURE;
     }
-    match model {
-        "request" => serve(RequestModel::new(Real, waiters), addr),
-        "request/broken/double-cleanup" => {
-            serve(RequestModel::new(broken::DoubleCleanup, waiters), addr)
-        }
-        "request/broken/complete-before-cleanup" => serve(
-            RequestModel::new(broken::CompleteBeforeCleanup, waiters),
-            addr,
-        ),
-        "request/broken/success-despite-cleanup-failure" => serve(
-            RequestModel::new(broken::SuccessDespiteCleanupFailure, waiters),
-            addr,
-        ),
-        "request/broken/republish-on-duplicate" => serve(
-            RequestModel::new(broken::RepublishOnDuplicate, waiters),
-            addr,
-        ),
-        "process" => serve(ProcessModel::new(process::Real), addr),
-        "process/broken/signal-after-settle" => {
-            serve(ProcessModel::new(process::broken::SignalAfterSettle), addr)
-        }
-        "process/broken/settle-twice" => {
-            serve(ProcessModel::new(process::broken::SettleTwice), addr)
-        }
-        "process/broken/kill-before-grace" => {
-            serve(ProcessModel::new(process::broken::KillBeforeGrace), addr)
-        }
-        other => {
-            eprintln!(
-                "error: unknown model {other:?}; models: {}",
-                MODELS.join(", ")
-            );
-            return ExitCode::FAILURE;
-        }
+    match catalog::with(model, waiters, Serve(addr)) {
+        Some(()) => ExitCode::SUCCESS,
+        None => ExitCode::FAILURE,
     }
-    ExitCode::SUCCESS
-}
-
-fn serve<M>(model: M, addr: SocketAddr)
-where
-    M: Model + fmt::Debug + Send + Sync + 'static,
-    M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync,
-    M::Action: fmt::Debug + Clone + PartialEq + Send + Sync,
-{
-    println!("serving {model:?} on http://{addr}/ (Ctrl-C to stop)");
-    let _checker = model.checker().serve(addr);
 }

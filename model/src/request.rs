@@ -155,7 +155,7 @@ pub mod broken {
 /// The terminal candidates the environment fires, each once; bit `i` of
 /// [`Sys::fired`] records `CANDIDATES[i]`. Index 1 is the duplicate success
 /// callback, enabled only after the first success (index 0).
-const CANDIDATES: [Candidate; 7] = [
+pub const CANDIDATES: [Candidate; 7] = [
     Candidate::Success,
     Candidate::Success,
     Candidate::ExecutorError { code: EXEC_CODE },
@@ -235,8 +235,8 @@ pub struct Sys {
 pub enum Act {
     /// Fire `CANDIDATES[i]`.
     Candidate(usize),
-    /// The executor opened the workspace.
-    WorkspaceOpened,
+    /// The executor announced the workspace it is about to open.
+    WorkspaceOpening,
     /// The executor stopped (after the machine asked to cancel).
     ExecutionStopped,
     /// The cleanup finished with this result.
@@ -342,7 +342,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
             }
         }
         if !s.ws_opened && s.executor_alive() {
-            out.push(Act::WorkspaceOpened);
+            out.push(Act::WorkspaceOpening);
         }
         if s.cancel_requested && !s.stopped {
             out.push(Act::ExecutionStopped);
@@ -378,11 +378,12 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 }
                 Event::Candidate(c)
             }
-            Act::WorkspaceOpened => {
-                n.ws_opened = true;
+            Act::WorkspaceOpening => {
+                // The environment opens only after an accepted announcement.
+                n.ws_opened = request::accepts_workspace(&s.machine);
                 n.ws_opened_while_finalizing =
                     matches!(s.machine.phase(), Phase::Finalizing { .. });
-                Event::WorkspaceOpened
+                Event::WorkspaceOpening
             }
             Act::ExecutionStopped => {
                 n.stopped = true;
@@ -439,6 +440,15 @@ impl<S: RequestStep> Model for RequestModel<S> {
             n.completed = n.machine.result();
         }
         Some(n)
+    }
+
+    fn format_action(&self, act: &Act) -> String {
+        crate::explain::request_action(act)
+    }
+
+    fn format_step(&self, last: &Sys, act: Act) -> Option<String> {
+        self.next_state(last, act)
+            .map(|next| crate::explain::request_state(&next))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

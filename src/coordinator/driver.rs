@@ -22,6 +22,13 @@ use crate::sync::SettleOnce;
 pub const CODE_CLEANUP_DEADLINE_EXCEEDED: SafeCode = SafeCode::new("cleanup_deadline_exceeded");
 /// The code recorded when the cleanup task panicked or was aborted.
 pub const CODE_CLEANUP_ABORTED: SafeCode = SafeCode::new("cleanup_aborted");
+/// The code recorded when the cancel hook did not answer by the request's
+/// frozen cleanup deadline: the cleanup ran anyway, without the stop
+/// confirmed.
+pub const CODE_CANCEL_DEADLINE_EXCEEDED: SafeCode = SafeCode::new("cancel_deadline_exceeded");
+/// The code recorded when the cancel hook panicked: the cleanup ran
+/// anyway, without the stop confirmed.
+pub const CODE_CANCEL_ABORTED: SafeCode = SafeCode::new("cancel_aborted");
 
 /// How long a request may run and finalize. Both deadlines are frozen when
 /// the request starts and never extended.
@@ -97,8 +104,15 @@ struct Shared {
     /// sequence whoever commits.
     state: Mutex<State>,
     counters: Counters,
+    /// Settled when the request asked to cancel its executor (the first
+    /// candidate's `CancelProcesses`), before the cancel hook is called: the
+    /// edge-side executor waits on it ([`RequestHandle::cancelled`]).
+    cancel: SettleOnce<()>,
+    /// Why the executor's stop was not confirmed, if it was not: the cancel
+    /// hook missed the deadline or panicked, and the cleanup ran anyway.
+    stop_unconfirmed: Mutex<Option<SafeCode>>,
     /// External inputs sent to the actor and not yet committed. A handle
-    /// may commit `WorkspaceOpened` itself only while this is zero: never
+    /// may commit `WorkspaceOpening` itself only while this is zero: never
     /// ahead of an input it sent earlier.
     pending: AtomicU32,
     span: tracing::Span,
@@ -117,15 +131,15 @@ impl Shared {
     }
 
     /// Steps the machine by `event` from the committed state, records the
-    /// transition and commits it. Returns the new state and the actions the
-    /// caller must now execute.
-    fn commit(&self, event: Event, now: std::time::Instant) -> (State, Vec<Action>) {
+    /// transition and commits it. Returns the state before and after and
+    /// the actions the caller must now execute.
+    fn commit(&self, event: Event, now: std::time::Instant) -> (State, State, Vec<Action>) {
         let mut state = self.lock_state();
         let before = *state;
         let request::Transition { next, actions } = request::step(&before, event, now);
         debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
-        if next.late_workspace_open() && !before.late_workspace_open() {
-            warn!("workspace opened after the request finalized without one");
+        if event == Event::WorkspaceOpening && !request::accepts_workspace(&before) {
+            warn!("a workspace announced after the request's cleanup was decided is refused");
         }
         {
             let mut log = self.lock_log();
@@ -140,7 +154,7 @@ impl Shared {
             });
         }
         *state = next;
-        (next, actions)
+        (before, next, actions)
     }
 
     /// Sends one input to the actor, counted in `pending` until committed.
@@ -154,14 +168,25 @@ impl Shared {
 
 enum Input {
     Event(Event),
-    Opened(oneshot::Sender<bool>),
+    Opening(oneshot::Sender<bool>),
 }
 
-/// The workspace was reported opened after the request had already decided
-/// that no cleanup was needed; the caller must clean it up itself.
+/// The answer of an action, as it comes back to the actor.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// Commit this event.
+    Event(Event),
+    /// The cancel hook gave no answer (deadline or panic, with this code):
+    /// record why, then commit `ExecutionStopped` so the cleanup still runs.
+    StopUnconfirmed(SafeCode),
+}
+
+/// The request refused a workspace announcement: its cleanup has started or
+/// was decided without a workspace, so the workspace must not be opened.
+/// Nothing exists that anyone must clean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the workspace was opened after the request had finalized without one")]
-pub struct LateOpen;
+#[error("the request is finalizing; its workspace must not be opened")]
+pub struct OpenRefused;
 
 /// A caller's handle on one request. Cheap to clone; dropping every clone
 /// before the request ended counts as a caller disconnect (the request is
@@ -229,36 +254,57 @@ impl RequestHandle {
             .send(&self.tx, Input::Event(Event::Candidate(candidate)));
     }
 
-    /// Reports that the executor opened the request's workspace, and waits
-    /// until the machine committed it.
+    /// Announces that the executor is about to open the request's
+    /// workspace, and waits until the machine committed the announcement.
+    /// Call it *before* asking anything (a node, the workspace runtime) to
+    /// open, and open only on `Ok`: from then on the request's one cleanup
+    /// covers the workspace whatever happens next (a cancel, a timeout, an
+    /// open answer that never arrives), and the cleanup is idempotent, so a
+    /// workspace whose open never happened is simply found gone.
     ///
     /// # Errors
     ///
-    /// [`LateOpen`] when the request had already finalized without a
-    /// workspace: nobody will clean this one, so the caller must.
-    pub async fn workspace_opened(&self) -> Result<(), LateOpen> {
-        // `WorkspaceOpened` never has actions to execute: when nothing this
+    /// [`OpenRefused`] when the request's cleanup has already started or was
+    /// decided without a workspace: do not open it.
+    pub async fn workspace_opening(&self) -> Result<(), OpenRefused> {
+        // `WorkspaceOpening` never has actions to execute: when nothing this
         // caller sent earlier is still queued, commit it here and spare the
         // round trip through the actor.
         if self.shared.pending.load(Ordering::SeqCst) == 0 {
             let _span = self.shared.span.enter();
-            let (next, _) = self
+            let (before, _, _) = self
                 .shared
-                .commit(Event::WorkspaceOpened, Instant::now().into_std());
-            return if next.workspace_opened() {
+                .commit(Event::WorkspaceOpening, Instant::now().into_std());
+            return if request::accepts_workspace(&before) {
                 Ok(())
             } else {
-                Err(LateOpen)
+                Err(OpenRefused)
             };
         }
         let (tx, rx) = oneshot::channel();
-        if self.shared.send(&self.tx, Input::Opened(tx)).is_err() {
-            return Err(LateOpen);
+        if self.shared.send(&self.tx, Input::Opening(tx)).is_err() {
+            return Err(OpenRefused);
         }
         match rx.await {
             Ok(true) => Ok(()),
-            _ => Err(LateOpen),
+            _ => Err(OpenRefused),
         }
+    }
+
+    /// Resolves once the request asked to cancel its executor: a terminal
+    /// candidate arrived (a caller cancel, a timeout, a disconnect, ...) and
+    /// the request is finalizing. The edge-side executor waits on this next
+    /// to its work (an open, a process) and stops when it resolves; the
+    /// [`ProcessControl`] hook is called right after, for what runs
+    /// elsewhere (a node's processes). Dropping this future changes nothing.
+    pub async fn cancelled(&self) {
+        self.shared.cancel.wait_async().await;
+    }
+
+    /// Whether the request asked to cancel its executor; see
+    /// [`RequestHandle::cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_settled()
     }
 
     /// Waits for the request to complete. Every waiter, early or late,
@@ -361,6 +407,8 @@ where
             log: Mutex::new(Vec::with_capacity(8)),
             state: Mutex::new(State::new(now.into_std())),
             counters: Counters::default(),
+            cancel: SettleOnce::new(),
+            stop_unconfirmed: Mutex::new(None),
             pending: AtomicU32::new(0),
             span: info_span!("request", request_id = %id),
         });
@@ -388,13 +436,13 @@ struct Actor<L, P, S> {
     cleanup_deadline: Instant,
     /// Answers of action tasks come back here; the actor holds a sender so
     /// this channel never closes.
-    internal: mpsc::UnboundedSender<Event>,
+    internal: mpsc::UnboundedSender<Answer>,
     /// Action tasks whose answer has not arrived yet.
     in_flight: u32,
     /// Answers of actions that finished on their first poll, committed
     /// after the external inputs already queued (as the internal channel's
     /// answers are).
-    ready: VecDeque<Event>,
+    ready: VecDeque<Answer>,
 }
 
 impl<L, P, S> Actor<L, P, S>
@@ -406,7 +454,7 @@ where
     async fn run(
         mut self,
         mut external: mpsc::UnboundedReceiver<Input>,
-        mut internal: mpsc::UnboundedReceiver<Event>,
+        mut internal: mpsc::UnboundedReceiver<Answer>,
     ) {
         let mut external_open = true;
         let mut timer_armed = true;
@@ -416,7 +464,7 @@ where
             if self.completed() && !external_open && self.in_flight == 0 && self.ready.is_empty() {
                 return;
             }
-            // External inputs first: a `WorkspaceOpened` reported before the
+            // External inputs first: a `WorkspaceOpening` reported before the
             // executor stopped must be committed before the `ExecutionStopped`
             // that the cancel action answers once it has stopped, whether
             // that answer came at once or from its task.
@@ -434,7 +482,7 @@ where
                     // A completed request has nothing left to time out.
                     () = &mut timer, if timer_armed && !self.completed() => {
                         timer_armed = false;
-                        Event::Candidate(Candidate::Timeout)
+                        Answer::Event(Event::Candidate(Candidate::Timeout))
                     }
                 }
             } else {
@@ -456,6 +504,21 @@ where
                 };
                 e
             };
+            let event = match event {
+                Answer::Event(e) => e,
+                Answer::StopUnconfirmed(code) => {
+                    *self
+                        .shared
+                        .stop_unconfirmed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(code);
+                    // The machine needs the stop to go on; the cleanup that
+                    // follows cancels the request's processes itself, and a
+                    // node refuses work once that cleanup started. The
+                    // completion reports that the stop was not confirmed.
+                    Event::ExecutionStopped
+                }
+            };
             self.commit(event);
         }
     }
@@ -467,10 +530,10 @@ where
                 self.commit(e);
                 self.shared.pending.fetch_sub(1, Ordering::SeqCst);
             }
-            Some(Input::Opened(reply)) => {
-                let opened = self.commit(Event::WorkspaceOpened).workspace_opened();
+            Some(Input::Opening(reply)) => {
+                let accepted = request::accepts_workspace(&self.commit(Event::WorkspaceOpening));
                 self.shared.pending.fetch_sub(1, Ordering::SeqCst);
-                let _ = reply.send(opened);
+                let _ = reply.send(accepted);
             }
             None => {
                 // Every handle is gone: nobody can report a candidate or
@@ -489,16 +552,16 @@ where
 
     /// Commits one event and executes the returned actions; synchronous
     /// follow-up events (the `Published` answer) are committed in the same
-    /// call, before any other input. Returns the state after `event`.
+    /// call, before any other input. Returns the state before `event`.
     fn commit(&mut self, event: Event) -> State {
-        let (after, actions) = self.shared.commit(event, Instant::now().into_std());
+        let (before, after, actions) = self.shared.commit(event, Instant::now().into_std());
         let mut queue = VecDeque::new();
         self.execute_all(actions, &after, &mut queue);
         while let Some(event) = queue.pop_front() {
-            let (next, actions) = self.shared.commit(event, Instant::now().into_std());
+            let (_, next, actions) = self.shared.commit(event, Instant::now().into_std());
             self.execute_all(actions, &next, &mut queue);
         }
-        after
+        before
     }
 
     fn execute_all(&mut self, actions: Vec<Action>, state: &State, follow: &mut VecDeque<Event>) {
@@ -517,18 +580,21 @@ where
         match action {
             Action::CancelProcesses => {
                 counters.cancels.fetch_add(1, Ordering::SeqCst);
+                // The edge-side executor first, then what runs elsewhere.
+                let _first_and_only = self.shared.cancel.settle(());
                 let processes = Arc::clone(&self.this.processes);
                 self.spawn_answer(
                     async move {
                         processes.cancel_processes(&id).await;
-                        Event::ExecutionStopped
+                        Answer::Event(Event::ExecutionStopped)
                     },
                     self.cleanup_deadline,
                     // Past the deadline the cleanup runs anyway: it cancels
                     // the request's processes itself before removing
-                    // anything.
-                    Event::ExecutionStopped,
-                    Event::ExecutionStopped,
+                    // anything. The completion says the stop was not
+                    // confirmed, and why.
+                    Answer::StopUnconfirmed(CODE_CANCEL_DEADLINE_EXCEEDED),
+                    Answer::StopUnconfirmed(CODE_CANCEL_ABORTED),
                 );
                 None
             }
@@ -536,23 +602,31 @@ where
                 counters.cleanups.fetch_add(1, Ordering::SeqCst);
                 let lifecycle = Arc::clone(&self.this.lifecycle);
                 self.spawn_answer(
-                    async move { Event::CleanupFinished(lifecycle.cleanup_workspace(&id).await) },
+                    async move {
+                        Answer::Event(Event::CleanupFinished(
+                            lifecycle.cleanup_workspace(&id).await,
+                        ))
+                    },
                     self.cleanup_deadline,
-                    Event::CleanupFinished(CleanupResult::Failed(CODE_CLEANUP_DEADLINE_EXCEEDED)),
-                    Event::CleanupFinished(CleanupResult::Failed(CODE_CLEANUP_ABORTED)),
+                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                        CODE_CLEANUP_DEADLINE_EXCEEDED,
+                    ))),
+                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                        CODE_CLEANUP_ABORTED,
+                    ))),
                 );
                 None
             }
             Action::WriteTerminal(result) => {
                 counters.writes.fetch_add(1, Ordering::SeqCst);
                 let sink = Arc::clone(&self.this.sink);
-                let failed = Event::Candidate(Candidate::TerminalWriteFailed);
+                let failed = Answer::Event(Event::Candidate(Candidate::TerminalWriteFailed));
                 self.spawn_answer(
                     async move {
-                        match sink.write_terminal(&id, &result).await {
+                        Answer::Event(match sink.write_terminal(&id, &result).await {
                             Ok(()) => Event::EndpointAcknowledged,
                             Err(_) => Event::Candidate(Candidate::TerminalWriteFailed),
-                        }
+                        })
                     },
                     Instant::now() + self.this.limits.terminal_write_timeout,
                     failed,
@@ -576,6 +650,11 @@ where
                     request_id: id,
                     result,
                     delivery,
+                    stop_unconfirmed: *self
+                        .shared
+                        .stop_unconfirmed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");
@@ -594,9 +673,9 @@ where
     /// (answering `on_timeout`; the work goes on in the same task, never
     /// aborted). A panic answers `on_panic`, so no action can leave the
     /// machine waiting forever.
-    fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Event, on_panic: Event)
+    fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Answer, on_panic: Answer)
     where
-        F: std::future::Future<Output = Event> + Send + 'static,
+        F: std::future::Future<Output = Answer> + Send + 'static,
     {
         let mut work = CatchUnwind(Box::pin(work));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

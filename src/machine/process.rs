@@ -551,6 +551,44 @@ pub fn step<I: Instant>(state: &State<I>, event: Event, now: I) -> Transition<I>
     }
 }
 
+/// What the driver must do when it is dropped before the machine settled
+/// (runtime shutdown): there is no time left for a grace, so `SIGKILL` goes
+/// to the group at once if that is still safe and was not sent yet, the
+/// streams are cut, and the run is reaped and settled. A run abandoned
+/// without a cause of its own counts as cancelled. A settled machine returns itself and no actions.
+///
+/// The actions are [`Action::SignalGroup`]`(`[`Signal::Kill`]`)` (only if
+/// safe), [`Action::CloseStreams`] (if a stream was open), [`Action::Reap`]
+/// and [`Action::Settle`], in that order.
+///
+/// # Caveats
+///
+/// This is the one path where `KILL` is sent without `TERM` and the grace.
+pub fn abandon<I: Instant>(state: &State<I>, now: I) -> Transition<I> {
+    let mut s = *state;
+    let mut out = Vec::new();
+    if s.phase != Phase::Settled {
+        if s.cause.is_none() {
+            s.cause = Some(Cause::Cancel);
+        }
+        if s.signals_safe() && s.timings.kill_sent.is_none() {
+            s.timings.kill_sent = Some(now);
+            out.push(Action::SignalGroup(Signal::Kill));
+        }
+        for st in [&mut s.stdout, &mut s.stderr] {
+            if st.open {
+                st.end = StreamEnd::CutAtDeadline;
+            }
+        }
+        s.close_streams(&mut out);
+        s.settle(now, &mut out);
+    }
+    Transition {
+        next: s,
+        actions: out,
+    }
+}
+
 impl<I: Instant> State<I> {
     fn any_open(&self) -> bool {
         self.stdout.open || self.stderr.open

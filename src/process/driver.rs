@@ -1228,11 +1228,6 @@ impl Driver {
             return;
         }
         self.internal_error = internal;
-        let now = Instant::now();
-        let safe = match self.machine.tier {
-            Tier::PinnedGroup | Tier::Cgroup => true,
-            Tier::Group | Tier::DirectChild => self.machine.root.is_none(),
-        };
         #[cfg(target_os = "linux")]
         let cgroup_killed = self.cgroup.as_ref().map(|run| {
             let killed = run.cg.kill();
@@ -1248,66 +1243,69 @@ impl Driver {
         });
         #[cfg(not(target_os = "linux"))]
         let cgroup_killed: Option<bool> = None;
-        if safe {
-            #[cfg(unix)]
-            let delivery = sys::signal_group(self.pid, Signal::Kill);
-            #[cfg(not(unix))]
-            let delivery = match self.child.as_mut().map(|c| c.start_kill()) {
-                Some(Ok(())) => Delivery::Delivered,
-                _ => Delivery::NoSuchProcess,
-            };
-            if internal {
-                let (target, outcome) = match cgroup_killed {
-                    Some(true) => (SignalTarget::Cgroup, StepOutcome::Delivered),
-                    Some(false) => (SignalTarget::Cgroup, StepOutcome::Failed),
-                    None => (
-                        match (self.machine.tier, self.machine.root) {
-                            (Tier::DirectChild, _) => SignalTarget::DirectChild,
-                            (Tier::PinnedGroup, Some(_)) => SignalTarget::PinnedProcessGroup,
-                            _ => SignalTarget::ProcessGroup,
-                        },
-                        match delivery {
-                            Delivery::Delivered => StepOutcome::Delivered,
-                            Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
-                            Delivery::Failed => StepOutcome::Failed,
-                        },
-                    ),
-                };
-                self.escalation.push(EscalationStep::new(
-                    EscalationAction::Kill,
-                    EscalationReason::InternalError,
-                    Some(target),
-                    outcome,
-                    now - self.started,
-                ));
-            }
-            if let Some(child) = self.child.as_mut() {
-                wait_briefly(child);
+        let now = Instant::now();
+        let t = m::abandon(&self.machine, now);
+        self.machine = t.next;
+        for action in t.actions {
+            match action {
+                Action::SignalGroup(sig) => {
+                    #[cfg(unix)]
+                    let delivery = sys::signal_group(self.pid, sig);
+                    #[cfg(not(unix))]
+                    let delivery = match self.child.as_mut().map(|c| c.start_kill()) {
+                        Some(Ok(())) => Delivery::Delivered,
+                        _ => Delivery::NoSuchProcess,
+                    };
+                    if internal {
+                        self.record_internal_kill(cgroup_killed, delivery, now);
+                    }
+                    // Give the killed root a moment to exit so that `reap`
+                    // collects it here instead of leaving a zombie to
+                    // tokio's orphan queue, which no runtime may ever drain
+                    // again.
+                    if let Some(child) = self.child.as_mut() {
+                        wait_briefly(child);
+                    }
+                }
+                Action::Reap => self.reap(),
+                Action::Settle(summary) => self.settle(summary),
+                // The readers go with the driver; nothing is left to arm or
+                // probe.
+                Action::CloseStreams | Action::ArmTimer { .. } | Action::ProbeGroup => {}
             }
         }
-        self.reap();
-        let mut s = self.machine;
-        for st in [&mut s.stdout, &mut s.stderr] {
-            if st.open {
-                st.end = StreamEnd::CutAtDeadline;
-            }
-        }
-        s.timings.settled = Some(now);
-        if internal && s.timings.kill_sent.is_none() && safe {
-            s.timings.kill_sent = Some(now);
-        }
-        self.settle(Summary {
-            root: s.root,
-            cause: Some(s.cause.unwrap_or(Cause::Cancel)),
-            stdout: s.stdout.end,
-            stderr: s.stderr.end,
-            descendants: match s.tier {
-                Tier::DirectChild => Descendants::Unsupported,
-                _ => Descendants::UnconfirmedOrEscaped,
-            },
-            tier: s.tier,
-            timings: s.timings,
-        });
+    }
+
+    /// Records the `KILL` that [`Driver::abandon`] sent after a panic.
+    fn record_internal_kill(
+        &mut self,
+        cgroup_killed: Option<bool>,
+        delivery: Delivery,
+        now: Instant,
+    ) {
+        let (target, outcome) = match cgroup_killed {
+            Some(true) => (SignalTarget::Cgroup, StepOutcome::Delivered),
+            Some(false) => (SignalTarget::Cgroup, StepOutcome::Failed),
+            None => (
+                match (self.machine.tier, self.machine.root) {
+                    (Tier::DirectChild, _) => SignalTarget::DirectChild,
+                    (Tier::PinnedGroup, Some(_)) => SignalTarget::PinnedProcessGroup,
+                    _ => SignalTarget::ProcessGroup,
+                },
+                match delivery {
+                    Delivery::Delivered => StepOutcome::Delivered,
+                    Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
+                    Delivery::Failed => StepOutcome::Failed,
+                },
+            ),
+        };
+        self.escalation.push(EscalationStep::new(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(target),
+            outcome,
+            now - self.started,
+        ));
     }
 }
 

@@ -7,3 +7,4 @@ mod fake_node;
 mod containment;
 mod e2e;
 mod node_handler;
+mod race;

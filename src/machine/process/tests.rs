@@ -687,3 +687,62 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn abandon_kills_only_when_safe_cuts_and_settles_once() {
+    let t = secs(4);
+    // Running, every tier: the root is alive, so KILL is safe everywhere.
+    for tier in [Tier::PinnedGroup, Tier::Group, Tier::DirectChild] {
+        let tr = abandon(&reach(tier, &[]), t);
+        let verdict = if tier == Tier::DirectChild {
+            "unsupported"
+        } else {
+            "unconfirmed"
+        };
+        assert_eq!(
+            render(&tr.actions),
+            format!("KILL close reap settle:cancelled:{verdict}"),
+            "{tier:?}"
+        );
+        assert_eq!(tr.next.phase, Phase::Settled);
+        assert_eq!(tr.next.timings.kill_sent, Some(t));
+        assert_eq!(tr.next.timings.settled, Some(t));
+        let Some(Action::Settle(sum)) = tr.actions.last() else {
+            panic!("no settle")
+        };
+        assert_eq!(sum.stdout, StreamEnd::CutAtDeadline);
+        // A settled machine is left alone: no second settle, no signal.
+        assert!(abandon(&tr.next, secs(5)).actions.is_empty());
+    }
+    // The root exited: only the pinned tier may still signal the group.
+    let exited = [(1, EXIT0)];
+    assert_eq!(
+        render(&abandon(&reach(Tier::PinnedGroup, &exited), t).actions),
+        "KILL close reap settle:cancelled:unconfirmed"
+    );
+    assert_eq!(
+        render(&abandon(&reach(Tier::Group, &exited), t).actions),
+        "close reap settle:cancelled:unconfirmed"
+    );
+    // A cause of its own is kept: a run abandoned after its timeout timed out.
+    let timed_out = reach(Tier::PinnedGroup, &[(10, Event::DeadlineReached)]);
+    assert_eq!(
+        render(&abandon(&timed_out, secs(11)).actions),
+        "KILL close reap settle:timed_out:unconfirmed"
+    );
+    // KILL already sent by the ladder: not again.
+    let killed = reach(
+        Tier::PinnedGroup,
+        &[(10, Event::DeadlineReached), (12, Event::GraceElapsed)],
+    );
+    assert_eq!(
+        render(&abandon(&killed, secs(13)).actions),
+        "close reap settle:timed_out:unconfirmed"
+    );
+    // Streams already done: nothing to close.
+    let done = reach(Tier::Group, &[(1, OUT), (1, ERR)]);
+    assert_eq!(
+        render(&abandon(&done, t).actions),
+        "KILL reap settle:cancelled:unconfirmed"
+    );
+}

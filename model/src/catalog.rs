@@ -1,0 +1,191 @@
+//! Every model configuration by name, for the `explore` and
+//! `counterexample` commands.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::hash::Hash;
+
+use stateright::{Checker, Expectation, HasDiscoveries};
+
+use crate::explain::{Diagram, Narrate};
+use crate::process::{self, ProcessModel};
+use crate::request::{self, RequestModel};
+
+/// Something done with one named model, whatever its type.
+pub trait Visit {
+    /// What the visit returns.
+    type Out;
+    /// Called with the model and the property it is meant to break (`None`
+    /// for a real model).
+    fn visit<M>(self, model: M, breaks: Option<&'static str>) -> Self::Out
+    where
+        M: Narrate + fmt::Debug + Send + Sync + 'static,
+        M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync + 'static,
+        M::Action: fmt::Debug + Clone + PartialEq + Send + Sync + 'static;
+}
+
+/// The names [`with`] knows, real models first.
+pub const NAMES: [&str; 13] = [
+    "request",
+    "process",
+    "request/broken/double-cleanup",
+    "request/broken/complete-before-cleanup",
+    "request/broken/success-despite-cleanup-failure",
+    "request/broken/republish-on-duplicate",
+    "process/broken/signal-after-settle",
+    "process/broken/settle-twice",
+    "process/broken/kill-before-grace",
+    "process/broken/timer-rearmed",
+    "process/broken/hard-before-grace",
+    "process/broken/cause-dropped",
+    "process/broken/drop-kills-unsafely",
+];
+
+/// Calls `v` with the model called `name` (`waiters` waiters for a request
+/// model); `None` if there is no such model.
+pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
+    use process::broken as pb;
+    use request::broken as rb;
+    fn req<S: request::RequestStep + Copy, V: Visit>(s: S, w: usize, v: V) -> V::Out {
+        v.visit(RequestModel::new(s, w), s.breaks())
+    }
+    fn pro<S: process::ProcessStep + Copy, V: Visit>(s: S, v: V) -> V::Out {
+        v.visit(ProcessModel::new(s), s.breaks())
+    }
+    Some(match name {
+        "request" => req(request::Real, waiters, v),
+        "process" => pro(process::Real, v),
+        "request/broken/double-cleanup" => req(rb::DoubleCleanup, waiters, v),
+        "request/broken/complete-before-cleanup" => req(rb::CompleteBeforeCleanup, waiters, v),
+        "request/broken/success-despite-cleanup-failure" => {
+            req(rb::SuccessDespiteCleanupFailure, waiters, v)
+        }
+        "request/broken/republish-on-duplicate" => req(rb::RepublishOnDuplicate, waiters, v),
+        "process/broken/signal-after-settle" => pro(pb::SignalAfterSettle, v),
+        "process/broken/settle-twice" => pro(pb::SettleTwice, v),
+        "process/broken/kill-before-grace" => pro(pb::KillBeforeGrace, v),
+        "process/broken/timer-rearmed" => pro(pb::TimerRearmed, v),
+        "process/broken/hard-before-grace" => pro(pb::HardBeforeGrace, v),
+        "process/broken/cause-dropped" => pro(pb::CauseDropped, v),
+        "process/broken/drop-kills-unsafely" => pro(pb::DropKillsUnsafely, v),
+        _ => return None,
+    })
+}
+
+/// Why no diagram could be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiagramError {
+    /// No model has this name.
+    UnknownModel(String),
+    /// The model has no property of this name (its properties are listed).
+    UnknownProperty(String, Vec<&'static str>),
+    /// A real model was named without a property.
+    NoProperty,
+    /// The checker found no path for the property: an `always` that holds,
+    /// or a `sometimes` never reached.
+    NotFound(String),
+}
+
+impl fmt::Display for DiagramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiagramError::UnknownModel(m) => {
+                write!(f, "unknown model {m:?}; models: {}", names().join(", "))
+            }
+            DiagramError::UnknownProperty(p, all) => {
+                write!(f, "unknown property {p:?}; properties: {}", all.join(" | "))
+            }
+            DiagramError::NoProperty => {
+                write!(
+                    f,
+                    "a real model needs --property (its violations or examples)"
+                )
+            }
+            DiagramError::NotFound(p) => write!(f, "no path found for {p:?}"),
+        }
+    }
+}
+
+impl std::error::Error for DiagramError {}
+
+/// The model names.
+pub fn names() -> Vec<&'static str> {
+    NAMES.to_vec()
+}
+
+struct Counterexample<'a> {
+    name: &'a str,
+    property: Option<&'a str>,
+}
+
+impl Visit for Counterexample<'_> {
+    type Out = Result<Diagram, DiagramError>;
+
+    fn visit<M>(self, model: M, breaks: Option<&'static str>) -> Self::Out
+    where
+        M: Narrate + fmt::Debug + Send + Sync + 'static,
+        M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync + 'static,
+        M::Action: fmt::Debug + Clone + PartialEq + Send + Sync + 'static,
+    {
+        let props = model.properties();
+        let wanted = self.property.or(breaks).ok_or(DiagramError::NoProperty)?;
+        let Some(p) = props.iter().find(|p| p.name == wanted) else {
+            let all = props.iter().map(|p| p.name).collect();
+            return Err(DiagramError::UnknownProperty(wanted.to_owned(), all));
+        };
+        let (name, kind, condition) = (p.name, p.expectation.clone(), p.condition);
+        let checker = model
+            .checker()
+            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([name])))
+            // One thread: with more, a later (longer) path to a sticky
+            // violation may overwrite the first one found.
+            .threads(1)
+            .spawn_bfs()
+            .join();
+        let path = checker
+            .discovery(name)
+            .ok_or_else(|| DiagramError::NotFound(name.to_owned()))?;
+        // The checker keeps exploring its current batch after the first
+        // discovery and records the last one found; cut the path at the
+        // first state that decides the property.
+        let mut steps = path.into_vec();
+        let decided = |s: &M::State| match kind {
+            Expectation::Sometimes => condition(checker.model(), s),
+            Expectation::Always | Expectation::Eventually => !condition(checker.model(), s),
+        };
+        if let Some(i) = steps.iter().position(|(s, _)| decided(s)) {
+            steps.truncate(i + 1);
+            if let Some(last) = steps.last_mut() {
+                last.1 = None;
+            }
+        }
+        let what = match kind {
+            Expectation::Sometimes => "example of",
+            Expectation::Always | Expectation::Eventually => "counterexample to",
+        };
+        let title = format!("{}: {what} \"{name}\"", self.name);
+        let label = match kind {
+            Expectation::Sometimes => format!("reached: {name}"),
+            _ => format!("VIOLATED: {name}"),
+        };
+        Ok(Diagram::from_path(checker.model(), title, steps, &label))
+    }
+}
+
+/// The shortest path (breadth-first) that breaks `property` (or, for a broken
+/// variant without `property`, the property it is meant to break) in the
+/// model called `name`, as a sequence diagram.
+///
+/// # Errors
+///
+/// [`DiagramError`] when the model or property is unknown or no path
+/// exists.
+pub fn counterexample(
+    name: &str,
+    property: Option<&str>,
+    waiters: usize,
+) -> Result<Diagram, DiagramError> {
+    with(name, waiters, Counterexample { name, property })
+        .unwrap_or_else(|| Err(DiagramError::UnknownModel(name.to_owned())))
+}
