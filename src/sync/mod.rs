@@ -76,12 +76,16 @@
 //! Dropping either `cleanup` future drops only a [`Waiter`]'s future, which
 //! unregisters its waker and loses nothing: the result stays in the election.
 
+mod commit;
 mod election;
 mod settle;
 pub mod shim;
+mod slots;
 
+pub use commit::{Commit, CommitLog};
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
 pub use settle::{AlreadySettled, SettleOnce, Settled};
+pub use slots::{SlotCleanup, Slots};
 
 #[cfg(all(test, not(custodian_loom)))]
 mod tests {
@@ -101,6 +105,9 @@ mod tests {
         send_sync_static::<OwnerGuard<String>>();
         send_sync_static::<Waiter<String>>();
         send_sync_static::<Elected<String>>();
+        send_sync_static::<CommitLog<String, String>>();
+        send_sync_static::<Slots<String, String, String>>();
+        send_sync_static::<SlotCleanup<String, String>>();
         unpin::<Settled<String>>();
     }
 }

@@ -1,0 +1,563 @@
+//! The runtime's races, written once over small traits so the same model
+//! runs against the real primitives (`tests/runtime.rs`) and against
+//! deliberately broken ones (`tests/harness_can_fail.rs`).
+//!
+//! - [`direct_commit_races_the_actor`]: the coordinator's per-request
+//!   [`CommitLog`]: an actor commits what two handles send, while each
+//!   handle tries the direct commit of its "opened" report.
+//! - [`cancel_races_open`]: a node's [`Slots`]: an open (decide, open the
+//!   workspace, decide again) races a cancel; then the request is cleaned up.
+//! - [`cleanup_races_eviction`]: two cleanups of one opened key race a
+//!   cleanup of another key that can evict the first one's result.
+
+use std::collections::VecDeque;
+use std::sync::Arc as StdArc;
+use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+
+use custodian::sync::shim::{self, Arc, Condvar, Mutex, thread};
+use custodian::sync::{Commit, CommitLog, OwnerGuard, SlotCleanup, Slots};
+
+use crate::{Exploration, explore};
+
+// ---------------------------------------------------------------------------
+// The coordinator: direct commit vs. the actor
+// ---------------------------------------------------------------------------
+
+/// An input of the request model: handle `h`'s candidate, the actor's
+/// answer to it, and handle `h`'s "workspace opened" report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Handle `h` reported a terminal candidate.
+    Candidate(u8),
+    /// The actor's own follow-up to candidate `h` (never sent).
+    Answer(u8),
+    /// Handle `h` reported that it opened the workspace.
+    Opened(u8),
+}
+
+/// One committed step: its index, the state before and after (the state
+/// counts commits), and the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rec {
+    /// Position the step function was given.
+    pub index: usize,
+    /// State the step function read.
+    pub before: u32,
+    /// The input committed.
+    pub input: Input,
+    /// State committed.
+    pub after: u32,
+}
+
+/// The step function of the request model.
+pub fn step(input: Input) -> impl FnOnce(&u32, usize) -> Commit<u32, Rec, ()> {
+    move |state, index| Commit {
+        next: state + 1,
+        record: Rec {
+            index,
+            before: *state,
+            input,
+            after: state + 1,
+        },
+        output: (),
+    }
+}
+
+/// The commit cell as the coordinator uses it (the methods of [`CommitLog`]).
+pub trait CommitCell: Send + Sync + 'static {
+    /// A cell at state 0.
+    fn create() -> Self;
+    /// Counts an input as pending, then sends it with `send`.
+    fn send(&self, send: impl FnOnce());
+    /// The actor commits an input that was sent.
+    fn commit_sent(&self, input: Input);
+    /// The actor commits an input of its own.
+    fn commit(&self, input: Input);
+    /// A handle commits `input` itself if nothing sent is pending.
+    fn commit_direct(&self, input: Input) -> bool;
+    /// Every record so far.
+    fn log(&self) -> Vec<Rec>;
+    /// Inputs sent and not committed.
+    fn pending(&self) -> usize;
+}
+
+impl CommitCell for CommitLog<u32, Rec> {
+    fn create() -> Self {
+        CommitLog::new(0)
+    }
+    fn send(&self, send: impl FnOnce()) {
+        let sent: Result<(), ()> = CommitLog::send(self, || {
+            send();
+            Ok(())
+        });
+        sent.unwrap();
+    }
+    fn commit_sent(&self, input: Input) {
+        CommitLog::commit_sent(self, step(input));
+    }
+    fn commit(&self, input: Input) {
+        CommitLog::commit(self, step(input));
+    }
+    fn commit_direct(&self, input: Input) -> bool {
+        CommitLog::commit_direct(self, step(input)).is_some()
+    }
+    fn log(&self) -> Vec<Rec> {
+        CommitLog::log(self)
+    }
+    fn pending(&self) -> usize {
+        CommitLog::pending(self)
+    }
+}
+
+/// The actor's inbox: a queue and the number of handles still alive (the
+/// unbounded channel of the coordinator, built on the shim's mutex and
+/// condition variable so loom schedules it).
+struct Inbox {
+    queue: Mutex<(VecDeque<Input>, usize)>,
+    ready: Condvar,
+}
+
+impl Inbox {
+    fn new(handles: usize) -> Self {
+        Self {
+            queue: Mutex::new((VecDeque::new(), handles)),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn push(&self, input: Input) {
+        shim::lock(&self.queue).0.push_back(input);
+        self.ready.notify_one();
+    }
+
+    fn hang_up(&self) {
+        shim::lock(&self.queue).1 -= 1;
+        self.ready.notify_one();
+    }
+
+    /// The next input, or `None` once the queue is empty and every handle
+    /// hung up.
+    fn recv(&self) -> Option<Input> {
+        let mut queue = shim::lock(&self.queue);
+        loop {
+            if let Some(input) = queue.0.pop_front() {
+                return Some(input);
+            }
+            if queue.1 == 0 {
+                return None;
+            }
+            queue = shim::wait(&self.ready, queue);
+        }
+    }
+}
+
+/// A handle reports "opened" as `RequestHandle::workspace_opened` does:
+/// directly if nothing is pending, else through the actor. Returns true if
+/// it committed directly.
+fn report_opened<C: CommitCell>(cell: &C, inbox: &Inbox, h: u8) -> bool {
+    if cell.commit_direct(Input::Opened(h)) {
+        return true;
+    }
+    cell.send(|| inbox.push(Input::Opened(h)));
+    false
+}
+
+/// Handles 1 and 2 (the main thread) each send a candidate and then report
+/// "opened"; the actor commits every sent input and,
+/// after each candidate, its own answer. Checked in every execution: the
+/// log is one chain (each record's `before` is the previous `after`, its
+/// index its position), every input is committed exactly once, nothing is
+/// left pending, and each handle's "opened" is committed after its own
+/// candidate.
+///
+/// Racer 0 wins when handle 1 committed its "opened" directly, racer 1 when
+/// it went through the actor: both paths must be explored. Tag 0 counts
+/// executions where handle 2 committed directly, tag 1 where it was sent.
+pub fn direct_commit_races_the_actor<C: CommitCell>(name: &str, bound: usize) -> Exploration {
+    let exploration = explore(name, bound, 2, 2, |recorder| {
+        let cell = Arc::new(C::create());
+        let inbox = Arc::new(Inbox::new(2));
+        let actor = {
+            let (cell, inbox) = (Arc::clone(&cell), Arc::clone(&inbox));
+            thread::spawn(move || {
+                while let Some(input) = inbox.recv() {
+                    cell.commit_sent(input);
+                    if let Input::Candidate(h) = input {
+                        cell.commit(Input::Answer(h));
+                    }
+                }
+            })
+        };
+        let handle = {
+            let (cell, inbox) = (Arc::clone(&cell), Arc::clone(&inbox));
+            thread::spawn(move || {
+                cell.send(|| inbox.push(Input::Candidate(1)));
+                let direct = report_opened(&*cell, &inbox, 1);
+                inbox.hang_up();
+                direct
+            })
+        };
+        cell.send(|| inbox.push(Input::Candidate(2)));
+        let second_direct = report_opened(&*cell, &inbox, 2);
+        inbox.hang_up();
+        let first_direct = handle.join().unwrap();
+        actor.join().unwrap();
+
+        let log = cell.log();
+        let mut before = 0;
+        for (position, record) in log.iter().enumerate() {
+            assert_eq!(record.index, position, "log index out of place: {log:?}");
+            assert_eq!(record.before, before, "the log is not one chain: {log:?}");
+            before = record.after;
+        }
+        let at = |input: Input| {
+            let found: Vec<usize> = (0..log.len()).filter(|&i| log[i].input == input).collect();
+            assert_eq!(found.len(), 1, "{input:?} not committed once: {log:?}");
+            found[0]
+        };
+        assert!(
+            at(Input::Candidate(1)) < at(Input::Opened(1)),
+            "a direct commit overtook its own earlier candidate: {log:?}"
+        );
+        assert!(
+            at(Input::Candidate(2)) < at(Input::Opened(2)),
+            "a direct commit overtook its own earlier candidate: {log:?}"
+        );
+        for h in [1, 2] {
+            assert!(at(Input::Candidate(h)) < at(Input::Answer(h)));
+        }
+        assert_eq!(log.len(), 6, "{log:?}");
+        assert_eq!(cell.pending(), 0, "an input left pending");
+        recorder.won(if first_direct { 0 } else { 1 });
+        recorder.tag(if second_direct { 0 } else { 1 });
+    });
+    assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
+
+// ---------------------------------------------------------------------------
+// The node: a slot per request
+// ---------------------------------------------------------------------------
+
+/// A request's state on the test node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// An open is in progress.
+    Opening,
+    /// Opened; work is accepted.
+    Open,
+    /// Cancelled: nothing new is accepted. `opened`: a workspace exists.
+    Fenced {
+        /// Whether the workspace was created.
+        opened: bool,
+    },
+    /// Cleanup elected. `opened`: a workspace existed when it was.
+    Closed {
+        /// Whether the workspace was created.
+        opened: bool,
+    },
+}
+
+/// An operation on one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Asked to open.
+    Open,
+    /// The workspace was created for an open that was allowed to proceed.
+    OpenDone,
+    /// Asked to cancel.
+    Cancel,
+    /// Asked to clean up (only through [`SlotTable::cleanup`]).
+    Cleanup,
+}
+
+/// What the node does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Create the workspace, then report [`Op::OpenDone`].
+    Proceed,
+    /// The open is answered "opened".
+    Accepted,
+    /// The open is refused (answered an error).
+    Refused,
+    /// The cancel is acknowledged.
+    Cancelled,
+    /// Cleanup: remove the workspace for real.
+    Remove,
+    /// Cleanup: the idempotent form, which checks that nothing is left and
+    /// never removes anything.
+    CheckGone,
+}
+
+/// The test's node decision function: opens are refused once a cancel or a
+/// cleanup started; an open that was in flight when a cancel fenced the
+/// request is refused when it finishes (its workspace is then cleaned);
+/// cleanup removes for real only a request known to hold a workspace, so an
+/// unknown (never seen or evicted) one gets the idempotent form.
+pub fn node_step(slot: Option<&Slot>, op: Op) -> (Option<Slot>, Decision) {
+    use Decision::*;
+    match (slot.copied(), op) {
+        (None, Op::Open) => (Some(Slot::Opening), Proceed),
+        (Some(Slot::Open), Op::Open) => (Some(Slot::Open), Accepted),
+        (Some(s), Op::Open) => (Some(s), Refused),
+        (Some(Slot::Opening), Op::OpenDone) => (Some(Slot::Open), Accepted),
+        (Some(Slot::Fenced { .. }), Op::OpenDone) => (Some(Slot::Fenced { opened: true }), Refused),
+        (Some(Slot::Closed { .. }), Op::OpenDone) => (Some(Slot::Closed { opened: true }), Refused),
+        (s @ (None | Some(Slot::Open)), Op::OpenDone) => {
+            unreachable!("OpenDone without a pending open: {s:?}")
+        }
+        (None | Some(Slot::Opening), Op::Cancel) => {
+            (Some(Slot::Fenced { opened: false }), Cancelled)
+        }
+        (Some(Slot::Open), Op::Cancel) => (Some(Slot::Fenced { opened: true }), Cancelled),
+        (Some(s @ (Slot::Fenced { .. } | Slot::Closed { .. })), Op::Cancel) => (Some(s), Cancelled),
+        // An open in flight is cleaned for real: its workspace may exist.
+        (Some(Slot::Open | Slot::Opening), Op::Cleanup) => {
+            (Some(Slot::Closed { opened: true }), Remove)
+        }
+        (Some(Slot::Fenced { opened: true } | Slot::Closed { opened: true }), Op::Cleanup) => {
+            (Some(Slot::Closed { opened: true }), Remove)
+        }
+        (
+            None | Some(Slot::Fenced { opened: false } | Slot::Closed { opened: false }),
+            Op::Cleanup,
+        ) => (Some(Slot::Closed { opened: false }), CheckGone),
+    }
+}
+
+/// A cleanup's published result: who owned it and what it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The owner's racer index.
+    pub owner: usize,
+    /// Its decision.
+    pub decision: Decision,
+}
+
+/// The slot table as the node uses it (the methods of [`Slots`]).
+pub trait SlotTable: Clone + Send + Sync + 'static {
+    /// A table caching `capacity` completed cleanups.
+    fn create(capacity: usize) -> Self;
+    /// Applies `op` to `key` through [`node_step`].
+    fn apply(&self, key: u8, op: Op) -> Decision;
+    /// Enters `key`'s cleanup election through [`node_step`].
+    fn cleanup(&self, key: u8) -> SlotCleanup<Report, Decision>;
+    /// Publishes the owner's report.
+    fn complete(&self, key: u8, guard: OwnerGuard<Report>, report: Report);
+    /// `key`'s state.
+    fn get(&self, key: u8) -> Option<Slot>;
+}
+
+impl SlotTable for Slots<u8, Slot, Report> {
+    fn create(capacity: usize) -> Self {
+        Slots::new(capacity)
+    }
+    fn apply(&self, key: u8, op: Op) -> Decision {
+        Slots::apply(self, &key, |slot| node_step(slot, op))
+    }
+    fn cleanup(&self, key: u8) -> SlotCleanup<Report, Decision> {
+        Slots::cleanup(self, &key, |slot| node_step(slot, Op::Cleanup))
+    }
+    fn complete(&self, _key: u8, guard: OwnerGuard<Report>, report: Report) {
+        guard.complete(report);
+    }
+    fn get(&self, key: u8) -> Option<Slot> {
+        Slots::get(self, &key)
+    }
+}
+
+/// Counts real removals per key, outside loom's control (one per execution).
+#[derive(Default)]
+struct Removals([StdAtomicUsize; 2]);
+
+impl Removals {
+    fn note(&self, key: u8, decision: Decision) {
+        if decision == Decision::Remove {
+            self.0[usize::from(key)].fetch_add(1, StdOrdering::SeqCst);
+        }
+    }
+    fn of(&self, key: u8) -> usize {
+        self.0[usize::from(key)].load(StdOrdering::SeqCst)
+    }
+}
+
+/// Enters `key`'s cleanup as racer `me`: an owner does what was decided
+/// and publishes; everyone returns (owned, the report it observed).
+fn clean<T: SlotTable>(table: &T, removals: &Removals, key: u8, me: usize) -> (bool, Report) {
+    match table.cleanup(key) {
+        SlotCleanup::Owner { guard, decision } => {
+            removals.note(key, decision);
+            let waiter = guard.waiter();
+            table.complete(
+                key,
+                guard,
+                Report {
+                    owner: me,
+                    decision,
+                },
+            );
+            (true, waiter.wait().expect("the owner completed"))
+        }
+        SlotCleanup::Waiter(waiter) => (false, waiter.wait().expect("the owner completed")),
+    }
+}
+
+/// Two opens of one request (the edge's open and a retry of it: decide;
+/// create the workspace; decide again) race a cancel; afterwards the request
+/// is cleaned up and opened once more. Checked in every execution:
+///
+/// - at most one open proceeds to create the workspace;
+/// - the cancel's fence holds: the state after all three is fenced and
+///   remembers whether a workspace was created, and the later open is
+///   refused (never "open accepted after cancel fenced");
+/// - a duplicate open is accepted only if the proceeding one was;
+/// - the cleanup removes for real exactly when a workspace was created (one
+///   removal) and runs the idempotent form otherwise: nothing is left and
+///   nothing is removed twice.
+///
+/// Racer 0 wins when some open was accepted, racer 1 when none was. The
+/// tags are the three interleaving classes, each with one outcome: 0 — the
+/// cancel came before any open (both refused, nothing created, check only);
+/// 1 — the cancel landed while the workspace was being created (refused
+/// when done, created, removed); 2 — an open finished first (accepted,
+/// created, removed). All three must occur.
+pub fn cancel_races_open<T: SlotTable>(name: &str, bound: usize) -> Exploration {
+    let exploration = explore(name, bound, 2, 3, |recorder| {
+        let table = T::create(4);
+        let created = StdArc::new(StdAtomicUsize::new(0));
+        let openers: Vec<_> = (0..2)
+            .map(|_| {
+                let (table, created) = (table.clone(), StdArc::clone(&created));
+                thread::spawn(move || match table.apply(0, Op::Open) {
+                    Decision::Proceed => {
+                        created.fetch_add(1, StdOrdering::SeqCst);
+                        (true, table.apply(0, Op::OpenDone))
+                    }
+                    other => (false, other),
+                })
+            })
+            .collect();
+        assert_eq!(table.apply(0, Op::Cancel), Decision::Cancelled);
+        let answers: Vec<(bool, Decision)> =
+            openers.into_iter().map(|t| t.join().unwrap()).collect();
+
+        let created = created.load(StdOrdering::SeqCst);
+        let proceeded: Vec<Decision> = answers.iter().filter(|a| a.0).map(|a| a.1).collect();
+        assert_eq!(proceeded.len(), created, "{answers:?}");
+        assert!(created <= 1, "the workspace was opened twice: {answers:?}");
+        let state = table.get(0);
+        assert_eq!(
+            state,
+            Some(Slot::Fenced {
+                opened: created == 1
+            }),
+            "the cancel's fence was lost, or forgot a created workspace: {answers:?}"
+        );
+        assert_eq!(
+            table.apply(0, Op::Open),
+            Decision::Refused,
+            "open accepted after cancel fenced"
+        );
+        let accepted = answers.iter().any(|a| a.1 == Decision::Accepted);
+        if accepted {
+            assert_eq!(proceeded, [Decision::Accepted], "{answers:?}");
+        }
+
+        let removals = Removals::default();
+        let (owned, report) = clean(&table, &removals, 0, 0);
+        assert!(owned);
+        let expected = if created == 1 {
+            Decision::Remove
+        } else {
+            Decision::CheckGone
+        };
+        assert_eq!(report.decision, expected, "{answers:?}");
+        assert_eq!(removals.of(0), created, "a workspace left or removed twice");
+
+        let class = match proceeded.first() {
+            None => 0,
+            Some(Decision::Refused) => 1,
+            Some(Decision::Accepted) => 2,
+            Some(other) => panic!("an open ended outside every class: {other:?}"),
+        };
+        recorder.won(usize::from(!accepted));
+        recorder.tag(class);
+    });
+    assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
+
+/// Key 0 holds an opened workspace. Two racers clean it up while a third
+/// (the main thread) cleans up key 1, which was never opened; the table
+/// caches one completed cleanup, so key 1's completion can evict key 0's
+/// result. Checked in every execution:
+///
+/// - key 0's workspace is removed for real exactly once, key 1's never;
+/// - a second owner of key 0 appears only after the first one's result was
+///   evicted, and then runs the idempotent form only;
+/// - every waiter observes the report of an owner of its key, and the first
+///   owner's report is a real removal.
+///
+/// Racer 0 or 1 wins when it owned key 0's first cleanup. Tag 0 counts the
+/// executions with a re-election after eviction, tag 1 those where both
+/// racers shared one cleanup; both must occur.
+pub fn cleanup_races_eviction<T: SlotTable>(name: &str, bound: usize) -> Exploration {
+    let exploration = explore(name, bound, 2, 2, |recorder| {
+        let table = T::create(1);
+        assert_eq!(table.apply(0, Op::Open), Decision::Proceed);
+        assert_eq!(table.apply(0, Op::OpenDone), Decision::Accepted);
+        let removals = StdArc::new(Removals::default());
+        let racer = {
+            let (table, removals) = (table.clone(), StdArc::clone(&removals));
+            thread::spawn(move || clean(&table, &removals, 0, 1))
+        };
+        let evictor = {
+            let (table, removals) = (table.clone(), StdArc::clone(&removals));
+            thread::spawn(move || clean(&table, &removals, 1, 2))
+        };
+        let mine = clean(&table, &removals, 0, 0);
+        let theirs = racer.join().unwrap();
+        let (evictor_owned, evictor_report) = evictor.join().unwrap();
+
+        assert_eq!(removals.of(0), 1, "key 0 removed {} times", removals.of(0));
+        assert_eq!(removals.of(1), 0, "a never-opened key was removed");
+        assert!(evictor_owned);
+        assert_eq!(evictor_report.decision, Decision::CheckGone);
+        let results = [mine, theirs];
+        let owners: Vec<usize> = (0..2).filter(|&i| results[i].0).collect();
+        assert!(!owners.is_empty());
+        for (me, (owned, report)) in results.iter().enumerate() {
+            if *owned {
+                assert_eq!(report.owner, me, "an owner observes its own report");
+            } else {
+                assert_eq!(owners.len(), 1, "{results:?}");
+                assert_eq!(
+                    report.owner, owners[0],
+                    "a waiter observes its owner's report"
+                );
+            }
+        }
+        let first = if owners.len() == 2 {
+            // The re-elected owner met an unknown key.
+            let rerun: Vec<&Report> = results
+                .iter()
+                .map(|r| &r.1)
+                .filter(|r| r.decision == Decision::CheckGone)
+                .collect();
+            assert_eq!(rerun.len(), 1, "{results:?}");
+            results
+                .iter()
+                .find(|r| r.1.decision == Decision::Remove)
+                .unwrap()
+                .1
+                .owner
+        } else {
+            owners[0]
+        };
+        assert_eq!(results[first].1.decision, Decision::Remove, "{results:?}");
+        recorder.won(first);
+        recorder.tag(if owners.len() == 2 { 0 } else { 1 });
+    });
+    assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
