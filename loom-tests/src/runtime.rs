@@ -15,7 +15,7 @@ use std::sync::Arc as StdArc;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
 use custodian::sync::shim::{self, Arc, Condvar, Mutex, thread};
-use custodian::sync::{Commit, CommitLog, OwnerGuard, SlotCleanup, Slots};
+use custodian::sync::{Applied, Commit, CommitLog, Elected, SlotEffect, SlotStep, Slots};
 
 use crate::{Exploration, explore};
 
@@ -292,36 +292,51 @@ pub enum Decision {
 /// The test's node decision function: opens are refused once a cancel or a
 /// cleanup started; an open that was in flight when a cancel fenced the
 /// request is refused when it finishes (its workspace is then cleaned);
-/// cleanup removes for real only a request known to hold a workspace, so an
-/// unknown (never seen or evicted) one gets the idempotent form.
-pub fn node_step(slot: Option<&Slot>, op: Op) -> (Option<Slot>, Decision) {
+/// the first cleanup starts it, later ones wait for it; cleanup removes for
+/// real only a request known to hold a workspace, so an unknown (never seen
+/// or evicted) one gets the idempotent form.
+pub fn node_step(slot: Option<&Slot>, op: Op) -> SlotStep<Slot, Decision> {
     use Decision::*;
-    match (slot.copied(), op) {
-        (None, Op::Open) => (Some(Slot::Opening), Proceed),
-        (Some(Slot::Open), Op::Open) => (Some(Slot::Open), Accepted),
-        (Some(s), Op::Open) => (Some(s), Refused),
-        (Some(Slot::Opening), Op::OpenDone) => (Some(Slot::Open), Accepted),
-        (Some(Slot::Fenced { .. }), Op::OpenDone) => (Some(Slot::Fenced { opened: true }), Refused),
-        (Some(Slot::Closed { .. }), Op::OpenDone) => (Some(Slot::Closed { opened: true }), Refused),
+    let (next, decision, effect) = match (slot.copied(), op) {
+        (None, Op::Open) => (Slot::Opening, Proceed, SlotEffect::None),
+        (Some(Slot::Open), Op::Open) => (Slot::Open, Accepted, SlotEffect::None),
+        (Some(s), Op::Open) => (s, Refused, SlotEffect::None),
+        (Some(Slot::Opening), Op::OpenDone) => (Slot::Open, Accepted, SlotEffect::None),
+        (Some(Slot::Fenced { .. }), Op::OpenDone) => {
+            (Slot::Fenced { opened: true }, Refused, SlotEffect::None)
+        }
+        (Some(Slot::Closed { .. }), Op::OpenDone) => {
+            (Slot::Closed { opened: true }, Refused, SlotEffect::None)
+        }
         (s @ (None | Some(Slot::Open)), Op::OpenDone) => {
             unreachable!("OpenDone without a pending open: {s:?}")
         }
         (None | Some(Slot::Opening), Op::Cancel) => {
-            (Some(Slot::Fenced { opened: false }), Cancelled)
+            (Slot::Fenced { opened: false }, Cancelled, SlotEffect::None)
         }
-        (Some(Slot::Open), Op::Cancel) => (Some(Slot::Fenced { opened: true }), Cancelled),
-        (Some(s @ (Slot::Fenced { .. } | Slot::Closed { .. })), Op::Cancel) => (Some(s), Cancelled),
-        // An open in flight is cleaned for real: its workspace may exist.
-        (Some(Slot::Open | Slot::Opening), Op::Cleanup) => {
-            (Some(Slot::Closed { opened: true }), Remove)
+        (Some(Slot::Open), Op::Cancel) => {
+            (Slot::Fenced { opened: true }, Cancelled, SlotEffect::None)
         }
-        (Some(Slot::Fenced { opened: true } | Slot::Closed { opened: true }), Op::Cleanup) => {
-            (Some(Slot::Closed { opened: true }), Remove)
+        (Some(s @ (Slot::Fenced { .. } | Slot::Closed { .. })), Op::Cancel) => {
+            (s, Cancelled, SlotEffect::None)
         }
-        (
-            None | Some(Slot::Fenced { opened: false } | Slot::Closed { opened: false }),
-            Op::Cleanup,
-        ) => (Some(Slot::Closed { opened: false }), CheckGone),
+        (Some(s @ Slot::Closed { .. }), Op::Cleanup) => (s, CheckGone, SlotEffect::AwaitCleanup),
+        // (The models never clean up while an open runs.)
+        (Some(Slot::Open | Slot::Opening | Slot::Fenced { opened: true }), Op::Cleanup) => (
+            Slot::Closed { opened: true },
+            Remove,
+            SlotEffect::StartCleanup,
+        ),
+        (None | Some(Slot::Fenced { opened: false }), Op::Cleanup) => (
+            Slot::Closed { opened: false },
+            CheckGone,
+            SlotEffect::StartCleanup,
+        ),
+    };
+    SlotStep {
+        next: Some(next),
+        decision,
+        effect,
     }
 }
 
@@ -336,14 +351,10 @@ pub struct Report {
 
 /// The slot table as the node uses it (the methods of [`Slots`]).
 pub trait SlotTable: Clone + Send + Sync + 'static {
-    /// A table caching `capacity` completed cleanups.
+    /// A table remembering `capacity` finished keys.
     fn create(capacity: usize) -> Self;
     /// Applies `op` to `key` through [`node_step`].
-    fn apply(&self, key: u8, op: Op) -> Decision;
-    /// Enters `key`'s cleanup election through [`node_step`].
-    fn cleanup(&self, key: u8) -> SlotCleanup<Report, Decision>;
-    /// Publishes the owner's report.
-    fn complete(&self, key: u8, guard: OwnerGuard<Report>, report: Report);
+    fn apply(&self, key: u8, op: Op) -> Applied<Report, Decision>;
     /// `key`'s state.
     fn get(&self, key: u8) -> Option<Slot>;
 }
@@ -352,18 +363,19 @@ impl SlotTable for Slots<u8, Slot, Report> {
     fn create(capacity: usize) -> Self {
         Slots::new(capacity)
     }
-    fn apply(&self, key: u8, op: Op) -> Decision {
+    fn apply(&self, key: u8, op: Op) -> Applied<Report, Decision> {
         Slots::apply(self, &key, |slot| node_step(slot, op))
-    }
-    fn cleanup(&self, key: u8) -> SlotCleanup<Report, Decision> {
-        Slots::cleanup(self, &key, |slot| node_step(slot, Op::Cleanup))
-    }
-    fn complete(&self, _key: u8, guard: OwnerGuard<Report>, report: Report) {
-        guard.complete(report);
     }
     fn get(&self, key: u8) -> Option<Slot> {
         Slots::get(self, &key)
     }
+}
+
+/// Applies an operation that touches no cleanup and returns its decision.
+fn decide<T: SlotTable>(table: &T, key: u8, op: Op) -> Decision {
+    let applied = table.apply(key, op);
+    assert!(applied.cleanup.is_none(), "{op:?} got a cleanup handle");
+    applied.decision
 }
 
 /// Counts real removals per key, outside loom's control (one per execution).
@@ -381,24 +393,22 @@ impl Removals {
     }
 }
 
-/// Enters `key`'s cleanup as racer `me`: an owner does what was decided
+/// Asks for `key`'s cleanup as racer `me`: an owner does what was decided
 /// and publishes; everyone returns (owned, the report it observed).
 fn clean<T: SlotTable>(table: &T, removals: &Removals, key: u8, me: usize) -> (bool, Report) {
-    match table.cleanup(key) {
-        SlotCleanup::Owner { guard, decision } => {
-            removals.note(key, decision);
+    let applied = table.apply(key, Op::Cleanup);
+    match applied.cleanup {
+        Some(Elected::Owner(guard)) => {
+            removals.note(key, applied.decision);
             let waiter = guard.waiter();
-            table.complete(
-                key,
-                guard,
-                Report {
-                    owner: me,
-                    decision,
-                },
-            );
+            guard.complete(Report {
+                owner: me,
+                decision: applied.decision,
+            });
             (true, waiter.wait().expect("the owner completed"))
         }
-        SlotCleanup::Waiter(waiter) => (false, waiter.wait().expect("the owner completed")),
+        Some(Elected::Waiter(waiter)) => (false, waiter.wait().expect("the owner completed")),
+        None => panic!("a cleanup got no cleanup handle"),
     }
 }
 
@@ -428,16 +438,16 @@ pub fn cancel_races_open<T: SlotTable>(name: &str, bound: usize) -> Exploration 
         let openers: Vec<_> = (0..2)
             .map(|_| {
                 let (table, created) = (table.clone(), StdArc::clone(&created));
-                thread::spawn(move || match table.apply(0, Op::Open) {
+                thread::spawn(move || match decide(&table, 0, Op::Open) {
                     Decision::Proceed => {
                         created.fetch_add(1, StdOrdering::SeqCst);
-                        (true, table.apply(0, Op::OpenDone))
+                        (true, decide(&table, 0, Op::OpenDone))
                     }
                     other => (false, other),
                 })
             })
             .collect();
-        assert_eq!(table.apply(0, Op::Cancel), Decision::Cancelled);
+        assert_eq!(decide(&table, 0, Op::Cancel), Decision::Cancelled);
         let answers: Vec<(bool, Decision)> =
             openers.into_iter().map(|t| t.join().unwrap()).collect();
 
@@ -454,7 +464,7 @@ pub fn cancel_races_open<T: SlotTable>(name: &str, bound: usize) -> Exploration 
             "the cancel's fence was lost, or forgot a created workspace: {answers:?}"
         );
         assert_eq!(
-            table.apply(0, Op::Open),
+            decide(&table, 0, Op::Open),
             Decision::Refused,
             "open accepted after cancel fenced"
         );
@@ -504,8 +514,8 @@ pub fn cancel_races_open<T: SlotTable>(name: &str, bound: usize) -> Exploration 
 pub fn cleanup_races_eviction<T: SlotTable>(name: &str, bound: usize) -> Exploration {
     let exploration = explore(name, bound, 2, 2, |recorder| {
         let table = T::create(1);
-        assert_eq!(table.apply(0, Op::Open), Decision::Proceed);
-        assert_eq!(table.apply(0, Op::OpenDone), Decision::Accepted);
+        assert_eq!(decide(&table, 0, Op::Open), Decision::Proceed);
+        assert_eq!(decide(&table, 0, Op::OpenDone), Decision::Accepted);
         let removals = StdArc::new(Removals::default());
         let racer = {
             let (table, removals) = (table.clone(), StdArc::clone(&removals));

@@ -147,7 +147,7 @@ mod loom_models {
     // -----------------------------------------------------------------
 
     use custodian::sync::shim::atomic::{AtomicUsize, Ordering};
-    use custodian::sync::{CommitLog, OwnerGuard, SlotCleanup, Slots};
+    use custodian::sync::{Applied, CommitLog, SlotEffect, Slots};
     use custodian_loom_tests::runtime::{
         CommitCell, Decision, Input, Op, Rec, Report, Slot, SlotTable, cancel_races_open,
         cleanup_races_eviction, direct_commit_races_the_actor, node_step, step,
@@ -214,19 +214,10 @@ mod loom_models {
         fn create(capacity: usize) -> Self {
             Self(Slots::new(capacity))
         }
-        fn apply(&self, key: u8, op: Op) -> Decision {
+        fn apply(&self, key: u8, op: Op) -> Applied<Report, Decision> {
             let seen = self.0.get(&key);
-            let (next, decision) = node_step(seen.as_ref(), op);
-            self.0.apply(&key, |_| (next, ()));
-            decision
-        }
-        fn cleanup(&self, key: u8) -> SlotCleanup<Report, Decision> {
-            let seen = self.0.get(&key);
-            let (next, decision) = node_step(seen.as_ref(), Op::Cleanup);
-            self.0.cleanup(&key, |_| (next, decision))
-        }
-        fn complete(&self, _key: u8, guard: OwnerGuard<Report>, report: Report) {
-            guard.complete(report);
+            let decided = node_step(seen.as_ref(), op);
+            self.0.apply(&key, |_| decided)
         }
         fn get(&self, key: u8) -> Option<Slot> {
             self.0.get(&key)
@@ -239,9 +230,38 @@ mod loom_models {
         cancel_races_open::<StaleSlots>("broken: stale slot decision, cancel vs open", 3);
     }
 
+    /// Broken: elects the cleanup on the current state, but decides its
+    /// form (real removal or idempotent check) on a snapshot read before
+    /// the election, as a node that looks its request up and then enters
+    /// the election would. A snapshot from before an eviction says "open".
+    #[derive(Clone)]
+    struct SnapshotFormSlots(Slots<u8, Slot, Report>);
+
+    impl SlotTable for SnapshotFormSlots {
+        fn create(capacity: usize) -> Self {
+            Self(Slots::new(capacity))
+        }
+        fn apply(&self, key: u8, op: Op) -> Applied<Report, Decision> {
+            let form = node_step(self.0.get(&key).as_ref(), op).decision;
+            self.0.apply(&key, |slot| {
+                let mut fresh = node_step(slot, op);
+                if op == Op::Cleanup && fresh.effect == SlotEffect::StartCleanup {
+                    fresh.decision = form;
+                }
+                fresh
+            })
+        }
+        fn get(&self, key: u8) -> Option<Slot> {
+            self.0.get(&key)
+        }
+    }
+
     #[test]
     #[should_panic(expected = "key 0 removed 2 times")]
-    fn stale_cleanup_after_eviction_is_caught() {
-        cleanup_races_eviction::<StaleSlots>("broken: stale slot decision, cleanup vs eviction", 2);
+    fn a_cleanup_form_decided_before_eviction_is_caught() {
+        cleanup_races_eviction::<SnapshotFormSlots>(
+            "broken: cleanup form from a snapshot, cleanup vs eviction",
+            2,
+        );
     }
 }

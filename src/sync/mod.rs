@@ -85,7 +85,7 @@ mod slots;
 pub use commit::{Commit, CommitLog};
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
 pub use settle::{AlreadySettled, SettleOnce, Settled};
-pub use slots::{SlotCleanup, Slots};
+pub use slots::{Applied, SlotEffect, SlotStep, Slots};
 
 #[cfg(all(test, not(custodian_loom)))]
 mod tests {
@@ -107,7 +107,7 @@ mod tests {
         send_sync_static::<Elected<String>>();
         send_sync_static::<CommitLog<String, String>>();
         send_sync_static::<Slots<String, String, String>>();
-        send_sync_static::<SlotCleanup<String, String>>();
+        send_sync_static::<Applied<String, String>>();
         unpin::<Settled<String>>();
     }
 }
