@@ -14,12 +14,13 @@
 //! - events that make no sense in the current state change nothing but a
 //!   counter the runtime may log.
 //!
-//! The runtime (the coordinator for [`request`], the launcher for
+//! The runtime (the coordinator for [`request`], the wire node for [`node`], the launcher for
 //! [`process`]) owns the real clock, the I/O and the channels; it feeds each
 //! event through `step` and then performs the returned actions before the
 //! next event. `docs/state-machines.md` has a diagram and the full
 //! state × event table of each machine; `docs/verification.md` says what the
 //! model checker proves about them.
 
+pub mod node;
 pub mod process;
 pub mod request;

@@ -338,6 +338,9 @@ pub mod codes {
     pub const NOT_OPEN: SafeCode = SafeCode::new("not_open");
     /// The request's cleanup has started: it accepts no new work.
     pub const REQUEST_CLOSED: SafeCode = SafeCode::new("request_closed");
+    /// An open of the same request is still running; this one was not
+    /// performed.
+    pub const OPEN_IN_PROGRESS: SafeCode = SafeCode::new("open_in_progress");
     /// The node is shutting down.
     pub const SHUTTING_DOWN: SafeCode = SafeCode::new("shutting_down");
 }

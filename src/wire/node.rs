@@ -22,7 +22,9 @@ use super::message::{
 };
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
-use crate::sync::{Abandoned, Elected, Elections};
+pub use crate::machine::node::CleanupVerdict;
+use crate::machine::node::{self as decide, Action, Input, Refusal, Reply};
+use crate::sync::{Abandoned, Elected, Elections, OwnerGuard, Waiter};
 
 /// The workspace operations the node performs for the wire.
 ///
@@ -70,19 +72,6 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn cleanup(&self, request: &RequestId) -> impl Future<Output = CleanupVerdict> + Send;
 }
 
-/// What one cleanup did, as the workspace reports it to the node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CleanupVerdict {
-    /// Everything the request owned is gone.
-    Cleaned,
-    /// Nothing is held for the request (never opened here, or already
-    /// removed): nothing was touched.
-    AlreadyGone,
-    /// Cleanup failed closed for the given reason.
-    Failed(SafeCode),
-}
-
 /// Limits of a [`Node`].
 #[derive(Clone, Copy, Debug)]
 pub struct NodeConfig {
@@ -104,21 +93,63 @@ impl Default for NodeConfig {
     }
 }
 
-/// Where one request stands on this node. The cleanup's result lives in
-/// the node's [`Elections`], not here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    Open,
-    /// Cleanup elected: no new work is accepted.
-    Closed,
-}
-
+/// The node's per-request decision states, plus what only the shell holds.
+///
+/// Every decision is [`machine::node::step`](crate::machine::node::step)
+/// taken under this table's lock: the lock makes each step atomic, the
+/// machine decides. An id not in the table is at
+/// [`State::after_restart`](decide::State::after_restart): this process
+/// cannot prove that no earlier run of the node opened it, so a cleanup
+/// asks the workspace, whose idempotent form checks the disk.
 #[derive(Debug, Default)]
 struct Table {
-    slots: HashMap<RequestId, Slot>,
-    /// Closed ids whose cleanup finished, oldest first, for bounding the
-    /// table like the elections' result cache.
-    cleaned: VecDeque<RequestId>,
+    slots: HashMap<RequestId, decide::State>,
+    /// Owners of cleanups asked for while the open was running; the open's
+    /// finish starts them.
+    pending: HashMap<RequestId, OwnerGuard<CleanupVerdict>>,
+    /// Ids whose state may be forgotten (cleaned, or fenced with no job),
+    /// oldest first, for bounding the table like the elections' cache.
+    retired: VecDeque<RequestId>,
+}
+
+impl Table {
+    fn state(&self, id: &RequestId) -> decide::State {
+        self.slots
+            .get(id)
+            .copied()
+            .unwrap_or_else(decide::State::after_restart)
+    }
+
+    /// Steps the request's state by `input` and stores the result.
+    fn step(&mut self, id: &RequestId, input: Input) -> Vec<Action> {
+        let before = self.state(id);
+        let decide::Transition { next, actions } = decide::step(&before, input);
+        if next != before {
+            self.slots.insert(id.clone(), next);
+        }
+        actions
+    }
+
+    fn retire(&mut self, id: &RequestId, bound: usize) {
+        self.retired.push_back(id.clone());
+        while self.retired.len() > bound {
+            let Some(old) = self.retired.pop_front() else {
+                break;
+            };
+            // Forgetting an id lets a later duplicate start from "unknown":
+            // a cleanup asks the workspace again (a no-op for a gone job),
+            // an open is refused by the workspace while it remembers the
+            // cleanup.
+            let forgettable = self.slots.get(&old).is_some_and(|s| {
+                s.cleaned().is_some()
+                    || (s.fence() == decide::Fence::Cancelled
+                        && matches!(s.job(), decide::Job::Absent | decide::Job::Unknown))
+            });
+            if forgettable {
+                self.slots.remove(&old);
+            }
+        }
+    }
 }
 
 /// Frame counters of a [`Node`], across all its connections.
@@ -146,10 +177,8 @@ pub struct Node<W> {
     workspace: W,
     config: NodeConfig,
     table: Mutex<Table>,
-    /// One cleanup per request id; duplicates share its result.
-    cleanups: Elections<RequestId, CleanupReport>,
-    /// Serializes `open` so that a request is opened at most once.
-    open_lock: tokio::sync::Mutex<()>,
+    /// Where callers wait for the one cleanup the table started.
+    cleanups: Elections<RequestId, CleanupVerdict>,
 }
 
 impl<W: NodeWorkspace> Node<W> {
@@ -161,7 +190,6 @@ impl<W: NodeWorkspace> Node<W> {
             cleanups: Elections::new(config.cleanup_cache),
             config,
             table: Mutex::new(Table::default()),
-            open_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -182,7 +210,7 @@ impl<W: NodeWorkspace> Node<W> {
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // A panic while holding this lock cannot leave the table torn: every
-        // critical section is a single insert/remove.
+        // critical section stores one stepped state.
         self.table
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -200,7 +228,7 @@ impl<W: NodeWorkspace> Node<W> {
                     name,
                     contents,
                 } => {
-                    if let Err(code) = self.accepting(&request_id) {
+                    if let Err(code) = self.work(&request_id) {
                         return error(request_id, code);
                     }
                     match self
@@ -217,7 +245,7 @@ impl<W: NodeWorkspace> Node<W> {
                     }
                 }
                 Request::RunProcess { request_id, spec } => {
-                    if let Err(code) = self.accepting(&request_id) {
+                    if let Err(code) = self.work(&request_id) {
                         return error(request_id, code);
                     }
                     match self.workspace.run(&request_id, spec).await {
@@ -229,7 +257,13 @@ impl<W: NodeWorkspace> Node<W> {
                     }
                 }
                 Request::Cancel { request_id } => {
-                    let processes = self.workspace.cancel(&request_id).await;
+                    let actions = self.table().step(&request_id, Input::Cancel);
+                    self.retire_if_fenced_without_job(&request_id);
+                    let processes = if actions.contains(&Action::CancelProcesses) {
+                        self.workspace.cancel(&request_id).await
+                    } else {
+                        0
+                    };
                     Response::Cancelled {
                         request_id,
                         processes,
@@ -244,102 +278,201 @@ impl<W: NodeWorkspace> Node<W> {
         .await
     }
 
-    /// New work is accepted only while the request is open.
-    fn accepting(&self, id: &RequestId) -> Result<(), SafeCode> {
-        match self.table().slots.get(id) {
-            Some(Slot::Open) => Ok(()),
-            Some(_) => Err(codes::REQUEST_CLOSED),
-            None => Err(codes::NOT_OPEN),
+    /// A write or run is performed only while the request is open and
+    /// accepting.
+    fn work(&self, id: &RequestId) -> Result<(), SafeCode> {
+        match self.table().step(id, Input::Work).first() {
+            Some(Action::Proceed) => Ok(()),
+            Some(Action::Reply(Reply::Refused(r))) => Err(refusal_code(*r)),
+            other => unreachable_decision(other),
         }
     }
 
-    async fn open(&self, request_id: RequestId) -> Response {
-        let _serial = self.open_lock.lock().await;
-        match self.table().slots.get(&request_id) {
-            Some(Slot::Open) => {
-                return Response::WorkspaceOpened {
-                    request_id,
-                    already_open: true,
-                };
-            }
-            Some(_) => return error(request_id, codes::REQUEST_CLOSED),
-            None => {}
+    fn retire_if_fenced_without_job(&self, id: &RequestId) {
+        let mut table = self.table();
+        let s = table.state(id);
+        if s.fence() == decide::Fence::Cancelled
+            && matches!(s.job(), decide::Job::Absent | decide::Job::Unknown)
+            && table.slots.contains_key(id)
+        {
+            table.retire(id, self.config.cleanup_cache);
         }
-        match self.workspace.open(&request_id).await {
-            Ok(()) => {
-                self.table().slots.insert(request_id.clone(), Slot::Open);
-                Response::WorkspaceOpened {
-                    request_id,
-                    already_open: false,
+    }
+
+    async fn open(self: &Arc<Self>, request_id: RequestId) -> Response {
+        let actions = self.table().step(&request_id, Input::Open);
+        match actions.first() {
+            Some(Action::Open) => {}
+            Some(Action::Reply(r)) => return self.reply(request_id, *r, None),
+            other => unreachable_decision(other),
+        }
+        // The open runs outside the table lock; a cancel or cleanup that
+        // lands meanwhile is decided by the machine (the open's answer
+        // becomes `request_closed`, a cleanup waits for the open to finish).
+        let opened = self.workspace.open(&request_id).await;
+        let actions = self
+            .table()
+            .step(&request_id, Input::OpenFinished { ok: opened.is_ok() });
+        let mut answer = None;
+        for action in actions {
+            match action {
+                Action::Reply(r) => answer = Some(self.reply(request_id.clone(), r, opened.err())),
+                Action::StartCleanup => {
+                    let pending = self.table().pending.remove(&request_id);
+                    // Our own election waiter is not needed: the callers
+                    // that asked for this cleanup already wait on it.
+                    drop(self.start_cleanup(&request_id, pending));
                 }
+                Action::AwaitCleanup => {}
+                other => unreachable_decision(Some(&other)),
             }
-            Err(code) => error(request_id, code),
+        }
+        answer.unwrap_or_else(|| error(request_id, codes::REQUEST_CLOSED))
+    }
+
+    fn reply(&self, request_id: RequestId, r: Reply, open_error: Option<SafeCode>) -> Response {
+        match r {
+            Reply::Opened { already } => Response::WorkspaceOpened {
+                request_id,
+                already_open: already,
+            },
+            Reply::OpenFailed => error(request_id, open_error.unwrap_or(codes::NOT_OPEN)),
+            Reply::Refused(refusal) => error(request_id, refusal_code(refusal)),
+            Reply::Closed => error(request_id, codes::REQUEST_CLOSED),
+            Reply::NothingToCancel => Response::Cancelled {
+                request_id,
+                processes: 0,
+            },
+            Reply::Cleanup { verdict, cached } => {
+                let mut rep = report(request_id, verdict);
+                rep.cached = cached;
+                Response::Cleanup(rep)
+            }
         }
     }
 
-    /// Elects one cleanup per request id; every caller, concurrent or late,
-    /// gets the same report. The cleanup runs in its own task so that it
-    /// finishes even if every caller goes away.
+    /// Starts the one cleanup the machine decided, in its own task so that
+    /// it finishes even if every caller goes away; returns a waiter on its
+    /// verdict. `owner` is the election owner a caller already holds (a
+    /// cleanup asked for while the open ran).
+    fn start_cleanup(
+        self: &Arc<Self>,
+        id: &RequestId,
+        owner: Option<OwnerGuard<CleanupVerdict>>,
+    ) -> Waiter<CleanupVerdict> {
+        let elected = match owner {
+            Some(guard) => Elected::Owner(guard),
+            None => self.cleanups.elect(id.clone()),
+        };
+        let node = Arc::clone(self);
+        let id = id.clone();
+        match elected {
+            Elected::Owner(guard) => {
+                let waiter = guard.waiter();
+                tokio::spawn(
+                    async move {
+                        let verdict = node.workspace.cleanup(&id).await;
+                        node.finish_cleanup(&id, verdict);
+                        // Waiters may all be gone; the elections keep the
+                        // result. Dropping the guard instead (the runtime
+                        // shutting down) publishes `Abandoned`.
+                        guard.complete(verdict);
+                    }
+                    .in_current_span(),
+                );
+                waiter
+            }
+            // The table forgot this id but the elections still hold its
+            // cleanup: that cleanup's verdict is this one's.
+            Elected::Waiter(waiter) => {
+                let w = waiter.clone();
+                tokio::spawn(async move {
+                    let verdict = w
+                        .await
+                        .unwrap_or(CleanupVerdict::Failed(codes::SHUTTING_DOWN));
+                    node.finish_cleanup(&id, verdict);
+                });
+                waiter
+            }
+        }
+    }
+
+    /// Cleans up the request once: the machine decides whether this call
+    /// starts the cleanup, waits for the one running (or pending behind an
+    /// open), or is answered from the state at once. Every caller,
+    /// concurrent or late, gets the same verdict; `cached` is false only for
+    /// the caller that started it (or an immediate "already gone").
     pub async fn cleanup(self: &Arc<Self>, request_id: RequestId) -> CleanupReport {
         let (waiter, owner) = {
-            // Electing under the table lock closes the request in the same
-            // critical section, so no new work slips in once cleanup is
-            // elected.
             let mut table = self.table();
-            match self.cleanups.elect(request_id.clone()) {
-                Elected::Owner(guard) => {
-                    table.slots.insert(request_id.clone(), Slot::Closed);
-                    let waiter = guard.waiter();
-                    let node = Arc::clone(self);
-                    let id = request_id.clone();
-                    tokio::spawn(
-                        async move {
-                            let verdict = node.workspace.cleanup(&id).await;
-                            node.finish_cleanup(&id);
-                            // Waiters may all be gone; the elections keep
-                            // the result. Dropping the guard instead (the
-                            // runtime shutting down) publishes `Abandoned`.
-                            guard.complete(report(id, verdict));
+            let actions = table.step(&request_id, Input::Cleanup);
+            let mut waiter = None;
+            let mut owner = false;
+            for action in actions {
+                match action {
+                    Action::Reply(Reply::Cleanup { verdict, cached }) => {
+                        if !cached {
+                            table.retire(&request_id, self.config.cleanup_cache);
                         }
-                        .in_current_span(),
-                    );
-                    (waiter, true)
+                        let mut rep = report(request_id, verdict);
+                        rep.cached = cached;
+                        return rep;
+                    }
+                    Action::StartCleanup => {
+                        let pending = table.pending.remove(&request_id);
+                        waiter = Some(self.start_cleanup(&request_id, pending));
+                        owner = true;
+                    }
+                    Action::AwaitCleanup if waiter.is_none() => {
+                        waiter = Some(match self.cleanups.elect(request_id.clone()) {
+                            // The cleanup waits for a running open, which
+                            // starts it with this guard.
+                            Elected::Owner(guard) => {
+                                let w = guard.waiter();
+                                table.pending.insert(request_id.clone(), guard);
+                                owner = true;
+                                w
+                            }
+                            Elected::Waiter(w) => w,
+                        });
+                    }
+                    Action::AwaitCleanup => {}
+                    other => unreachable_decision(Some(&other)),
                 }
-                Elected::Waiter(waiter) => (waiter, false),
+            }
+            match waiter {
+                Some(w) => (w, owner),
+                None => unreachable_decision(None),
             }
         };
-        let mut report = match waiter.await {
-            Ok(report) => report,
-            Err(Abandoned) => CleanupReport {
-                request_id,
-                status: CleanupStatus::Failed,
-                code: Some(Code::from(codes::SHUTTING_DOWN)),
-                cached: false,
-            },
+        let verdict = match waiter.await {
+            Ok(verdict) => verdict,
+            Err(Abandoned) => CleanupVerdict::Failed(codes::SHUTTING_DOWN),
         };
+        let mut report = report(request_id, verdict);
         report.cached = !owner;
         report
     }
 
-    fn finish_cleanup(&self, id: &RequestId) {
+    fn finish_cleanup(&self, id: &RequestId, verdict: CleanupVerdict) {
         let mut table = self.table();
-        table.cleaned.push_back(id.clone());
-        while table.cleaned.len() > self.config.cleanup_cache {
-            if let Some(old) = table.cleaned.pop_front() {
-                // Forgetting a closed id lets a later duplicate elect a new
-                // owner once the elections evicted its result too; it asks
-                // the workspace again, whose cleanup of a gone job is a no-op.
-                table.slots.remove(&old);
-            }
-        }
+        let _stray_answer_has_no_actions = table.step(id, Input::CleanupFinished(verdict));
+        table.retire(id, self.config.cleanup_cache);
     }
 
-    /// Ids of requests that are open (cleanup not started).
+    /// Ids of requests whose job exists or is being opened here and whose
+    /// cleanup has not started.
     pub fn open_requests(&self) -> Vec<RequestId> {
         self.table()
             .slots
             .iter()
-            .filter(|(_, s)| matches!(s, Slot::Open))
+            .filter(|(_, s)| {
+                matches!(s.job(), decide::Job::Present | decide::Job::Opening)
+                    && matches!(
+                        s.fence(),
+                        decide::Fence::Accepting | decide::Fence::Cancelled
+                    )
+            })
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -475,6 +608,21 @@ fn error(request_id: RequestId, code: SafeCode) -> Response {
         request_id: Some(request_id),
         code: Code::from(code),
     }
+}
+
+fn refusal_code(r: Refusal) -> SafeCode {
+    match r {
+        Refusal::NotOpen => codes::NOT_OPEN,
+        Refusal::Closed => codes::REQUEST_CLOSED,
+        Refusal::OpenInProgress => codes::OPEN_IN_PROGRESS,
+    }
+}
+
+/// The machine returned an action this input never produces; the exhaustive
+/// tables in `machine::node` rule it out.
+#[track_caller]
+fn unreachable_decision(action: Option<&Action>) -> ! {
+    unreachable!("the node machine returned {action:?} for this input")
 }
 
 fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupReport {

@@ -343,3 +343,34 @@ fn cleanup_report_carries_only_identity_status_and_code() {
         decode_request(br#"{"v":1,"seq":1,"op":"cleanup_workspace","request_id":".."}"#).is_err()
     );
 }
+
+#[tokio::test]
+async fn a_cancel_or_cleanup_fences_every_later_open() {
+    let (node, client) = start(FakeNode::new(), NodeConfig::default());
+    // A cancel that overtakes the open: the open is refused, never run.
+    let r = id("cancel-first");
+    assert_eq!(client.cancel(&r).await.unwrap(), 0);
+    let err = client.open_workspace(&r).await.unwrap_err();
+    assert!(
+        matches!(err, WireError::Refused { ref code } if code.as_str() == "request_closed"),
+        "{err:?}"
+    );
+    assert_eq!(node.workspace().calls(&r).open, 0);
+    // A cancel after the open fences writes, and the cleanup still runs once.
+    let r = id("cancel-after");
+    client.open_workspace(&r).await.unwrap();
+    client.cancel(&r).await.unwrap();
+    let err = client.write_artifact(&r, "a.txt", "x").await.unwrap_err();
+    assert!(matches!(err, WireError::Refused { ref code } if code.as_str() == "request_closed"));
+    let rep = client.cleanup_workspace(&r).await.unwrap();
+    assert_eq!((rep.status, rep.cached), (CleanupStatus::Cleaned, false));
+    assert_eq!(node.workspace().calls(&r).cleanup, 1);
+    // A cleanup that overtakes the open: nothing to clean, and the open is
+    // refused afterwards.
+    let r = id("cleanup-first");
+    let rep = client.cleanup_workspace(&r).await.unwrap();
+    assert_eq!(rep.status, CleanupStatus::AlreadyGone);
+    assert!(client.open_workspace(&r).await.is_err());
+    assert_eq!(node.workspace().calls(&r).open, 0);
+    assert!(node.open_requests().is_empty());
+}
