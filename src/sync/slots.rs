@@ -49,6 +49,9 @@ pub struct Applied<V, D> {
     /// key's cleanup already has an owner, [`Elected::Waiter`]); for
     /// [`SlotEffect::AwaitCleanup`]: [`Elected::Waiter`]; otherwise `None`.
     pub cleanup: Option<Elected<V>>,
+    /// This call created the key's cleanup cell: it is the first to start
+    /// or await the key's cleanup (since the key was last forgotten).
+    pub first: bool,
 }
 
 impl<V, D: fmt::Debug> fmt::Debug for Applied<V, D> {
@@ -56,6 +59,7 @@ impl<V, D: fmt::Debug> fmt::Debug for Applied<V, D> {
         f.debug_struct("Applied")
             .field("decision", &self.decision)
             .field("cleanup", &self.cleanup)
+            .field("first", &self.first)
             .finish()
     }
 }
@@ -216,6 +220,8 @@ where
             effect,
         } = step(entry.state.as_ref());
         entry.state = next;
+        let first = matches!(effect, SlotEffect::StartCleanup | SlotEffect::AwaitCleanup)
+            && entry.cleanup.is_none();
         let cleanup = match effect {
             SlotEffect::None | SlotEffect::Retire => None,
             SlotEffect::AwaitCleanup => Some(Elected::Waiter(Waiter::on(
@@ -244,7 +250,11 @@ where
             // the queue never holds a key twice).
             table.entries.remove(key);
         }
-        Applied { decision, cleanup }
+        Applied {
+            decision,
+            cleanup,
+            first,
+        }
     }
 
     /// Returns the number of finished keys remembered.
@@ -440,10 +450,15 @@ mod tests {
         // starts it, and the early waiter gets that owner's result.
         let slots: Slots<u8, Slot, u32> = Slots::new(4);
         let wait = |_: Option<&Slot>| stepped(Some(Slot::Closed), (), SlotEffect::AwaitCleanup);
-        let early = waiter(slots.apply(&1, wait));
+        let asked = slots.apply(&1, wait);
+        assert!(asked.first);
+        let early = waiter(asked);
         assert_eq!(slots.in_flight(), 1);
+        assert!(!slots.apply(&1, wait).first);
         let start = |_: Option<&Slot>| stepped(Some(Slot::Closed), (), SlotEffect::StartCleanup);
-        let Some(Elected::Owner(guard)) = slots.apply(&1, start).cleanup else {
+        let started = slots.apply(&1, start);
+        assert!(!started.first);
+        let Some(Elected::Owner(guard)) = started.cleanup else {
             panic!("the start owns the awaited cleanup");
         };
         guard.complete(5);
