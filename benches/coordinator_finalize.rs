@@ -129,7 +129,7 @@ async fn drive<L: WorkspaceLifecycle, P: ProcessControl>(
                 if let Some(w) = &wire {
                     w.open_workspace(h.id()).await.unwrap();
                 }
-                h.workspace_opened().await.unwrap();
+                h.workspace_opening().await.unwrap();
                 h.candidate(Candidate::Success);
                 black_box(h.finished().await)
             }));

@@ -27,7 +27,7 @@ enum ReqEvent {
     CallerCancel,
     CallerDisconnect,
     TerminalWriteFailed,
-    WorkspaceOpened,
+    WorkspaceOpening,
     ExecutionStopped,
     CleanupOk,
     CleanupFailed(u8),
@@ -74,7 +74,7 @@ fn req_event(e: ReqEvent) -> request::Event {
         ReqEvent::CallerCancel => E::Candidate(C::CallerCancel),
         ReqEvent::CallerDisconnect => E::Candidate(C::CallerDisconnect),
         ReqEvent::TerminalWriteFailed => E::Candidate(C::TerminalWriteFailed),
-        ReqEvent::WorkspaceOpened => E::WorkspaceOpened,
+        ReqEvent::WorkspaceOpening => E::WorkspaceOpening,
         ReqEvent::ExecutionStopped => E::ExecutionStopped,
         ReqEvent::CleanupOk => E::CleanupFinished(R::Ok),
         ReqEvent::CleanupFailed(i) => E::CleanupFinished(R::Failed(code(i))),
@@ -108,6 +108,8 @@ fn proc_event(e: ProcEvent) -> process::Event {
 struct ReqOracle {
     first: Option<request::Candidate>,
     cleanups: u32,
+    /// An announcement was accepted: the workspace may exist.
+    announced: bool,
     cleanup: Option<request::CleanupReport>,
     writes: u32,
     published: Option<request::FinalResult>,
@@ -119,6 +121,9 @@ impl ReqOracle {
         use request::{Action, Candidate, CleanupReport, Event, Status};
         let after = &tr.next;
         assert!(tr.actions.len() <= 2, "{:?}", tr.actions);
+        if e == Event::WorkspaceOpening && request::accepts_workspace(before) {
+            self.announced = true;
+        }
         if let Event::Candidate(c) = e {
             self.first.get_or_insert(c);
         }
@@ -133,7 +138,7 @@ impl ReqOracle {
                 Action::StartCleanup => {
                     self.cleanups += 1;
                     assert_eq!(self.cleanups, 1, "cleanup started twice");
-                    assert!(after.workspace_opened(), "cleanup without a workspace");
+                    assert!(after.workspace_announced(), "cleanup without a workspace");
                 }
                 Action::WriteTerminal(r) | Action::Publish(r) => {
                     if matches!(a, Action::WriteTerminal(_)) {
@@ -153,6 +158,10 @@ impl ReqOracle {
                         }
                     };
                     assert_eq!(r.cleanup(), cleanup);
+                    // A workspace that may exist is never left uncleaned.
+                    if self.announced {
+                        assert_ne!(cleanup, CleanupReport::NotNeeded, "announced workspace skipped");
+                    }
                     assert_eq!(Some(r.primary()), self.first);
                     if matches!(cleanup, CleanupReport::Failed { .. }) {
                         assert_ne!(r.status(), Status::Succeeded);

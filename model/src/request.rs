@@ -235,8 +235,8 @@ pub struct Sys {
 pub enum Act {
     /// Fire `CANDIDATES[i]`.
     Candidate(usize),
-    /// The executor opened the workspace.
-    WorkspaceOpened,
+    /// The executor announced the workspace it is about to open.
+    WorkspaceOpening,
     /// The executor stopped (after the machine asked to cancel).
     ExecutionStopped,
     /// The cleanup finished with this result.
@@ -342,7 +342,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
             }
         }
         if !s.ws_opened && s.executor_alive() {
-            out.push(Act::WorkspaceOpened);
+            out.push(Act::WorkspaceOpening);
         }
         if s.cancel_requested && !s.stopped {
             out.push(Act::ExecutionStopped);
@@ -378,11 +378,12 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 }
                 Event::Candidate(c)
             }
-            Act::WorkspaceOpened => {
-                n.ws_opened = true;
+            Act::WorkspaceOpening => {
+                // The environment opens only after an accepted announcement.
+                n.ws_opened = request::accepts_workspace(&s.machine);
                 n.ws_opened_while_finalizing =
                     matches!(s.machine.phase(), Phase::Finalizing { .. });
-                Event::WorkspaceOpened
+                Event::WorkspaceOpening
             }
             Act::ExecutionStopped => {
                 n.stopped = true;

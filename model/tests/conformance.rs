@@ -35,7 +35,7 @@ use stateright::{Expectation, Model};
 type M = RequestModel<Real>;
 
 /// The coverage abstraction of a machine state: its phase, whether a
-/// workspace was opened and whether the caller is gone.
+/// workspace was announced and whether the caller is gone.
 fn abstract_state(s: &State) -> String {
     let phase = match s.phase() {
         Phase::Open => "open",
@@ -47,7 +47,7 @@ fn abstract_state(s: &State) -> String {
     };
     format!(
         "{phase}{}{}",
-        if s.workspace_opened() { "+ws" } else { "" },
+        if s.workspace_announced() { "+ws" } else { "" },
         if s.caller_gone() { "+gone" } else { "" }
     )
 }
@@ -55,7 +55,7 @@ fn abstract_state(s: &State) -> String {
 fn event_kind(e: &Event) -> String {
     match e {
         Event::Candidate(c) => format!("candidate:{:?}", c.kind()),
-        Event::WorkspaceOpened => "workspace_opened".into(),
+        Event::WorkspaceOpening => "workspace_opening".into(),
         Event::ExecutionStopped => "execution_stopped".into(),
         Event::CleanupFinished(CleanupResult::Ok) => "cleanup_finished:ok".into(),
         Event::CleanupFinished(CleanupResult::Failed(_)) => "cleanup_finished:failed".into(),
@@ -70,8 +70,8 @@ type Edge = (String, String);
 /// model steps at a fixed instant, the runtime at its clock).
 fn same_machine(a: &State, b: &State) -> bool {
     a.phase() == b.phase()
-        && a.workspace_opened() == b.workspace_opened()
-        && a.late_workspace_open() == b.late_workspace_open()
+        && a.workspace_announced() == b.workspace_announced()
+        && a.open_refused() == b.open_refused()
         && a.caller_gone() == b.caller_gone()
         && a.duplicates() == b.duplicates()
         && a.unexpected() == b.unexpected()
@@ -87,7 +87,7 @@ fn act_event(model: &M, s: &Sys, act: Act) -> Option<Event> {
             let n = model.next_state(&init, act)?;
             n.first.map(Event::Candidate)
         }
-        Act::WorkspaceOpened => Some(Event::WorkspaceOpened),
+        Act::WorkspaceOpening => Some(Event::WorkspaceOpening),
         Act::ExecutionStopped => Some(Event::ExecutionStopped),
         Act::CleanupFinished(r) => Some(Event::CleanupFinished(r)),
         Act::EndpointAcknowledged => Some(Event::EndpointAcknowledged),

@@ -98,7 +98,7 @@ struct Shared {
     state: Mutex<State>,
     counters: Counters,
     /// External inputs sent to the actor and not yet committed. A handle
-    /// may commit `WorkspaceOpened` itself only while this is zero: never
+    /// may commit `WorkspaceOpening` itself only while this is zero: never
     /// ahead of an input it sent earlier.
     pending: AtomicU32,
     span: tracing::Span,
@@ -117,15 +117,15 @@ impl Shared {
     }
 
     /// Steps the machine by `event` from the committed state, records the
-    /// transition and commits it. Returns the new state and the actions the
-    /// caller must now execute.
-    fn commit(&self, event: Event, now: std::time::Instant) -> (State, Vec<Action>) {
+    /// transition and commits it. Returns the state before and after and
+    /// the actions the caller must now execute.
+    fn commit(&self, event: Event, now: std::time::Instant) -> (State, State, Vec<Action>) {
         let mut state = self.lock_state();
         let before = *state;
         let request::Transition { next, actions } = request::step(&before, event, now);
         debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
-        if next.late_workspace_open() && !before.late_workspace_open() {
-            warn!("workspace opened after the request finalized without one");
+        if event == Event::WorkspaceOpening && !request::accepts_workspace(&before) {
+            warn!("a workspace announced after the request's cleanup was decided is refused");
         }
         {
             let mut log = self.lock_log();
@@ -140,7 +140,7 @@ impl Shared {
             });
         }
         *state = next;
-        (next, actions)
+        (before, next, actions)
     }
 
     /// Sends one input to the actor, counted in `pending` until committed.
@@ -154,14 +154,15 @@ impl Shared {
 
 enum Input {
     Event(Event),
-    Opened(oneshot::Sender<bool>),
+    Opening(oneshot::Sender<bool>),
 }
 
-/// The workspace was reported opened after the request had already decided
-/// that no cleanup was needed; the caller must clean it up itself.
+/// The request refused a workspace announcement: its cleanup has started or
+/// was decided without a workspace, so the workspace must not be opened.
+/// Nothing exists that anyone must clean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the workspace was opened after the request had finalized without one")]
-pub struct LateOpen;
+#[error("the request is finalizing; its workspace must not be opened")]
+pub struct OpenRefused;
 
 /// A caller's handle on one request. Cheap to clone; dropping every clone
 /// before the request ended counts as a caller disconnect (the request is
@@ -229,35 +230,40 @@ impl RequestHandle {
             .send(&self.tx, Input::Event(Event::Candidate(candidate)));
     }
 
-    /// Reports that the executor opened the request's workspace, and waits
-    /// until the machine committed it.
+    /// Announces that the executor is about to open the request's
+    /// workspace, and waits until the machine committed the announcement.
+    /// Call it *before* asking anything (a node, the workspace runtime) to
+    /// open, and open only on `Ok`: from then on the request's one cleanup
+    /// covers the workspace whatever happens next (a cancel, a timeout, an
+    /// open answer that never arrives), and the cleanup is idempotent, so a
+    /// workspace whose open never happened is simply found gone.
     ///
     /// # Errors
     ///
-    /// [`LateOpen`] when the request had already finalized without a
-    /// workspace: nobody will clean this one, so the caller must.
-    pub async fn workspace_opened(&self) -> Result<(), LateOpen> {
-        // `WorkspaceOpened` never has actions to execute: when nothing this
+    /// [`OpenRefused`] when the request's cleanup has already started or was
+    /// decided without a workspace: do not open it.
+    pub async fn workspace_opening(&self) -> Result<(), OpenRefused> {
+        // `WorkspaceOpening` never has actions to execute: when nothing this
         // caller sent earlier is still queued, commit it here and spare the
         // round trip through the actor.
         if self.shared.pending.load(Ordering::SeqCst) == 0 {
             let _span = self.shared.span.enter();
-            let (next, _) = self
+            let (before, _, _) = self
                 .shared
-                .commit(Event::WorkspaceOpened, Instant::now().into_std());
-            return if next.workspace_opened() {
+                .commit(Event::WorkspaceOpening, Instant::now().into_std());
+            return if request::accepts_workspace(&before) {
                 Ok(())
             } else {
-                Err(LateOpen)
+                Err(OpenRefused)
             };
         }
         let (tx, rx) = oneshot::channel();
-        if self.shared.send(&self.tx, Input::Opened(tx)).is_err() {
-            return Err(LateOpen);
+        if self.shared.send(&self.tx, Input::Opening(tx)).is_err() {
+            return Err(OpenRefused);
         }
         match rx.await {
             Ok(true) => Ok(()),
-            _ => Err(LateOpen),
+            _ => Err(OpenRefused),
         }
     }
 
@@ -416,7 +422,7 @@ where
             if self.completed() && !external_open && self.in_flight == 0 && self.ready.is_empty() {
                 return;
             }
-            // External inputs first: a `WorkspaceOpened` reported before the
+            // External inputs first: a `WorkspaceOpening` reported before the
             // executor stopped must be committed before the `ExecutionStopped`
             // that the cancel action answers once it has stopped, whether
             // that answer came at once or from its task.
@@ -467,10 +473,10 @@ where
                 self.commit(e);
                 self.shared.pending.fetch_sub(1, Ordering::SeqCst);
             }
-            Some(Input::Opened(reply)) => {
-                let opened = self.commit(Event::WorkspaceOpened).workspace_opened();
+            Some(Input::Opening(reply)) => {
+                let accepted = request::accepts_workspace(&self.commit(Event::WorkspaceOpening));
                 self.shared.pending.fetch_sub(1, Ordering::SeqCst);
-                let _ = reply.send(opened);
+                let _ = reply.send(accepted);
             }
             None => {
                 // Every handle is gone: nobody can report a candidate or
@@ -489,16 +495,16 @@ where
 
     /// Commits one event and executes the returned actions; synchronous
     /// follow-up events (the `Published` answer) are committed in the same
-    /// call, before any other input. Returns the state after `event`.
+    /// call, before any other input. Returns the state before `event`.
     fn commit(&mut self, event: Event) -> State {
-        let (after, actions) = self.shared.commit(event, Instant::now().into_std());
+        let (before, after, actions) = self.shared.commit(event, Instant::now().into_std());
         let mut queue = VecDeque::new();
         self.execute_all(actions, &after, &mut queue);
         while let Some(event) = queue.pop_front() {
-            let (next, actions) = self.shared.commit(event, Instant::now().into_std());
+            let (_, next, actions) = self.shared.commit(event, Instant::now().into_std());
             self.execute_all(actions, &next, &mut queue);
         }
-        after
+        before
     }
 
     fn execute_all(&mut self, actions: Vec<Action>, state: &State, follow: &mut VecDeque<Event>) {

@@ -17,8 +17,11 @@ use crate::machine::request::{CleanupResult, Delivery, FinalResult};
 ///
 /// Implemented by the workspace runtime (through an adapter) and by the
 /// edge's wire client. The coordinator calls [`cleanup_workspace`] at most
-/// once per request, and only if the request reported that it opened a
-/// workspace; a request that never opened one completes without any call.
+/// once per request, and only if the request announced a workspace
+/// ([`RequestHandle::workspace_opening`](super::RequestHandle::workspace_opening),
+/// committed before the open is asked for); a request that never announced
+/// one completes without any call. The call must be idempotent: the
+/// announced open may never have happened (refused, or its answer lost).
 ///
 /// A call that does not answer at once runs in its own task, and the
 /// coordinator waits for it only up to the request's frozen cleanup
@@ -64,8 +67,8 @@ pub struct TerminalWriteError {
 }
 
 /// A lifecycle for executors that never open a workspace. Its cleanup is
-/// never called by a correct runtime; if a request nevertheless reports a
-/// workspace as opened, cleanup fails with `no_workspace_lifecycle` rather
+/// never called by a correct runtime; if a request nevertheless announces a
+/// workspace, cleanup fails with `no_workspace_lifecycle` rather
 /// than pretending the workspace was cleaned.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoWorkspace;

@@ -21,8 +21,8 @@
 //!
 //! The runtime never decides anything on its own: which cleanup runs, when,
 //! and which result is final are the machine's decisions. The actor commits
-//! every input but one: [`RequestHandle::workspace_opened`] commits
-//! `WorkspaceOpened` itself when nothing its caller sent earlier is still
+//! every input but one: [`RequestHandle::workspace_opening`] commits
+//! `WorkspaceOpening` itself when nothing its caller sent earlier is still
 //! queued, because that event never has an action to execute; the shared
 //! lock keeps the log one sequence either way.
 //!
@@ -46,8 +46,8 @@ mod hooks;
 mod id;
 
 pub use driver::{
-    CODE_CLEANUP_ABORTED, CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, LateOpen, Limits,
-    Record, RequestHandle, RequestObserver,
+    CODE_CLEANUP_ABORTED, CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, Limits,
+    OpenRefused, Record, RequestHandle, RequestObserver,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,

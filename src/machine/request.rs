@@ -15,10 +15,13 @@
 //!    [`Event::ExecutionStopped`] so that cleanup never races an executor that
 //!    can still create files. A success or an executor error is itself proof
 //!    that the executor returned, so those skip the wait.
-//! 2. **Cleaning** — if a workspace was opened, [`Action::StartCleanup`] is
-//!    issued exactly once and the machine waits for
-//!    [`Event::CleanupFinished`]. If none was opened, cleanup is recorded as
-//!    [`CleanupReport::NotNeeded`] and this phase is skipped.
+//! 2. **Cleaning** — if a workspace was announced ([`Event::WorkspaceOpening`],
+//!    committed *before* the executor asks for it, so it may or may not
+//!    exist), [`Action::StartCleanup`] is issued exactly once and the machine
+//!    waits for [`Event::CleanupFinished`]; the cleanup is idempotent, so a
+//!    workspace whose open never happened is simply found gone. If none was
+//!    announced, cleanup is recorded as [`CleanupReport::NotNeeded`] and this
+//!    phase is skipped.
 //! 3. **Writing** — the outcome and the cleanup result are merged into the
 //!    [`FinalResult`] ([`FinalResult::merge`]: success + cleanup failure is a
 //!    failure; a failure or cancel keeps its category and carries the safe
@@ -43,10 +46,14 @@
 //!
 //! - Feed every event through [`step`], one at a time, and execute the
 //!   returned actions in order before feeding the next event.
-//! - Deliver [`Event::WorkspaceOpened`] before the executor can be reported
-//!   stopped; a workspace opened after cleanup was decided "not needed" is
-//!   flagged ([`State::late_workspace_open`]) and never cleaned by this
-//!   machine.
+//! - Commit [`Event::WorkspaceOpening`] *before* asking anything to open the
+//!   workspace, and open it only if the machine accepted the announcement
+//!   ([`accepts_workspace`] on the state it was committed in: the request is
+//!   open or finalizing). Then whatever happens next — a cancel, a timeout,
+//!   a lost open answer — the request's one cleanup covers the workspace.
+//!   An announcement in any later phase is refused
+//!   ([`State::open_refused`]): cleanup was already started or decided "not
+//!   needed", so the workspace must not be opened at all.
 //! - Answer [`Action::CancelProcesses`] with [`Event::ExecutionStopped`] once
 //!   the executor can no longer touch the workspace, [`Action::StartCleanup`]
 //!   with exactly one [`Event::CleanupFinished`], [`Action::WriteTerminal`]
@@ -62,7 +69,7 @@
 //!
 //! let t = Instant::now();
 //! let s = State::new(t);
-//! let s = step(&s, Event::WorkspaceOpened, t).next;
+//! let s = step(&s, Event::WorkspaceOpening, t).next;
 //! let tr = step(&s, Event::Candidate(Candidate::Success), t);
 //! assert_eq!(tr.actions, [Action::CancelProcesses, Action::StartCleanup]);
 //! let tr = step(&tr.next, Event::CleanupFinished(CleanupResult::Ok), t);
@@ -204,7 +211,7 @@ pub enum CleanupResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum CleanupReport {
-    /// No workspace was opened, so nothing was cleaned.
+    /// No workspace was announced, so nothing was cleaned.
     NotNeeded,
     /// The workspace cleanup ran and succeeded.
     Succeeded,
@@ -373,8 +380,8 @@ pub struct Timeline {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     phase: Phase,
-    workspace_opened: bool,
-    late_workspace_open: bool,
+    workspace: bool,
+    open_refused: bool,
     caller_gone: bool,
     duplicates: Duplicates,
     unexpected: u32,
@@ -386,8 +393,8 @@ impl State {
     pub const fn new(now: Instant) -> Self {
         State {
             phase: Phase::Open,
-            workspace_opened: false,
-            late_workspace_open: false,
+            workspace: false,
+            open_refused: false,
             caller_gone: false,
             duplicates: Duplicates([0; 6]),
             unexpected: 0,
@@ -430,16 +437,18 @@ impl State {
         matches!(self.phase, Phase::Completed { .. })
     }
 
-    /// Whether a workspace was opened before cleanup was decided.
-    pub const fn workspace_opened(&self) -> bool {
-        self.workspace_opened
+    /// Whether a workspace was announced ([`Event::WorkspaceOpening`])
+    /// while the request could still clean it: from then on, the request's
+    /// cleanup covers it whether or not its open happened.
+    pub const fn workspace_announced(&self) -> bool {
+        self.workspace
     }
 
-    /// Whether [`Event::WorkspaceOpened`] arrived after cleanup had been
-    /// decided "not needed": a protocol violation by the runtime that leaves
-    /// a workspace nobody cleans. The runtime should report it loudly.
-    pub const fn late_workspace_open(&self) -> bool {
-        self.late_workspace_open
+    /// Whether an [`Event::WorkspaceOpening`] arrived once the cleanup had
+    /// started or been decided "not needed" and was refused: the runtime
+    /// must not open that workspace.
+    pub const fn open_refused(&self) -> bool {
+        self.open_refused
     }
 
     /// Whether a [`Candidate::CallerDisconnect`] arrived (first or later).
@@ -469,8 +478,10 @@ impl State {
 pub enum Event {
     /// A terminal candidate; may arrive repeatedly, in any phase.
     Candidate(Candidate),
-    /// The executor opened the request's workspace.
-    WorkspaceOpened,
+    /// The executor is about to open the request's workspace. Committed
+    /// before the open is asked for, so the request knows of every
+    /// workspace that may exist; accepted only while [`accepts_workspace`].
+    WorkspaceOpening,
     /// The executor has stopped and can no longer touch the workspace.
     ExecutionStopped,
     /// The cleanup started by [`Action::StartCleanup`] finished.
@@ -520,7 +531,13 @@ pub fn step(state: &State, event: Event, now: Instant) -> Transition {
     let mut actions = Vec::new();
     match event {
         Event::Candidate(c) => on_candidate(&mut next, c, now, &mut actions),
-        Event::WorkspaceOpened => on_workspace_opened(&mut next),
+        Event::WorkspaceOpening => {
+            if accepts_workspace(state) {
+                next.workspace = true;
+            } else {
+                next.open_refused = true;
+            }
+        }
         Event::ExecutionStopped => match next.phase {
             Phase::Finalizing { primary } => executor_done(&mut next, primary, &mut actions),
             // Stopping before any candidate means the runtime lost the
@@ -605,22 +622,23 @@ fn on_candidate(next: &mut State, c: Candidate, now: Instant, actions: &mut Vec<
     }
 }
 
-fn on_workspace_opened(next: &mut State) {
-    match next.phase {
-        Phase::Open | Phase::Finalizing { .. } => next.workspace_opened = true,
-        // Cleanup is already running for it: a repeat.
-        Phase::Cleaning { .. } => {}
-        Phase::Writing { .. } | Phase::Acknowledged { .. } | Phase::Completed { .. } => {
-            if !next.workspace_opened {
-                next.late_workspace_open = true;
-            }
-        }
+/// Whether a [`Event::WorkspaceOpening`] committed in `state` is accepted:
+/// only while the request is open or finalizing, i.e. before its cleanup
+/// has started or been decided "not needed". A runtime opens the workspace
+/// only after an accepted announcement.
+pub const fn accepts_workspace(state: &State) -> bool {
+    match state.phase {
+        Phase::Open | Phase::Finalizing { .. } => true,
+        Phase::Cleaning { .. }
+        | Phase::Writing { .. }
+        | Phase::Acknowledged { .. }
+        | Phase::Completed { .. } => false,
     }
 }
 
 /// The executor can no longer touch the workspace: clean it, or skip.
 fn executor_done(next: &mut State, primary: Candidate, actions: &mut Vec<Action>) {
-    if next.workspace_opened {
+    if next.workspace {
         next.phase = Phase::Cleaning { primary };
         actions.push(Action::StartCleanup);
     } else {

@@ -71,7 +71,7 @@ async fn a_late_timeout_candidate_in_every_order() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn workspace_opened_while_a_cancel_finalizes_is_still_cleaned() {
+async fn workspace_announced_while_a_cancel_finalizes_is_still_cleaned() {
     let logs = run_family_c().await;
     assert_eq!(logs.len(), 360);
 }
@@ -83,7 +83,7 @@ async fn workspace_opened_while_a_cancel_finalizes_is_still_cleaned() {
 async fn every_waiter_sees_the_same_result_and_dropping_one_changes_nothing() {
     let co = fresh();
     let h = co.start(id("fail-waiters"));
-    h.workspace_opened().await.unwrap();
+    h.workspace_opening().await.unwrap();
     let mut early = Vec::new();
     for _ in 0..5 {
         let o: RequestObserver = h.observer();

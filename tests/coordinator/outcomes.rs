@@ -56,7 +56,7 @@ async fn every_primary_outcome_merges_with_cleanup_and_delivery() {
                     let r = id(&name);
                     let h = co.start(r.clone());
                     if opened {
-                        h.workspace_opened().await.unwrap();
+                        h.workspace_opening().await.unwrap();
                     }
                     if primary == Candidate::Timeout {
                         tokio::time::advance(Limits::default().request_timeout).await;
@@ -150,10 +150,11 @@ async fn opening_after_a_workspace_less_finalization_is_refused() {
     h.candidate(Candidate::Success);
     finish(&h, "late").await;
     assert!(
-        h.workspace_opened().await.is_err(),
-        "nobody would clean it: the caller is told"
+        h.workspace_opening().await.is_err(),
+        "the cleanup was decided without it: the caller must not open it"
     );
-    assert!(h.state().late_workspace_open());
+    assert!(h.state().open_refused());
+    assert!(!h.state().workspace_announced());
 }
 
 #[tokio::test(start_paused = true)]
@@ -171,7 +172,7 @@ async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
         limits,
     );
     let h = co.start(id("slow-cleanup"));
-    h.workspace_opened().await.unwrap();
+    h.workspace_opening().await.unwrap();
     tokio::time::advance(Duration::from_secs(3)).await;
     h.candidate(Candidate::Success);
     settle().await;
@@ -205,7 +206,7 @@ async fn a_hanging_terminal_write_counts_as_failed_and_still_completes() {
         limits,
     );
     let h = co.start(id("hung-sink"));
-    h.workspace_opened().await.unwrap();
+    h.workspace_opening().await.unwrap();
     h.candidate(Candidate::Success);
     settle().await;
     assert!(h.try_finished().is_none());
@@ -229,7 +230,7 @@ async fn dropping_every_handle_is_a_disconnect_that_still_cleans_up() {
     );
     let r = id("abandoned");
     let h = co.start(r.clone());
-    h.workspace_opened().await.unwrap();
+    h.workspace_opening().await.unwrap();
     let observer = h.observer();
     drop(h);
     let c = observer.finished().await;
@@ -298,7 +299,7 @@ async fn panicking_hooks_give_typed_answers(after_a_yield: bool, name: &str) {
         Limits::default(),
     );
     let h = co.start(id(name));
-    h.workspace_opened().await.unwrap();
+    h.workspace_opening().await.unwrap();
     h.candidate(Candidate::Success);
     let c = h.finished().await;
     assert_eq!(c.result.status(), Status::Failed);
@@ -322,7 +323,7 @@ async fn a_hook_panicking_in_its_own_task_becomes_a_typed_answer() {
     panicking_hooks_give_typed_answers(true, "late-panics").await;
 }
 
-/// `workspace_opened` commits by itself when nothing its caller sent is
+/// `workspace_opening` commits by itself when nothing its caller sent is
 /// queued: its future is ready on the first poll, before the actor (on this
 /// single-threaded runtime) could run at all.
 #[tokio::test(flavor = "current_thread")]
@@ -334,7 +335,7 @@ async fn an_open_with_nothing_queued_is_committed_by_the_handle_itself() {
         Limits::default(),
     );
     let h = co.start(id("direct-open"));
-    let mut open = std::pin::pin!(h.workspace_opened());
+    let mut open = std::pin::pin!(h.workspace_opening());
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     assert_eq!(
         std::future::Future::poll(open.as_mut(), &mut cx),
@@ -345,9 +346,9 @@ async fn an_open_with_nothing_queued_is_committed_by_the_handle_itself() {
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(
         log[0].event,
-        custodian::machine::request::Event::WorkspaceOpened
+        custodian::machine::request::Event::WorkspaceOpening
     );
-    assert!(h.state().workspace_opened());
+    assert!(h.state().workspace_announced());
     h.candidate(Candidate::Success);
     let facts = finish(&h, "direct-open").await;
     assert_eq!(facts.start_cleanups, 1);
@@ -368,7 +369,7 @@ async fn an_open_never_overtakes_a_candidate_its_caller_sent_first() {
     // Not yet committed: the actor has not run since.
     h.candidate(Candidate::CallerCancel);
     assert!(h.log().is_empty());
-    h.workspace_opened()
+    h.workspace_opening()
         .await
         .expect("an open while the cancel finalizes is accepted");
     let events: Vec<_> = h.log().iter().map(|r| r.event).collect();
@@ -376,7 +377,7 @@ async fn an_open_never_overtakes_a_candidate_its_caller_sent_first() {
         events,
         [
             custodian::machine::request::Event::Candidate(Candidate::CallerCancel),
-            custodian::machine::request::Event::WorkspaceOpened,
+            custodian::machine::request::Event::WorkspaceOpening,
         ]
     );
     co.processes().gate.release(1);

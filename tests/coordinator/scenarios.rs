@@ -74,7 +74,7 @@ pub async fn run_order(
     let r = id(name);
     let h = co.start(r.clone());
     if opened {
-        h.workspace_opened().await.unwrap();
+        h.workspace_opening().await.unwrap();
     }
     co.sink()
         .fail
@@ -108,7 +108,7 @@ pub async fn run_order(
             }
             Stimulus::ReleaseWrite => co.sink().gate.release(1),
             Stimulus::Open => {
-                h.workspace_opened()
+                h.workspace_opening()
                     .await
                     .unwrap_or_else(|_| panic!("{ctx}: open refused"));
                 opened_any = true;
@@ -427,7 +427,7 @@ pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<Record>>) {
             );
             let h = co.start(id(&name));
             if opened {
-                h.workspace_opened()
+                h.workspace_opening()
                     .await
                     .unwrap_or_else(|_| panic!("{ctx}: open refused"));
             }

@@ -33,7 +33,7 @@ fn setup(fake: FakeNode) -> (Arc<Node<FakeNode>>, WireClient, WireCoordinator) {
 /// coordinator.
 async fn open(client: &WireClient, h: &custodian::coordinator::RequestHandle) {
     client.open_workspace(h.id()).await.unwrap();
-    h.workspace_opened().await.unwrap();
+    h.workspace_opening().await.unwrap();
 }
 
 #[tokio::test]

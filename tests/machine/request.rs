@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use custodian::error::SafeCode;
 use custodian::machine::request::{
     Action, Candidate, CandidateKind, CleanupReport, CleanupResult, Delivery, Event, FinalResult,
-    Phase, State, Status, step,
+    Phase, State, Status, accepts_workspace, step,
 };
 
 const EXEC: SafeCode = SafeCode::new("executor_crashed");
@@ -22,7 +22,7 @@ const EVENTS: [Event; 12] = [
     Event::Candidate(Candidate::CallerCancel),
     Event::Candidate(Candidate::CallerDisconnect),
     Event::Candidate(Candidate::TerminalWriteFailed),
-    Event::WorkspaceOpened,
+    Event::WorkspaceOpening,
     Event::ExecutionStopped,
     Event::CleanupFinished(CleanupResult::Ok),
     Event::CleanupFinished(CleanupResult::Failed(CLEAN)),
@@ -123,7 +123,7 @@ fn after_stop(ws: bool, gone: bool) -> (P, A) {
 /// The table: what `event` does to a state of phase `p`.
 fn expected(s: &State, event: Event) -> Expect {
     let p = kind(s.phase());
-    let ws = s.workspace_opened();
+    let ws = s.workspace_announced();
     let gone = s.caller_gone();
     use Event as E;
     match (p, event) {
@@ -132,7 +132,7 @@ fn expected(s: &State, event: Event) -> Expect {
             go(next, &[A::Cancel, a])
         }
         (P::Open, E::Candidate(_)) => go(P::Finalizing, &[A::Cancel]),
-        (P::Open, E::WorkspaceOpened) => stay(P::Open),
+        (P::Open, E::WorkspaceOpening) => stay(P::Open),
         (
             P::Open,
             E::ExecutionStopped | E::CleanupFinished(_) | E::EndpointAcknowledged | E::Published,
@@ -150,7 +150,7 @@ fn expected(s: &State, event: Event) -> Expect {
             let _ = c;
             dup(P::Finalizing)
         }
-        (P::Finalizing, E::WorkspaceOpened) => stay(P::Finalizing),
+        (P::Finalizing, E::WorkspaceOpening) => stay(P::Finalizing),
         (P::Finalizing, E::ExecutionStopped) => {
             let (next, a) = after_stop(ws, gone);
             go(next, &[a])
@@ -160,7 +160,7 @@ fn expected(s: &State, event: Event) -> Expect {
         }
 
         (P::Cleaning, E::Candidate(_)) => dup(P::Cleaning),
-        (P::Cleaning, E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Cleaning),
+        (P::Cleaning, E::WorkspaceOpening | E::ExecutionStopped) => stay(P::Cleaning),
         (P::Cleaning, E::CleanupFinished(_)) if gone => {
             go(P::Acknowledged(Delivery::CallerGone), &[A::Publish])
         }
@@ -176,21 +176,21 @@ fn expected(s: &State, event: Event) -> Expect {
             ..go(P::Acknowledged(Delivery::WriteFailed), &[A::Publish])
         },
         (P::Writing, E::Candidate(_)) => dup(P::Writing),
-        (P::Writing, E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Writing),
+        (P::Writing, E::WorkspaceOpening | E::ExecutionStopped) => stay(P::Writing),
         (P::Writing, E::CleanupFinished(_) | E::Published) => unexpected(P::Writing),
         (P::Writing, E::EndpointAcknowledged) => {
             go(P::Acknowledged(Delivery::Acknowledged), &[A::Publish])
         }
 
         (P::Acknowledged(d), E::Candidate(_)) => dup(P::Acknowledged(d)),
-        (P::Acknowledged(d), E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Acknowledged(d)),
+        (P::Acknowledged(d), E::WorkspaceOpening | E::ExecutionStopped) => stay(P::Acknowledged(d)),
         (P::Acknowledged(d), E::CleanupFinished(_) | E::EndpointAcknowledged) => {
             unexpected(P::Acknowledged(d))
         }
         (P::Acknowledged(d), E::Published) => go(P::Completed(d), &[]),
 
         (P::Completed(d), E::Candidate(_)) => dup(P::Completed(d)),
-        (P::Completed(d), E::WorkspaceOpened | E::ExecutionStopped) => stay(P::Completed(d)),
+        (P::Completed(d), E::WorkspaceOpening | E::ExecutionStopped) => stay(P::Completed(d)),
         (P::Completed(d), E::CleanupFinished(_) | E::EndpointAcknowledged | E::Published) => {
             unexpected(P::Completed(d))
         }
@@ -254,7 +254,7 @@ fn every_reachable_state_times_every_event_matches_the_table() {
             };
             assert_eq!(got, want, "state {s:?}\nevent {e:?}");
             pairs.insert((coarse(kind(s.phase())), e));
-            fine.insert((kind(s.phase()), e, s.workspace_opened(), s.caller_gone()));
+            fine.insert((kind(s.phase()), e, s.workspace_announced(), s.caller_gone()));
 
             // Counters move only as the table says.
             if !want.duplicate {
@@ -281,7 +281,7 @@ fn every_reachable_state_times_every_event_matches_the_table() {
                         Event::CleanupFinished(c) => c.into(),
                         _ => CleanupReport::NotNeeded,
                     };
-                    assert!(!n.workspace_opened() || matches!(e, Event::CleanupFinished(_)));
+                    assert!(!n.workspace_announced() || matches!(e, Event::CleanupFinished(_)));
                     assert_eq!(r, FinalResult::merge(n.primary().unwrap(), cleanup));
                 }
                 (None, None) => {}
@@ -303,18 +303,28 @@ fn every_reachable_state_times_every_event_matches_the_table() {
                 (false, true) => assert_eq!(n.timeline().completed_at, Some(now)),
                 _ => assert_eq!(n.timeline().completed_at, s.timeline().completed_at),
             }
-            // Disconnect is remembered; a late workspace is flagged.
+            // Disconnect is remembered; an announcement is accepted while
+            // open or finalizing and refused (flagged) afterwards.
             assert_eq!(
                 n.caller_gone(),
                 s.caller_gone() || e == Event::Candidate(Candidate::CallerDisconnect)
             );
-            let late = e == Event::WorkspaceOpened
-                && !s.workspace_opened()
-                && matches!(
-                    kind(s.phase()),
-                    P::Writing | P::Acknowledged(_) | P::Completed(_)
-                );
-            assert_eq!(n.late_workspace_open(), s.late_workspace_open() || late);
+            let accepted = matches!(kind(s.phase()), P::Open | P::Finalizing);
+            assert_eq!(accepts_workspace(s), accepted);
+            let announced = e == Event::WorkspaceOpening;
+            assert_eq!(
+                n.open_refused(),
+                s.open_refused() || (announced && !accepted)
+            );
+            assert_eq!(
+                n.workspace_announced(),
+                s.workspace_announced() || (announced && accepted)
+            );
+            // Once announced, no path ends without the cleanup: a result
+            // never says "not needed".
+            if let (true, Some(r)) = (n.workspace_announced(), n.result()) {
+                assert_ne!(r.cleanup(), CleanupReport::NotNeeded, "{s:?} {e:?}");
+            }
         }
     }
     // Every phase met every event, and the branching facts (workspace opened,
@@ -354,17 +364,21 @@ fn every_reachable_state_times_every_event_matches_the_table() {
 
 /// Reachable representative states (counters capped at 1).
 ///
-/// 1232 = 2 × 616: the `unexpected` counter (0 or 1) doubles every state.
-/// The 616 split by phase: Open 2 (workspace opened or not), Finalizing 40,
-/// Cleaning 42, Writing 116, Acknowledged 208, Completed 208 (publication
-/// maps each Acknowledged state to exactly one Completed state). Within a
-/// phase a state is the primary candidate (6) × workspace opened (2) ×
-/// caller gone (2) × cleanup result (not needed / ok / failed) × delivery
-/// (3) × which kind of duplicate was recorded, if any (7) × late workspace
-/// flag, minus the combinations the machine cannot reach (e.g. cleaning
-/// without a workspace, a result without a cleanup, a write to a caller that
-/// is gone).
-const REACHABLE_STATES: usize = 1232;
+/// 1852 = 2 × 926: the `unexpected` counter (0 or 1) doubles every state.
+/// The 926 split by phase: Open 2 (workspace announced or not), Finalizing
+/// 40, Cleaning 84, Writing 176, Acknowledged 312, Completed 312
+/// (publication maps each Acknowledged state to exactly one Completed
+/// state). From Cleaning on, every state comes in two: with and without the
+/// `open_refused` flag (an announcement after the cleanup was decided), so
+/// Cleaning is 2 × 42, Writing 2 × 88, Acknowledged and Completed 2 × 156.
+/// Within a phase a state is the primary candidate (6) × workspace announced
+/// (2) × caller gone (2) × cleanup result (not needed / ok / failed) ×
+/// delivery (3) × which kind of duplicate was recorded, if any (7), minus
+/// the combinations the machine cannot reach (e.g. cleaning without a
+/// workspace, a result without a cleanup, a write to a caller that is gone).
+/// Before the announcement was an intent (`WorkspaceOpened` accepted in
+/// Cleaning and flagged only without a workspace) the count was 1232.
+const REACHABLE_STATES: usize = 1852;
 
 #[test]
 fn merge_table() {
@@ -514,7 +528,7 @@ fn run(events: &[Event]) -> (State, Vec<Action>) {
 #[test]
 fn disconnect_cancels_and_cleans_but_writes_nothing() {
     let (s, actions) = run(&[
-        Event::WorkspaceOpened,
+        Event::WorkspaceOpening,
         Event::Candidate(Candidate::CallerDisconnect),
         Event::ExecutionStopped,
         Event::CleanupFinished(CleanupResult::Ok),
@@ -539,12 +553,12 @@ fn disconnect_cancels_and_cleans_but_writes_nothing() {
 }
 
 #[test]
-fn workspace_opened_while_finalizing_is_still_cleaned() {
-    // The race the Finalizing phase exists for: the executor opens the
+fn workspace_announced_while_finalizing_is_still_cleaned() {
+    // The race the Finalizing phase exists for: the executor announces the
     // workspace after the timeout fired but before it stopped.
     let (s, actions) = run(&[
         Event::Candidate(Candidate::Timeout),
-        Event::WorkspaceOpened,
+        Event::WorkspaceOpening,
         Event::ExecutionStopped,
     ]);
     assert_eq!(actions, [Action::CancelProcesses, Action::StartCleanup]);
@@ -554,6 +568,51 @@ fn workspace_opened_while_finalizing_is_still_cleaned() {
             primary: Candidate::Timeout
         }
     ));
+}
+
+#[test]
+fn an_announcement_before_a_cancel_is_cleaned_whatever_the_stop_order() {
+    // The late-open race: the executor announces, a cancel lands before
+    // the open's answer, the executor stops (its open answered or lost).
+    for events in [
+        [
+            Event::WorkspaceOpening,
+            Event::Candidate(Candidate::CallerCancel),
+            Event::ExecutionStopped,
+        ],
+        [
+            Event::WorkspaceOpening,
+            Event::Candidate(Candidate::Timeout),
+            Event::Candidate(Candidate::ExecutorError { code: EXEC }),
+        ],
+    ] {
+        let (s, actions) = run(&events);
+        assert_eq!(actions, [Action::CancelProcesses, Action::StartCleanup]);
+        assert!(matches!(s.phase(), Phase::Cleaning { .. }));
+    }
+}
+
+#[test]
+fn an_announcement_after_cleanup_was_decided_is_refused_and_changes_nothing_else() {
+    let (s, _) = run(&[
+        Event::Candidate(Candidate::CallerCancel),
+        Event::ExecutionStopped,
+    ]);
+    assert!(!accepts_workspace(&s));
+    let tr = step(&s, Event::WorkspaceOpening, Instant::now());
+    assert!(tr.actions.is_empty());
+    assert!(tr.next.open_refused());
+    assert!(!tr.next.workspace_announced());
+    assert_eq!(tr.next.result(), s.result());
+    // While the cleanup runs, a second announcement is refused too: the
+    // cleanup may already be past the job it would open.
+    let (s, _) = run(&[
+        Event::WorkspaceOpening,
+        Event::Candidate(Candidate::Success),
+    ]);
+    assert!(matches!(s.phase(), Phase::Cleaning { .. }));
+    let tr = step(&s, Event::WorkspaceOpening, Instant::now());
+    assert!(tr.next.open_refused() && tr.actions.is_empty());
 }
 
 #[test]
