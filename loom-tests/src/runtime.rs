@@ -9,13 +9,22 @@
 //!   workspace, decide again) races a cancel; then the request is cleaned up.
 //! - [`cleanup_races_eviction`]: two cleanups of one opened key race a
 //!   cleanup of another key that can evict the first one's result.
+//! - [`node_cancel_and_cleanup_race_open`] and [`node_cleanup_races_eviction`]:
+//!   the same two node races with the node's real decisions
+//!   (`machine::node::step` through `wire::node_slot_step`, the glue the
+//!   node itself uses) on the real `Slots`.
 
 use std::collections::VecDeque;
 use std::sync::Arc as StdArc;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
+use custodian::machine::node;
+use custodian::sync::shim::atomic::Ordering as LoomOrdering;
 use custodian::sync::shim::{self, Arc, Condvar, Mutex, thread};
-use custodian::sync::{Applied, Commit, CommitLog, Elected, SlotEffect, SlotStep, Slots};
+use custodian::sync::{
+    Applied, Commit, CommitLog, Elected, OwnerGuard, SlotEffect, SlotStep, Slots,
+};
+use custodian::wire::node_slot_step;
 
 use crate::{Exploration, explore};
 
@@ -567,6 +576,244 @@ pub fn cleanup_races_eviction<T: SlotTable>(name: &str, bound: usize) -> Explora
         assert_eq!(results[first].1.decision, Decision::Remove, "{results:?}");
         recorder.won(first);
         recorder.tag(if owners.len() == 2 { 0 } else { 1 });
+    });
+    assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
+
+// ---------------------------------------------------------------------------
+// The node with its real decisions: `machine::node::step` through the node's
+// own table glue (`wire::node_slot_step`) on `Slots`
+// ---------------------------------------------------------------------------
+
+/// The real node table, keyed by a small id.
+type NodeTable = Slots<u8, node::State, node::CleanupVerdict>;
+
+/// A fake disk (fresh per execution): whether each key's job exists, how
+/// many removals and cleanup runs happened (outside loom's control), and how
+/// many cleanups of a key run at once (a loom atomic, so loom can switch
+/// threads in the middle of a cleanup and two overlapping runs are seen).
+#[derive(Default)]
+struct Disk {
+    exists: [std::sync::atomic::AtomicBool; 2],
+    removals: [StdAtomicUsize; 2],
+    runs: [StdAtomicUsize; 2],
+    active: [custodian::sync::shim::atomic::AtomicUsize; 2],
+}
+
+impl Disk {
+    fn at(&self, key: u8) -> usize {
+        usize::from(key)
+    }
+
+    /// The workspace's cleanup: removes the job if it exists (idempotent).
+    fn clean(&self, key: u8) -> node::CleanupVerdict {
+        let k = self.at(key);
+        assert_eq!(
+            self.active[k].fetch_add(1, LoomOrdering::SeqCst),
+            0,
+            "two cleanups of key {key} at once"
+        );
+        self.runs[k].fetch_add(1, StdOrdering::SeqCst);
+        let existed = self.exists[k].swap(false, StdOrdering::SeqCst);
+        if existed {
+            self.removals[k].fetch_add(1, StdOrdering::SeqCst);
+        }
+        self.active[k].fetch_sub(1, LoomOrdering::SeqCst);
+        if existed {
+            node::CleanupVerdict::Cleaned
+        } else {
+            node::CleanupVerdict::AlreadyGone
+        }
+    }
+}
+
+fn node_apply(
+    table: &NodeTable,
+    key: u8,
+    input: node::Input,
+) -> Applied<node::CleanupVerdict, Vec<node::Action>> {
+    table.apply(&key, |state| node_slot_step(state, input))
+}
+
+/// Runs an owned cleanup as the node's cleanup task does: the workspace,
+/// then the verdict into the state, then the publication.
+fn run_cleanup(table: &NodeTable, disk: &Disk, key: u8, guard: OwnerGuard<node::CleanupVerdict>) {
+    let verdict = disk.clean(key);
+    let applied = node_apply(table, key, node::Input::CleanupFinished(verdict));
+    assert!(applied.decision.is_empty() && applied.cleanup.is_none());
+    guard.complete(verdict);
+}
+
+/// Asks the node for `key`'s cleanup and returns its verdict.
+fn node_cleanup(table: &NodeTable, disk: &Disk, key: u8) -> node::CleanupVerdict {
+    let applied = node_apply(table, key, node::Input::Cleanup);
+    match applied.cleanup {
+        Some(Elected::Owner(guard)) => {
+            let waiter = guard.waiter();
+            run_cleanup(table, disk, key, guard);
+            waiter.wait().expect("the owner completed")
+        }
+        Some(Elected::Waiter(waiter)) => waiter.wait().expect("the owner completed"),
+        None => match applied.decision.as_slice() {
+            [node::Action::Reply(node::Reply::Cleanup { verdict, .. })] => *verdict,
+            other => panic!("a cleanup answered {other:?}"),
+        },
+    }
+}
+
+/// Opens `key` as the node does; returns the open's answer.
+fn node_open(table: &NodeTable, disk: &Disk, key: u8) -> node::Reply {
+    let applied = node_apply(table, key, node::Input::Open);
+    match applied.decision.as_slice() {
+        [node::Action::Open] => {}
+        [node::Action::Reply(reply)] => return *reply,
+        other => panic!("an open decided {other:?}"),
+    }
+    disk.exists[disk.at(key)].store(true, StdOrdering::SeqCst);
+    let applied = node_apply(table, key, node::Input::OpenFinished { ok: true });
+    if let Some(Elected::Owner(guard)) = applied.cleanup {
+        // A cleanup asked for while the open ran waits for this one.
+        run_cleanup(table, disk, key, guard);
+    }
+    applied
+        .decision
+        .iter()
+        .find_map(|action| match action {
+            node::Action::Reply(reply) => Some(*reply),
+            _ => None,
+        })
+        .expect("the open is answered")
+}
+
+/// The edge's side of the late-open race on the real node decisions: an
+/// open runs while the edge cancels the request and then cleans it up
+/// (a cleanup asked for while the open runs waits for it). Checked in every
+/// execution: nothing is left on the disk; the job is removed at most once
+/// and by at most one cleanup run; the edge's verdict says `Cleaned` exactly
+/// when a job was removed; an open answered `Opened` was decided before the
+/// cancel; and a later open is refused.
+///
+/// Racer 0 wins when the open was answered `Opened`, racer 1 when it was
+/// refused or closed. Tags: 0 — refused before running, 1 — ran and was
+/// answered "closed" (the cancel or cleanup landed meanwhile), 2 — opened.
+pub fn node_cancel_and_cleanup_race_open(name: &str, bound: usize) -> Exploration {
+    let exploration = explore(name, bound, 2, 3, |recorder| {
+        let table: NodeTable = Slots::new(4);
+        let disk = StdArc::new(Disk::default());
+        let opener = {
+            let (table, disk) = (table.clone(), StdArc::clone(&disk));
+            thread::spawn(move || node_open(&table, &disk, 0))
+        };
+        let cancel = node_apply(&table, 0, node::Input::Cancel);
+        assert!(cancel.cleanup.is_none());
+        let verdict = node_cleanup(&table, &disk, 0);
+        let answer = opener.join().unwrap();
+
+        assert!(
+            !disk.exists[0].load(StdOrdering::SeqCst),
+            "a job was left on the disk (open answered {answer:?}, cleanup {verdict:?})"
+        );
+        let removals = disk.removals[0].load(StdOrdering::SeqCst);
+        assert!(removals <= 1 && disk.runs[0].load(StdOrdering::SeqCst) <= 1);
+        assert_eq!(
+            verdict == node::CleanupVerdict::Cleaned,
+            removals == 1,
+            "the edge's verdict {verdict:?} disagrees with the disk"
+        );
+        let later = node_apply(&table, 0, node::Input::Open).decision;
+        assert_eq!(
+            later,
+            [node::Action::Reply(node::Reply::Refused(
+                node::Refusal::Closed
+            ))],
+            "open accepted after cancel fenced"
+        );
+        let class = match answer {
+            node::Reply::Refused(_) => 0,
+            node::Reply::Closed => 1,
+            node::Reply::Opened { already: false } => 2,
+            other => panic!("an open answered {other:?}"),
+        };
+        if class == 0 {
+            assert_eq!(removals, 0, "a refused open's request was removed");
+        } else {
+            assert_eq!(removals, 1, "an opened job was not removed exactly once");
+        }
+        recorder.won(usize::from(class != 2));
+        recorder.tag(class);
+    });
+    assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
+
+/// Key 0's job exists: opened through this node, or (`after_restart`) left
+/// from before a restart of the node and then cancelled, which files key 0
+/// for eviction before its cleanup starts. Two edges clean key 0 up while a
+/// third cleans up key 1, which this node never opened (it cannot know, so
+/// the workspace is asked); the table remembers one finished key, so key
+/// 1's cleanup can evict key 0. Checked in every execution: key 0's job is
+/// removed exactly once and never by two cleanups at once (a cleanup in
+/// flight is never evicted); a second run for key 0 happens only after its
+/// eviction and finds the job gone; every answer for key 0 is `Cleaned`
+/// from the one real run, or `AlreadyGone` from the re-run after eviction.
+///
+/// Racer 0 wins when its verdict was `Cleaned`, racer 1 otherwise. Tag 0
+/// counts the executions with a re-run after eviction, tag 1 those with one
+/// run.
+pub fn node_cleanup_races_eviction(name: &str, bound: usize, after_restart: bool) -> Exploration {
+    let exploration = explore(name, bound, 2, 2, move |recorder| {
+        let table: NodeTable = Slots::new(1);
+        let disk = StdArc::new(Disk::default());
+        if after_restart {
+            disk.exists[0].store(true, StdOrdering::SeqCst);
+            let cancel = node_apply(&table, 0, node::Input::Cancel);
+            assert!(cancel.cleanup.is_none());
+        } else {
+            assert_eq!(
+                node_open(&table, &disk, 0),
+                node::Reply::Opened { already: false }
+            );
+        }
+        let racer = {
+            let (table, disk) = (table.clone(), StdArc::clone(&disk));
+            thread::spawn(move || node_cleanup(&table, &disk, 0))
+        };
+        let evictor = {
+            let (table, disk) = (table.clone(), StdArc::clone(&disk));
+            thread::spawn(move || node_cleanup(&table, &disk, 1))
+        };
+        let mine = node_cleanup(&table, &disk, 0);
+        let theirs = racer.join().unwrap();
+        assert_eq!(evictor.join().unwrap(), node::CleanupVerdict::AlreadyGone);
+
+        assert_eq!(
+            disk.removals[0].load(StdOrdering::SeqCst),
+            1,
+            "key 0 removed twice"
+        );
+        assert_eq!(disk.removals[1].load(StdOrdering::SeqCst), 0);
+        let runs = disk.runs[0].load(StdOrdering::SeqCst);
+        let verdicts = [mine, theirs];
+        let cleaned = verdicts
+            .iter()
+            .filter(|v| **v == node::CleanupVerdict::Cleaned)
+            .count();
+        assert!(cleaned >= 1, "{verdicts:?}");
+        if runs == 1 {
+            assert_eq!(
+                cleaned, 2,
+                "a shared cleanup answered differently: {verdicts:?}"
+            );
+        } else {
+            assert_eq!(runs, 2);
+            assert!(
+                verdicts.contains(&node::CleanupVerdict::AlreadyGone),
+                "{verdicts:?}"
+            );
+        }
+        recorder.won(usize::from(mine != node::CleanupVerdict::Cleaned));
+        recorder.tag(if runs == 2 { 0 } else { 1 });
     });
     assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
     exploration

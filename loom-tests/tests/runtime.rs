@@ -11,7 +11,9 @@ fn skipped_without_custodian_loom() {
 mod loom_models {
     use custodian::sync::{CommitLog, Slots};
     use custodian_loom_tests::runtime::{
-        Rec, Report, Slot, cancel_races_open, cleanup_races_eviction, direct_commit_races_the_actor,
+        Rec, Report, Slot, cancel_races_open, cleanup_races_eviction,
+        direct_commit_races_the_actor, node_cancel_and_cleanup_race_open,
+        node_cleanup_races_eviction,
     };
 
     #[test]
@@ -30,5 +32,24 @@ mod loom_models {
     #[test]
     fn cleanup_racing_eviction_removes_once() {
         cleanup_races_eviction::<Slots<u8, Slot, Report>>("slots, cleanup vs eviction", 3);
+    }
+
+    #[test]
+    fn node_decisions_cancel_and_cleanup_racing_open_leave_nothing() {
+        node_cancel_and_cleanup_race_open("node (real decisions), cancel + cleanup vs open", 3);
+    }
+
+    #[test]
+    fn node_decisions_cleanup_racing_eviction_removes_once() {
+        node_cleanup_races_eviction("node (real decisions), cleanup vs eviction", 3, false);
+    }
+
+    #[test]
+    fn node_decisions_cleanup_racing_eviction_after_restart_removes_once() {
+        node_cleanup_races_eviction(
+            "node (real decisions), cancel after restart, cleanup vs eviction",
+            3,
+            true,
+        );
     }
 }

@@ -98,7 +98,10 @@ impl Default for NodeConfig {
 type Table = Slots<RequestId, decide::State, CleanupVerdict>;
 
 /// Steps one request by `input` with [`machine::node::step`](decide::step),
-/// as [`Slots::apply`] runs it under the table's lock.
+/// as [`Slots::apply`] runs it under the node's table lock.
+///
+/// Public so that the loom models drive the node's real table glue; a
+/// [`Node`] is the only other caller.
 ///
 /// An id the table does not hold is at
 /// [`State::after_restart`](decide::State::after_restart): this process
@@ -111,7 +114,10 @@ type Table = Slots<RequestId, decide::State, CleanupVerdict>;
 /// be forgotten once the table's bound is reached. Filed states only move
 /// on to other forgettable ones (the machine's fences never reopen), and a
 /// request whose cleanup runs is never forgotten before it publishes.
-fn node_step(state: Option<&decide::State>, input: Input) -> SlotStep<decide::State, Vec<Action>> {
+pub fn node_slot_step(
+    state: Option<&decide::State>,
+    input: Input,
+) -> SlotStep<decide::State, Vec<Action>> {
     let before = state.copied();
     let from = before.unwrap_or_else(decide::State::after_restart);
     let decide::Transition { next, actions } = decide::step(&from, input);
@@ -203,7 +209,7 @@ impl<W: NodeWorkspace> Node<W> {
 
     /// Steps request `id` by `input` under the table's lock.
     fn step(&self, id: &RequestId, input: Input) -> Applied<CleanupVerdict, Vec<Action>> {
-        self.table.apply(id, |state| node_step(state, input))
+        self.table.apply(id, |state| node_slot_step(state, input))
     }
 
     /// Steps request `id` by an input that never touches its cleanup.
