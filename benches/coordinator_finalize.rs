@@ -126,10 +126,10 @@ async fn drive<L: WorkspaceLifecycle, P: ProcessControl>(
             let wire = wire.cloned();
             tasks.push(tokio::spawn(async move {
                 let h = co.start(id);
+                h.workspace_opening().await.unwrap();
                 if let Some(w) = &wire {
                     w.open_workspace(h.id()).await.unwrap();
                 }
-                h.workspace_opening().await.unwrap();
                 h.candidate(Candidate::Success);
                 black_box(h.finished().await)
             }));

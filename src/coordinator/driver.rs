@@ -22,6 +22,13 @@ use crate::sync::{Commit, CommitLog, SettleOnce};
 pub const CODE_CLEANUP_DEADLINE_EXCEEDED: SafeCode = SafeCode::new("cleanup_deadline_exceeded");
 /// The code recorded when the cleanup task panicked or was aborted.
 pub const CODE_CLEANUP_ABORTED: SafeCode = SafeCode::new("cleanup_aborted");
+/// The code recorded when the cancel hook did not answer by the request's
+/// frozen cleanup deadline: the cleanup ran anyway, without the stop
+/// confirmed.
+pub const CODE_CANCEL_DEADLINE_EXCEEDED: SafeCode = SafeCode::new("cancel_deadline_exceeded");
+/// The code recorded when the cancel hook panicked: the cleanup ran
+/// anyway, without the stop confirmed.
+pub const CODE_CANCEL_ABORTED: SafeCode = SafeCode::new("cancel_aborted");
 
 /// How long a request may run and finalize. Both deadlines are frozen when
 /// the request starts and never extended.
@@ -100,6 +107,10 @@ struct Shared {
     /// earlier (see [`CommitLog`]).
     commits: CommitLog<State, Record>,
     counters: Counters,
+    /// Settled when the request asked to cancel its executor (the first
+    /// candidate's `CancelProcesses`), before the cancel hook is called: the
+    /// edge-side executor waits on it ([`RequestHandle::cancelled`]).
+    cancel: SettleOnce<()>,
     span: tracing::Span,
 }
 
@@ -169,6 +180,16 @@ impl Shared {
 enum Input {
     Event(Event),
     Opening(oneshot::Sender<bool>),
+}
+
+/// The answer of an action, as it comes back to the actor.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// Commit this event.
+    Event(Event),
+    /// The cancel hook gave no answer (deadline or panic, with this code):
+    /// record why, then commit `ExecutionStopped` so the cleanup still runs.
+    StopUnconfirmed(SafeCode),
 }
 
 /// The request refused a workspace announcement: its cleanup has started or
@@ -284,6 +305,22 @@ impl RequestHandle {
         }
     }
 
+    /// Resolves once the request asked to cancel its executor: a terminal
+    /// candidate arrived (a caller cancel, a timeout, a disconnect, ...) and
+    /// the request is finalizing. The edge-side executor waits on this next
+    /// to its work (an open, a process) and stops when it resolves; the
+    /// [`ProcessControl`] hook is called right after, for what runs
+    /// elsewhere (a node's processes). Dropping this future changes nothing.
+    pub async fn cancelled(&self) {
+        self.shared.cancel.wait_async().await;
+    }
+
+    /// Whether the request asked to cancel its executor; see
+    /// [`RequestHandle::cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_settled()
+    }
+
     /// Waits for the request to complete. Every waiter, early or late,
     /// receives the same value; dropping this future changes nothing.
     pub async fn finished(&self) -> Completion {
@@ -383,6 +420,7 @@ where
             // A request commits about eight transitions.
             commits: CommitLog::with_capacity(State::new(now.into_std()), 8),
             counters: Counters::default(),
+            cancel: SettleOnce::new(),
             span: info_span!("request", request_id = %id),
         });
         let (tx, rx) = mpsc::unbounded_channel();
@@ -395,6 +433,7 @@ where
             internal: itx,
             in_flight: 0,
             ready: VecDeque::new(),
+            stop_unconfirmed: None,
         };
         let span = shared.span.clone();
         tokio::spawn(actor.run(rx, irx).instrument(span));
@@ -417,13 +456,17 @@ struct Actor<L, P, S> {
     cleanup_deadline: Instant,
     /// Answers of action tasks come back here; the actor holds a sender so
     /// this channel never closes.
-    internal: mpsc::UnboundedSender<Event>,
+    internal: mpsc::UnboundedSender<Answer>,
     /// Action tasks whose answer has not arrived yet.
     in_flight: u32,
     /// Answers of actions that finished on their first poll, committed
     /// after the external inputs already queued (as the internal channel's
     /// answers are).
-    ready: VecDeque<Event>,
+    ready: VecDeque<Answer>,
+    /// Why the executor's stop was not confirmed, if it was not: the cancel
+    /// hook missed the deadline or panicked, and the cleanup ran anyway.
+    /// Only the actor writes and reads it.
+    stop_unconfirmed: Option<SafeCode>,
 }
 
 impl<L, P, S> Actor<L, P, S>
@@ -435,7 +478,7 @@ where
     async fn run(
         mut self,
         mut external: mpsc::UnboundedReceiver<Input>,
-        mut internal: mpsc::UnboundedReceiver<Event>,
+        mut internal: mpsc::UnboundedReceiver<Answer>,
     ) {
         let mut external_open = true;
         let mut timer_armed = true;
@@ -463,7 +506,7 @@ where
                     // A completed request has nothing left to time out.
                     () = &mut timer, if timer_armed && !self.completed() => {
                         timer_armed = false;
-                        Event::Candidate(Candidate::Timeout)
+                        Answer::Event(Event::Candidate(Candidate::Timeout))
                     }
                 }
             } else {
@@ -484,6 +527,17 @@ where
                     continue;
                 };
                 e
+            };
+            let event = match event {
+                Answer::Event(e) => e,
+                Answer::StopUnconfirmed(code) => {
+                    self.stop_unconfirmed = Some(code);
+                    // The machine needs the stop to go on; the cleanup that
+                    // follows cancels the request's processes itself, and a
+                    // node refuses work once that cleanup started. The
+                    // completion reports that the stop was not confirmed.
+                    Event::ExecutionStopped
+                }
             };
             self.commit(event, Sent::No);
         }
@@ -548,18 +602,21 @@ where
         match action {
             Action::CancelProcesses => {
                 counters.cancels.fetch_add(1, Ordering::SeqCst);
+                // The edge-side executor first, then what runs elsewhere.
+                let _first_and_only = self.shared.cancel.settle(());
                 let processes = Arc::clone(&self.this.processes);
                 self.spawn_answer(
                     async move {
                         processes.cancel_processes(&id).await;
-                        Event::ExecutionStopped
+                        Answer::Event(Event::ExecutionStopped)
                     },
                     self.cleanup_deadline,
                     // Past the deadline the cleanup runs anyway: it cancels
                     // the request's processes itself before removing
-                    // anything.
-                    Event::ExecutionStopped,
-                    Event::ExecutionStopped,
+                    // anything. The completion says the stop was not
+                    // confirmed, and why.
+                    Answer::StopUnconfirmed(CODE_CANCEL_DEADLINE_EXCEEDED),
+                    Answer::StopUnconfirmed(CODE_CANCEL_ABORTED),
                 );
                 None
             }
@@ -567,23 +624,31 @@ where
                 counters.cleanups.fetch_add(1, Ordering::SeqCst);
                 let lifecycle = Arc::clone(&self.this.lifecycle);
                 self.spawn_answer(
-                    async move { Event::CleanupFinished(lifecycle.cleanup_workspace(&id).await) },
+                    async move {
+                        Answer::Event(Event::CleanupFinished(
+                            lifecycle.cleanup_workspace(&id).await,
+                        ))
+                    },
                     self.cleanup_deadline,
-                    Event::CleanupFinished(CleanupResult::Failed(CODE_CLEANUP_DEADLINE_EXCEEDED)),
-                    Event::CleanupFinished(CleanupResult::Failed(CODE_CLEANUP_ABORTED)),
+                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                        CODE_CLEANUP_DEADLINE_EXCEEDED,
+                    ))),
+                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                        CODE_CLEANUP_ABORTED,
+                    ))),
                 );
                 None
             }
             Action::WriteTerminal(result) => {
                 counters.writes.fetch_add(1, Ordering::SeqCst);
                 let sink = Arc::clone(&self.this.sink);
-                let failed = Event::Candidate(Candidate::TerminalWriteFailed);
+                let failed = Answer::Event(Event::Candidate(Candidate::TerminalWriteFailed));
                 self.spawn_answer(
                     async move {
-                        match sink.write_terminal(&id, &result).await {
+                        Answer::Event(match sink.write_terminal(&id, &result).await {
                             Ok(()) => Event::EndpointAcknowledged,
                             Err(_) => Event::Candidate(Candidate::TerminalWriteFailed),
-                        }
+                        })
                     },
                     Instant::now() + self.this.limits.terminal_write_timeout,
                     failed,
@@ -607,6 +672,7 @@ where
                     request_id: id,
                     result,
                     delivery,
+                    stop_unconfirmed: self.stop_unconfirmed,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");
@@ -625,9 +691,9 @@ where
     /// (answering `on_timeout`; the work goes on in the same task, never
     /// aborted). A panic answers `on_panic`, so no action can leave the
     /// machine waiting forever.
-    fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Event, on_panic: Event)
+    fn spawn_answer<F>(&mut self, work: F, deadline: Instant, on_timeout: Answer, on_panic: Answer)
     where
-        F: std::future::Future<Output = Event> + Send + 'static,
+        F: std::future::Future<Output = Answer> + Send + 'static,
     {
         let mut work = CatchUnwind(Box::pin(work));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

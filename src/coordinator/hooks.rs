@@ -99,6 +99,12 @@ pub struct Completion {
     pub result: FinalResult,
     /// How the terminal reached (or did not reach) the caller.
     pub delivery: Delivery,
+    /// Why the executor's stop was not confirmed before the cleanup ran, if
+    /// it was not: `cancel_deadline_exceeded` (the cancel hook did not answer
+    /// by the frozen cleanup deadline) or `cancel_aborted` (it panicked).
+    /// The cleanup ran either way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_unconfirmed: Option<SafeCode>,
 }
 
 /// The workspace runtime is a lifecycle: its cleanup is already elected once

@@ -33,6 +33,16 @@
 //! missed deadline or a panicking hook becomes a typed answer, so no request
 //! can hang.
 //!
+//! A workspace is *announced* before it is opened
+//! ([`RequestHandle::workspace_opening`]): the request knows of every
+//! workspace that may exist, so every terminal path cleans it, whatever
+//! order a cancel, the executor's stop and the open's answer arrive in. The
+//! first candidate's `CancelProcesses` reaches the edge-side executor
+//! through [`RequestHandle::cancelled`] before the [`ProcessControl`] hook
+//! runs; if that hook misses the frozen cleanup deadline or panics, the
+//! cleanup runs anyway and the [`Completion`] says the stop was not
+//! confirmed (`stop_unconfirmed`).
+//!
 //! Waiters ([`RequestHandle::finished`]) read the settle-once cell: early or
 //! late, they all observe the same [`Completion`]. Dropping a waiter's
 //! future changes nothing; dropping every handle before the request ended
@@ -46,8 +56,9 @@ mod hooks;
 mod id;
 
 pub use driver::{
-    CODE_CLEANUP_ABORTED, CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, Limits,
-    OpenRefused, Record, RequestHandle, RequestObserver,
+    CODE_CANCEL_ABORTED, CODE_CANCEL_DEADLINE_EXCEEDED, CODE_CLEANUP_ABORTED,
+    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, Limits, OpenRefused, Record,
+    RequestHandle, RequestObserver,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,

@@ -13,7 +13,9 @@ use super::codec::{FrameReader, decode_response, encode_request};
 use super::message::{
     CleanupReport, CleanupStatus, Code, ProcessSummary, Request, Response, RunSpec,
 };
-use crate::coordinator::{ProcessControl, RequestId, WorkspaceLifecycle};
+use crate::coordinator::{
+    OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle,
+};
 use crate::error::SafeCode;
 use crate::machine::request::CleanupResult;
 
@@ -184,6 +186,32 @@ impl WireClient {
         }
     }
 
+    /// The executor's open, in the order that cannot leak: announces the
+    /// workspace to the request ([`RequestHandle::workspace_opening`]), and
+    /// only if that was accepted sends `open_workspace`; stops waiting for
+    /// the answer once the request is cancelled ([`RequestHandle::cancelled`]).
+    /// Whatever the outcome, once the announcement was accepted the
+    /// request's one cleanup covers the workspace, and the node refuses an
+    /// open that arrives after the request's cancel or cleanup.
+    ///
+    /// Returns whether the workspace was already open.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Refused`] when the request refused the announcement
+    /// (nothing was sent), [`OpenError::Cancelled`] when the request was
+    /// cancelled before the answer arrived (the open may or may not have
+    /// happened), [`OpenError::Wire`] when the node refused or the
+    /// connection failed.
+    pub async fn open_announced(&self, handle: &RequestHandle) -> Result<bool, OpenError> {
+        handle.workspace_opening().await?;
+        tokio::select! {
+            biased;
+            () = handle.cancelled() => Err(OpenError::Cancelled),
+            answer = self.open_workspace(handle.id()) => answer.map_err(OpenError::Wire),
+        }
+    }
+
     /// `write_artifact`; returns bytes written.
     ///
     /// # Errors
@@ -266,6 +294,23 @@ impl WireClient {
     }
 }
 
+/// Why [`WireClient::open_announced`] did not open the workspace.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The request refused the announcement: its cleanup has started or
+    /// was decided without a workspace. Nothing was sent.
+    #[error(transparent)]
+    Refused(#[from] OpenRefused),
+    /// The request was cancelled before the node answered; the open may or
+    /// may not have happened, and the request's cleanup covers it.
+    #[error("the request was cancelled while the workspace was opening")]
+    Cancelled,
+    /// The node refused the open, or the connection failed.
+    #[error(transparent)]
+    Wire(WireError),
+}
+
 fn refused(resp: Response) -> WireError {
     match resp {
         Response::Error { code, .. } => WireError::Refused { code },
@@ -314,7 +359,9 @@ fn intern(code: &Code) -> SafeCode {
 }
 
 /// One `cleanup_workspace` message per call; the coordinator makes exactly
-/// one call per request that opened a workspace.
+/// one call per request that announced a workspace, whether or not its open
+/// answer arrived (the node's cleanup is idempotent: a request it never
+/// opened is `already_gone`).
 impl WorkspaceLifecycle for WireClient {
     async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
         match WireClient::cleanup_workspace(self, request).await {

@@ -20,7 +20,11 @@
 //! The edge ([`WireClient`]) implements the coordinator's
 //! [`WorkspaceLifecycle`](crate::coordinator::WorkspaceLifecycle), so a
 //! request driven by the coordinator cleans up its remote workspace through
-//! exactly one `cleanup_workspace` message.
+//! exactly one `cleanup_workspace` message. The executor opens through
+//! [`WireClient::open_announced`]: the request learns of the workspace
+//! before the node is asked, so a cancel landing anywhere around the open
+//! still ends in that one cleanup, and the node refuses an open that
+//! arrives after the request's cancel or cleanup (`machine::node`).
 //!
 //! Cleanup results carry identity, status and a safe code only: never a raw
 //! path, an environment value or captured output. The full contract is
@@ -33,7 +37,9 @@ mod node;
 #[cfg(unix)]
 mod workspace_node;
 
-pub use client::{CODE_NODE_UNREACHABLE, CODE_REMOTE_CLEANUP_FAILED, WireClient, WireError};
+pub use client::{
+    CODE_NODE_UNREACHABLE, CODE_REMOTE_CLEANUP_FAILED, OpenError, WireClient, WireError,
+};
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
 pub use message::{
     CleanupReport, CleanupStatus, Code, ProcessSummary, Request, RequestFrame, Response,

@@ -387,3 +387,77 @@ async fn an_open_never_overtakes_a_candidate_its_caller_sent_first() {
     assert_eq!(co.lifecycle().count(h.id()), 1, "the late open is cleaned");
     finish(&h, "queued-open").await;
 }
+
+/// The edge-side executor learns of the cancel through its handle, before
+/// the process hook is even answered.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_reaches_the_edge_side_executor_through_the_handle() {
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::closed(),
+        Gate::open_always(),
+        Limits::default(),
+    );
+    let h = co.start(id("exec-cancel"));
+    h.workspace_opening().await.unwrap();
+    let executor = tokio::spawn({
+        let h = h.clone();
+        async move {
+            // The executor's work never ends on its own: only the cancel
+            // stops it.
+            tokio::select! {
+                () = h.cancelled() => "stopped",
+                () = std::future::pending::<()>() => "never",
+            }
+        }
+    });
+    settle().await;
+    assert!(!h.is_cancelled());
+    assert!(!executor.is_finished());
+    h.candidate(Candidate::CallerCancel);
+    assert_eq!(executor.await.unwrap(), "stopped");
+    assert!(h.is_cancelled());
+    // The node-side hook is still parked: the executor did not wait for it.
+    assert!(h.try_finished().is_none());
+    co.processes().gate.release(1);
+    let c = h.finished().await;
+    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.stop_unconfirmed, None);
+    finish(&h, "exec-cancel").await;
+}
+
+/// A cancel hook that never answers: the cleanup still runs at the frozen
+/// deadline, and the completion says the stop was not confirmed.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
+    let limits = Limits {
+        request_timeout: Duration::from_secs(5),
+        cleanup_grace: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let co = coordinator(
+        Gate::open_always(),
+        Gate::closed(),
+        Gate::open_always(),
+        limits,
+    );
+    let h = co.start(id("hung-cancel"));
+    h.workspace_opening().await.unwrap();
+    h.candidate(Candidate::CallerCancel);
+    settle().await;
+    assert_eq!(
+        co.lifecycle().count(h.id()),
+        0,
+        "no cleanup before the stop"
+    );
+    tokio::time::advance(Duration::from_secs(8)).await;
+    let c = h.finished().await;
+    assert_eq!(co.lifecycle().count(h.id()), 1, "the cleanup ran anyway");
+    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.status(), Status::Cancelled);
+    assert_eq!(
+        c.stop_unconfirmed,
+        Some(custodian::coordinator::CODE_CANCEL_DEADLINE_EXCEEDED)
+    );
+    finish(&h, "hung-cancel").await;
+}

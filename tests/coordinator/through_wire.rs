@@ -29,11 +29,11 @@ fn setup(fake: FakeNode) -> (Arc<Node<FakeNode>>, WireClient, WireCoordinator) {
     (node, client, co)
 }
 
-/// The executor's side: open the remote workspace, then tell the
-/// coordinator.
+/// The executor's side: announce the workspace to the coordinator, then
+/// open it on the node.
 async fn open(client: &WireClient, h: &custodian::coordinator::RequestHandle) {
-    client.open_workspace(h.id()).await.unwrap();
     h.workspace_opening().await.unwrap();
+    client.open_workspace(h.id()).await.unwrap();
 }
 
 #[tokio::test]

@@ -20,8 +20,8 @@ async fn a_success_removes_the_job_and_keeps_the_users_files() {
         Limits::default(),
     );
     let h = co.start(id("real-1"));
-    let job = ws.open_request("real-1").unwrap();
     h.workspace_opening().await.unwrap();
+    let job = ws.open_request("real-1").unwrap();
     std::io::Write::write_all(&mut job.create_file("out/result.json").unwrap(), b"{}").unwrap();
     let job_dir = dir.path().join(".custodian/job/real-1");
     assert!(job_dir.join("out/result.json").is_file());
@@ -51,8 +51,8 @@ async fn an_unregistered_file_fails_the_success_closed_and_is_kept() {
         Limits::default(),
     );
     let h = co.start(id("real-2"));
-    let _job = ws.open_request("real-2").unwrap();
     h.workspace_opening().await.unwrap();
+    let _job = ws.open_request("real-2").unwrap();
     // Planted behind the inventory's back.
     let planted = dir.path().join(".custodian/job/real-2/planted.txt");
     std::fs::write(&planted, "suspect").unwrap();

@@ -117,8 +117,8 @@ async fn node_over_a_socket_cleans_a_raced_request_and_keeps_user_files() {
     );
     let id = RequestId::new("e2e-1").unwrap();
     let h = co.start(id.clone());
-    assert!(!client.open_workspace(&id).await.unwrap());
     h.workspace_opening().await.unwrap();
+    assert!(!client.open_workspace(&id).await.unwrap());
     let job = ws.join(".custodian/job/e2e-1");
     assert!(
         job.is_dir(),

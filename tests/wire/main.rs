@@ -6,3 +6,4 @@ mod fake_node;
 
 mod e2e;
 mod node_handler;
+mod race;
