@@ -52,7 +52,7 @@ enum Command {
     },
 }
 
-const MODELS: [&str; 9] = [
+const MODELS: [&str; 12] = [
     "request",
     "process",
     "process/broken/signal-after-settle",
@@ -62,6 +62,9 @@ const MODELS: [&str; 9] = [
     "request/broken/complete-before-cleanup",
     "request/broken/success-despite-cleanup-failure",
     "request/broken/republish-on-duplicate",
+    "request/broken/cleanup-before-stop",
+    "request/broken/accept-late-open",
+    "request/broken/publish-not-the-result",
 ];
 
 fn main() -> ExitCode {
@@ -136,6 +139,16 @@ fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
         ),
         "request/broken/republish-on-duplicate" => serve(
             RequestModel::new(broken::RepublishOnDuplicate, waiters),
+            addr,
+        ),
+        "request/broken/cleanup-before-stop" => {
+            serve(RequestModel::new(broken::CleanupBeforeStop, waiters), addr)
+        }
+        "request/broken/accept-late-open" => {
+            serve(RequestModel::new(broken::AcceptLateOpen, waiters), addr)
+        }
+        "request/broken/publish-not-the-result" => serve(
+            RequestModel::new(broken::PublishNotTheResult, waiters),
             addr,
         ),
         "process" => serve(ProcessModel::new(process::Real), addr),
