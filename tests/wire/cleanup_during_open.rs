@@ -1,73 +1,28 @@
-//! A cleanup (and its duplicate) asked for while the node is still opening
-//! the request's job: the cleanup waits for the open, runs once, and removes
-//! the job the open created.
+//! A cleanup (and its duplicates) asked for, without a cancel, while the
+//! node is still opening the request's job: the cleanup waits for the open,
+//! runs once, removes the job the open created, and exactly one answer is
+//! the first asker's. (`node_handler.rs` has the same race with a cancel.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use custodian::coordinator::RequestId;
-use custodian::error::SafeCode;
-use custodian::wire::{
-    CleanupStatus, CleanupVerdict, Node, NodeConfig, NodeWorkspace, ProcessSummary, Request,
-    Response, RunSpec,
-};
-use tokio::sync::Semaphore;
+use custodian::wire::{CleanupStatus, Node, NodeConfig, Request, Response};
 
 use crate::fake_node::FakeNode;
 
-/// The counting fake, with opens held until `gate` gives a permit.
-struct GatedOpen {
-    fake: FakeNode,
-    gate: Semaphore,
-    opening: AtomicBool,
-}
-
-impl NodeWorkspace for GatedOpen {
-    async fn open(&self, request: &RequestId) -> Result<(), SafeCode> {
-        self.opening.store(true, Ordering::SeqCst);
-        self.gate.acquire().await.expect("gate open").forget();
-        self.fake.open(request).await
-    }
-
-    async fn write_artifact(
-        &self,
-        request: &RequestId,
-        name: &str,
-        contents: &[u8],
-    ) -> Result<u64, SafeCode> {
-        self.fake.write_artifact(request, name, contents).await
-    }
-
-    async fn run(&self, request: &RequestId, spec: RunSpec) -> Result<ProcessSummary, SafeCode> {
-        self.fake.run(request, spec).await
-    }
-
-    async fn cancel(&self, request: &RequestId) -> u32 {
-        self.fake.cancel(request).await
-    }
-
-    async fn cleanup(&self, request: &RequestId) -> CleanupVerdict {
-        self.fake.cleanup(request).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanup_during_the_open_waits_for_it_and_removes_the_job_once() {
-    let node = Node::new(
-        GatedOpen {
-            fake: FakeNode::new(),
-            gate: Semaphore::new(0),
-            opening: AtomicBool::new(false),
-        },
-        NodeConfig::default(),
-    );
+    let fake = FakeNode::new();
+    fake.open_gated.store(true, Ordering::SeqCst);
+    let node = Node::new(fake, NodeConfig::default());
     let r = RequestId::new("cleanup-during-open").unwrap();
     let open = tokio::spawn({
         let (node, r) = (Arc::clone(&node), r.clone());
         async move { node.handle(Request::OpenWorkspace { request_id: r }).await }
     });
-    while !node.workspace().opening.load(Ordering::SeqCst) {
+    while node.workspace().calls(&r).open == 0 {
         tokio::task::yield_now().await;
     }
     let cleanups: Vec<_> = (0..3)
@@ -78,13 +33,13 @@ async fn a_cleanup_during_the_open_waits_for_it_and_removes_the_job_once() {
         .collect();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
-        node.workspace().fake.calls(&r).cleanup,
+        node.workspace().calls(&r).cleanup,
         0,
         "a cleanup ran while the open was still creating the job"
     );
     assert!(cleanups.iter().all(|c| !c.is_finished()));
 
-    node.workspace().gate.add_permits(1);
+    node.workspace().open_gate.add_permits(1);
     let answer = open.await.unwrap();
     assert!(
         matches!(answer, Response::Error { ref code, .. } if code.as_str() == "request_closed"),
@@ -97,7 +52,7 @@ async fn a_cleanup_during_the_open_waits_for_it_and_removes_the_job_once() {
         first += usize::from(!report.cached);
     }
     assert_eq!(first, 1, "exactly one answer is the first asker's");
-    let calls = node.workspace().fake.calls(&r);
+    let calls = node.workspace().calls(&r);
     assert_eq!((calls.open, calls.cleanup), (1, 1));
     assert!(node.open_requests().is_empty());
     let again = node.handle(Request::OpenWorkspace { request_id: r }).await;
