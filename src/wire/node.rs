@@ -4,6 +4,20 @@
 //! (open once, clean up once, answer duplicates from a bounded cache) and
 //! delegates the work itself to a [`NodeWorkspace`]: the real workspace
 //! runtime in production, a counting fake in tests.
+//!
+//! # Concurrency
+//!
+//! Every decision is [`machine::node::step`](crate::machine::node::step)
+//! taken under one `std::sync::Mutex` (the table): the lock only makes each
+//! step atomic and files what the step returned; nothing is awaited under
+//! it. Beside the decision states the table holds the election owners of
+//! cleanups that wait for a running open. The cleanups themselves are
+//! elected in a [`sync::Elections`](crate::sync::Elections) (where callers
+//! wait and which publishes `Abandoned` if the cleanup task dies); an
+//! election is always made while the table lock is held, so the table and
+//! the elections never disagree about who owns a cleanup. The open and the
+//! cleanup each run in their own task, so they always reach their
+//! `OpenFinished` / `CleanupFinished` step whatever their callers do.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -309,7 +323,29 @@ impl<W: NodeWorkspace> Node<W> {
         // The open runs outside the table lock; a cancel or cleanup that
         // lands meanwhile is decided by the machine (the open's answer
         // becomes `request_closed`, a cleanup waits for the open to finish).
-        let opened = self.workspace.open(&request_id).await;
+        // It runs in its own task so that it always reaches `OpenFinished`,
+        // even if this caller goes away: a cleanup may be waiting for it.
+        let node = Arc::clone(self);
+        let id = request_id.clone();
+        let finished = tokio::spawn(
+            async move {
+                let opened = node.workspace.open(&id).await;
+                node.finish_open(id, opened)
+            }
+            .in_current_span(),
+        );
+        finished
+            .await
+            .unwrap_or_else(|_| error(request_id, codes::SHUTTING_DOWN))
+    }
+
+    /// Steps `OpenFinished` and performs what it decides: the open's answer,
+    /// and the cleanup that waited for this open, if one did.
+    fn finish_open(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        opened: Result<(), SafeCode>,
+    ) -> Response {
         let actions = self
             .table()
             .step(&request_id, Input::OpenFinished { ok: opened.is_ok() });
@@ -318,6 +354,8 @@ impl<W: NodeWorkspace> Node<W> {
             match action {
                 Action::Reply(r) => answer = Some(self.reply(request_id.clone(), r, opened.err())),
                 Action::StartCleanup => {
+                    // The guard was filed in the same critical section that
+                    // stepped the waiting cleanup, so it is there.
                     let pending = self.table().pending.remove(&request_id);
                     // Our own election waiter is not needed: the callers
                     // that asked for this cleanup already wait on it.
