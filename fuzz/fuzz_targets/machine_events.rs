@@ -84,7 +84,10 @@ impl NodeOracle {
             self.fenced = true;
         }
         if self.fenced {
-            assert!(!after.accepting(), "the fence reopened: {before:?} {input:?}");
+            assert!(
+                !after.accepting(),
+                "the fence reopened: {before:?} {input:?}"
+            );
             assert!(
                 !tr.actions.contains(&Action::Open) && !tr.actions.contains(&Action::Proceed),
                 "work after the fence: {before:?} {input:?} {:?}",
@@ -219,13 +222,19 @@ impl ReqOracle {
                     assert_eq!(r.cleanup(), cleanup);
                     // A workspace that may exist is never left uncleaned.
                     if self.announced {
-                        assert_ne!(cleanup, CleanupReport::NotNeeded, "announced workspace skipped");
+                        assert_ne!(
+                            cleanup,
+                            CleanupReport::NotNeeded,
+                            "announced workspace skipped"
+                        );
                     }
                     assert_eq!(Some(r.primary()), self.first);
                     if matches!(cleanup, CleanupReport::Failed { .. }) {
                         assert_ne!(r.status(), Status::Succeeded);
                     }
-                    if r.primary() != Candidate::Success || !matches!(cleanup, CleanupReport::Failed { .. }) {
+                    if r.primary() != Candidate::Success
+                        || !matches!(cleanup, CleanupReport::Failed { .. })
+                    {
                         assert_eq!(r.status(), r.primary().status(), "category changed");
                     }
                 }
@@ -236,7 +245,11 @@ impl ReqOracle {
             assert!(after.is_completed());
             assert!(tr.actions.is_empty(), "acted after completion");
         } else if after.is_completed() {
-            assert_eq!(after.result(), self.published, "completed without publishing");
+            assert_eq!(
+                after.result(),
+                self.published,
+                "completed without publishing"
+            );
             self.completed = after.result();
         }
         let t = after.timeline();
@@ -271,7 +284,11 @@ impl ProcOracle {
             self.saw_empty_probe = true;
         }
         if before.phase == Phase::Settled {
-            assert!(tr.actions.is_empty(), "acted after settlement: {:?}", tr.actions);
+            assert!(
+                tr.actions.is_empty(),
+                "acted after settlement: {:?}",
+                tr.actions
+            );
             assert_eq!(tr.next, *before, "settled is absorbing");
         }
         for a in &tr.actions {
@@ -281,7 +298,10 @@ impl ProcOracle {
                     self.term = true;
                 }
                 Action::SignalGroup(Signal::Kill) => {
-                    assert!(self.term && self.grace_seen_after_term, "KILL before TERM + grace");
+                    assert!(
+                        self.term && self.grace_seen_after_term,
+                        "KILL before TERM + grace"
+                    );
                 }
                 Action::Reap => self.reaps += 1,
                 Action::Settle(sum) => {
@@ -291,7 +311,10 @@ impl ProcOracle {
                     if sum.descendants == Descendants::Terminated {
                         assert_eq!(sum.tier, Tier::PinnedGroup);
                         assert!(self.saw_empty_probe, "terminated without an empty probe");
-                        assert_eq!((sum.stdout, sum.stderr), (StreamEnd::Closed, StreamEnd::Closed));
+                        assert_eq!(
+                            (sum.stdout, sum.stderr),
+                            (StreamEnd::Closed, StreamEnd::Closed)
+                        );
                     }
                 }
                 Action::ArmTimer { at, .. } => assert!(*at >= before.timings.started),
@@ -300,7 +323,10 @@ impl ProcOracle {
             if matches!(a, Action::SignalGroup(_)) {
                 assert!(self.settles == 0, "signal after settlement");
                 if before.tier != Tier::PinnedGroup {
-                    assert!(tr.next.root.is_none(), "group signal after an unpinned root exited");
+                    assert!(
+                        tr.next.root.is_none(),
+                        "group signal after an unpinned root exited"
+                    );
                 }
             }
         }
