@@ -108,9 +108,6 @@ struct Shared {
     /// candidate's `CancelProcesses`), before the cancel hook is called: the
     /// edge-side executor waits on it ([`RequestHandle::cancelled`]).
     cancel: SettleOnce<()>,
-    /// Why the executor's stop was not confirmed, if it was not: the cancel
-    /// hook missed the deadline or panicked, and the cleanup ran anyway.
-    stop_unconfirmed: Mutex<Option<SafeCode>>,
     /// External inputs sent to the actor and not yet committed. A handle
     /// may commit `WorkspaceOpening` itself only while this is zero: never
     /// ahead of an input it sent earlier.
@@ -408,7 +405,6 @@ where
             state: Mutex::new(State::new(now.into_std())),
             counters: Counters::default(),
             cancel: SettleOnce::new(),
-            stop_unconfirmed: Mutex::new(None),
             pending: AtomicU32::new(0),
             span: info_span!("request", request_id = %id),
         });
@@ -422,6 +418,7 @@ where
             internal: itx,
             in_flight: 0,
             ready: VecDeque::new(),
+            stop_unconfirmed: None,
         };
         let span = shared.span.clone();
         tokio::spawn(actor.run(rx, irx).instrument(span));
@@ -443,6 +440,10 @@ struct Actor<L, P, S> {
     /// after the external inputs already queued (as the internal channel's
     /// answers are).
     ready: VecDeque<Answer>,
+    /// Why the executor's stop was not confirmed, if it was not: the cancel
+    /// hook missed the deadline or panicked, and the cleanup ran anyway.
+    /// Only the actor reads and writes it.
+    stop_unconfirmed: Option<SafeCode>,
 }
 
 impl<L, P, S> Actor<L, P, S>
@@ -507,11 +508,7 @@ where
             let event = match event {
                 Answer::Event(e) => e,
                 Answer::StopUnconfirmed(code) => {
-                    *self
-                        .shared
-                        .stop_unconfirmed
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(code);
+                    self.stop_unconfirmed = Some(code);
                     // The machine needs the stop to go on; the cleanup that
                     // follows cancels the request's processes itself, and a
                     // node refuses work once that cleanup started. The
@@ -650,11 +647,7 @@ where
                     request_id: id,
                     result,
                     delivery,
-                    stop_unconfirmed: *self
-                        .shared
-                        .stop_unconfirmed
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    stop_unconfirmed: self.stop_unconfirmed,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");
