@@ -465,7 +465,7 @@ struct Actor<L, P, S> {
     ready: VecDeque<Answer>,
     /// Why the executor's stop was not confirmed, if it was not: the cancel
     /// hook missed the deadline or panicked, and the cleanup ran anyway.
-    /// Only the actor writes and reads it.
+    /// Only the actor reads and writes it.
     stop_unconfirmed: Option<SafeCode>,
 }
 

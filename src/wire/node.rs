@@ -4,6 +4,22 @@
 //! (open once, clean up once, answer duplicates from a bounded cache) and
 //! delegates the work itself to a [`NodeWorkspace`]: the real workspace
 //! runtime in production, a counting fake in tests.
+//!
+//! # Concurrency
+//!
+//! Every decision is [`machine::node::step`](crate::machine::node::step)
+//! taken under the lock of one [`sync::Slots`](crate::sync::Slots) (the
+//! table), through [`node_slot_step`]: the lock only makes each step atomic
+//! and files what the step returned; nothing is awaited under it. The same
+//! table holds each request's cleanup cell — the step's `StartCleanup` hands
+//! out its one owner guard, `AwaitCleanup` a waiter (also before the owner
+//! exists, while a cleanup waits for a running open), and a dropped guard
+//! publishes `Abandoned` — and the bounded memory of finished requests, so
+//! the decision states and the cleanups never disagree and are evicted
+//! together. The open and the cleanup each run in their own task, so they
+//! always reach their `OpenFinished` / `CleanupFinished` step whatever
+//! their callers do. loom explores these races on the real table and the
+//! real decisions (`loom-tests/tests/runtime.rs`).
 
 use std::future::Future;
 use std::io;
@@ -300,7 +316,29 @@ impl<W: NodeWorkspace> Node<W> {
         // The open runs outside the table lock; a cancel or cleanup that
         // lands meanwhile is decided by the machine (the open's answer
         // becomes `request_closed`, a cleanup waits for the open to finish).
-        let opened = self.workspace.open(&request_id).await;
+        // It runs in its own task so that it always reaches `OpenFinished`,
+        // even if this caller goes away: a cleanup may be waiting for it.
+        let node = Arc::clone(self);
+        let id = request_id.clone();
+        let finished = tokio::spawn(
+            async move {
+                let opened = node.workspace.open(&id).await;
+                node.finish_open(id, opened)
+            }
+            .in_current_span(),
+        );
+        finished
+            .await
+            .unwrap_or_else(|_| error(request_id, codes::SHUTTING_DOWN))
+    }
+
+    /// Steps `OpenFinished` and performs what it decides: the open's answer,
+    /// and the cleanup that waited for this open, if one did.
+    fn finish_open(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        opened: Result<(), SafeCode>,
+    ) -> Response {
         let applied = self.step(&request_id, Input::OpenFinished { ok: opened.is_ok() });
         if let Some(Elected::Owner(guard)) = applied.cleanup {
             // A cleanup was asked for while the open ran: its callers wait
