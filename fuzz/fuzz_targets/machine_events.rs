@@ -1,5 +1,6 @@
-//! Arbitrary event sequences, with `now` advancing, driven into both pure
-//! machines; an oracle checks the invariants after every step.
+//! Arbitrary event sequences, with `now` advancing, driven into the pure
+//! machines (request, process, and the node's per-request decisions); an
+//! oracle checks the invariants after every step.
 //!
 //! Unlike the stateright models, events here repeat without bound and arrive
 //! whether or not the protocol allows them, so this also checks that a
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use custodian::error::SafeCode;
-use custodian::machine::{process, request};
+use custodian::machine::{node, process, request};
 use libfuzzer_sys::fuzz_target;
 
 const CODES: [SafeCode; 3] = [
@@ -52,6 +53,67 @@ enum ProcEvent {
 enum Op {
     Request(ReqEvent),
     Process(ProcEvent),
+    Node(NodeEvent),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum NodeEvent {
+    Open,
+    OpenFinished(bool),
+    Work,
+    Cancel,
+    Cleanup,
+    CleanupFinished(u8),
+    /// The node restarts: its memory of the request is lost.
+    Restart,
+}
+
+/// What the node oracle remembers since the node's last (re)start.
+#[derive(Default)]
+struct NodeOracle {
+    cleanups_started: u32,
+    fenced: bool,
+}
+
+impl NodeOracle {
+    fn check(&mut self, before: &node::State, input: node::Input, tr: &node::Transition) {
+        use node::{Action, Job};
+        let after = &tr.next;
+        assert!(tr.actions.len() <= 3, "{:?}", tr.actions);
+        if !before.accepting() {
+            self.fenced = true;
+        }
+        if self.fenced {
+            assert!(
+                !after.accepting(),
+                "the fence reopened: {before:?} {input:?}"
+            );
+            assert!(
+                !tr.actions.contains(&Action::Open) && !tr.actions.contains(&Action::Proceed),
+                "work after the fence: {before:?} {input:?} {:?}",
+                tr.actions
+            );
+        }
+        for a in &tr.actions {
+            match a {
+                Action::StartCleanup => {
+                    self.cleanups_started += 1;
+                    assert_eq!(self.cleanups_started, 1, "a second cleanup started");
+                    assert_ne!(after.job(), Job::Opening, "cleanup raced an open");
+                }
+                Action::Open => {
+                    assert!(matches!(before.job(), Job::Absent | Job::Unknown));
+                    assert_eq!(after.job(), Job::Opening);
+                }
+                Action::Proceed => assert!(before.is_open()),
+                Action::CancelProcesses | Action::AwaitCleanup | Action::Reply(_) => {}
+            }
+        }
+        if let Some(v) = before.cleaned() {
+            assert_eq!(after.cleaned(), Some(v), "cleaned is absorbing");
+        }
+        assert!(after.cleanups_started() <= 1);
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -160,13 +222,19 @@ impl ReqOracle {
                     assert_eq!(r.cleanup(), cleanup);
                     // A workspace that may exist is never left uncleaned.
                     if self.announced {
-                        assert_ne!(cleanup, CleanupReport::NotNeeded, "announced workspace skipped");
+                        assert_ne!(
+                            cleanup,
+                            CleanupReport::NotNeeded,
+                            "announced workspace skipped"
+                        );
                     }
                     assert_eq!(Some(r.primary()), self.first);
                     if matches!(cleanup, CleanupReport::Failed { .. }) {
                         assert_ne!(r.status(), Status::Succeeded);
                     }
-                    if r.primary() != Candidate::Success || !matches!(cleanup, CleanupReport::Failed { .. }) {
+                    if r.primary() != Candidate::Success
+                        || !matches!(cleanup, CleanupReport::Failed { .. })
+                    {
                         assert_eq!(r.status(), r.primary().status(), "category changed");
                     }
                 }
@@ -177,7 +245,11 @@ impl ReqOracle {
             assert!(after.is_completed());
             assert!(tr.actions.is_empty(), "acted after completion");
         } else if after.is_completed() {
-            assert_eq!(after.result(), self.published, "completed without publishing");
+            assert_eq!(
+                after.result(),
+                self.published,
+                "completed without publishing"
+            );
             self.completed = after.result();
         }
         let t = after.timeline();
@@ -212,7 +284,11 @@ impl ProcOracle {
             self.saw_empty_probe = true;
         }
         if before.phase == Phase::Settled {
-            assert!(tr.actions.is_empty(), "acted after settlement: {:?}", tr.actions);
+            assert!(
+                tr.actions.is_empty(),
+                "acted after settlement: {:?}",
+                tr.actions
+            );
             assert_eq!(tr.next, *before, "settled is absorbing");
         }
         for a in &tr.actions {
@@ -222,7 +298,10 @@ impl ProcOracle {
                     self.term = true;
                 }
                 Action::SignalGroup(Signal::Kill) => {
-                    assert!(self.term && self.grace_seen_after_term, "KILL before TERM + grace");
+                    assert!(
+                        self.term && self.grace_seen_after_term,
+                        "KILL before TERM + grace"
+                    );
                 }
                 Action::Reap => self.reaps += 1,
                 Action::Settle(sum) => {
@@ -245,7 +324,10 @@ impl ProcOracle {
             if matches!(a, Action::SignalGroup(_)) {
                 assert!(self.settles == 0, "signal after settlement");
                 if !matches!(before.tier, Tier::PinnedGroup | Tier::Cgroup) {
-                    assert!(tr.next.root.is_none(), "group signal after an unpinned root exited");
+                    assert!(
+                        tr.next.root.is_none(),
+                        "group signal after an unpinned root exited"
+                    );
                 }
             }
         }
@@ -272,6 +354,8 @@ fuzz_target!(|input: Input| {
     let mut proc_state = process::start(tier, limits, elapsed).next;
     let mut req_oracle = ReqOracle::default();
     let mut proc_oracle = ProcOracle::default();
+    let mut node_state = node::State::new();
+    let mut node_oracle = NodeOracle::default();
     for (op, advance) in input.ops.into_iter().take(256) {
         elapsed += Duration::from_millis(u64::from(advance));
         match op {
@@ -286,6 +370,28 @@ fuzz_target!(|input: Input| {
                 let tr = process::step(&proc_state, e, elapsed);
                 proc_oracle.check(&proc_state, e, &tr);
                 proc_state = tr.next;
+            }
+            Op::Node(NodeEvent::Restart) => {
+                node_state = node::State::after_restart();
+                node_oracle = NodeOracle::default();
+            }
+            Op::Node(e) => {
+                let input = match e {
+                    NodeEvent::Open => node::Input::Open,
+                    NodeEvent::OpenFinished(ok) => node::Input::OpenFinished { ok },
+                    NodeEvent::Work => node::Input::Work,
+                    NodeEvent::Cancel => node::Input::Cancel,
+                    NodeEvent::Cleanup => node::Input::Cleanup,
+                    NodeEvent::CleanupFinished(i) => node::Input::CleanupFinished(match i % 3 {
+                        0 => node::CleanupVerdict::Cleaned,
+                        1 => node::CleanupVerdict::AlreadyGone,
+                        _ => node::CleanupVerdict::Failed(code(i)),
+                    }),
+                    NodeEvent::Restart => unreachable!("handled above"),
+                };
+                let tr = node::step(&node_state, input);
+                node_oracle.check(&node_state, input, &tr);
+                node_state = tr.next;
             }
         }
     }

@@ -16,9 +16,17 @@
 //! explored: it counts executions and which racer won in each, in `std`
 //! atomics that loom does not control (they survive across executions), and
 //! fails if nothing was explored or if some racer never won.
+//!
+//! `runtime` (also under the cfg) holds the models of the runtime's races —
+//! the coordinator's direct commit against its actor, a node's cancel
+//! against an open, a cleanup against eviction — written over small traits
+//! so that the real primitives (`tests/runtime.rs`) and deliberately broken
+//! ones (`tests/harness_can_fail.rs`) run through the very same model.
 
 #[cfg(custodian_loom)]
 mod harness;
+#[cfg(custodian_loom)]
+pub mod runtime;
 
 #[cfg(custodian_loom)]
 pub use harness::{Exploration, Recorder, explore, noop_waker};

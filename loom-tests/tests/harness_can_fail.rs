@@ -2,8 +2,10 @@
 //!
 //! Each test here runs a deliberately broken cell, written with the same shim
 //! types as the real one, through the same kind of model as
-//! `settle_once.rs`, and expects loom (or the model's assertions) to catch
-//! the bug. If one of these stops panicking, the real tests prove nothing.
+//! `settle_once.rs` (or, for the runtime's races, through the very model
+//! functions of `runtime.rs`), and expects loom (or the model's assertions)
+//! to catch the bug. If one of these stops panicking, the real tests prove
+//! nothing.
 
 #[cfg(not(custodian_loom))]
 #[test]
@@ -137,5 +139,129 @@ mod loom_models {
             // Records a fixed racer instead of the real winner.
             recorder.won(0);
         });
+    }
+
+    // -----------------------------------------------------------------
+    // The runtime's races: broken uses of the real primitives, run
+    // through the same model functions as `runtime.rs`.
+    // -----------------------------------------------------------------
+
+    use custodian::sync::shim::atomic::{AtomicUsize, Ordering};
+    use custodian::sync::{Applied, CommitLog, SlotEffect, Slots};
+    use custodian_loom_tests::runtime::{
+        CommitCell, Decision, Input, Op, Rec, Report, Slot, SlotTable, cancel_races_open,
+        cleanup_races_eviction, direct_commit_races_the_actor, node_step, step,
+    };
+
+    /// Broken: the actor lowers the pending count *before* it commits the
+    /// input, so a handle can see zero and commit its "opened" ahead of the
+    /// candidate it sent earlier.
+    struct LoweredBeforeCommit {
+        log: CommitLog<u32, Rec>,
+        pending: AtomicUsize,
+    }
+
+    impl CommitCell for LoweredBeforeCommit {
+        fn create() -> Self {
+            Self {
+                log: CommitLog::new(0),
+                pending: AtomicUsize::new(0),
+            }
+        }
+        fn send(&self, send: impl FnOnce()) {
+            self.pending.fetch_add(1, Ordering::SeqCst);
+            send();
+        }
+        fn commit_sent(&self, input: Input) {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            self.log.commit(step(input));
+        }
+        fn commit(&self, input: Input) {
+            self.log.commit(step(input));
+        }
+        fn commit_direct(&self, input: Input) -> bool {
+            if self.pending.load(Ordering::SeqCst) != 0 {
+                return false;
+            }
+            self.log.commit(step(input));
+            true
+        }
+        fn log(&self) -> Vec<Rec> {
+            self.log.log()
+        }
+        fn pending(&self) -> usize {
+            self.pending.load(Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a direct commit overtook its own earlier candidate")]
+    fn direct_commit_overtaking_a_candidate_is_caught() {
+        direct_commit_races_the_actor::<LoweredBeforeCommit>(
+            "broken: pending lowered before the commit",
+            2,
+        );
+    }
+
+    /// Broken: reads a key's state in one critical section and stores the
+    /// decision's next state in another (as a node with its state in one
+    /// table and its decisions taken outside the lock would), so a racing
+    /// cancel or cleanup is overwritten or decided on a stale state.
+    #[derive(Clone)]
+    struct StaleSlots(Slots<u8, Slot, Report>);
+
+    impl SlotTable for StaleSlots {
+        fn create(capacity: usize) -> Self {
+            Self(Slots::new(capacity))
+        }
+        fn apply(&self, key: u8, op: Op) -> Applied<Report, Decision> {
+            let seen = self.0.get(&key);
+            let decided = node_step(seen.as_ref(), op);
+            self.0.apply(&key, |_| decided)
+        }
+        fn get(&self, key: u8) -> Option<Slot> {
+            self.0.get(&key)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "the cancel's fence was lost")]
+    fn open_overwriting_a_cancel_is_caught() {
+        cancel_races_open::<StaleSlots>("broken: stale slot decision, cancel vs open", 3);
+    }
+
+    /// Broken: elects the cleanup on the current state, but decides its
+    /// form (real removal or idempotent check) on a snapshot read before
+    /// the election, as a node that looks its request up and then enters
+    /// the election would. A snapshot from before an eviction says "open".
+    #[derive(Clone)]
+    struct SnapshotFormSlots(Slots<u8, Slot, Report>);
+
+    impl SlotTable for SnapshotFormSlots {
+        fn create(capacity: usize) -> Self {
+            Self(Slots::new(capacity))
+        }
+        fn apply(&self, key: u8, op: Op) -> Applied<Report, Decision> {
+            let form = node_step(self.0.get(&key).as_ref(), op).decision;
+            self.0.apply(&key, |slot| {
+                let mut fresh = node_step(slot, op);
+                if op == Op::Cleanup && fresh.effect == SlotEffect::StartCleanup {
+                    fresh.decision = form;
+                }
+                fresh
+            })
+        }
+        fn get(&self, key: u8) -> Option<Slot> {
+            self.0.get(&key)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "key 0 removed 2 times")]
+    fn a_cleanup_form_decided_before_eviction_is_caught() {
+        cleanup_races_eviction::<SnapshotFormSlots>(
+            "broken: cleanup form from a snapshot, cleanup vs eviction",
+            2,
+        );
     }
 }

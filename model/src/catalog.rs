@@ -25,13 +25,16 @@ pub trait Visit {
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 16] = [
     "request",
     "process",
     "request/broken/double-cleanup",
     "request/broken/complete-before-cleanup",
     "request/broken/success-despite-cleanup-failure",
     "request/broken/republish-on-duplicate",
+    "request/broken/cleanup-before-stop",
+    "request/broken/accept-late-open",
+    "request/broken/publish-not-the-result",
     "process/broken/signal-after-settle",
     "process/broken/settle-twice",
     "process/broken/kill-before-grace",
@@ -61,6 +64,9 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
             req(rb::SuccessDespiteCleanupFailure, waiters, v)
         }
         "request/broken/republish-on-duplicate" => req(rb::RepublishOnDuplicate, waiters, v),
+        "request/broken/cleanup-before-stop" => req(rb::CleanupBeforeStop, waiters, v),
+        "request/broken/accept-late-open" => req(rb::AcceptLateOpen, waiters, v),
+        "request/broken/publish-not-the-result" => req(rb::PublishNotTheResult, waiters, v),
         "process/broken/signal-after-settle" => pro(pb::SignalAfterSettle, v),
         "process/broken/settle-twice" => pro(pb::SettleTwice, v),
         "process/broken/kill-before-grace" => pro(pb::KillBeforeGrace, v),

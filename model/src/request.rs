@@ -2,12 +2,20 @@
 //! by an adversarial environment.
 //!
 //! The environment fires every terminal candidate once (success twice: the
-//! duplicate callback), may open the workspace while the executor runs,
+//! duplicate callback), announces the workspace once — while the executor
+//! runs, or *after* it stopped or returned (a stray executor: the late-open
+//! race) — and opens it only if the machine accepted the announcement,
 //! answers each action the machine returns (stop after cancel, cleanup ok or
 //! failed after start, acknowledgement after a write, confirmation after a
 //! publish), and lets `waiters` interchangeable waiters subscribe at any
 //! moment and observe the published result once there is one. The checker
 //! explores every interleaving of those events.
+//!
+//! Publication goes through the real [`SettleOnce`]: each `Publish` action
+//! settles a cell rebuilt from the state (the state must be a plain value),
+//! and a waiter observes what that cell yields; the property then compares
+//! the observation with the machine's own result, so a machine that
+//! published something other than its result would be caught.
 //!
 //! The environment records what the machine made it do (how many cleanups,
 //! writes and publications, and whether any came too early) so the
@@ -21,6 +29,7 @@ use custodian::machine::request::{
     self, Action, Candidate, CleanupReport, CleanupResult, Delivery, Event, FinalResult, Phase,
     Status,
 };
+use custodian::sync::SettleOnce;
 use stateright::{Model, Property};
 
 const EXEC_CODE: SafeCode = SafeCode::new("executor_failed");
@@ -36,6 +45,11 @@ pub trait RequestStep: Send + Sync + 'static {
     fn breaks(&self) -> Option<&'static str>;
     /// One step of the machine.
     fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition;
+    /// Whether a workspace announced in `state` is accepted (the
+    /// environment opens it only then).
+    fn accepts_workspace(&self, state: &request::State) -> bool {
+        request::accepts_workspace(state)
+    }
 }
 
 /// The real machine, unaltered.
@@ -102,6 +116,82 @@ pub mod broken {
                 let skip = request::step(&tr.next, Event::CleanupFinished(CleanupResult::Ok), now);
                 tr.next = skip.next;
                 tr.actions.extend(skip.actions);
+            }
+            tr
+        }
+    }
+
+    /// Starts the cleanup as soon as the request finalizes with a workspace,
+    /// without waiting for the executor to stop — the bug of a runtime that
+    /// synthesizes the stop (or skips it) while the executor can still
+    /// write into the workspace.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct CleanupBeforeStop;
+
+    impl RequestStep for CleanupBeforeStop {
+        fn name(&self) -> &'static str {
+            "request/broken/cleanup-before-stop"
+        }
+        fn breaks(&self) -> Option<&'static str> {
+            Some(CLEANUP_AFTER_STOP)
+        }
+        fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition {
+            let mut tr = request::step(state, event, now);
+            if matches!(tr.next.phase(), Phase::Finalizing { .. }) && tr.next.workspace_announced()
+            {
+                let skip = request::step(&tr.next, Event::ExecutionStopped, now);
+                tr.next = skip.next;
+                tr.actions.extend(skip.actions);
+            }
+            tr
+        }
+    }
+
+    /// Accepts a workspace announced after the cleanup was decided, without
+    /// cleaning it — the old contract, where a workspace reported opened
+    /// after a workspace-less finalization was only flagged (`LateOpen`).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct AcceptLateOpen;
+
+    impl RequestStep for AcceptLateOpen {
+        fn name(&self) -> &'static str {
+            "request/broken/accept-late-open"
+        }
+        fn breaks(&self) -> Option<&'static str> {
+            Some(OPENED_IS_CLEANED)
+        }
+        fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition {
+            if event == Event::WorkspaceOpening && !request::accepts_workspace(state) {
+                return request::Transition {
+                    next: *state,
+                    actions: Vec::new(),
+                };
+            }
+            request::step(state, event, now)
+        }
+        fn accepts_workspace(&self, _: &request::State) -> bool {
+            true
+        }
+    }
+
+    /// Publishes a result that is not the machine's: the cleanup evidence is
+    /// dropped from what waiters receive.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct PublishNotTheResult;
+
+    impl RequestStep for PublishNotTheResult {
+        fn name(&self) -> &'static str {
+            "request/broken/publish-not-the-result"
+        }
+        fn breaks(&self) -> Option<&'static str> {
+            Some(WAITERS_SEE_THE_RESULT)
+        }
+        fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition {
+            let mut tr = request::step(state, event, now);
+            for a in &mut tr.actions {
+                if let Action::Publish(r) = a {
+                    *r = FinalResult::merge(r.primary(), CleanupReport::NotNeeded);
+                }
             }
             tr
         }
@@ -196,8 +286,16 @@ pub struct Sys {
     pub fired: u8,
     /// The first candidate fired (the oracle for the primary outcome).
     pub first: Option<Candidate>,
-    /// The environment opened the workspace.
+    /// The environment announced the workspace (accepted or not).
+    pub ws_announced: bool,
+    /// The announcement was accepted and the environment opened the
+    /// workspace.
     pub ws_opened: bool,
+    /// ... after the executor had stopped or returned, and was refused.
+    pub open_after_stop_refused: bool,
+    /// A cleanup started while the executor had neither stopped nor
+    /// returned.
+    pub cleanup_before_stop: bool,
     /// ... while the machine was already finalizing (the race).
     pub ws_opened_while_finalizing: bool,
     /// The machine asked to cancel processes.
@@ -237,6 +335,9 @@ pub enum Act {
     Candidate(usize),
     /// The executor announced the workspace it is about to open.
     WorkspaceOpening,
+    /// A stray executor announces (and would open) the workspace after it
+    /// was reported stopped or returned.
+    OpenAfterStop,
     /// The executor stopped (after the machine asked to cancel).
     ExecutionStopped,
     /// The cleanup finished with this result.
@@ -315,7 +416,10 @@ impl<S: RequestStep> Model for RequestModel<S> {
             machine: request::State::new(self.now),
             fired: 0,
             first: None,
+            ws_announced: false,
             ws_opened: false,
+            open_after_stop_refused: false,
+            cleanup_before_stop: false,
             ws_opened_while_finalizing: false,
             cancel_requested: false,
             stopped: false,
@@ -341,8 +445,12 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 out.push(Act::Candidate(i));
             }
         }
-        if !s.ws_opened && s.executor_alive() {
-            out.push(Act::WorkspaceOpening);
+        if !s.ws_announced {
+            out.push(if s.executor_alive() {
+                Act::WorkspaceOpening
+            } else {
+                Act::OpenAfterStop
+            });
         }
         if s.cancel_requested && !s.stopped {
             out.push(Act::ExecutionStopped);
@@ -378,11 +486,13 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 }
                 Event::Candidate(c)
             }
-            Act::WorkspaceOpening => {
+            Act::WorkspaceOpening | Act::OpenAfterStop => {
                 // The environment opens only after an accepted announcement.
-                n.ws_opened = request::accepts_workspace(&s.machine);
+                n.ws_announced = true;
+                n.ws_opened = self.step.accepts_workspace(&s.machine);
                 n.ws_opened_while_finalizing =
-                    matches!(s.machine.phase(), Phase::Finalizing { .. });
+                    n.ws_opened && matches!(s.machine.phase(), Phase::Finalizing { .. });
+                n.open_after_stop_refused = act == Act::OpenAfterStop && !n.ws_opened;
                 Event::WorkspaceOpening
             }
             Act::ExecutionStopped => {
@@ -414,7 +524,8 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 let Waiter::Subscribed(when) = s.waiters[i] else {
                     return None;
                 };
-                n.waiters[i] = Waiter::Observed(when, s.published?);
+                // The waiter reads the real settle-once cell.
+                n.waiters[i] = Waiter::Observed(when, cell(s.published).get()?);
                 return Some(n);
             }
         };
@@ -423,7 +534,10 @@ impl<S: RequestStep> Model for RequestModel<S> {
         for a in tr.actions {
             match a {
                 Action::CancelProcesses => n.cancel_requested = true,
-                Action::StartCleanup => n.cleanups = n.cleanups.saturating_add(1),
+                Action::StartCleanup => {
+                    n.cleanups = n.cleanups.saturating_add(1);
+                    n.cleanup_before_stop |= !n.stopped && n.fired & 0b111 == 0;
+                }
                 Action::WriteTerminal(_) => {
                     n.writes = n.writes.saturating_add(1);
                     n.early |= n.cleanup_owed();
@@ -432,7 +546,11 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 Action::Publish(r) => {
                     n.publishes = n.publishes.saturating_add(1);
                     n.early |= n.cleanup_owed();
-                    n.published.get_or_insert(r);
+                    // The runtime settles the request's cell: the first
+                    // publication wins, as the real primitive decides.
+                    let c = cell(n.published);
+                    let _refused_if_second = c.settle(r);
+                    n.published = c.get();
                 }
             }
         }
@@ -503,15 +621,16 @@ impl<S: RequestStep> Model for RequestModel<S> {
                     }
                 },
             ),
-            Property::always(
-                "every waiter observes the published result",
-                |_, s: &Sys| {
-                    s.waiters.iter().all(|w| match w {
-                        Waiter::Observed(_, r) => s.published == Some(*r),
-                        Waiter::Idle | Waiter::Subscribed(_) => true,
-                    })
-                },
-            ),
+            Property::always(WAITERS_SEE_THE_RESULT, |_, s: &Sys| {
+                s.waiters.iter().all(|w| match w {
+                    Waiter::Observed(_, r) => s.machine.result() == Some(*r),
+                    Waiter::Idle | Waiter::Subscribed(_) => true,
+                })
+            }),
+            Property::always(CLEANUP_AFTER_STOP, |_, s: &Sys| !s.cleanup_before_stop),
+            Property::always(OPENED_IS_CLEANED, |_, s: &Sys| {
+                !s.machine.is_completed() || !s.ws_opened || s.cleanup.is_some()
+            }),
             Property::always("a candidate always cancels the processes", |_, s: &Sys| {
                 s.first.is_none() || s.cancel_requested
             }),
@@ -596,6 +715,9 @@ impl<S: RequestStep> Model for RequestModel<S> {
                         )
                 },
             ),
+            Property::sometimes("an open after the stop is refused", |_, s: &Sys| {
+                s.open_after_stop_refused && s.machine.is_completed()
+            }),
             Property::sometimes("no workspace, no cleanup", |_, s: &Sys| {
                 s.machine.is_completed()
                     && s.published
@@ -616,6 +738,21 @@ pub const COMPLETED_ONLY_AFTER_CLEANUP: &str = "completed only after cleanup fin
 pub const CLEANUP_FAILURE_NEVER_SUCCEEDS: &str = "cleanup failure never yields success";
 /// See [`AT_MOST_ONE_CLEANUP`].
 pub const SETTLES: &str = "no enabled action implies fully settled";
+/// See [`AT_MOST_ONE_CLEANUP`].
+pub const CLEANUP_AFTER_STOP: &str = "cleanup starts only after the executor stopped or returned";
+/// See [`AT_MOST_ONE_CLEANUP`].
+pub const OPENED_IS_CLEANED: &str = "an opened workspace is cleaned before completion";
+/// See [`AT_MOST_ONE_CLEANUP`].
+pub const WAITERS_SEE_THE_RESULT: &str = "every waiter observes the machine's result";
+
+/// A real settle-once cell holding what the state says was settled.
+fn cell(settled: Option<FinalResult>) -> SettleOnce<FinalResult> {
+    let c = SettleOnce::new();
+    if let Some(r) = settled {
+        let _first = c.settle(r);
+    }
+    c
+}
 
 fn win_fn<S: RequestStep>(c: Candidate) -> fn(&RequestModel<S>, &Sys) -> bool {
     // Property conditions are plain fn pointers, so each candidate gets its

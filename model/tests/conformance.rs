@@ -87,7 +87,7 @@ fn act_event(model: &M, s: &Sys, act: Act) -> Option<Event> {
             let n = model.next_state(&init, act)?;
             n.first.map(Event::Candidate)
         }
-        Act::WorkspaceOpening => Some(Event::WorkspaceOpening),
+        Act::WorkspaceOpening | Act::OpenAfterStop => Some(Event::WorkspaceOpening),
         Act::ExecutionStopped => Some(Event::ExecutionStopped),
         Act::CleanupFinished(r) => Some(Event::CleanupFinished(r)),
         Act::EndpointAcknowledged => Some(Event::EndpointAcknowledged),
@@ -202,6 +202,7 @@ fn runtime_traces_conform_to_the_model_and_cover_its_edges() {
         logs.extend(scenarios::run_family(&scenarios::family_f(), "f").await);
         logs.extend(scenarios::run_family(&scenarios::family_g(), "fail-g").await);
         logs.extend(scenarios::run_family(&scenarios::family_h(), "h").await);
+        logs.extend(scenarios::run_announcements(&scenarios::family_i(), "i").await);
         logs
     });
     let seed = scenarios::seed();

@@ -3,8 +3,8 @@
 //! executes exactly the actions it returns.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -15,7 +15,7 @@ use super::RequestId;
 use super::hooks::{Completion, ProcessControl, TerminalSink, WorkspaceLifecycle};
 use crate::error::SafeCode;
 use crate::machine::request::{self, Action, Candidate, CleanupResult, Event, Phase, State};
-use crate::sync::SettleOnce;
+use crate::sync::{Commit, CommitLog, SettleOnce};
 
 /// The code recorded when the cleanup did not finish by the request's
 /// frozen cleanup deadline.
@@ -98,71 +98,82 @@ pub struct Effects {
 struct Shared {
     id: RequestId,
     done: SettleOnce<Completion>,
-    log: Mutex<Vec<Record>>,
-    /// The committed state. Every commit steps the machine from it and
-    /// records the transition while holding this lock, so the log is one
-    /// sequence whoever commits.
-    state: Mutex<State>,
+    /// The committed state, its log, and the inputs sent to the actor and
+    /// not yet committed. Every commit — the actor's or a handle's direct
+    /// one — steps the machine from the committed state and records the
+    /// transition in one critical section, so the log is one sequence
+    /// whoever commits; a handle commits `WorkspaceOpening` itself only
+    /// while nothing sent is pending, so never ahead of an input it sent
+    /// earlier (see [`CommitLog`]).
+    commits: CommitLog<State, Record>,
     counters: Counters,
     /// Settled when the request asked to cancel its executor (the first
     /// candidate's `CancelProcesses`), before the cancel hook is called: the
     /// edge-side executor waits on it ([`RequestHandle::cancelled`]).
     cancel: SettleOnce<()>,
-    /// Why the executor's stop was not confirmed, if it was not: the cancel
-    /// hook missed the deadline or panicked, and the cleanup ran anyway.
-    stop_unconfirmed: Mutex<Option<SafeCode>>,
-    /// External inputs sent to the actor and not yet committed. A handle
-    /// may commit `WorkspaceOpening` itself only while this is zero: never
-    /// ahead of an input it sent earlier.
-    pending: AtomicU32,
     span: tracing::Span,
 }
 
 impl Shared {
-    fn lock_log(&self) -> std::sync::MutexGuard<'_, Vec<Record>> {
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Steps the machine by `event` from the committed state, records the
-    /// transition and commits it. Returns the state before and after and
-    /// the actions the caller must now execute.
-    fn commit(&self, event: Event, now: std::time::Instant) -> (State, State, Vec<Action>) {
-        let mut state = self.lock_state();
-        let before = *state;
+    /// The step of `event` at `now` from `before`, as [`CommitLog`] runs
+    /// it under its lock: the record to log, and for the caller the state
+    /// before and after and the actions to execute.
+    fn transition(
+        before: &State,
+        index: usize,
+        event: Event,
+        now: std::time::Instant,
+    ) -> Commit<State, Record, (State, Vec<Action>)> {
+        let before = *before;
         let request::Transition { next, actions } = request::step(&before, event, now);
         debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
         if event == Event::WorkspaceOpening && !request::accepts_workspace(&before) {
             warn!("a workspace announced after the request's cleanup was decided is refused");
         }
-        {
-            let mut log = self.lock_log();
-            let index = u32::try_from(log.len()).unwrap_or(u32::MAX);
-            log.push(Record {
-                index,
+        Commit {
+            next,
+            record: Record {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
                 at: now,
                 before,
                 event,
                 after: next,
                 actions: actions.clone(),
-            });
+            },
+            output: (before, actions),
         }
-        *state = next;
+    }
+
+    /// Commits an event of the actor's own (an action's answer, a timeout,
+    /// a disconnect). Returns the state before and after and the actions
+    /// the caller must now execute.
+    fn commit(&self, event: Event, now: std::time::Instant) -> (State, State, Vec<Action>) {
+        let (next, (before, actions)) = self
+            .commits
+            .commit(|state, index| Self::transition(state, index, event, now));
         (before, next, actions)
     }
 
-    /// Sends one input to the actor, counted in `pending` until committed.
+    /// As [`commit`](Self::commit), for an input a handle sent with
+    /// [`send`](Self::send); it stops counting as pending.
+    fn commit_sent(&self, event: Event, now: std::time::Instant) -> (State, State, Vec<Action>) {
+        let (next, (before, actions)) = self
+            .commits
+            .commit_sent(|state, index| Self::transition(state, index, event, now));
+        (before, next, actions)
+    }
+
+    /// Sends one input to the actor, counted as pending until committed.
     fn send(&self, tx: &mpsc::UnboundedSender<Input>, input: Input) -> Result<(), ()> {
-        self.pending.fetch_add(1, Ordering::SeqCst);
-        tx.send(input).map_err(|_| {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-        })
+        self.commits.send(|| tx.send(input).map_err(|_| ()))
+    }
+
+    fn state(&self) -> State {
+        self.commits.state()
+    }
+
+    fn log(&self) -> Vec<Record> {
+        self.commits.log()
     }
 }
 
@@ -222,12 +233,12 @@ impl RequestObserver {
 
     /// Every committed transition so far, in order.
     pub fn log(&self) -> Vec<Record> {
-        self.shared.lock_log().clone()
+        self.shared.log()
     }
 
     /// The latest committed state.
     pub fn state(&self) -> State {
-        *self.shared.lock_state()
+        self.shared.state()
     }
 }
 
@@ -270,11 +281,14 @@ impl RequestHandle {
         // `WorkspaceOpening` never has actions to execute: when nothing this
         // caller sent earlier is still queued, commit it here and spare the
         // round trip through the actor.
-        if self.shared.pending.load(Ordering::SeqCst) == 0 {
+        let direct = {
             let _span = self.shared.span.enter();
-            let (before, _, _) = self
-                .shared
-                .commit(Event::WorkspaceOpening, Instant::now().into_std());
+            let now = Instant::now().into_std();
+            self.shared.commits.commit_direct(|state, index| {
+                Shared::transition(state, index, Event::WorkspaceOpening, now)
+            })
+        };
+        if let Some((_, (before, _))) = direct {
             return if request::accepts_workspace(&before) {
                 Ok(())
             } else {
@@ -320,12 +334,12 @@ impl RequestHandle {
 
     /// Every committed transition so far, in order.
     pub fn log(&self) -> Vec<Record> {
-        self.shared.lock_log().clone()
+        self.shared.log()
     }
 
     /// The latest committed state.
     pub fn state(&self) -> State {
-        *self.shared.lock_state()
+        self.shared.state()
     }
 
     /// How many times each side effect ran so far.
@@ -404,12 +418,9 @@ where
             id: id.clone(),
             done: SettleOnce::new(),
             // A request commits about eight transitions.
-            log: Mutex::new(Vec::with_capacity(8)),
-            state: Mutex::new(State::new(now.into_std())),
+            commits: CommitLog::with_capacity(State::new(now.into_std()), 8),
             counters: Counters::default(),
             cancel: SettleOnce::new(),
-            stop_unconfirmed: Mutex::new(None),
-            pending: AtomicU32::new(0),
             span: info_span!("request", request_id = %id),
         });
         let (tx, rx) = mpsc::unbounded_channel();
@@ -422,11 +433,20 @@ where
             internal: itx,
             in_flight: 0,
             ready: VecDeque::new(),
+            stop_unconfirmed: None,
         };
         let span = shared.span.clone();
         tokio::spawn(actor.run(rx, irx).instrument(span));
         RequestHandle { tx, shared }
     }
+}
+
+/// Whether an event the actor commits was sent by a handle (and so counted
+/// as pending until committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    Yes,
+    No,
 }
 
 struct Actor<L, P, S> {
@@ -443,6 +463,10 @@ struct Actor<L, P, S> {
     /// after the external inputs already queued (as the internal channel's
     /// answers are).
     ready: VecDeque<Answer>,
+    /// Why the executor's stop was not confirmed, if it was not: the cancel
+    /// hook missed the deadline or panicked, and the cleanup ran anyway.
+    /// Only the actor reads and writes it.
+    stop_unconfirmed: Option<SafeCode>,
 }
 
 impl<L, P, S> Actor<L, P, S>
@@ -507,11 +531,7 @@ where
             let event = match event {
                 Answer::Event(e) => e,
                 Answer::StopUnconfirmed(code) => {
-                    *self
-                        .shared
-                        .stop_unconfirmed
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(code);
+                    self.stop_unconfirmed = Some(code);
                     // The machine needs the stop to go on; the cleanup that
                     // follows cancels the request's processes itself, and a
                     // node refuses work once that cleanup started. The
@@ -519,7 +539,7 @@ where
                     Event::ExecutionStopped
                 }
             };
-            self.commit(event);
+            self.commit(event, Sent::No);
         }
     }
 
@@ -527,34 +547,36 @@ where
     fn on_input(&mut self, input: Option<Input>, external_open: &mut bool) {
         match input {
             Some(Input::Event(e)) => {
-                self.commit(e);
-                self.shared.pending.fetch_sub(1, Ordering::SeqCst);
+                self.commit(e, Sent::Yes);
             }
             Some(Input::Opening(reply)) => {
-                let accepted = request::accepts_workspace(&self.commit(Event::WorkspaceOpening));
-                self.shared.pending.fetch_sub(1, Ordering::SeqCst);
-                let _ = reply.send(accepted);
+                let before = self.commit(Event::WorkspaceOpening, Sent::Yes);
+                let _ = reply.send(request::accepts_workspace(&before));
             }
             None => {
                 // Every handle is gone: nobody can report a candidate or
                 // read the terminal any more.
                 *external_open = false;
                 if !self.completed() {
-                    self.commit(Event::Candidate(Candidate::CallerDisconnect));
+                    self.commit(Event::Candidate(Candidate::CallerDisconnect), Sent::No);
                 }
             }
         }
     }
 
     fn completed(&self) -> bool {
-        self.shared.lock_state().is_completed()
+        self.shared.state().is_completed()
     }
 
     /// Commits one event and executes the returned actions; synchronous
     /// follow-up events (the `Published` answer) are committed in the same
     /// call, before any other input. Returns the state before `event`.
-    fn commit(&mut self, event: Event) -> State {
-        let (before, after, actions) = self.shared.commit(event, Instant::now().into_std());
+    fn commit(&mut self, event: Event, sent: Sent) -> State {
+        let now = Instant::now().into_std();
+        let (before, after, actions) = match sent {
+            Sent::Yes => self.shared.commit_sent(event, now),
+            Sent::No => self.shared.commit(event, now),
+        };
         let mut queue = VecDeque::new();
         self.execute_all(actions, &after, &mut queue);
         while let Some(event) = queue.pop_front() {
@@ -650,11 +672,7 @@ where
                     request_id: id,
                     result,
                     delivery,
-                    stop_unconfirmed: *self
-                        .shared
-                        .stop_unconfirmed
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    stop_unconfirmed: self.stop_unconfirmed,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");

@@ -75,6 +75,17 @@ pub struct OwnerGuard<V> {
 }
 
 impl<V> OwnerGuard<V> {
+    /// A guard over `cell` that runs `on_settled` once, after publishing.
+    pub(super) fn with_hook(
+        cell: SettleOnce<Outcome<V>>,
+        on_settled: Box<dyn FnOnce() + Send + Sync>,
+    ) -> Self {
+        Self {
+            cell,
+            on_settled: Some(on_settled),
+        }
+    }
+
     /// Returns a waiter on the result this guard will publish.
     pub fn waiter(&self) -> Waiter<V> {
         Waiter {
@@ -128,6 +139,13 @@ impl<V> fmt::Debug for OwnerGuard<V> {
 /// call [`wait`](Self::wait) from synchronous code.
 pub struct Waiter<V> {
     cell: SettleOnce<Outcome<V>>,
+}
+
+impl<V> Waiter<V> {
+    /// A waiter on `cell`.
+    pub(super) fn on(cell: SettleOnce<Outcome<V>>) -> Self {
+        Self { cell }
+    }
 }
 
 impl<V: Clone> Waiter<V> {

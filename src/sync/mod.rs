@@ -21,6 +21,24 @@
 //!   keeps a bounded cache of completed results (see [`Elections`] for why
 //!   eviction is safe).
 //!
+//! Two more primitives carry the runtime's own concurrency, so that it is
+//! checked here and not only in the integration tests:
+//!
+//! - [`CommitLog<S, R>`]: a request's committed state and the log of its
+//!   transitions under one lock, with the count of inputs sent to the
+//!   request's actor and not yet committed. The coordinator commits every
+//!   event through it; a handle's direct commit
+//!   ([`commit_direct`](CommitLog::commit_direct)) happens only when
+//!   nothing sent is pending, so it never overtakes an input its caller
+//!   sent earlier, and the log stays one chain whoever commits.
+//! - [`Slots<K, S, V>`]: per-key state stepped by a caller's pure decision
+//!   function ([`SlotStep`], [`SlotEffect`]), the key's cleanup cell (one
+//!   owner, any number of waiters, before or after the owner exists) and a
+//!   bounded memory of finished keys, all under one lock. The wire node
+//!   keeps its requests in it, deciding with `machine::node::step`: a cancel
+//!   that returned fences every later open, and evicting a key forgets its
+//!   state and its cleanup result together, never while the cleanup runs.
+//!
 //! Both sit in the pure layer: no tokio, no I/O, no clock. Async waiting uses
 //! a hand-rolled list of [`std::task::Waker`]s guarded by the same mutex as
 //! the value, so check-then-register and store-then-wake cannot interleave
@@ -76,12 +94,16 @@
 //! Dropping either `cleanup` future drops only a [`Waiter`]'s future, which
 //! unregisters its waker and loses nothing: the result stays in the election.
 
+mod commit;
 mod election;
 mod settle;
 pub mod shim;
+mod slots;
 
+pub use commit::{Commit, CommitLog};
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
 pub use settle::{AlreadySettled, SettleOnce, Settled};
+pub use slots::{Applied, SlotEffect, SlotStep, Slots};
 
 #[cfg(all(test, not(custodian_loom)))]
 mod tests {
@@ -101,6 +123,9 @@ mod tests {
         send_sync_static::<OwnerGuard<String>>();
         send_sync_static::<Waiter<String>>();
         send_sync_static::<Elected<String>>();
+        send_sync_static::<CommitLog<String, String>>();
+        send_sync_static::<Slots<String, String, String>>();
+        send_sync_static::<Applied<String, String>>();
         unpin::<Settled<String>>();
     }
 }

@@ -45,6 +45,6 @@ pub use message::{
     CleanupReport, CleanupStatus, Code, ProcessSummary, Request, RequestFrame, Response,
     ResponseFrame, RunSpec, VERSION,
 };
-pub use node::{CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace};
+pub use node::{CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step};
 #[cfg(unix)]
 pub use workspace_node::{WorkspaceNode, codes as node_codes};

@@ -4,12 +4,27 @@
 //! (open once, clean up once, answer duplicates from a bounded cache) and
 //! delegates the work itself to a [`NodeWorkspace`]: the real workspace
 //! runtime in production, a counting fake in tests.
+//!
+//! # Concurrency
+//!
+//! Every decision is [`machine::node::step`](crate::machine::node::step)
+//! taken under the lock of one [`sync::Slots`](crate::sync::Slots) (the
+//! table), through [`node_slot_step`]: the lock only makes each step atomic
+//! and files what the step returned; nothing is awaited under it. The same
+//! table holds each request's cleanup cell — the step's `StartCleanup` hands
+//! out its one owner guard, `AwaitCleanup` a waiter (also before the owner
+//! exists, while a cleanup waits for a running open), and a dropped guard
+//! publishes `Abandoned` — and the bounded memory of finished requests, so
+//! the decision states and the cleanups never disagree and are evicted
+//! together. The open and the cleanup each run in their own task, so they
+//! always reach their `OpenFinished` / `CleanupFinished` step whatever
+//! their callers do. loom explores these races on the real table and the
+//! real decisions (`loom-tests/tests/runtime.rs`).
 
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{Semaphore, mpsc};
@@ -24,7 +39,7 @@ use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 pub use crate::machine::node::CleanupVerdict;
 use crate::machine::node::{self as decide, Action, Input, Refusal, Reply};
-use crate::sync::{Abandoned, Elected, Elections, OwnerGuard, Waiter};
+use crate::sync::{Abandoned, Applied, Elected, OwnerGuard, SlotEffect, SlotStep, Slots};
 
 /// The workspace operations the node performs for the wire.
 ///
@@ -93,62 +108,65 @@ impl Default for NodeConfig {
     }
 }
 
-/// The node's per-request decision states, plus what only the shell holds.
+/// The node's per-request table: the decision state of every request,
+/// its cleanup cell, and a bounded memory of finished requests, in one
+/// [`Slots`] (one lock; see its theory of operation).
+type Table = Slots<RequestId, decide::State, CleanupVerdict>;
+
+/// Steps one request by `input` with [`machine::node::step`](decide::step),
+/// as [`Slots::apply`] runs it under the node's table lock.
 ///
-/// Every decision is [`machine::node::step`](crate::machine::node::step)
-/// taken under this table's lock: the lock makes each step atomic, the
-/// machine decides. An id not in the table is at
+/// Public so that the loom models drive the node's real table glue; a
+/// [`Node`] is the only other caller.
+///
+/// An id the table does not hold is at
 /// [`State::after_restart`](decide::State::after_restart): this process
 /// cannot prove that no earlier run of the node opened it, so a cleanup
-/// asks the workspace, whose idempotent form checks the disk.
-#[derive(Debug, Default)]
-struct Table {
-    slots: HashMap<RequestId, decide::State>,
-    /// Owners of cleanups asked for while the open was running; the open's
-    /// finish starts them.
-    pending: HashMap<RequestId, OwnerGuard<CleanupVerdict>>,
-    /// Ids whose state may be forgotten (cleaned, or fenced with no job),
-    /// oldest first, for bounding the table like the elections' cache.
-    retired: VecDeque<RequestId>,
+/// asks the workspace, whose idempotent form checks the disk. The actions
+/// choose the table's effect on the cleanup cell: `StartCleanup` owns it
+/// (also when an earlier `AwaitCleanup` created it while an open ran),
+/// `AwaitCleanup` waits on it. A request that ended without a cleanup to
+/// run (already gone at once, or cancelled with no job) is retired: it may
+/// be forgotten once the table's bound is reached. Filed states only move
+/// on to other forgettable ones (the machine's fences never reopen), and a
+/// request whose cleanup runs is never forgotten before it publishes.
+pub fn node_slot_step(
+    state: Option<&decide::State>,
+    input: Input,
+) -> SlotStep<decide::State, Vec<Action>> {
+    let before = state.copied();
+    let from = before.unwrap_or_else(decide::State::after_restart);
+    let decide::Transition { next, actions } = decide::step(&from, input);
+    let effect = if actions.contains(&Action::StartCleanup) {
+        SlotEffect::StartCleanup
+    } else if actions.contains(&Action::AwaitCleanup) {
+        SlotEffect::AwaitCleanup
+    } else if forgettable_now(input, &next, &actions) {
+        SlotEffect::Retire
+    } else {
+        SlotEffect::None
+    };
+    SlotStep {
+        // An unknown id that stays at the restart state is not remembered.
+        next: (before.is_some() || next != from).then_some(next),
+        decision: actions,
+        effect,
+    }
 }
 
-impl Table {
-    fn state(&self, id: &RequestId) -> decide::State {
-        self.slots
-            .get(id)
-            .copied()
-            .unwrap_or_else(decide::State::after_restart)
-    }
-
-    /// Steps the request's state by `input` and stores the result.
-    fn step(&mut self, id: &RequestId, input: Input) -> Vec<Action> {
-        let before = self.state(id);
-        let decide::Transition { next, actions } = decide::step(&before, input);
-        if next != before {
-            self.slots.insert(id.clone(), next);
+/// Whether this step ended the request on the node without a cleanup to
+/// run: a cleanup answered at once (nothing was ever opened here), or a
+/// cancel that fenced a request with no job.
+fn forgettable_now(input: Input, next: &decide::State, actions: &[Action]) -> bool {
+    match input {
+        Input::Cleanup => actions
+            .iter()
+            .any(|a| matches!(a, Action::Reply(Reply::Cleanup { cached: false, .. }))),
+        Input::Cancel => {
+            next.fence() == decide::Fence::Cancelled
+                && matches!(next.job(), decide::Job::Absent | decide::Job::Unknown)
         }
-        actions
-    }
-
-    fn retire(&mut self, id: &RequestId, bound: usize) {
-        self.retired.push_back(id.clone());
-        while self.retired.len() > bound {
-            let Some(old) = self.retired.pop_front() else {
-                break;
-            };
-            // Forgetting an id lets a later duplicate start from "unknown":
-            // a cleanup asks the workspace again (a no-op for a gone job),
-            // an open is refused by the workspace while it remembers the
-            // cleanup.
-            let forgettable = self.slots.get(&old).is_some_and(|s| {
-                s.cleaned().is_some()
-                    || (s.fence() == decide::Fence::Cancelled
-                        && matches!(s.job(), decide::Job::Absent | decide::Job::Unknown))
-            });
-            if forgettable {
-                self.slots.remove(&old);
-            }
-        }
+        Input::Open | Input::OpenFinished { .. } | Input::Work | Input::CleanupFinished(_) => false,
     }
 }
 
@@ -176,9 +194,7 @@ pub struct Node<W> {
     counters: Counters,
     workspace: W,
     config: NodeConfig,
-    table: Mutex<Table>,
-    /// Where callers wait for the one cleanup the table started.
-    cleanups: Elections<RequestId, CleanupVerdict>,
+    table: Table,
 }
 
 impl<W: NodeWorkspace> Node<W> {
@@ -187,9 +203,8 @@ impl<W: NodeWorkspace> Node<W> {
         Arc::new(Node {
             counters: Counters::default(),
             workspace,
-            cleanups: Elections::new(config.cleanup_cache),
+            table: Slots::new(config.cleanup_cache),
             config,
-            table: Mutex::new(Table::default()),
         })
     }
 
@@ -208,12 +223,16 @@ impl<W: NodeWorkspace> Node<W> {
         &self.workspace
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        // A panic while holding this lock cannot leave the table torn: every
-        // critical section stores one stepped state.
-        self.table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Steps request `id` by `input` under the table's lock.
+    fn step(&self, id: &RequestId, input: Input) -> Applied<CleanupVerdict, Vec<Action>> {
+        self.table.apply(id, |state| node_slot_step(state, input))
+    }
+
+    /// Steps request `id` by an input that never touches its cleanup.
+    fn decide(&self, id: &RequestId, input: Input) -> Vec<Action> {
+        let applied = self.step(id, input);
+        debug_assert!(applied.cleanup.is_none(), "{input:?} touched the cleanup");
+        applied.decision
     }
 
     /// Handles one decoded request and returns its answer.
@@ -257,8 +276,7 @@ impl<W: NodeWorkspace> Node<W> {
                     }
                 }
                 Request::Cancel { request_id } => {
-                    let actions = self.table().step(&request_id, Input::Cancel);
-                    self.retire_if_fenced_without_job(&request_id);
+                    let actions = self.decide(&request_id, Input::Cancel);
                     let processes = if actions.contains(&Action::CancelProcesses) {
                         self.workspace.cancel(&request_id).await
                     } else {
@@ -281,26 +299,15 @@ impl<W: NodeWorkspace> Node<W> {
     /// A write or run is performed only while the request is open and
     /// accepting.
     fn work(&self, id: &RequestId) -> Result<(), SafeCode> {
-        match self.table().step(id, Input::Work).first() {
+        match self.decide(id, Input::Work).first() {
             Some(Action::Proceed) => Ok(()),
             Some(Action::Reply(Reply::Refused(r))) => Err(refusal_code(*r)),
             other => unreachable_decision(other),
         }
     }
 
-    fn retire_if_fenced_without_job(&self, id: &RequestId) {
-        let mut table = self.table();
-        let s = table.state(id);
-        if s.fence() == decide::Fence::Cancelled
-            && matches!(s.job(), decide::Job::Absent | decide::Job::Unknown)
-            && table.slots.contains_key(id)
-        {
-            table.retire(id, self.config.cleanup_cache);
-        }
-    }
-
     async fn open(self: &Arc<Self>, request_id: RequestId) -> Response {
-        let actions = self.table().step(&request_id, Input::Open);
+        let actions = self.decide(&request_id, Input::Open);
         match actions.first() {
             Some(Action::Open) => {}
             Some(Action::Reply(r)) => return self.reply(request_id, *r, None),
@@ -309,21 +316,40 @@ impl<W: NodeWorkspace> Node<W> {
         // The open runs outside the table lock; a cancel or cleanup that
         // lands meanwhile is decided by the machine (the open's answer
         // becomes `request_closed`, a cleanup waits for the open to finish).
-        let opened = self.workspace.open(&request_id).await;
-        let actions = self
-            .table()
-            .step(&request_id, Input::OpenFinished { ok: opened.is_ok() });
+        // It runs in its own task so that it always reaches `OpenFinished`,
+        // even if this caller goes away: a cleanup may be waiting for it.
+        let node = Arc::clone(self);
+        let id = request_id.clone();
+        let finished = tokio::spawn(
+            async move {
+                let opened = node.workspace.open(&id).await;
+                node.finish_open(id, opened)
+            }
+            .in_current_span(),
+        );
+        finished
+            .await
+            .unwrap_or_else(|_| error(request_id, codes::SHUTTING_DOWN))
+    }
+
+    /// Steps `OpenFinished` and performs what it decides: the open's answer,
+    /// and the cleanup that waited for this open, if one did.
+    fn finish_open(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        opened: Result<(), SafeCode>,
+    ) -> Response {
+        let applied = self.step(&request_id, Input::OpenFinished { ok: opened.is_ok() });
+        if let Some(Elected::Owner(guard)) = applied.cleanup {
+            // A cleanup was asked for while the open ran: its callers wait
+            // on the cell this guard publishes to.
+            self.run_cleanup(&request_id, guard);
+        }
         let mut answer = None;
-        for action in actions {
+        for action in applied.decision {
             match action {
                 Action::Reply(r) => answer = Some(self.reply(request_id.clone(), r, opened.err())),
-                Action::StartCleanup => {
-                    let pending = self.table().pending.remove(&request_id);
-                    // Our own election waiter is not needed: the callers
-                    // that asked for this cleanup already wait on it.
-                    drop(self.start_cleanup(&request_id, pending));
-                }
-                Action::AwaitCleanup => {}
+                Action::StartCleanup | Action::AwaitCleanup => {}
                 other => unreachable_decision(Some(&other)),
             }
         }
@@ -351,98 +377,50 @@ impl<W: NodeWorkspace> Node<W> {
         }
     }
 
-    /// Starts the one cleanup the machine decided, in its own task so that
-    /// it finishes even if every caller goes away; returns a waiter on its
-    /// verdict. `owner` is the election owner a caller already holds (a
-    /// cleanup asked for while the open ran).
-    fn start_cleanup(
-        self: &Arc<Self>,
-        id: &RequestId,
-        owner: Option<OwnerGuard<CleanupVerdict>>,
-    ) -> Waiter<CleanupVerdict> {
-        let elected = match owner {
-            Some(guard) => Elected::Owner(guard),
-            None => self.cleanups.elect(id.clone()),
-        };
+    /// Runs the one cleanup the machine decided, in its own task so that it
+    /// finishes even if every caller goes away.
+    fn run_cleanup(self: &Arc<Self>, id: &RequestId, guard: OwnerGuard<CleanupVerdict>) {
         let node = Arc::clone(self);
         let id = id.clone();
-        match elected {
-            Elected::Owner(guard) => {
-                let waiter = guard.waiter();
-                tokio::spawn(
-                    async move {
-                        let verdict = node.workspace.cleanup(&id).await;
-                        node.finish_cleanup(&id, verdict);
-                        // Waiters may all be gone; the elections keep the
-                        // result. Dropping the guard instead (the runtime
-                        // shutting down) publishes `Abandoned`.
-                        guard.complete(verdict);
-                    }
-                    .in_current_span(),
-                );
-                waiter
+        tokio::spawn(
+            async move {
+                let verdict = node.workspace.cleanup(&id).await;
+                // The verdict enters the state before it is published, so a
+                // caller that sees it published finds the state cleaned.
+                let _stray_answer_has_no_actions =
+                    node.decide(&id, Input::CleanupFinished(verdict));
+                // Waiters may all be gone; the table keeps the result.
+                // Dropping the guard instead (the runtime shutting down)
+                // publishes `Abandoned`.
+                guard.complete(verdict);
             }
-            // The table forgot this id but the elections still hold its
-            // cleanup: that cleanup's verdict is this one's.
-            Elected::Waiter(waiter) => {
-                let w = waiter.clone();
-                tokio::spawn(async move {
-                    let verdict = w
-                        .await
-                        .unwrap_or(CleanupVerdict::Failed(codes::SHUTTING_DOWN));
-                    node.finish_cleanup(&id, verdict);
-                });
-                waiter
-            }
-        }
+            .in_current_span(),
+        );
     }
 
     /// Cleans up the request once: the machine decides whether this call
     /// starts the cleanup, waits for the one running (or pending behind an
     /// open), or is answered from the state at once. Every caller,
     /// concurrent or late, gets the same verdict; `cached` is false only for
-    /// the caller that started it (or an immediate "already gone").
+    /// the first caller to ask (or an immediate "already gone").
     pub async fn cleanup(self: &Arc<Self>, request_id: RequestId) -> CleanupReport {
-        let (waiter, owner) = {
-            let mut table = self.table();
-            let actions = table.step(&request_id, Input::Cleanup);
-            let mut waiter = None;
-            let mut owner = false;
-            for action in actions {
-                match action {
-                    Action::Reply(Reply::Cleanup { verdict, cached }) => {
-                        if !cached {
-                            table.retire(&request_id, self.config.cleanup_cache);
-                        }
+        let applied = self.step(&request_id, Input::Cleanup);
+        let waiter = match applied.cleanup {
+            Some(Elected::Owner(guard)) => {
+                let waiter = guard.waiter();
+                self.run_cleanup(&request_id, guard);
+                waiter
+            }
+            Some(Elected::Waiter(waiter)) => waiter,
+            None => {
+                for action in applied.decision {
+                    if let Action::Reply(Reply::Cleanup { verdict, cached }) = action {
                         let mut rep = report(request_id, verdict);
                         rep.cached = cached;
                         return rep;
                     }
-                    Action::StartCleanup => {
-                        let pending = table.pending.remove(&request_id);
-                        waiter = Some(self.start_cleanup(&request_id, pending));
-                        owner = true;
-                    }
-                    Action::AwaitCleanup if waiter.is_none() => {
-                        waiter = Some(match self.cleanups.elect(request_id.clone()) {
-                            // The cleanup waits for a running open, which
-                            // starts it with this guard.
-                            Elected::Owner(guard) => {
-                                let w = guard.waiter();
-                                table.pending.insert(request_id.clone(), guard);
-                                owner = true;
-                                w
-                            }
-                            Elected::Waiter(w) => w,
-                        });
-                    }
-                    Action::AwaitCleanup => {}
-                    other => unreachable_decision(Some(&other)),
                 }
-            }
-            match waiter {
-                Some(w) => (w, owner),
-                None => unreachable_decision(None),
+                unreachable_decision(None)
             }
         };
         let verdict = match waiter.await {
@@ -450,31 +428,20 @@ impl<W: NodeWorkspace> Node<W> {
             Err(Abandoned) => CleanupVerdict::Failed(codes::SHUTTING_DOWN),
         };
         let mut report = report(request_id, verdict);
-        report.cached = !owner;
+        report.cached = !applied.first;
         report
-    }
-
-    fn finish_cleanup(&self, id: &RequestId, verdict: CleanupVerdict) {
-        let mut table = self.table();
-        let _stray_answer_has_no_actions = table.step(id, Input::CleanupFinished(verdict));
-        table.retire(id, self.config.cleanup_cache);
     }
 
     /// Ids of requests whose job exists or is being opened here and whose
     /// cleanup has not started.
     pub fn open_requests(&self) -> Vec<RequestId> {
-        self.table()
-            .slots
-            .iter()
-            .filter(|(_, s)| {
-                matches!(s.job(), decide::Job::Present | decide::Job::Opening)
-                    && matches!(
-                        s.fence(),
-                        decide::Fence::Accepting | decide::Fence::Cancelled
-                    )
-            })
-            .map(|(id, _)| id.clone())
-            .collect()
+        self.table.keys_where(|s| {
+            matches!(s.job(), decide::Job::Present | decide::Job::Opening)
+                && matches!(
+                    s.fence(),
+                    decide::Fence::Accepting | decide::Fence::Cancelled
+                )
+        })
     }
 
     /// Cleans up every request that is still open, through the same

@@ -7,8 +7,8 @@ use custodian::coordinator::RequestObserver;
 use custodian::machine::request::{Candidate, Status};
 
 use crate::scenarios::{
-    family_a, family_b, family_d, family_e, family_f, family_g, family_h, fresh, run_family,
-    run_family_c,
+    family_a, family_b, family_d, family_e, family_f, family_g, family_h, family_i, fresh,
+    run_announcements, run_family, run_family_c,
 };
 use crate::support::{check_log, id, settle};
 
@@ -71,9 +71,21 @@ async fn a_late_timeout_candidate_in_every_order() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn workspace_announced_while_a_cancel_finalizes_is_still_cleaned() {
+async fn workspace_announced_while_a_cancel_finalizes_is_cleaned_or_refused() {
     let logs = run_family_c().await;
-    assert_eq!(logs.len(), 360);
+    assert_eq!(logs.len(), 720);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_announcement_racing_success_and_cancel_is_cleaned_or_refused() {
+    let logs = run_announcements(&family_i(), "i").await;
+    assert_eq!(logs.len(), 720);
+    // Both fates happen: some announcements are cleaned, some refused.
+    let refused = logs
+        .iter()
+        .filter(|log| log.last().is_some_and(|r| r.after.open_refused()))
+        .count();
+    assert!(refused > 0 && refused < logs.len(), "{refused}");
 }
 
 /// Waiters that subscribe before, during and after, and one whose future

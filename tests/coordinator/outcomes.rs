@@ -461,3 +461,36 @@ async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
     );
     finish(&h, "hung-cancel").await;
 }
+
+struct PanickingCancel;
+
+impl custodian::coordinator::ProcessControl for PanickingCancel {
+    async fn cancel_processes(&self, _: &custodian::coordinator::RequestId) {
+        tokio::task::yield_now().await;
+        panic!("cancel hook bug")
+    }
+}
+
+/// A cancel hook that panics: the cleanup still runs, and the completion
+/// says the stop was not confirmed.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_cancel_hook_still_cleans_and_says_so() {
+    let lifecycle = crate::support::Lifecycle::new(Gate::open_always());
+    let co = custodian::coordinator::Coordinator::new(
+        std::sync::Arc::clone(&lifecycle),
+        std::sync::Arc::new(PanickingCancel),
+        crate::support::Sink::new(Gate::open_always()),
+        Limits::default(),
+    );
+    let h = co.start(id("panicking-cancel"));
+    h.workspace_opening().await.unwrap();
+    h.candidate(Candidate::Timeout);
+    let c = h.finished().await;
+    assert_eq!(lifecycle.count(h.id()), 1);
+    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(
+        c.stop_unconfirmed,
+        Some(custodian::coordinator::CODE_CANCEL_ABORTED)
+    );
+    finish(&h, "panicking-cancel").await;
+}

@@ -26,7 +26,8 @@ pub enum Stimulus {
     ReleaseCancel,
     ReleaseCleanup,
     ReleaseWrite,
-    /// The executor reports that it opened the workspace (awaited).
+    /// The executor announces the workspace (awaited); it is accepted only
+    /// while the request is open or finalizing, and opened only then.
     Open,
 }
 
@@ -108,10 +109,11 @@ pub async fn run_order(
             }
             Stimulus::ReleaseWrite => co.sink().gate.release(1),
             Stimulus::Open => {
-                h.workspace_opening()
-                    .await
-                    .unwrap_or_else(|_| panic!("{ctx}: open refused"));
-                opened_any = true;
+                let accepts = custodian::machine::request::accepts_workspace(&h.state());
+                let accepted = h.workspace_opening().await.is_ok();
+                assert_eq!(accepted, accepts, "{ctx}: announcement");
+                assert_eq!(h.state().open_refused(), !accepted, "{ctx}");
+                opened_any |= accepted;
             }
         }
         settle().await;
@@ -280,10 +282,10 @@ pub fn family_h() -> Vec<Stimulus> {
     ])
 }
 
-/// Family C: the executor opens its workspace while a cancel or a
-/// disconnect is already finalizing the request (before it confirms it
-/// stopped). Only orders where the open precedes the executor's stop are
-/// legal (the runtime contract); they all must clean up.
+/// Family C: the executor announces its workspace while a cancel or a
+/// disconnect is already finalizing the request, or after its stop (a stray
+/// executor: the late-open race). Every order is legal: an announcement
+/// before the cleanup was decided is cleaned, one after is refused.
 pub fn family_c() -> Vec<Stimulus> {
     vec![
         Stimulus::Candidate(Candidate::CallerCancel),
@@ -295,18 +297,34 @@ pub fn family_c() -> Vec<Stimulus> {
     ]
 }
 
-/// Runs every legal order of family C, starting without a workspace.
-pub async fn run_family_c() -> Vec<Vec<Record>> {
+/// Family I: a success and a cancel race an announcement and the action
+/// answers with the caller present, so the announcement also lands while
+/// the terminal is written and after completion.
+pub fn family_i() -> Vec<Stimulus> {
+    vec![
+        Stimulus::Candidate(Candidate::Success),
+        Stimulus::Candidate(Candidate::CallerCancel),
+        Stimulus::Open,
+        Stimulus::ReleaseCancel,
+        Stimulus::ReleaseCleanup,
+        Stimulus::ReleaseWrite,
+    ]
+}
+
+/// Runs every order of an announcement family (C or I), starting without a
+/// workspace.
+pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<Record>> {
     let mut logs = Vec::new();
-    for (n, order) in permutations(&family_c()).into_iter().enumerate() {
-        let pos = |x: Stimulus| order.iter().position(|s| *s == x).unwrap();
-        if pos(Stimulus::Open) > pos(Stimulus::ReleaseCancel) {
-            continue;
-        }
-        let name = format!("c-{n}");
+    for (n, order) in permutations(family).into_iter().enumerate() {
+        let name = format!("{tag}-{n}");
         logs.push(run_order(&fresh(), &name, &order, false, n % 2 == 1).await);
     }
     logs
+}
+
+/// Runs every order of family C.
+pub async fn run_family_c() -> Vec<Vec<Record>> {
+    run_announcements(&family_c(), "c").await
 }
 
 /// Runs every order of `family`. With a workspace, the terminal write

@@ -31,6 +31,9 @@ pub struct FakeNode {
     opened: Mutex<HashMap<RequestId, bool>>,
     pub gated: AtomicBool,
     pub gate: Arc<Semaphore>,
+    /// When set, every open waits for a permit from `open_gate` first.
+    pub open_gated: AtomicBool,
+    pub open_gate: Arc<Semaphore>,
     /// Cleanups currently running per request (to detect overlap).
     running: Mutex<HashMap<RequestId, u32>>,
     pub overlapped: AtomicBool,
@@ -45,6 +48,8 @@ impl FakeNode {
             opened: Mutex::default(),
             gated: AtomicBool::new(false),
             gate: Arc::new(Semaphore::new(0)),
+            open_gated: AtomicBool::new(false),
+            open_gate: Arc::new(Semaphore::new(0)),
             running: Mutex::default(),
             overlapped: AtomicBool::new(false),
         }
@@ -77,6 +82,9 @@ impl FakeNode {
 impl NodeWorkspace for FakeNode {
     async fn open(&self, request: &RequestId) -> Result<(), SafeCode> {
         self.bump(request, |c| c.open += 1);
+        if self.open_gated.load(Ordering::SeqCst) {
+            self.open_gate.acquire().await.expect("open gate").forget();
+        }
         self.opened.lock().unwrap().insert(request.clone(), true);
         Ok(())
     }

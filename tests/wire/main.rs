@@ -4,6 +4,7 @@
 #[path = "../support/fake_node.rs"]
 mod fake_node;
 
+mod cleanup_during_open;
 mod containment;
 mod e2e;
 mod node_handler;

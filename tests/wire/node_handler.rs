@@ -374,3 +374,49 @@ async fn a_cancel_or_cleanup_fences_every_later_open() {
     assert_eq!(node.workspace().calls(&r).open, 0);
     assert!(node.open_requests().is_empty());
 }
+
+/// A cancel and a cleanup land while the open is still running: the open
+/// finishes and is answered `request_closed`, and the cleanup waited for it
+/// and removes what it created, once.
+#[tokio::test]
+async fn a_cleanup_during_a_running_open_waits_for_it_and_cleans_once() {
+    let fake = FakeNode::new();
+    fake.open_gated.store(true, Ordering::SeqCst);
+    let (node, client) = start(fake, NodeConfig::default());
+    let r = id("slow-open");
+    let open = tokio::spawn({
+        let (c, r) = (client.clone(), r.clone());
+        async move { c.open_workspace(&r).await }
+    });
+    while node.workspace().calls(&r).open == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(client.cancel(&r).await.unwrap(), 0, "nothing runs yet");
+    let cleanups: Vec<_> = (0..3)
+        .map(|_| {
+            let (c, r) = (client.clone(), r.clone());
+            tokio::spawn(async move { c.cleanup_workspace(&r).await.unwrap() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        node.workspace().calls(&r).cleanup,
+        0,
+        "no cleanup while the open runs"
+    );
+    node.workspace().open_gate.add_permits(1);
+    let err = open.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, WireError::Refused { ref code } if code.as_str() == "request_closed"),
+        "{err:?}"
+    );
+    let mut owners = 0;
+    for c in cleanups {
+        let rep = c.await.unwrap();
+        assert_eq!(rep.status, CleanupStatus::Cleaned);
+        owners += usize::from(!rep.cached);
+    }
+    assert_eq!(owners, 1);
+    assert_eq!(node.workspace().calls(&r).cleanup, 1);
+    assert!(node.open_requests().is_empty());
+}
