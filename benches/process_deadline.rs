@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use custodian::contain::Containment;
 use custodian::process::invocation::Tunables;
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
 
@@ -60,8 +61,29 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let opts = LaunchOptions::new(std::env::temp_dir());
     println!("deadline → settled, {N} runs each, timeout {TIMEOUT:?}, grace {GRACE:?} (ms)");
+    println!(
+        "load average: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    for containment in [Containment::Auto, Containment::Group] {
+        let opts = LaunchOptions::new(std::env::temp_dir()).with_containment(containment);
+        let tier = rt
+            .block_on(custodian::process::run(
+                Invocation::validate(InvocationSpec::new("/bin/true")).unwrap(),
+                &opts,
+            ))
+            .unwrap()
+            .descendants
+            .tier;
+        println!("\ncontainment {containment:?}: tier {tier:?}");
+        table(&rt, &opts);
+    }
+}
+
+fn table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions) {
     println!(
         "{:<44} {:>8} {:>8} {:>8} {:>14}",
         "child", "p50", "p95", "max", "TERM lag p50"
@@ -78,7 +100,7 @@ fn main() {
             true,
         ),
     ] {
-        let (mut b, mut lag) = measure(&rt, &opts, args, kill);
+        let (mut b, mut lag) = measure(rt, opts, args, kill);
         println!(
             "{:<44} {:>8.2} {:>8.2} {:>8.2} {:>14.2}",
             name,

@@ -25,6 +25,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use custodian::contain::Containment;
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
 
 const N: usize = 200;
@@ -96,6 +97,7 @@ fn custodian_once(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, parts: &mu
         running.settled().await
     });
     assert_eq!(ev.exit_code, Some(0));
+    parts.tier.get_or_insert(ev.descendants.tier);
     let exit = ev.timings.root_exit_us.unwrap();
     parts.exit.push(exit as f64);
     parts.settle.push((ev.timings.settled_us - exit) as f64);
@@ -103,19 +105,21 @@ fn custodian_once(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, parts: &mu
 
 #[derive(Default)]
 struct Breakdown {
+    tier: Option<custodian::process::evidence::Tier>,
     launch: Vec<f64>,
     exit: Vec<f64>,
     settle: Vec<f64>,
 }
 
 impl Breakdown {
-    fn print(mut self) {
+    fn print(mut self, name: &str) {
         let p50 = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
         println!(
-            "custodian breakdown p50: launch() {:.0} us, start→root exit {:.0} us, root exit→settled {:.0} us",
+            "{name} (tier {:?}) breakdown p50: launch() {:.0} us, start→root exit {:.0} us, root exit→settled {:.0} us",
+            self.tier,
             p50(&mut self.launch),
             p50(&mut self.exit),
             p50(&mut self.settle)
@@ -245,14 +249,13 @@ fn raw_once(cgroup: Option<&std::os::fd::OwnedFd>) {
     let _ = cgroup;
 }
 
-fn measure(
-    rt: &tokio::runtime::Runtime,
-    opts: &LaunchOptions,
-    cg: Option<&mut BenchCgroup>,
-) -> Vec<Row> {
-    let mut parts = Breakdown::default();
+fn measure(rt: &tokio::runtime::Runtime, cg: Option<&mut BenchCgroup>) -> Vec<Row> {
+    let auto = LaunchOptions::new(std::env::temp_dir());
+    let group = LaunchOptions::new(std::env::temp_dir()).with_containment(Containment::Group);
+    let (mut parts, mut group_parts) = (Breakdown::default(), Breakdown::default());
     let mut names = vec![
-        "custodian::process::run",
+        "custodian run, auto (cgroup) tier",
+        "custodian run, group tier",
         "tokio Command::output",
         "std Command::output",
         "std, forced fork (PATH + bare name)",
@@ -265,7 +268,8 @@ fn measure(
         ]);
         let cg = std::cell::RefCell::new(cg);
         interleaved(&mut [
-            &mut || custodian_once(rt, opts, &mut parts),
+            &mut || custodian_once(rt, &auto, &mut parts),
+            &mut || custodian_once(rt, &group, &mut group_parts),
             &mut || tokio_once(rt),
             &mut std_once,
             &mut fork_once,
@@ -275,13 +279,15 @@ fn measure(
         ])
     } else {
         interleaved(&mut [
-            &mut || custodian_once(rt, opts, &mut parts),
+            &mut || custodian_once(rt, &auto, &mut parts),
+            &mut || custodian_once(rt, &group, &mut group_parts),
             &mut || tokio_once(rt),
             &mut std_once,
             &mut fork_once,
         ])
     };
-    parts.print();
+    parts.print("custodian auto");
+    group_parts.print("custodian group");
     names
         .into_iter()
         .zip(samples)
@@ -335,7 +341,6 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let opts = LaunchOptions::new(std::env::temp_dir());
 
     let extra: usize = std::env::var("CUSTODIAN_BENCH_EXTRA_PROCS")
         .ok()
@@ -357,7 +362,7 @@ fn main() {
         "{processes} processes on the machine ({extra} started by the bench; the group probe scans them all)"
     );
     println!("load average before: {}", loadavg());
-    let rows = measure(&rt, &opts, cg.as_mut());
+    let rows = measure(&rt, cg.as_mut());
     print("Small parent", &rows, "tokio Command::output");
     println!("load average after: {}", loadavg());
 
@@ -370,7 +375,7 @@ fn main() {
     for page in held.chunks_mut(4096) {
         page[0] = 1;
     }
-    let rows = measure(&rt, &opts, cg.as_mut());
+    let rows = measure(&rt, cg.as_mut());
     print(
         &format!("Parent holding {mib} MiB of touched memory"),
         &rows,
