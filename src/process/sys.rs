@@ -331,7 +331,7 @@ pub(crate) const STABLE_ATTEMPTS: u32 = 4;
 /// wraparound, or because the child's pid was allocated but not yet
 /// attached when the listing passed its slot — so nobody live is seen
 /// although a member lives (a test below makes a single pass miss such a
-/// "walking" member about half the time).
+/// "walking" member in 10–40 % of passes).
 ///
 /// So a pass is bracketed by the kernel's count of created tasks
 /// ([`fork_witness`], `total_forks`, incremented in the same critical
