@@ -242,6 +242,26 @@ fn hostile_inputs_never_panic_and_launch_nothing() {
             assert!(v["error"]["code"].is_string(), "{args:?}: {v}");
         }
     }
+    // Bytes that are not UTF-8 at all, as an argument and as the program.
+    use std::os::unix::ffi::OsStrExt;
+    for odd in [&[b'-', b'-', 0xff, 0xfe][..], &[0xc3, 0x28]] {
+        for args in [
+            vec![
+                std::ffi::OsStr::new("--"),
+                std::ffi::OsStr::new("sh"),
+                std::ffi::OsStr::from_bytes(odd),
+            ],
+            vec![std::ffi::OsStr::new("--"), std::ffi::OsStr::from_bytes(odd)],
+        ] {
+            let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+                .arg("run")
+                .args(&args)
+                .output()
+                .unwrap();
+            assert_ne!(out.status.code(), Some(101), "{args:?} panicked: {out:?}");
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        }
+    }
     let left: Vec<_> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
