@@ -26,9 +26,11 @@ fn a_timeout_is_a_completed_run_with_exit_code_zero() {
     // invisible to it.
     assert_eq!(ev["descendants"]["tier"], "pinned_process_group");
     assert_eq!(ev["descendants"]["verdict"], "unconfirmed_or_escaped");
-    assert_eq!(
-        ev["descendants"]["reasons"],
-        serde_json::json!(["may_have_left_group"])
+    let reasons = &ev["descendants"]["reasons"];
+    assert!(
+        *reasons == serde_json::json!(["may_have_left_group"])
+            || *reasons == serde_json::json!(["group_emptiness_unknown"]),
+        "{ev}"
     );
 }
 
