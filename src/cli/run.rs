@@ -37,7 +37,8 @@ Exit codes:
       workspace, a zero timeout, a timeout over 30 days, a grace, drain or
       hard margin over 1 hour, a budget over 64 MiB, ...); nothing was
       launched
-  70  internal error
+  70  internal error (also after a launch: the evidence on stdout then
+      says `internal_error`; the process group was killed and reaped)
   71  launch failure: executable not found or not executable, working
       directory missing, spawn failed, or an explicit --containment
       (cgroup, subreaper) unavailable here (code containment_unavailable);
@@ -263,10 +264,13 @@ pub(crate) fn main(args: Args) -> ExitCode {
             } else {
                 evidence.to_json()
             };
-            if emit(&text) {
-                ExitCode::from(EXIT_COMPLETED)
-            } else {
-                ExitCode::from(EXIT_OUTPUT_FAILED)
+            let internal = evidence.status == custodian::process::evidence::Status::InternalError;
+            match (emit(&text), internal) {
+                (false, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
+                // custodian failed after the launch (the group was killed,
+                // the evidence says `internal_error`).
+                (true, true) => ExitCode::from(EXIT_INTERNAL),
+                (true, false) => ExitCode::from(EXIT_COMPLETED),
             }
         }
         Err(e) => {

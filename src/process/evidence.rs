@@ -853,6 +853,26 @@ mod tests {
             .descendants
             .with_containment(Containment::Auto, Some(Unavailable::NotDelegated));
         variants.push(fell_back);
+        let mut restricted = sample();
+        restricted.descendants = Descendants::new(
+            Verdict::UnconfirmedOrEscaped,
+            Tier::PinnedProcessGroup,
+            vec![VerdictReason::ProcRestricted],
+        );
+        variants.push(restricted);
+        variants.push(Evidence::internal_failure(
+            sample().invocation,
+            SystemTime::now(),
+            Duration::from_millis(5),
+            Some(EscalationStep::new(
+                EscalationAction::Kill,
+                EscalationReason::InternalError,
+                Some(SignalTarget::ProcessGroup),
+                StepOutcome::Delivered,
+                Duration::from_millis(4),
+            )),
+            Tier::ProcessGroup,
+        ));
         for e in variants {
             let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
             assert_eq!(schema_errors(&v, &json), Vec::<String>::new(), "{json}");

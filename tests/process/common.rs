@@ -99,7 +99,10 @@ pub fn vm_hwm() -> u64 {
 /// The pinned group tier's best answer: the group was confirmed (stably)
 /// empty and no pipe was held, yet the verdict stays
 /// `unconfirmed_or_escaped` with the one reason `may_have_left_group`,
-/// because this tier cannot see a descendant that left the group.
+/// because this tier cannot see a descendant that left the group. On a host
+/// so busy that no scan ran without a task being created meanwhile, the
+/// honest answer is `group_emptiness_unknown` instead; both say the group
+/// was not seen occupied, and neither is `terminated`.
 pub fn assert_group_confirmed_empty(ev: &custodian::process::Evidence) {
     use custodian::process::evidence::{Tier, Verdict, VerdictReason};
     assert_eq!(ev.descendants.tier, Tier::PinnedProcessGroup, "{ev:?}");
@@ -108,11 +111,12 @@ pub fn assert_group_confirmed_empty(ev: &custodian::process::Evidence) {
         Verdict::UnconfirmedOrEscaped,
         "{ev:?}"
     );
-    assert_eq!(
-        ev.descendants.reasons,
-        [VerdictReason::MayHaveLeftGroup],
-        "{ev:?}"
-    );
+    let reasons = &ev.descendants.reasons;
+    if reasons == &[VerdictReason::GroupEmptinessUnknown] {
+        eprintln!("note: the host was too busy for a stable scan");
+    } else {
+        assert_eq!(reasons, &[VerdictReason::MayHaveLeftGroup], "{ev:?}");
+    }
 }
 
 static HOST: std::sync::RwLock<()> = std::sync::RwLock::new(());

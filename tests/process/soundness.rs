@@ -427,9 +427,11 @@ fn a_silent_setsid_escapee_through_the_cli() {
         ev["descendants"]["verdict"], "unconfirmed_or_escaped",
         "{ev}"
     );
-    assert_eq!(
-        ev["descendants"]["reasons"],
-        serde_json::json!(["may_have_left_group"])
+    let reasons = &ev["descendants"]["reasons"];
+    assert!(
+        *reasons == serde_json::json!(["may_have_left_group"])
+            || *reasons == serde_json::json!(["group_emptiness_unknown"]),
+        "{ev}"
     );
 
     let out = custodian(&["--subreaper", "--grace", "300ms", "--", "sh", "-c", script]);
