@@ -154,6 +154,7 @@ pub struct WaiterState {
 
 /// Any actor's state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // one edge per model: boxing buys nothing
 pub enum St {
     /// The node.
     Node(NodeState),
@@ -430,16 +431,13 @@ impl Actor for Party {
                         return;
                     }
                     e.open_answer = Some(r);
-                    match r {
-                        Reply::Opened { .. } => {
-                            if *v == Variant::OpenBeforeAnnounce {
-                                // The old order: report the workspace now.
-                                let t = request::step(&e.req, Event::WorkspaceOpening, *now);
-                                e.req = t.next;
-                            }
-                            o.set_timer(Timer::Succeed, model_timeout());
+                    if let Reply::Opened { .. } = r {
+                        if *v == Variant::OpenBeforeAnnounce {
+                            // The old order: report the workspace now.
+                            let t = request::step(&e.req, Event::WorkspaceOpening, *now);
+                            e.req = t.next;
                         }
-                        _ => {}
+                        o.set_timer(Timer::Succeed, model_timeout());
                     }
                 }
                 Msg::Cleaned(verdict) => {
@@ -483,13 +481,11 @@ impl Actor for Party {
     fn on_timeout(&self, _id: Id, state: &mut Cow<St>, timer: &Timer, o: &mut Out<Self>) {
         let mut s = state.as_ref().clone();
         match (self, &mut s) {
-            (Party::Node(v), St::Node(n)) => {
-                if *timer == Timer::OpenDone {
-                    n.disk.job = true;
-                    n.disk.ever_opened = true;
-                    o.save(n.disk.clone());
-                    self.node_input(*v, n, Input::OpenFinished { ok: true }, o);
-                }
+            (Party::Node(v), St::Node(n)) if *timer == Timer::OpenDone => {
+                n.disk.job = true;
+                n.disk.ever_opened = true;
+                o.save(n.disk.clone());
+                self.node_input(*v, n, Input::OpenFinished { ok: true }, o);
             }
             (Party::Edge(v, now), St::Edge(e)) => match timer {
                 Timer::Announce => {
