@@ -7,6 +7,7 @@ use std::hash::Hash;
 
 use stateright::{Checker, Expectation, HasDiscoveries};
 
+use crate::actor;
 use crate::explain::{Diagram, Narrate};
 use crate::process::{self, ProcessModel};
 use crate::request::{self, RequestModel};
@@ -19,15 +20,16 @@ pub trait Visit {
     /// for a real model).
     fn visit<M>(self, model: M, breaks: Option<&'static str>) -> Self::Out
     where
-        M: Narrate + fmt::Debug + Send + Sync + 'static,
+        M: Narrate + Send + Sync + 'static,
         M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync + 'static,
         M::Action: fmt::Debug + Clone + PartialEq + Send + Sync + 'static;
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 21] = [
     "request",
     "process",
+    "composition",
     "request/broken/double-cleanup",
     "request/broken/complete-before-cleanup",
     "request/broken/success-despite-cleanup-failure",
@@ -42,6 +44,10 @@ pub const NAMES: [&str; 16] = [
     "process/broken/hard-before-grace",
     "process/broken/cause-dropped",
     "process/broken/drop-kills-unsafely",
+    "composition/broken/open-before-announce",
+    "composition/broken/cleanup-per-message",
+    "composition/broken/complete-before-cleanup-answer",
+    "composition/broken/early-answer",
 ];
 
 /// Calls `v` with the model called `name` (`waiters` waiters for a request
@@ -55,8 +61,23 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
     fn pro<S: process::ProcessStep + Copy, V: Visit>(s: S, v: V) -> V::Out {
         v.visit(ProcessModel::new(s), s.breaks())
     }
+    fn com<V: Visit>(variant: actor::Variant, w: usize, v: V) -> V::Out {
+        let restarts = usize::from(variant == actor::Variant::Real);
+        v.visit(actor::model(variant, w, restarts), variant.breaks())
+    }
     Some(match name {
         "request" => req(request::Real, waiters, v),
+        "composition" => com(actor::Variant::Real, waiters, v),
+        "composition/broken/open-before-announce" => {
+            com(actor::Variant::OpenBeforeAnnounce, waiters, v)
+        }
+        "composition/broken/cleanup-per-message" => {
+            com(actor::Variant::CleanupPerMessage, waiters, v)
+        }
+        "composition/broken/complete-before-cleanup-answer" => {
+            com(actor::Variant::CompleteBeforeCleanupAnswer, waiters, v)
+        }
+        "composition/broken/early-answer" => com(actor::Variant::EarlyAnswer, waiters, v),
         "process" => pro(process::Real, v),
         "request/broken/double-cleanup" => req(rb::DoubleCleanup, waiters, v),
         "request/broken/complete-before-cleanup" => req(rb::CompleteBeforeCleanup, waiters, v),
@@ -130,7 +151,7 @@ impl Visit for Counterexample<'_> {
 
     fn visit<M>(self, model: M, breaks: Option<&'static str>) -> Self::Out
     where
-        M: Narrate + fmt::Debug + Send + Sync + 'static,
+        M: Narrate + Send + Sync + 'static,
         M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync + 'static,
         M::Action: fmt::Debug + Clone + PartialEq + Send + Sync + 'static,
     {

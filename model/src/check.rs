@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
+use crate::actor;
 use crate::process::{self, ProcessModel, ProcessStep};
 use crate::request::{self, RequestModel, RequestStep};
 
@@ -266,6 +267,52 @@ pub fn process<S: ProcessStep>(step: S, threads: usize) -> Report {
 /// longer dropped.)
 pub const KNOWN_PROCESS_VIOLATIONS: &[&str] = &[process::REQUESTED_CAUSE_REPORTED];
 
+/// Checks the composition model (one node, one edge, `waiters` waiters, at
+/// most `restarts` node crashes and restarts) for `variant`.
+pub fn composition(
+    variant: actor::Variant,
+    waiters: usize,
+    restarts: usize,
+    threads: usize,
+) -> Report {
+    let name = format!(
+        "{} (1 edge, 1 node, {waiters} waiter(s), {restarts} restart(s))",
+        variant.name()
+    );
+    let breaks = variant.breaks();
+    let mut r = run(
+        name,
+        breaks,
+        actor::model(variant, waiters, restarts),
+        actor::representative,
+        threads,
+    );
+    if breaks.is_none() {
+        r.pinned = pinned_composition_states(waiters, restarts);
+        if restarts > 0 {
+            r.known = KNOWN_COMPOSITION_VIOLATIONS;
+        }
+    }
+    r
+}
+
+/// The pinned unique state count of the real composition model, if pinned
+/// (see `model/tests/actor.rs`).
+pub const fn pinned_composition_states(waiters: usize, restarts: usize) -> Option<usize> {
+    match (waiters, restarts) {
+        (1, 0) => Some(3_157),
+        (0, 1) => Some(59_048),
+        _ => None,
+    }
+}
+
+/// Properties the real composition is known to violate once the node may
+/// restart: the node's fences live in memory, so a duplicated open (or
+/// cleanup) delivered after a restart reopens (or cleans again) a request's
+/// job directory.
+pub const KNOWN_COMPOSITION_VIOLATIONS: &[&str] =
+    &[actor::OPENED_IS_CLEANED, actor::ONE_CLEANUP_PER_NODE];
+
 /// The pinned unique state count of the real process model (see
 /// `model/tests/process.rs` for how it arises).
 pub const PINNED_PROCESS_STATES: usize = 79_760;
@@ -288,6 +335,8 @@ pub fn all(threads: usize) -> Vec<Report> {
     vec![
         request(r::Real, 2, threads),
         process(p::Real, threads),
+        composition(actor::Variant::Real, 1, 0, threads),
+        composition(actor::Variant::Real, 0, 1, threads),
         request(r::broken::DoubleCleanup, 2, threads),
         request(r::broken::CompleteBeforeCleanup, 2, threads),
         request(r::broken::SuccessDespiteCleanupFailure, 2, threads),
@@ -302,6 +351,10 @@ pub fn all(threads: usize) -> Vec<Report> {
         process(p::broken::HardBeforeGrace, threads),
         process(p::broken::CauseDropped, threads),
         process(p::broken::DropKillsUnsafely, threads),
+        composition(actor::Variant::OpenBeforeAnnounce, 1, 0, threads),
+        composition(actor::Variant::CleanupPerMessage, 1, 0, threads),
+        composition(actor::Variant::CompleteBeforeCleanupAnswer, 1, 0, threads),
+        composition(actor::Variant::EarlyAnswer, 1, 0, threads),
     ]
 }
 

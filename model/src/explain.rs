@@ -329,6 +329,8 @@ fn mermaid_text(s: &str) -> String {
             '%' => ' ',
             '<' => '‹',
             '>' => '›',
+            '{' => '(',
+            '}' => ')',
             '\n' | '\r' => ' ',
             c => c,
         })
@@ -481,6 +483,67 @@ impl<S: ProcessStep> Narrate for ProcessModel<S> {
         }
         if before.machine.phase != after.machine.phase {
             out.push(note(&["M"], format!("{:?}", after.machine.phase)));
+        }
+    }
+}
+
+fn party(a: &crate::actor::Party) -> &'static str {
+    match a {
+        crate::actor::Party::Node(_) => "node",
+        crate::actor::Party::Edge(..) => "edge",
+        crate::actor::Party::Waiter => "waiter",
+    }
+}
+
+impl Narrate for stateright::actor::ActorModel<crate::actor::Party> {
+    fn participants(&self) -> Vec<(&'static str, &'static str)> {
+        let mut p: Vec<(&'static str, &'static str)> = Vec::new();
+        for a in &self.actors {
+            let id = party(a);
+            if !p.iter().any(|(i, _)| *i == id) {
+                p.push((
+                    id,
+                    match a {
+                        crate::actor::Party::Node(_) => "node (node::step)",
+                        crate::actor::Party::Edge(..) => "edge (request::step)",
+                        crate::actor::Party::Waiter => "waiters",
+                    },
+                ));
+            }
+        }
+        p
+    }
+
+    fn narrate(
+        &self,
+        before: &Self::State,
+        act: &Self::Action,
+        after: &Self::State,
+        out: &mut Vec<Line>,
+    ) {
+        use stateright::actor::ActorModelAction as A;
+        let name =
+            |id: stateright::actor::Id| self.actors.get(usize::from(id)).map_or("edge", party);
+        match act {
+            A::Deliver { src, dst, msg: m } => {
+                out.push(msg(name(*src), name(*dst), format!("{m:?}")))
+            }
+            A::Drop(e) => out.push(note(&[name(e.dst)], format!("lost: {:?}", e.msg))),
+            A::Timeout(id, t) => out.push(note(&[name(*id)], format!("{t:?}"))),
+            A::Crash(id) => out.push(note(&[name(*id)], "crash")),
+            A::Recover(id) => out.push(note(&[name(*id)], "restart")),
+            A::SelectRandom { .. } => {}
+        }
+        let phase = |s: &Self::State| {
+            s.actor_states.iter().find_map(|a| match &**a {
+                crate::actor::St::Edge(e) => Some(request_phase(e.req.phase())),
+                _ => None,
+            })
+        };
+        if let (Some(b), Some(a)) = (phase(before), phase(after)) {
+            if a != b {
+                out.push(note(&["edge"], a));
+            }
         }
     }
 }

@@ -15,6 +15,7 @@
 //! demands that each broken variant is caught by the property it breaks.
 //! That is how the harness is shown able to fail.
 
+pub mod actor;
 pub mod catalog;
 pub mod check;
 pub mod explain;

@@ -162,18 +162,18 @@ fn run_check(threads: usize) -> ExitCode {
     }
 }
 
-struct Serve(SocketAddr);
+struct Serve(SocketAddr, String);
 
 impl Visit for Serve {
     type Out = ();
 
     fn visit<M>(self, model: M, _breaks: Option<&'static str>)
     where
-        M: Narrate + fmt::Debug + Send + Sync + 'static,
+        M: Narrate + Send + Sync + 'static,
         M::State: fmt::Debug + Hash + Clone + PartialEq + Send + Sync + 'static,
         M::Action: fmt::Debug + Clone + PartialEq + Send + Sync + 'static,
     {
-        println!("serving {model:?} on http://{}/ (Ctrl-C to stop)", self.0);
+        println!("serving {} on http://{}/ (Ctrl-C to stop)", self.1, self.0);
         let _checker = model.checker().serve(self.0);
     }
 }
@@ -198,7 +198,7 @@ fn run_explore(port: u16, model: &str, waiters: usize) -> ExitCode {
         eprintln!("error: cannot listen on {addr}: {e}");
         return ExitCode::FAILURE;
     }
-    match catalog::with(model, waiters, Serve(addr)) {
+    match catalog::with(model, waiters, Serve(addr, model.to_owned())) {
         Some(()) => ExitCode::SUCCESS,
         None => ExitCode::FAILURE,
     }

@@ -261,3 +261,33 @@ fn render(chromium: &Path, page: &Path) -> String {
         .expect("run chromium");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+#[test]
+fn the_composition_counterexample_shows_the_restart_race() {
+    let d = catalog::counterexample(
+        "composition",
+        Some(custodian_model::actor::OPENED_IS_CLEANED),
+        0,
+    )
+    .expect("the known restart violation has a path");
+    let p = parse(&d.mermaid()).expect("parses");
+    let ids: Vec<&str> = p.participants.iter().map(|(i, _)| i.as_str()).collect();
+    assert_eq!(ids, ["node", "edge"]);
+    let notes: Vec<&str> = p.notes.iter().map(|(_, t)| t.as_str()).collect();
+    let restart = notes
+        .iter()
+        .position(|n| *n == "restart")
+        .expect("a restart");
+    assert!(notes[..restart].contains(&"crash"), "{notes:?}");
+    let open = p
+        .messages
+        .iter()
+        .position(|(f, t, m)| f == "edge" && t == "node" && m == "Open")
+        .expect("the open is delivered");
+    let cleanup = p
+        .messages
+        .iter()
+        .position(|(_, _, m)| m == "Cleanup")
+        .expect("the cleanup is delivered");
+    assert!(cleanup < open, "the open lands after the cleanup: {p:?}");
+}

@@ -1,0 +1,685 @@
+//! The composition model: an edge coordinator and a node as stateright
+//! actors over a network that reorders, duplicates and drops messages, with
+//! node crash and restart. The edge's actor calls the real
+//! [`custodian::machine::request::step`]; the node's actor calls the real
+//! [`custodian::machine::node::step`]. Waiters are actors too: they ask the
+//! edge for the result over the same network.
+//!
+//! # The actors
+//!
+//! - **Edge** (one request). Its executor, the caller and the clock are
+//!   timers that fire in any order: `Announce` (the executor commits
+//!   [`Event::WorkspaceOpening`] and, if the machine accepted it, sends
+//!   `Open` to the node), `CallerCancel` and `Timeout` (terminal
+//!   candidates), `Succeed` (set once the node answered the open: the
+//!   executor returns success), `Stopped` (set on `CancelProcesses`: the
+//!   executor, local to the edge, is aborted and reported stopped). The
+//!   machine's `CancelProcesses` also sends `Cancel` to the node; its
+//!   `StartCleanup` sends `Cleanup` and arms `Retry`, which resends it until
+//!   the node answers (the cleanup is idempotent). `WriteTerminal` is
+//!   acknowledged at once and `Publish` answers every waiter that asked.
+//! - **Node**. Every message goes through `node::step`; `Action::Open`
+//!   starts an open that finishes later (timer `OpenDone`: the job directory
+//!   now exists on disk), `Action::StartCleanup` removes the job directory
+//!   at once. The disk (does the job directory exist; how many removals)
+//!   survives a crash; the node's table does not: after a restart every
+//!   request is [`node::State::after_restart`].
+//! - **Waiter**: sends `Wait` to the edge at start and keeps what it is
+//!   answered.
+//!
+//! The network is unordered and duplicating (a sent message may be
+//! delivered any number of times) and lossy (a message may be dropped for
+//! good); the node may crash once and recover. States where the edge
+//! crashed are outside the model (its durability is not what is checked).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Instant;
+
+use custodian::error::SafeCode;
+use custodian::machine::node::{self, CleanupVerdict, Input, Reply};
+use custodian::machine::request::{
+    self, Action, Candidate, CleanupReport, CleanupResult, Event, FinalResult,
+};
+use stateright::Expectation;
+use stateright::actor::{
+    Actor, ActorModel, ActorModelState, Envelope, Id, LossyNetwork, Network, Out, model_timeout,
+};
+
+const NODE: usize = 0;
+const EDGE: usize = 1;
+const FAILED: SafeCode = SafeCode::new("symlink_in_job");
+
+/// A message between the actors.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Msg {
+    /// Edge → node: open the request's workspace.
+    Open,
+    /// Node → edge: the answer to `Open`.
+    OpenAnswer(Reply),
+    /// Edge → node: cancel the request.
+    Cancel,
+    /// Edge → node: clean the request's workspace (idempotent).
+    Cleanup,
+    /// Node → edge: the cleanup's verdict.
+    Cleaned(CleanupVerdict),
+    /// Waiter → edge: send me the result.
+    Wait,
+    /// Edge → waiter: the result.
+    Result(FinalResult),
+}
+
+/// A timer: an event that may happen at any moment once set.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Timer {
+    /// The executor announces the workspace and asks the node to open it.
+    Announce,
+    /// The caller cancels.
+    CallerCancel,
+    /// The request times out.
+    Timeout,
+    /// The executor returns success (after its open was answered).
+    Succeed,
+    /// The executor was aborted and is reported stopped.
+    Stopped,
+    /// The edge resends its cleanup.
+    Retry,
+    /// The node's open finishes: the job directory exists.
+    OpenDone,
+}
+
+/// What survives a node crash: the disk.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Disk {
+    /// The request's job directory exists.
+    pub job: bool,
+    /// Cleanups that removed an existing job directory.
+    pub removals: u8,
+    /// The job directory was ever created.
+    pub ever_opened: bool,
+    /// Times the node restarted (bounded by the model's boundary).
+    pub restarts: u8,
+}
+
+/// The node's volatile state for the one request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NodeState {
+    /// The real node decision state.
+    pub req: node::State,
+    /// The disk (also saved as the actor's storage).
+    pub disk: Disk,
+    /// Cleanups started by this incarnation.
+    pub cleanups: u8,
+    /// The edge waits for a cleanup verdict (`AwaitCleanup`).
+    pub awaiting: bool,
+    /// This incarnation restarted after a crash.
+    pub restarted: bool,
+    /// An open was refused because the request was cancelled or cleaned.
+    pub refused_closed: bool,
+    /// A cleanup arrived after one had started (a duplicate or a retry).
+    pub duplicate_cleanup: bool,
+}
+
+/// The edge's state for its one request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EdgeState {
+    /// The real request machine.
+    pub req: request::State,
+    /// The workspace was announced and accepted; `Open` was sent.
+    pub announced: bool,
+    /// The node's answer to `Open`, once one arrived.
+    pub open_answer: Option<Reply>,
+    /// `Cleanup` was sent.
+    pub cleanup_sent: bool,
+    /// The node's cleanup verdict, once one arrived.
+    pub cleanup_answer: Option<CleanupVerdict>,
+    /// The result published (first `Publish`).
+    pub published: Option<FinalResult>,
+    /// `Publish` actions.
+    pub publishes: u8,
+    /// The request completed.
+    pub completed: bool,
+    /// Waiters that asked, by actor index.
+    pub waiters: Vec<usize>,
+}
+
+/// A waiter's state: what it was answered.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WaiterState {
+    /// The first result received.
+    pub seen: Option<FinalResult>,
+    /// A later answer differed from the first.
+    pub conflicting: bool,
+}
+
+/// Any actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // one edge per model: boxing buys nothing
+pub enum St {
+    /// The node.
+    Node(NodeState),
+    /// The edge.
+    Edge(EdgeState),
+    /// A waiter.
+    Waiter(WaiterState),
+}
+
+/// Deliberate breakages of the composition, each caught by a property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The real edge and node.
+    Real,
+    /// The old order: the edge opens first and reports the workspace to
+    /// the request only when the open's answer arrives.
+    OpenBeforeAnnounce,
+    /// The node starts a cleanup for every cleanup message, duplicates and
+    /// retries included.
+    CleanupPerMessage,
+    /// The edge treats its cleanup as done the moment it sends it.
+    CompleteBeforeCleanupAnswer,
+    /// The edge answers a waiter at once with the outcome known so far.
+    EarlyAnswer,
+}
+
+impl Variant {
+    /// The report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Real => "composition",
+            Variant::OpenBeforeAnnounce => "composition/broken/open-before-announce",
+            Variant::CleanupPerMessage => "composition/broken/cleanup-per-message",
+            Variant::CompleteBeforeCleanupAnswer => {
+                "composition/broken/complete-before-cleanup-answer"
+            }
+            Variant::EarlyAnswer => "composition/broken/early-answer",
+        }
+    }
+
+    /// The property the variant breaks.
+    pub fn breaks(self) -> Option<&'static str> {
+        match self {
+            Variant::Real => None,
+            Variant::OpenBeforeAnnounce => Some(OPENED_IS_CLEANED),
+            Variant::CleanupPerMessage => Some(ONE_CLEANUP_PER_NODE),
+            Variant::CompleteBeforeCleanupAnswer => Some(COMPLETES_AFTER_CLEANUP_ANSWER),
+            Variant::EarlyAnswer => Some(WAITERS_SEE_PUBLISHED),
+        }
+    }
+}
+
+/// Property: a job directory on the node is gone, or its failure reported,
+/// once the request completed.
+pub const OPENED_IS_CLEANED: &str = "every workspace opened on a node is cleaned or reported";
+/// Property: at most one cleanup per request per node incarnation, and at
+/// most one removal of the job directory.
+pub const ONE_CLEANUP_PER_NODE: &str = "at most one cleanup per request per node";
+/// Property: a request whose workspace was announced completes only after
+/// the node answered its cleanup.
+pub const COMPLETES_AFTER_CLEANUP_ANSWER: &str =
+    "a request completes only after its cleanup answer";
+/// Property: every waiter sees the published result.
+pub const WAITERS_SEE_PUBLISHED: &str = "the result every waiter sees is the one published";
+
+/// The actors of the composition.
+#[derive(Clone, Debug)]
+pub enum Party {
+    /// The node.
+    Node(Variant),
+    /// The edge.
+    Edge(Variant, Instant),
+    /// A waiter.
+    Waiter,
+}
+
+fn node_step(v: Variant, s: &node::State, input: Input) -> node::Transition {
+    let mut t = node::step(s, input);
+    if v == Variant::CleanupPerMessage
+        && input == Input::Cleanup
+        && s.cleanups_started() > 0
+        && !t.actions.contains(&node::Action::StartCleanup)
+    {
+        t.actions.insert(0, node::Action::StartCleanup);
+    }
+    t
+}
+
+impl Party {
+    fn node_input(&self, v: Variant, n: &mut NodeState, input: Input, o: &mut Out<Self>) {
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let t = node_step(v, &n.req, input);
+            n.req = t.next;
+            for a in t.actions {
+                match a {
+                    node::Action::Open => o.set_timer(Timer::OpenDone, model_timeout()),
+                    node::Action::Proceed | node::Action::CancelProcesses => {}
+                    node::Action::StartCleanup => {
+                        n.cleanups = n.cleanups.saturating_add(1);
+                        let verdict = if n.disk.job {
+                            n.disk.job = false;
+                            n.disk.removals = n.disk.removals.saturating_add(1);
+                            CleanupVerdict::Cleaned
+                        } else {
+                            CleanupVerdict::AlreadyGone
+                        };
+                        o.save(n.disk.clone());
+                        inputs.push(Input::CleanupFinished(verdict));
+                    }
+                    node::Action::AwaitCleanup => n.awaiting = true,
+                    node::Action::Reply(r) => {
+                        let msg = match r {
+                            Reply::Cleanup { verdict, .. } => Msg::Cleaned(verdict),
+                            r => {
+                                if r == Reply::Refused(node::Refusal::Closed) || r == Reply::Closed
+                                {
+                                    n.refused_closed = true;
+                                }
+                                Msg::OpenAnswer(r)
+                            }
+                        };
+                        o.send(Id::from(EDGE), msg);
+                    }
+                }
+            }
+            if n.awaiting {
+                if let Some(v) = n.req.cleaned() {
+                    n.awaiting = false;
+                    o.send(Id::from(EDGE), Msg::Cleaned(v));
+                }
+            }
+        }
+    }
+
+    fn edge_events(&self, v: Variant, e: &mut EdgeState, first: Event, o: &mut Out<Self>) {
+        let Party::Edge(_, now) = self else { return };
+        let mut events = vec![first];
+        while let Some(ev) = events.pop() {
+            let t = request::step(&e.req, ev, *now);
+            e.req = t.next;
+            for a in t.actions {
+                match a {
+                    Action::CancelProcesses => {
+                        o.send(Id::from(NODE), Msg::Cancel);
+                        o.set_timer(Timer::Stopped, model_timeout());
+                    }
+                    Action::StartCleanup => {
+                        e.cleanup_sent = true;
+                        if v == Variant::CompleteBeforeCleanupAnswer {
+                            events.push(Event::CleanupFinished(CleanupResult::Ok));
+                        } else {
+                            o.send(Id::from(NODE), Msg::Cleanup);
+                            o.set_timer(Timer::Retry, model_timeout());
+                        }
+                    }
+                    Action::WriteTerminal(_) => events.push(Event::EndpointAcknowledged),
+                    Action::Publish(r) => {
+                        e.publishes = e.publishes.saturating_add(1);
+                        e.published.get_or_insert(r);
+                        for &w in &e.waiters {
+                            o.send(Id::from(w), Msg::Result(r));
+                        }
+                        events.push(Event::Published);
+                    }
+                }
+            }
+        }
+        if e.req.is_completed() && !e.completed {
+            e.completed = true;
+            for t in [
+                Timer::Announce,
+                Timer::CallerCancel,
+                Timer::Timeout,
+                Timer::Succeed,
+                Timer::Retry,
+            ] {
+                o.cancel_timer(t);
+            }
+        }
+    }
+}
+
+fn cleanup_result(v: CleanupVerdict) -> CleanupResult {
+    match v {
+        CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone => CleanupResult::Ok,
+        _ => CleanupResult::Failed(FAILED),
+    }
+}
+
+impl Actor for Party {
+    type Msg = Msg;
+    type Timer = Timer;
+    type State = St;
+    type Storage = Disk;
+    type Random = ();
+
+    fn on_start(&self, _id: Id, storage: &Option<Disk>, o: &mut Out<Self>) -> St {
+        match self {
+            Party::Node(_) => St::Node(NodeState {
+                req: if storage.is_some() {
+                    node::State::after_restart()
+                } else {
+                    node::State::new()
+                },
+                disk: match storage {
+                    Some(d) => {
+                        let d = Disk {
+                            restarts: d.restarts.saturating_add(1),
+                            ..d.clone()
+                        };
+                        o.save(d.clone());
+                        d
+                    }
+                    None => Disk {
+                        job: false,
+                        removals: 0,
+                        ever_opened: false,
+                        restarts: 0,
+                    },
+                },
+                cleanups: 0,
+                awaiting: false,
+                restarted: storage.is_some(),
+                refused_closed: false,
+                duplicate_cleanup: false,
+            }),
+            Party::Edge(_, now) => {
+                for t in [Timer::Announce, Timer::CallerCancel] {
+                    o.set_timer(t, model_timeout());
+                }
+                St::Edge(EdgeState {
+                    req: request::State::new(*now),
+                    announced: false,
+                    open_answer: None,
+                    cleanup_sent: false,
+                    cleanup_answer: None,
+                    published: None,
+                    publishes: 0,
+                    completed: false,
+                    waiters: Vec::new(),
+                })
+            }
+            Party::Waiter => {
+                o.send(Id::from(EDGE), Msg::Wait);
+                St::Waiter(WaiterState {
+                    seen: None,
+                    conflicting: false,
+                })
+            }
+        }
+    }
+
+    fn on_msg(&self, id: Id, state: &mut Cow<St>, _src: Id, msg: Msg, o: &mut Out<Self>) {
+        let mut s = state.as_ref().clone();
+        match (self, &mut s, msg) {
+            (Party::Node(v), St::Node(n), msg) => {
+                let input = match msg {
+                    Msg::Open => Input::Open,
+                    Msg::Cancel => Input::Cancel,
+                    Msg::Cleanup => {
+                        if n.req.cleanups_started() > 0 || n.cleanups > 0 {
+                            n.duplicate_cleanup = true;
+                        }
+                        Input::Cleanup
+                    }
+                    _ => return,
+                };
+                self.node_input(*v, n, input, o);
+            }
+            (Party::Edge(v, now), St::Edge(e), msg) => match msg {
+                Msg::OpenAnswer(r) => {
+                    if e.open_answer.is_some() {
+                        return;
+                    }
+                    e.open_answer = Some(r);
+                    if let Reply::Opened { .. } = r {
+                        if *v == Variant::OpenBeforeAnnounce {
+                            // The old order: report the workspace now.
+                            let t = request::step(&e.req, Event::WorkspaceOpening, *now);
+                            e.req = t.next;
+                        }
+                        o.set_timer(Timer::Succeed, model_timeout());
+                    }
+                }
+                Msg::Cleaned(verdict) => {
+                    if !e.cleanup_sent || e.cleanup_answer.is_some() {
+                        return;
+                    }
+                    e.cleanup_answer = Some(verdict);
+                    o.cancel_timer(Timer::Retry);
+                    self.edge_events(*v, e, Event::CleanupFinished(cleanup_result(verdict)), o);
+                }
+                Msg::Wait => {
+                    let w = usize::from(_src);
+                    if !e.waiters.contains(&w) {
+                        e.waiters.push(w);
+                        e.waiters.sort_unstable();
+                    }
+                    if let Some(r) = e.published {
+                        o.send(_src, Msg::Result(r));
+                    } else if *v == Variant::EarlyAnswer {
+                        if let Some(p) = e.req.primary() {
+                            let r = FinalResult::merge(p, CleanupReport::NotNeeded);
+                            o.send(_src, Msg::Result(r));
+                        }
+                    }
+                }
+                _ => return,
+            },
+            (Party::Waiter, St::Waiter(w), Msg::Result(r)) => match w.seen {
+                None => w.seen = Some(r),
+                Some(seen) if seen != r => w.conflicting = true,
+                Some(_) => return,
+            },
+            _ => return,
+        }
+        let _ = id;
+        if s != **state {
+            *state = Cow::Owned(s);
+        }
+    }
+
+    fn on_timeout(&self, _id: Id, state: &mut Cow<St>, timer: &Timer, o: &mut Out<Self>) {
+        let mut s = state.as_ref().clone();
+        match (self, &mut s) {
+            (Party::Node(v), St::Node(n)) if *timer == Timer::OpenDone => {
+                n.disk.job = true;
+                n.disk.ever_opened = true;
+                o.save(n.disk.clone());
+                self.node_input(*v, n, Input::OpenFinished { ok: true }, o);
+            }
+            (Party::Edge(v, now), St::Edge(e)) => match timer {
+                Timer::Announce => {
+                    if *v == Variant::OpenBeforeAnnounce {
+                        e.announced = true;
+                        o.send(Id::from(NODE), Msg::Open);
+                    } else {
+                        let accepted = request::accepts_workspace(&e.req);
+                        let t = request::step(&e.req, Event::WorkspaceOpening, *now);
+                        e.req = t.next;
+                        if accepted {
+                            e.announced = true;
+                            o.send(Id::from(NODE), Msg::Open);
+                        }
+                    }
+                }
+                Timer::CallerCancel => {
+                    self.edge_events(*v, e, Event::Candidate(Candidate::CallerCancel), o)
+                }
+                Timer::Timeout => self.edge_events(*v, e, Event::Candidate(Candidate::Timeout), o),
+                Timer::Succeed => self.edge_events(*v, e, Event::Candidate(Candidate::Success), o),
+                Timer::Stopped => self.edge_events(*v, e, Event::ExecutionStopped, o),
+                Timer::Retry => {
+                    if e.cleanup_answer.is_none() {
+                        o.send(Id::from(NODE), Msg::Cleanup);
+                        o.set_timer(Timer::Retry, model_timeout());
+                    }
+                }
+                Timer::OpenDone => {}
+            },
+            _ => {}
+        }
+        if s != **state {
+            *state = Cow::Owned(s);
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Party::Node(_) => "node".into(),
+            Party::Edge(..) => "edge".into(),
+            Party::Waiter => "waiter".into(),
+        }
+    }
+}
+
+type Sys = ActorModelState<Party>;
+
+fn node_of(s: &Sys) -> Option<&NodeState> {
+    match s.actor_states.get(NODE).map(|a| &**a) {
+        Some(St::Node(n)) => Some(n),
+        _ => None,
+    }
+}
+
+fn edge_of(s: &Sys) -> Option<&EdgeState> {
+    match s.actor_states.get(EDGE).map(|a| &**a) {
+        Some(St::Edge(e)) => Some(e),
+        _ => None,
+    }
+}
+
+fn waiters_of(s: &Sys) -> impl Iterator<Item = &WaiterState> {
+    s.actor_states.iter().filter_map(|a| match &**a {
+        St::Waiter(w) => Some(w),
+        _ => None,
+    })
+}
+
+/// The disk as it is now (the node's, or its storage while crashed).
+fn disk_of(s: &Sys) -> Option<Disk> {
+    if s.crashed.get(NODE) == Some(&true) {
+        s.actor_storages.get(NODE).cloned().flatten()
+    } else {
+        node_of(s).map(|n| n.disk.clone())
+    }
+}
+
+/// The composition model: one node, one edge, `waiters` waiters, at most
+/// `max_crashes` node crashes.
+pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel<Party> {
+    let now = Instant::now();
+    let mut m = ActorModel::new((), ())
+        .actor(Party::Node(variant))
+        .actor(Party::Edge(variant, now));
+    for _ in 0..waiters {
+        m = m.actor(Party::Waiter);
+    }
+    let m = m
+        .init_network(Network::new_unordered_duplicating([]))
+        .lossy_network(LossyNetwork::No)
+        .max_crashes(max_crashes)
+        // Only the node crashes (the edge's and the waiters' durability is
+        // not what is checked), and it restarts at most once.
+        .within_boundary(|_, s| {
+            s.crashed.iter().enumerate().all(|(i, &c)| i == NODE || !c)
+                && disk_of(s).is_none_or(|d| d.restarts <= 1)
+        })
+        .property(Expectation::Always, OPENED_IS_CLEANED, |_, s| {
+            let (Some(e), Some(d)) = (edge_of(s), disk_of(s)) else {
+                return true;
+            };
+            !e.completed
+                || !d.job
+                || e.published
+                    .is_some_and(|r| matches!(r.cleanup(), CleanupReport::Failed { .. }))
+        })
+        .property(Expectation::Always, ONE_CLEANUP_PER_NODE, |_, s| {
+            node_of(s).is_none_or(|n| n.cleanups <= 1) && disk_of(s).is_none_or(|d| d.removals <= 1)
+        })
+        .property(
+            Expectation::Always,
+            COMPLETES_AFTER_CLEANUP_ANSWER,
+            |_, s| {
+                edge_of(s)
+                    .is_none_or(|e| !e.completed || !e.announced || e.cleanup_answer.is_some())
+            },
+        )
+        .property(Expectation::Always, WAITERS_SEE_PUBLISHED, |_, s| {
+            let published = edge_of(s).and_then(|e| e.published);
+            waiters_of(s).all(|w| !w.conflicting && (w.seen.is_none() || w.seen == published))
+        })
+        .property(Expectation::Always, "published at most once", |_, s| {
+            edge_of(s).is_none_or(|e| e.publishes <= 1)
+        })
+        .property(
+            Expectation::Sometimes,
+            "cancel before open: the node refuses the open",
+            |_, s| {
+                node_of(s).is_some_and(|n| n.refused_closed && !n.disk.ever_opened)
+                    && edge_of(s).is_some_and(|e| e.completed)
+            },
+        )
+        .property(
+            Expectation::Sometimes,
+            "open answer lost: the workspace is still cleaned",
+            |_, s| {
+                edge_of(s).is_some_and(|e| {
+                    e.completed && e.open_answer.is_none() && e.cleanup_answer.is_some()
+                }) && disk_of(s).is_some_and(|d| d.ever_opened && !d.job)
+            },
+        )
+        .property(
+            Expectation::Sometimes,
+            "duplicate cleanup: answered from the first",
+            |_, s| node_of(s).is_some_and(|n| n.duplicate_cleanup && n.cleanups == 1),
+        );
+    let m = if waiters == 0 {
+        m
+    } else {
+        m.property(
+            Expectation::Sometimes,
+            "a waiter sees the published result",
+            |_, s| {
+                let published = edge_of(s).and_then(|e| e.published);
+                published.is_some() && waiters_of(s).any(|w| w.seen == published)
+            },
+        )
+    };
+    if max_crashes == 0 {
+        return m;
+    }
+    m.property(
+        Expectation::Sometimes,
+        "node restart: the request still completes cleaned",
+        |_, s| {
+            node_of(s).is_some_and(|n| n.restarted)
+                && edge_of(s).is_some_and(|e| e.completed && e.cleanup_answer.is_some())
+                && disk_of(s).is_some_and(|d| d.ever_opened && !d.job)
+        },
+    )
+}
+
+/// Folds away the network's record of the last delivered message: the
+/// duplicating network keeps it only so that a redelivery that changes
+/// nothing still makes a new state, which multiplies every state by the
+/// messages in flight without adding any behaviour.
+pub fn representative(s: &Sys) -> Sys {
+    let mut r = s.clone();
+    let envelopes: Vec<Envelope<Msg>> = s
+        .network
+        .iter_all()
+        .map(|e| Envelope {
+            src: e.src,
+            dst: e.dst,
+            msg: e.msg.clone(),
+        })
+        .collect();
+    r.network = Network::new_unordered_duplicating(envelopes);
+    r
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
