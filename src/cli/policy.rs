@@ -313,7 +313,7 @@ impl RunGate {
             decision.reason
         );
         let json = explain_json(custodian::policy::PROCESS_RUN, context, &decision);
-        println!("{json}");
+        let _ = super::run::emit(&json.to_string());
         Err(ExitCode::from(exit))
     }
 }

@@ -20,6 +20,9 @@ pub(crate) const EXIT_INVALID: u8 = 64;
 pub(crate) const EXIT_LAUNCH_FAILED: u8 = 71;
 /// custodian itself failed (`EX_SOFTWARE`).
 pub(crate) const EXIT_INTERNAL: u8 = 70;
+/// The run completed (the process settled and was reaped) but its evidence
+/// could not be written to stdout, e.g. a closed pipe (`EX_IOERR`).
+pub(crate) const EXIT_OUTPUT_FAILED: u8 = 74;
 
 const AFTER_HELP: &str = "\
 Prints one evidence JSON object (docs/schemas/process-evidence.v1.json) on stdout.
@@ -30,11 +33,15 @@ Exit codes:
   2   the command line could not be parsed (including a bad duration or
       size); nothing was launched
   64  invalid invocation (an --env entry without `=`, a cwd escaping the
-      workspace, a zero timeout, a budget over the limit, ...); nothing
-      was launched
-  70  internal error
+      workspace, a zero timeout, a timeout over 30 days, a grace, drain or
+      hard margin over 1 hour, a budget over 64 MiB, ...); nothing was
+      launched
+  70  internal error (also after a launch: the evidence on stdout then
+      says `internal_error`; the process group was killed and reaped)
   71  launch failure: executable not found or not executable, working
       directory missing, spawn failed; nothing is running
+  74  the run completed and its process was reaped, but the evidence could
+      not be written to stdout (e.g. stdout is a closed pipe)
   65/66  --policy file invalid / unreadable; nothing was launched
   75  --policy requires approval; stdout holds the decision with its
       suggested_override, to pass back as --approve; nothing was launched
@@ -172,7 +179,24 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
 fn print_error(kind: &str, code: &str, message: &str) {
     eprintln!("custodian run: {message}");
     let json = serde_json::json!({ "error": { "kind": kind, "code": code, "message": message } });
-    println!("{json}");
+    // The exit code already says what happened; a closed stdout must not
+    // turn it into a panic.
+    let _ = emit(&json.to_string());
+}
+
+/// Writes `line` and a newline to stdout and flushes. `println!` would
+/// panic (exit 101) on a closed pipe; this reports the failure on stderr
+/// and returns `false`.
+pub(crate) fn emit(line: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("custodian run: cannot write the result to stdout: {e}");
+            false
+        }
+    }
 }
 
 pub(crate) fn main(args: Args) -> ExitCode {
@@ -217,12 +241,19 @@ pub(crate) fn main(args: Args) -> ExitCode {
     };
     match outcome {
         Ok(evidence) => {
-            if for_model {
-                println!("{}", evidence.render_for_model());
+            let text = if for_model {
+                evidence.render_for_model()
             } else {
-                println!("{}", evidence.to_json());
+                evidence.to_json()
+            };
+            let internal = evidence.status == custodian::process::evidence::Status::InternalError;
+            match (emit(&text), internal) {
+                (false, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
+                // custodian failed after the launch (the group was killed,
+                // the evidence says `internal_error`).
+                (true, true) => ExitCode::from(EXIT_INTERNAL),
+                (true, false) => ExitCode::from(EXIT_COMPLETED),
             }
-            ExitCode::from(EXIT_COMPLETED)
         }
         Err(e) => {
             let (kind, exit) = match e {

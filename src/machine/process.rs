@@ -152,11 +152,15 @@ pub enum Timer {
 /// What the driver saw when it looked at the group ([`Action::ProbeGroup`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Probe {
-    /// No live member of the group besides the held root.
+    /// No descendant of the root is alive, as a witness that sees every
+    /// descendant observed (the subreaper tier's). A group found empty is
+    /// not enough — a descendant may have left it — and is answered
+    /// [`Probe::Unknown`].
     Empty,
     /// At least one live member besides the root.
     Occupied,
-    /// The driver could not tell.
+    /// The driver could not tell (including: the group is empty, but the
+    /// tier cannot see a descendant outside it).
     Unknown,
 }
 
@@ -266,7 +270,8 @@ pub struct StreamState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Descendants {
-    /// The group was confirmed empty and no stream was held open.
+    /// A [`Probe::Empty`] answer (no descendant alive) was received and no
+    /// stream was held open.
     Terminated,
     /// A descendant held stdio, may have left the group, or emptiness could
     /// not be confirmed.
@@ -592,13 +597,17 @@ impl<I: Instant> State<I> {
         if !matches!(self.phase, Phase::Running | Phase::Draining) {
             return;
         }
-        // The root exited and the streams are done: the outstanding probe
-        // decides whether anything is left to stop.
-        if self.probe == ProbeState::Pending {
-            return;
-        }
+        // A timeout or cancel is recorded even when nothing is signalled
+        // now, so the evidence says why the run ended (`timed_out`,
+        // `cancelled`) whatever the probe answers; the first cause wins.
         if self.cause.is_none() {
             self.cause = Some(cause);
+        }
+        // The root exited and the streams are done: the outstanding probe
+        // decides whether anything is left to stop (an occupied group
+        // climbs the ladder with the cause recorded above).
+        if self.probe == ProbeState::Pending {
+            return;
         }
         if !self.signals_safe() {
             // Unpinned and the root is gone: nothing can be signalled

@@ -9,6 +9,7 @@
 //! future changes nothing; if the task itself is dropped (runtime shutdown)
 //! before settling, [`Driver`]'s `Drop` kills the group and settles.
 
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,6 +26,7 @@ use super::evidence::{
     self, Descendants as EvDescendants, EscalationAction, EscalationReason, EscalationStep,
     Evidence, InvocationIdentity, SignalTarget, StepOutcome, Verdict, VerdictReason,
 };
+use super::fault::{self, FaultPoint};
 use super::invocation::Invocation;
 use super::launch::{ProcessError, ROOTS, Running, SUBREAPER, Shared};
 use super::sys::{self, Delivery, GroupScan};
@@ -69,9 +71,13 @@ pub(crate) fn spawn(
         cmd.arg0(invocation.executable()).process_group(0);
     }
     let subreaper = SUBREAPER.load(std::sync::atomic::Ordering::SeqCst);
+    let fault = invocation.fault();
+    // Built before the spawn: the fallback evidence needs it if anything
+    // after the spawn fails.
+    let identity = InvocationIdentity::new(&invocation, &resolved, env.secrets());
     let started_wall = SystemTime::now();
     let started = Instant::now();
-    let mut child = {
+    let child = {
         // Registered under the lock, so no probe ever sees this child
         // unregistered and takes it for an adopted descendant.
         let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -85,18 +91,12 @@ pub(crate) fn spawn(
         child
     };
     let pid = child.id().unwrap_or(0);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let (pidfd, tier) = pin_root(runtime, pid);
-    let secrets = env.secrets();
-    let identity = InvocationIdentity::new(&invocation, &resolved, secrets);
-    let budget = invocation.budget();
-    let tun = invocation.tunables();
-    let limits = Limits {
-        timeout: invocation.timeout(),
-        grace: tun.grace,
-        drain: tun.drain,
-        hard_margin: tun.hard_margin,
+    // From the instant the spawn returned, a guard owns the child until the
+    // driver takes it over: whatever panics in between, the group is
+    // killed and the root reaped, and the evidence says so.
+    let mut guard = ChildGuard {
+        child: Some(child),
+        pid,
     };
     let (done, _) = watch::channel(None);
     let shared = Arc::new(Shared {
@@ -105,9 +105,76 @@ pub(crate) fn spawn(
         cancelled: AtomicBool::new(false),
         done,
     });
-    let start = m::start(tier, limits, started);
+    let setup = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        fault::hit(fault, FaultPoint::AfterSpawn);
+        let child = guard.child.take()?;
+        start_driver(
+            runtime,
+            child,
+            &shared,
+            identity.clone(),
+            &invocation,
+            &env,
+            (started, started_wall),
+            subreaper,
+        );
+        Some(())
+    }));
+    if setup.is_err() {
+        // Either the guard still holds the child, or the driver that took
+        // it over was dropped while unwinding and settled on its own.
+        let kill = guard.kill_and_reap(started);
+        let tier = if cfg!(windows) {
+            evidence::Tier::DirectChild
+        } else {
+            evidence::Tier::ProcessGroup
+        };
+        publish_once(&shared, || {
+            Evidence::internal_failure(identity, started_wall, started.elapsed(), kill, tier)
+        });
+    }
+    Ok(Running::from_shared(shared))
+}
+
+/// Publishes `ev` unless an evidence was already published: every waiter
+/// sees exactly one.
+fn publish_once(shared: &Shared, ev: impl FnOnce() -> Evidence) {
+    shared.done.send_if_modified(|slot| {
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(Arc::new(ev()));
+        true
+    });
+}
+
+/// Pins the root, builds the driver and spawns its task.
+#[allow(clippy::too_many_arguments)]
+fn start_driver(
+    runtime: &tokio::runtime::Handle,
+    mut child: Child,
+    shared: &Arc<Shared>,
+    identity: InvocationIdentity,
+    invocation: &Invocation,
+    env: &ChildEnv,
+    (started, started_wall): (Instant, SystemTime),
+    subreaper: bool,
+) {
+    let pid = shared.pid;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let secrets = env.secrets();
+    let budget = invocation.budget();
+    let tun = invocation.tunables();
+    let limits = Limits {
+        timeout: invocation.timeout(),
+        grace: tun.grace,
+        drain: tun.drain,
+        hard_margin: tun.hard_margin,
+    };
+    // The driver owns the child from its first line on.
     let mut driver = Driver {
-        machine: start.next,
+        machine: m::start(Tier::Group, limits, started).next,
         child: Some(child),
         pid,
         shared: shared.clone(),
@@ -118,13 +185,19 @@ pub(crate) fn spawn(
         err: Some(StreamCapture::new(budget.stderr, secrets.redactor())),
         timers: [None; 4],
         probe: None,
-        last_probe: None,
+        last_view: None,
         escalation: Vec::new(),
         settled: false,
         cut: false,
-        subreaper: subreaper && tier == Tier::PinnedGroup,
+        subreaper: false,
         probe_window: PROBE_WINDOW.min(limits.grace / 2),
+        fault: invocation.fault(),
+        internal_error: false,
     };
+    let (pidfd, tier) = pin_root(runtime, pid);
+    let start = m::start(tier, limits, started);
+    driver.machine = start.next;
+    driver.subreaper = subreaper && tier == Tier::PinnedGroup;
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
     let span = tracing::debug_span!("process", pid);
@@ -132,7 +205,69 @@ pub(crate) fn spawn(
         driver.run(pidfd, stdout, stderr, follow),
         span,
     ));
-    Ok(Running::from_shared(shared))
+}
+
+/// Owns a freshly spawned child until the driver takes it over.
+struct ChildGuard {
+    child: Option<Child>,
+    pid: u32,
+}
+
+impl ChildGuard {
+    /// Kills the child's group (the root is unreaped, so the group id is
+    /// still ours), reaps the root if it exits within a moment, and
+    /// unregisters it. Returns the kill step, `None` if the child was
+    /// already handed over.
+    fn kill_and_reap(&mut self, started: Instant) -> Option<EscalationStep> {
+        let mut child = self.child.take()?;
+        let at = Instant::now() - started;
+        #[cfg(unix)]
+        let outcome = match sys::signal_group(self.pid, Signal::Kill) {
+            Delivery::Delivered => StepOutcome::Delivered,
+            Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
+            Delivery::Failed => StepOutcome::Failed,
+        };
+        #[cfg(not(unix))]
+        let outcome = match child.start_kill() {
+            Ok(()) => StepOutcome::Delivered,
+            Err(_) => StepOutcome::Failed,
+        };
+        wait_briefly(&mut child);
+        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+        // Reaps if it exited; else tokio's orphan queue takes it.
+        let _ = child.try_wait();
+        drop(child);
+        roots.retain(|&p| p != self.pid);
+        Some(EscalationStep::new(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(if cfg!(windows) {
+                SignalTarget::DirectChild
+            } else {
+                SignalTarget::ProcessGroup
+            }),
+            outcome,
+            at,
+        ))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.kill_and_reap(Instant::now());
+    }
+}
+
+/// Gives a killed root a moment (≤ 100 ms) to exit, so that it is reaped
+/// here rather than left as a zombie to an orphan queue that no runtime
+/// may drain again.
+fn wait_briefly(child: &mut Child) {
+    for _ in 0..50 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Opens a pidfd on the root so its exit can be observed without reaping
@@ -181,7 +316,7 @@ struct Driver {
     err: Option<StreamCapture>,
     timers: [Option<Instant>; 4],
     probe: Option<ProbeRun>,
-    last_probe: Option<Probe>,
+    last_view: Option<View>,
     escalation: Vec<EscalationStep>,
     settled: bool,
     probe_window: Duration,
@@ -190,6 +325,10 @@ struct Driver {
     cut: bool,
     /// The subreaper tier is active: adopted descendants count as ours.
     subreaper: bool,
+    /// The test seam (see [`fault`]).
+    fault: Option<FaultPoint>,
+    /// custodian panicked; the evidence reports `internal_error`.
+    internal_error: bool,
 }
 
 /// What woke the driver.
@@ -228,76 +367,82 @@ impl Driver {
         let mut cancel_seen = false;
         while !self.settled {
             // Events produced by executing actions (probe answers) first.
-            if !follow.is_empty() {
-                let ev = follow.remove(0);
-                self.feed(ev, Instant::now(), &mut follow);
-                self.sync_streams(&mut stdout, &mut stderr);
-                continue;
-            }
-            let next_timer = self.timers.iter().flatten().min().copied();
-            let probe_at = self.probe.map(|p| p.next);
-            let shared = self.shared.clone();
-            let wake = tokio::select! {
-                biased;
-                _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
-                r = root_exit(pidfd.as_ref(), self.child.as_mut()), if root_pending => {
-                    match r {
-                        Some(st) => Wake::Exit(st),
-                        None => Wake::ExitUnobservable,
+            let wake = if follow.is_empty() {
+                let next_timer = self.timers.iter().flatten().min().copied();
+                let probe_at = self.probe.map(|p| p.next);
+                let shared = self.shared.clone();
+                Some(tokio::select! {
+                    biased;
+                    _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
+                    r = root_exit(pidfd.as_ref(), self.child.as_mut()), if root_pending => {
+                        match r {
+                            Some(st) => Wake::Exit(st),
+                            None => Wake::ExitUnobservable,
+                        }
                     }
-                }
-                r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
-                    Wake::Read(Stream::Stdout, r)
-                }
-                r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
-                    Wake::Read(Stream::Stderr, r)
-                }
-                _ = sleep_until(next_timer), if next_timer.is_some() => Wake::Timer,
-                _ = sleep_until(probe_at), if probe_at.is_some() => Wake::Probe,
+                    r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
+                        Wake::Read(Stream::Stdout, r)
+                    }
+                    r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
+                        Wake::Read(Stream::Stderr, r)
+                    }
+                    _ = sleep_until(next_timer), if next_timer.is_some() => Wake::Timer,
+                    _ = sleep_until(probe_at), if probe_at.is_some() => Wake::Probe,
+                })
+            } else {
+                None
             };
-            let now = Instant::now();
-            let event = match wake {
-                Wake::Cancel => {
-                    cancel_seen = true;
-                    Some(Event::Cancel)
-                }
-                Wake::Exit(st) => {
-                    root_pending = false;
-                    Some(Event::RootExited(st))
-                }
-                Wake::ExitUnobservable => {
-                    // waitid failed: the exit cannot be observed. Leave it
-                    // to the timers (the ladder and the hard deadline).
-                    root_pending = false;
-                    None
-                }
-                Wake::Read(which, Ok(n)) if n > 0 => {
-                    let (cap, buf) = match which {
-                        Stream::Stdout => (self.out.as_mut(), &out_buf),
-                        Stream::Stderr => (self.err.as_mut(), &err_buf),
-                    };
-                    if let Some(cap) = cap {
-                        cap.push(&buf[..n]);
+            // Whatever panics while handling an event (a bug in the
+            // driver, the capture, the evidence), the group is killed, the
+            // root reaped and an evidence published: nothing leaks, no
+            // waiter hangs.
+            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let now = Instant::now();
+                let event = match wake {
+                    None => Some(follow.remove(0)),
+                    Some(Wake::Cancel) => {
+                        cancel_seen = true;
+                        Some(Event::Cancel)
                     }
-                    match which {
-                        Stream::Stdout => out_buf.clear(),
-                        Stream::Stderr => err_buf.clear(),
+                    Some(Wake::Exit(st)) => {
+                        root_pending = false;
+                        Some(Event::RootExited(st))
                     }
-                    None
-                }
-                Wake::Read(which, _) => {
-                    match which {
-                        Stream::Stdout => stdout = None,
-                        Stream::Stderr => stderr = None,
+                    Some(Wake::ExitUnobservable) => {
+                        // waitid failed: the exit cannot be observed. Leave
+                        // it to the timers (the ladder and the hard deadline).
+                        root_pending = false;
+                        None
                     }
-                    Some(Event::StreamClosed(which))
+                    Some(Wake::Read(which, Ok(n))) if n > 0 => {
+                        fault::hit(self.fault, FaultPoint::Capture);
+                        let (cap, buf) = match which {
+                            Stream::Stdout => (self.out.as_mut(), &mut out_buf),
+                            Stream::Stderr => (self.err.as_mut(), &mut err_buf),
+                        };
+                        if let Some(cap) = cap {
+                            cap.push(&buf[..n]);
+                        }
+                        buf.clear();
+                        None
+                    }
+                    Some(Wake::Read(which, _)) => {
+                        match which {
+                            Stream::Stdout => stdout = None,
+                            Stream::Stderr => stderr = None,
+                        }
+                        Some(Event::StreamClosed(which))
+                    }
+                    Some(Wake::Timer) => self.due_timer(now),
+                    Some(Wake::Probe) => self.rescan(now),
+                };
+                if let Some(ev) = event {
+                    self.feed(ev, now, &mut follow);
+                    self.sync_streams(&mut stdout, &mut stderr);
                 }
-                Wake::Timer => self.due_timer(now),
-                Wake::Probe => self.rescan(now),
-            };
-            if let Some(ev) = event {
-                self.feed(ev, now, &mut follow);
-                self.sync_streams(&mut stdout, &mut stderr);
+            }));
+            if handled.is_err() {
+                self.abandon(true);
             }
         }
     }
@@ -330,27 +475,48 @@ impl Driver {
         })
     }
 
-    /// The group scan, extended in the subreaper tier by the live adopted
-    /// descendants (whose exited ones are reaped on the way).
-    fn scan(&self) -> GroupScan {
-        let group = sys::scan_group(self.pid, self.pid);
-        if !self.subreaper || group != GroupScan::Empty {
-            return group;
+    /// Looks for live descendants with what this tier can see.
+    ///
+    /// Subreaper tier: the adoption witness alone. The root has exited, so
+    /// every live descendant has an ancestor chain of live descendants up
+    /// to a child of this process (orphans are re-parented to the nearest
+    /// live subreaper ancestor): some non-root child of ours is alive
+    /// whenever any descendant is, in or out of the group, `setsid` or
+    /// not. One pass over our children that finds none alive and none
+    /// dead-but-unreaped proves that none was alive when the pass began (a
+    /// child that died during the pass, handing its children to us behind
+    /// the listing's cursor, is still our zombie when the cursor reaches
+    /// it, and only we reap it), and nothing outside the tree can enter it.
+    ///
+    /// Group tiers: the stable group scan ([`sys::scan_group_stable`]);
+    /// an empty group proves nothing about a descendant that left it, so
+    /// it is never [`View::NoDescendant`].
+    ///
+    /// Either way, a `/proc` that may hide processes makes any emptiness
+    /// [`View::Restricted`].
+    fn view(&self) -> View {
+        if self.subreaper {
+            return match adoption_witness() {
+                View::Occupied => View::Occupied,
+                _ if sys::proc_restricted(self.pid) => View::Restricted,
+                v => v,
+            };
         }
-        match adopted() {
-            Some(live) if live.is_empty() => GroupScan::Empty,
-            Some(_) => GroupScan::Occupied,
-            None => GroupScan::Unknown,
+        match sys::scan_group_stable(self.pid, self.pid) {
+            GroupScan::Occupied => View::Occupied,
+            _ if sys::proc_restricted(self.pid) => View::Restricted,
+            GroupScan::Empty => View::GroupEmpty,
+            GroupScan::Unstable => View::Unstable,
+            GroupScan::Unknown => View::Unknown,
         }
     }
 
     fn rescan(&mut self, now: Instant) -> Option<Event> {
         let run = self.probe?;
-        match self.scan() {
-            GroupScan::Empty => Some(self.probe_answer(Probe::Empty)),
-            GroupScan::Unknown => Some(self.probe_answer(Probe::Unknown)),
-            GroupScan::Occupied if now >= run.give_up => Some(self.probe_answer(Probe::Occupied)),
-            GroupScan::Occupied => {
+        match self.view() {
+            // Members just sent a signal need a moment to exit, and a busy
+            // host a quieter moment to scan in: look again shortly.
+            View::Occupied | View::Unstable if now < run.give_up => {
                 let delay = (run.delay * 2).min(Duration::from_millis(10));
                 self.probe = Some(ProbeRun {
                     next: now + delay,
@@ -359,16 +525,18 @@ impl Driver {
                 });
                 None
             }
+            v => Some(self.probe_answer(v)),
         }
     }
 
-    fn probe_answer(&mut self, p: Probe) -> Event {
+    fn probe_answer(&mut self, v: View) -> Event {
         self.probe = None;
-        self.last_probe = Some(p);
-        Event::GroupProbed(p)
+        self.last_view = Some(v);
+        Event::GroupProbed(v.probe())
     }
 
     fn feed(&mut self, event: Event, now: Instant, follow: &mut Vec<Event>) {
+        fault::hit(self.fault, FaultPoint::Step);
         let t = m::step(&self.machine, event, now);
         let cause = event;
         self.machine = t.next;
@@ -404,10 +572,8 @@ impl Driver {
                         ));
                     }
                 }
-                Action::ProbeGroup => match self.scan() {
-                    GroupScan::Empty => follow.push(self.probe_answer(Probe::Empty)),
-                    GroupScan::Unknown => follow.push(self.probe_answer(Probe::Unknown)),
-                    GroupScan::Occupied => {
+                Action::ProbeGroup => match self.view() {
+                    View::Occupied | View::Unstable => {
                         let delay = Duration::from_millis(1);
                         self.probe = Some(ProbeRun {
                             next: now + delay,
@@ -415,6 +581,7 @@ impl Driver {
                             give_up: now + self.probe_window,
                         });
                     }
+                    v => follow.push(self.probe_answer(v)),
                 },
                 Action::Reap => self.reap(),
                 Action::Settle(summary) => self.settle(summary),
@@ -513,11 +680,30 @@ impl Driver {
         }
     }
 
+    /// Publishes the evidence, exactly once. Building it cannot take the
+    /// waiters down with it: if it panics, a minimal evidence that says
+    /// `internal_error` is published instead.
     fn settle(&mut self, summary: Summary<Instant>) {
         if self.settled {
             return;
         }
+        let built = std::panic::catch_unwind(AssertUnwindSafe(|| self.evidence(&summary)));
+        let ev = built.unwrap_or_else(|_| {
+            let tier = self.descendants(&summary).tier;
+            Evidence::internal_failure(
+                self.identity.clone(),
+                self.started_wall,
+                self.started.elapsed(),
+                None,
+                tier,
+            )
+        });
         self.settled = true;
+        publish_once(&self.shared, || ev);
+    }
+
+    fn evidence(&mut self, summary: &Summary<Instant>) -> Evidence {
+        fault::hit(self.fault, FaultPoint::Evidence);
         let state = |e: StreamEnd| match e {
             StreamEnd::Closed => StreamState::Closed,
             StreamEnd::HeldOpen => StreamState::HeldOpen,
@@ -549,12 +735,13 @@ impl Driver {
             None => (None, None),
         };
         let status = match summary.status() {
+            _ if self.internal_error => evidence::Status::InternalError,
             m::Status::Exited => evidence::Status::Exited,
             m::Status::Signaled => evidence::Status::Signaled,
             m::Status::TimedOut => evidence::Status::TimedOut,
             m::Status::Cancelled => evidence::Status::Cancelled,
         };
-        let ev = Evidence {
+        Evidence {
             version: evidence::EVIDENCE_VERSION,
             invocation: self.identity.clone(),
             status,
@@ -564,9 +751,8 @@ impl Driver {
             stdout,
             stderr,
             escalation: std::mem::take(&mut self.escalation),
-            descendants: self.descendants(&summary),
-        };
-        self.shared.done.send_replace(Some(Arc::new(ev)));
+            descendants: self.descendants(summary),
+        }
     }
 
     fn descendants(&self, s: &Summary<Instant>) -> EvDescendants {
@@ -587,19 +773,27 @@ impl Driver {
             if held {
                 reasons.push(VerdictReason::StdioHeldOpen);
             }
-            match (s.tier, self.last_probe) {
+            match (s.tier, self.last_view) {
                 (Tier::DirectChild, _) => reasons.push(VerdictReason::PlatformUnsupported),
                 (Tier::Group, _) => reasons.push(VerdictReason::RootReapedBeforeCheck),
-                (Tier::PinnedGroup, Some(Probe::Occupied)) => {
+                (Tier::PinnedGroup, Some(View::Occupied)) => {
                     reasons.push(VerdictReason::GroupNotEmpty)
                 }
-                // The group is empty yet a pipe had to be cut: whoever
-                // held it is outside the group.
-                (Tier::PinnedGroup, Some(Probe::Empty)) if self.cut => {
+                // The group is empty, but a descendant that left it cannot
+                // be seen by this tier.
+                (Tier::PinnedGroup, Some(View::GroupEmpty)) => {
                     reasons.push(VerdictReason::MayHaveLeftGroup)
                 }
-                (Tier::PinnedGroup, Some(Probe::Empty)) => {}
-                (Tier::PinnedGroup, Some(Probe::Unknown) | None) => {
+                // No descendant is alive yet a pipe had to be cut: whoever
+                // held it was handed the pipe outside the tree.
+                (Tier::PinnedGroup, Some(View::NoDescendant)) if self.cut => {
+                    reasons.push(VerdictReason::MayHaveLeftGroup)
+                }
+                (Tier::PinnedGroup, Some(View::NoDescendant)) => {}
+                (Tier::PinnedGroup, Some(View::Restricted)) => {
+                    reasons.push(VerdictReason::ProcRestricted)
+                }
+                (Tier::PinnedGroup, Some(View::Unknown | View::Unstable) | None) => {
                     reasons.push(VerdictReason::GroupEmptinessUnknown)
                 }
             }
@@ -612,34 +806,71 @@ fn evidence_empty(state: StreamState) -> super::capture::CapturedStream {
     super::capture::CapturedStream::empty(state)
 }
 
-impl Drop for Driver {
-    /// The task was dropped before settling (runtime shutdown): stop the
-    /// group without a grace, reap what can be reaped, and settle anyway
-    /// so that no waiter hangs and no signal is sent afterwards.
-    fn drop(&mut self) {
+impl Driver {
+    /// Stops the run without a grace and settles: the group is killed (if
+    /// that is still safe), the root reaped if it exits within a moment,
+    /// and an evidence published, so that no waiter hangs and no signal is
+    /// sent afterwards. `internal` marks a panic (status `internal_error`);
+    /// otherwise the task was dropped (runtime shutdown) and the run counts
+    /// as cancelled.
+    fn abandon(&mut self, internal: bool) {
         if self.settled || self.machine.phase == Phase::Settled {
+            // Settled in the machine but the evidence was never published
+            // (a panic in between): publish the minimal one.
+            if !self.settled {
+                self.settled = true;
+                let tier = match self.machine.tier {
+                    Tier::DirectChild => evidence::Tier::DirectChild,
+                    _ => evidence::Tier::PinnedProcessGroup,
+                };
+                publish_once(&self.shared, || {
+                    Evidence::internal_failure(
+                        self.identity.clone(),
+                        self.started_wall,
+                        self.started.elapsed(),
+                        None,
+                        tier,
+                    )
+                });
+            }
             return;
         }
-        let t = m::abandon(&self.machine, Instant::now());
+        self.internal_error = internal;
+        let now = Instant::now();
+        let t = m::abandon(&self.machine, now);
         self.machine = t.next;
         for action in t.actions {
             match action {
                 Action::SignalGroup(sig) => {
                     #[cfg(unix)]
-                    let _ = sys::signal_group(self.pid, sig);
+                    let delivery = sys::signal_group(self.pid, sig);
                     #[cfg(not(unix))]
-                    let _ = sig;
-                    // Give the killed root a moment to exit so that `reap`
-                    // collects it here instead of leaving a zombie to
-                    // tokio's orphan queue, which no runtime may ever drain
-                    // again.
-                    if let Some(child) = self.child.as_mut() {
-                        for _ in 0..50 {
-                            if !matches!(child.try_wait(), Ok(None)) {
-                                break;
-                            }
-                            std::thread::sleep(Duration::from_millis(2));
+                    let delivery = {
+                        let _ = sig;
+                        match self.child.as_mut().map(|c| c.start_kill()) {
+                            Some(Ok(())) => Delivery::Delivered,
+                            _ => Delivery::NoSuchProcess,
                         }
+                    };
+                    if internal {
+                        self.escalation.push(EscalationStep::new(
+                            EscalationAction::Kill,
+                            EscalationReason::InternalError,
+                            Some(match (self.machine.tier, self.machine.root) {
+                                (Tier::DirectChild, _) => SignalTarget::DirectChild,
+                                (Tier::PinnedGroup, Some(_)) => SignalTarget::PinnedProcessGroup,
+                                _ => SignalTarget::ProcessGroup,
+                            }),
+                            match delivery {
+                                Delivery::Delivered => StepOutcome::Delivered,
+                                Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
+                                Delivery::Failed => StepOutcome::Failed,
+                            },
+                            now - self.started,
+                        ));
+                    }
+                    if let Some(child) = self.child.as_mut() {
+                        wait_briefly(child);
                     }
                 }
                 Action::Reap => self.reap(),
@@ -652,29 +883,86 @@ impl Drop for Driver {
     }
 }
 
-/// The live children of this process that are not roots launched here:
-/// descendants adopted in the subreaper tier. Exited ones are reaped on
-/// the way. `None` if `/proc` cannot be read.
-#[cfg(target_os = "linux")]
-fn adopted() -> Option<Vec<u32>> {
-    let roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut live = Vec::new();
-    for (pid, state) in sys::own_children()? {
-        if roots.contains(&pid) {
-            continue;
-        }
-        if matches!(state, b'Z' | b'X') {
-            sys::reap_child(pid);
-        } else {
-            live.push(pid);
-        }
+impl Drop for Driver {
+    /// The task was dropped before settling (runtime shutdown, or a panic
+    /// that escaped the handler): stop and settle anyway.
+    fn drop(&mut self) {
+        self.abandon(std::thread::panicking());
     }
-    Some(live)
+}
+
+/// The children of this process that are not roots launched here:
+/// descendants adopted in the subreaper tier. Dead ones are reaped on the
+/// way (and still listed in `zombies`). `None` if `/proc` cannot be read.
+#[cfg(target_os = "linux")]
+fn adopted_pass() -> Option<sys::Children> {
+    let roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = sys::own_children()?;
+    c.live.retain(|p| !roots.contains(p));
+    c.zombies.retain(|p| !roots.contains(p));
+    for &pid in &c.zombies {
+        sys::reap_child(pid);
+    }
+    Some(c)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn adopted() -> Option<Vec<u32>> {
+fn adopted_pass() -> Option<sys::Children> {
     None
+}
+
+/// The live adopted descendants (see [`adopted_pass`]).
+fn adopted() -> Option<Vec<u32>> {
+    adopted_pass().map(|c| c.live)
+}
+
+/// The subreaper tier's adoption witness (see [`Driver::view`]): passes
+/// over our children until one sees a live one ([`View::Occupied`]) or
+/// neither a live nor a dead one ([`View::NoDescendant`]). A pass that
+/// reaped a zombie proves nothing (its children may have been handed to
+/// us behind the cursor), so it is repeated, at most
+/// [`sys::STABLE_ATTEMPTS`] times.
+fn adoption_witness() -> View {
+    for _ in 0..sys::STABLE_ATTEMPTS {
+        match adopted_pass() {
+            None => return View::Unknown,
+            Some(c) if !c.live.is_empty() => return View::Occupied,
+            Some(c) if c.zombies.is_empty() => return View::NoDescendant,
+            Some(_) => {}
+        }
+    }
+    View::Unknown
+}
+
+/// What one probe learned; the machine gets the coarser [`Probe`], the
+/// evidence's reasons come from this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// Subreaper tier: no live descendant at all (the adoption witness).
+    NoDescendant,
+    /// The group was stably empty; a descendant outside it cannot be seen.
+    GroupEmpty,
+    /// A live member, or a live adopted descendant, was seen.
+    Occupied,
+    /// `/proc` may hide processes from this one.
+    Restricted,
+    /// Tasks were created during every pass: an empty pass proves
+    /// nothing ([`sys::scan_group_stable`]).
+    Unstable,
+    /// `/proc` could not be read.
+    Unknown,
+}
+
+impl View {
+    /// The machine's [`Probe::Empty`] is reserved for a witness that sees
+    /// every descendant; an empty group is only "cannot tell".
+    fn probe(self) -> Probe {
+        match self {
+            View::NoDescendant => Probe::Empty,
+            View::Occupied => Probe::Occupied,
+            View::GroupEmpty | View::Restricted | View::Unstable | View::Unknown => Probe::Unknown,
+        }
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

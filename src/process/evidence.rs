@@ -23,8 +23,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::capture::{CapturedStream, MAX_MARKER_LEN};
-use super::env::Secrets;
-use super::invocation::{Invocation, MAX_ARGV_BYTES, OutputBudget};
+use super::env::{REDACTED, Secrets};
+use super::invocation::{Invocation, MAX_ARGV_BYTES, MAX_CWD_BYTES, OutputBudget};
 
 /// The evidence format version (the `version` field).
 pub const EVIDENCE_VERSION: u32 = 1;
@@ -65,7 +65,8 @@ pub struct InvocationIdentity {
     /// caller gave it, then the arguments; any resolved secret value in them
     /// is replaced by the redaction marker.
     pub argv: Vec<String>,
-    /// The workspace-relative working directory (`.` for the root).
+    /// The workspace-relative working directory (`.` for the root), secrets
+    /// redacted.
     pub cwd: String,
 }
 
@@ -82,7 +83,7 @@ impl InvocationIdentity {
             .collect();
         let cwd = match invocation.cwd().map(|c| c.as_str()) {
             None | Some("") => ".".to_owned(),
-            Some(c) => c.to_owned(),
+            Some(c) => secrets.redact_str(c),
         };
         InvocationIdentity {
             executable: secrets.redact_str(&resolved.to_string_lossy()),
@@ -105,6 +106,10 @@ pub enum Status {
     TimedOut,
     /// The embedding runtime cancelled; custodian escalated.
     Cancelled,
+    /// custodian failed internally (a bug) after the launch; it killed the
+    /// group at once and reaped the root. What was captured until then may
+    /// be missing.
+    InternalError,
 }
 
 /// When things happened: a wall-clock start, then monotonic offsets from it
@@ -226,6 +231,8 @@ pub enum EscalationReason {
     GroupCleanup,
     /// The hard deadline passed.
     HardDeadline,
+    /// custodian failed internally and stopped the group without a grace.
+    InternalError,
 }
 
 /// Whom a signal was aimed at.
@@ -283,11 +290,31 @@ impl Descendants {
 }
 
 /// The descendant verdict.
+///
+/// `terminated` means: after the root exited, custodian observed that no
+/// descendant of it was alive, and no descendant held stdout or stderr past
+/// the root's exit. Only a tier that can see every descendant can observe
+/// that:
+///
+/// - `subreaper`: a pass over custodian's own children found none alive and
+///   none exited-but-unreaped (every live descendant of an exited root has a
+///   chain of live ancestors ending at a child of custodian, in the group or
+///   not), and `/proc` shows every process.
+/// - `pinned_process_group`: never. A group confirmed empty is reported
+///   `unconfirmed_or_escaped` with `may_have_left_group`: a descendant that
+///   left the group (`setsid`, `setpgid`) and closed its stdio is invisible
+///   to this tier.
+/// - `process_group`: never (`root_reaped_before_check`).
+/// - `direct_child`: never; the verdict is `unsupported`.
+///
+/// (The same text is in `docs/contracts/process-evidence.md` and
+/// `docs/threat-model.md`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Verdict {
-    /// Confirmed: no descendant is left alive.
+    /// Observed: no descendant is alive (only in a tier that sees them all;
+    /// see the type's documentation).
     Terminated,
     /// A descendant may be alive, in or out of the group.
     UnconfirmedOrEscaped,
@@ -328,9 +355,47 @@ pub enum VerdictReason {
     MayHaveLeftGroup,
     /// The platform cannot enumerate descendants.
     PlatformUnsupported,
+    /// `/proc` may hide processes from custodian (`hidepid=`, `subset=`,
+    /// a `/proc` of another pid namespace), so seeing none proves nothing.
+    ProcRestricted,
 }
 
 impl Evidence {
+    /// The evidence of a run that custodian could not drive to its end (it
+    /// panicked after the launch): status `internal_error`, no captured
+    /// output, the kill it sent (if any), and a verdict that claims nothing.
+    /// Built from plain values only, so building it cannot fail.
+    pub(crate) fn internal_failure(
+        invocation: InvocationIdentity,
+        started_at: SystemTime,
+        elapsed: Duration,
+        kill: Option<EscalationStep>,
+        tier: Tier,
+    ) -> Evidence {
+        Evidence {
+            version: EVIDENCE_VERSION,
+            invocation,
+            status: Status::InternalError,
+            exit_code: None,
+            signal: None,
+            timings: Timings::new(
+                started_at,
+                None,
+                None,
+                kill.map(|k| Duration::from_micros(k.at_us)),
+                elapsed,
+            ),
+            stdout: CapturedStream::empty(super::capture::StreamState::CutAtDeadline),
+            stderr: CapturedStream::empty(super::capture::StreamState::CutAtDeadline),
+            escalation: kill.into_iter().collect(),
+            descendants: Descendants::new(
+                Verdict::UnconfirmedOrEscaped,
+                tier,
+                vec![VerdictReason::GroupEmptinessUnknown],
+            ),
+        }
+    }
+
     /// The evidence as one JSON object.
     pub fn to_json(&self) -> String {
         // Serializing these plain structs (string keys, no maps, no floats)
@@ -381,15 +446,23 @@ pub fn render_json_for_model(json: &str) -> String {
 /// whose resolved executable path is at most `executable_len` bytes.
 ///
 /// Every text byte may become a 6-byte escape (`\u0001`, `\u003c`); each
-/// stream's text is at most `3 * budget` plus its marker; argv is at most
-/// [`MAX_ARGV_BYTES`] plus its separators.
+/// stream's text is at most `3 * budget` plus its marker (the budget
+/// applies *after* redaction). The invocation identity is redacted without
+/// a budget, and a redaction can grow the text: a 1-byte secret becomes the
+/// 10-byte marker, which needs no escaping. So each byte of the executable,
+/// argv ([`MAX_ARGV_BYTES`] in all) and cwd ([`MAX_CWD_BYTES`]) costs at
+/// most [`REDACTED`]`.len()` bytes of JSON, plus `"",` (3) per argument.
 pub fn json_len_bound(budget: OutputBudget, executable_len: usize) -> usize {
     const FIXED: usize = 4096;
+    let grow = REDACTED.len().max(6);
     let stream = |b: usize| 6 * (3 * b + MAX_MARKER_LEN);
-    // argv: each argument costs its escaped bytes plus `"",` (3); the
-    // argument count is bounded by MAX_ARGS.
-    let argv = 6 * MAX_ARGV_BYTES + 3 * (super::invocation::MAX_ARGS + 1);
-    FIXED + 6 * executable_len + argv + stream(budget.stdout) + stream(budget.stderr)
+    let argv = grow * MAX_ARGV_BYTES + 3 * (super::invocation::MAX_ARGS + 1);
+    FIXED
+        + grow * executable_len
+        + argv
+        + grow * MAX_CWD_BYTES
+        + stream(budget.stdout)
+        + stream(budget.stderr)
 }
 
 #[cfg(test)]
@@ -567,6 +640,104 @@ mod tests {
         assert!(std::str::from_utf8(rendered.as_bytes()).is_ok());
     }
 
+    /// Redaction grows text (a 1-byte secret becomes the 10-byte marker);
+    /// the bound must still hold, for argv, executable, cwd and streams,
+    /// with many short secrets. Randomized over a fixed seed, plus the
+    /// worst case: the whole argv made of a 1-byte secret.
+    #[test]
+    fn the_bound_holds_when_redaction_grows_the_text() {
+        use crate::process::capture::StreamCapture;
+        let mut seed: u64 = 0x5eed_1234_abcd_0042;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let alphabet = b"abc<>\"\\\x01xyz";
+        for round in 0..40 {
+            let secrets: Vec<SecretValue> = (0..1 + next(6))
+                .map(|_| {
+                    let len = 1 + next(3) as usize;
+                    let s: String = (0..len)
+                        .map(|_| alphabet[next(alphabet.len() as u64) as usize] as char)
+                        .collect();
+                    SecretValue::new(s)
+                })
+                .collect();
+            let secrets = Secrets::new(secrets);
+            let word = |next: &mut dyn FnMut(u64) -> u64, n: usize| -> String {
+                (0..n)
+                    .map(|_| alphabet[next(alphabet.len() as u64) as usize] as char)
+                    .collect()
+            };
+            let args: Vec<String> = (0..1 + next(200))
+                .map(|_| {
+                    let n = next(300) as usize;
+                    word(&mut next, n)
+                })
+                .collect();
+            let n = 1 + next(200) as usize;
+            let cwd = word(&mut next, n).replace(['\\', '<', '>'], "d");
+            let n = 1 + next(40) as usize;
+            let exe = format!("/bin/{}", word(&mut next, n).replace('/', "s"));
+            let budget = OutputBudget {
+                stdout: next(512) as usize,
+                stderr: next(64) as usize,
+            };
+            let inv = Invocation::validate(
+                InvocationSpec::new(exe.clone())
+                    .with_args(args)
+                    .with_cwd(cwd),
+            );
+            let Ok(inv) = inv else { continue };
+            let mut e = sample();
+            e.invocation = InvocationIdentity::new(&inv, Path::new(&exe), &secrets);
+            let out_bytes: Vec<u8> = (0..next(4000))
+                .map(|_| alphabet[next(alphabet.len() as u64) as usize])
+                .collect();
+            let mut out = StreamCapture::new(budget.stdout, secrets.redactor());
+            out.push(&out_bytes);
+            e.stdout = out.finish(StreamState::Closed);
+            let mut err = StreamCapture::new(budget.stderr, secrets.redactor());
+            err.push(&out_bytes);
+            e.stderr = err.finish(StreamState::Closed);
+            let json = e.to_json();
+            let bound = json_len_bound(budget, exe.len());
+            assert!(
+                json.len() <= bound,
+                "round {round}: {} > {bound}",
+                json.len()
+            );
+        }
+
+        // Worst case: every byte of argv, executable and cwd is a 1-byte
+        // secret.
+        let secrets = Secrets::new(vec![SecretValue::new("a")]);
+        let per = 1024;
+        let n = (MAX_ARGV_BYTES - 16) / per;
+        let args: Vec<String> = (0..n).map(|_| "a".repeat(per)).collect();
+        let cwd = "a".repeat(MAX_CWD_BYTES);
+        let exe = format!("/{}", "a".repeat(200));
+        let inv = Invocation::validate(
+            InvocationSpec::new(exe.clone())
+                .with_args(args)
+                .with_cwd(cwd),
+        )
+        .unwrap();
+        let mut e = sample();
+        e.invocation = InvocationIdentity::new(&inv, Path::new(&exe), &secrets);
+        assert!(e.invocation.argv[1].starts_with(REDACTED));
+        assert!(
+            e.invocation.cwd.starts_with(REDACTED),
+            "the cwd is redacted"
+        );
+        let budget = OutputBudget::default();
+        let json = e.to_json();
+        assert!(json.len() > 6 * MAX_ARGV_BYTES, "the attack grows the text");
+        assert!(json.len() <= json_len_bound(budget, exe.len()));
+    }
+
     const SCHEMA: &str = include_str!("../../docs/schemas/process-evidence.v1.json");
 
     fn validator() -> jsonschema::Validator {
@@ -612,6 +783,26 @@ mod tests {
             vec![VerdictReason::PlatformUnsupported],
         );
         variants.push(cut);
+        let mut restricted = sample();
+        restricted.descendants = Descendants::new(
+            Verdict::UnconfirmedOrEscaped,
+            Tier::PinnedProcessGroup,
+            vec![VerdictReason::ProcRestricted],
+        );
+        variants.push(restricted);
+        variants.push(Evidence::internal_failure(
+            sample().invocation,
+            SystemTime::now(),
+            Duration::from_millis(5),
+            Some(EscalationStep::new(
+                EscalationAction::Kill,
+                EscalationReason::InternalError,
+                Some(SignalTarget::ProcessGroup),
+                StepOutcome::Delivered,
+                Duration::from_millis(4),
+            )),
+            Tier::ProcessGroup,
+        ));
         for e in variants {
             let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
             assert_eq!(schema_errors(&v, &json), Vec::<String>::new(), "{json}");

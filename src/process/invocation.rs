@@ -15,8 +15,10 @@
 //!   (custodian is a governed launcher, not a sandbox);
 //! - environment overlay keys are non-empty, contain no `=` and no NUL, and
 //!   appear at most once; literal values contain no NUL;
-//! - the timeout is non-zero and the per-stream budgets are at most
-//!   [`MAX_STREAM_BUDGET`];
+//! - the timeout is non-zero and at most [`MAX_TIMEOUT`]; the grace, the
+//!   drain bound and the hard-deadline margin are at most [`MAX_TUNABLE`],
+//!   so no deadline the lifecycle computes can overflow a clock; the
+//!   per-stream budgets are at most [`MAX_STREAM_BUDGET`];
 //! - on Windows (or when validating *for* Windows with
 //!   [`Invocation::validate_for`]) the executable must satisfy
 //!   [`check_windows_executable`].
@@ -48,6 +50,24 @@ pub const MAX_ARGV_BYTES: usize = 1024 * 1024;
 pub const MAX_ARGS: usize = 32 * 1024;
 /// The largest number of environment overlay entries accepted.
 pub const MAX_ENV_ENTRIES: usize = 4096;
+/// The longest working directory accepted, in bytes (Linux's `PATH_MAX`):
+/// it bounds the cwd in the evidence.
+pub const MAX_CWD_BYTES: usize = 4096;
+/// The longest timeout accepted: 30 days.
+///
+/// Longer than any request an agent runtime should hold open, and far
+/// inside every clock the lifecycle adds it to: the deadline is
+/// `now + timeout` on a monotonic `Instant` (which panics on overflow),
+/// tokio's timer wheel spans about two years, and the evidence's timings
+/// are microseconds in a `u64`. A timeout of centuries is a mistake or an
+/// attack, never a plan.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// The longest grace, drain bound or hard-deadline margin accepted: 1 hour.
+///
+/// Each is a short wait after a signal or an exit; an hour is already
+/// far more than any process needs to shut down, and keeps
+/// `timeout + grace + hard_margin` within [`MAX_TIMEOUT`] plus two hours.
+pub const MAX_TUNABLE: Duration = Duration::from_secs(60 * 60);
 
 /// An environment overlay value: a literal, or a reference to a secret that
 /// is resolved at launch (see [`crate::process::env::SecretResolver`]).
@@ -284,6 +304,9 @@ pub enum InvalidInvocation {
     /// The working directory contains a NUL byte.
     #[error("the working directory contains a NUL byte")]
     CwdNul,
+    /// The working directory is longer than [`MAX_CWD_BYTES`].
+    #[error("the working directory is longer than {MAX_CWD_BYTES} bytes")]
+    CwdTooLong,
     /// An overlay key is empty.
     #[error("environment overlay entry {index}: the key is empty")]
     EnvKeyEmpty {
@@ -322,6 +345,16 @@ pub enum InvalidInvocation {
     /// The timeout is zero.
     #[error("the timeout must be greater than zero")]
     ZeroTimeout,
+    /// The timeout is longer than [`MAX_TIMEOUT`].
+    #[error("the timeout exceeds the limit of {} days", MAX_TIMEOUT.as_secs() / 86_400)]
+    TimeoutTooLarge,
+    /// The grace, the drain bound or the hard-deadline margin is longer
+    /// than [`MAX_TUNABLE`].
+    #[error("the {name} exceeds the limit of {} seconds", MAX_TUNABLE.as_secs())]
+    TunableTooLarge {
+        /// `"grace"`, `"drain"` or `"hard_margin"`.
+        name: &'static str,
+    },
     /// A stream budget is larger than [`MAX_STREAM_BUDGET`].
     #[error("the {stream} budget exceeds the limit of {MAX_STREAM_BUDGET} bytes")]
     BudgetTooLarge {
@@ -343,6 +376,7 @@ pub struct Invocation {
     timeout: Duration,
     budget: OutputBudget,
     tunables: Tunables,
+    fault: Option<super::fault::FaultPoint>,
 }
 
 impl Invocation {
@@ -385,6 +419,18 @@ impl Invocation {
         if timeout.is_zero() {
             return Err(InvalidInvocation::ZeroTimeout);
         }
+        if timeout > MAX_TIMEOUT {
+            return Err(InvalidInvocation::TimeoutTooLarge);
+        }
+        for (name, d) in [
+            ("grace", tunables.grace),
+            ("drain", tunables.drain),
+            ("hard_margin", tunables.hard_margin),
+        ] {
+            if d > MAX_TUNABLE {
+                return Err(InvalidInvocation::TunableTooLarge { name });
+            }
+        }
         if budget.stdout > MAX_STREAM_BUDGET {
             return Err(InvalidInvocation::BudgetTooLarge { stream: "stdout" });
         }
@@ -399,6 +445,7 @@ impl Invocation {
             timeout,
             budget,
             tunables,
+            fault: None,
         })
     }
 
@@ -435,6 +482,19 @@ impl Invocation {
     /// The lifecycle tunables.
     pub fn tunables(&self) -> Tunables {
         self.tunables
+    }
+
+    /// Test seam: makes the launcher panic at `at` (see
+    /// [`crate::process::fault`]).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_fault(mut self, at: super::fault::FaultPoint) -> Self {
+        self.fault = Some(at);
+        self
+    }
+
+    pub(crate) fn fault(&self) -> Option<super::fault::FaultPoint> {
+        self.fault
     }
 
     /// The hard deadline, measured from the start: `timeout + grace +
@@ -503,6 +563,9 @@ impl WorkspaceCwd {
         }
         if cwd.contains('\0') {
             return Err(InvalidInvocation::CwdNul);
+        }
+        if cwd.len() > MAX_CWD_BYTES {
+            return Err(InvalidInvocation::CwdTooLong);
         }
         let bytes = cwd.as_bytes();
         let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
@@ -860,6 +923,10 @@ mod tests {
             ("a/../../b", InvalidInvocation::CwdEscapes),
             ("..\\x", InvalidInvocation::CwdEscapes),
             ("a\0b", InvalidInvocation::CwdNul),
+            (
+                &*"a".repeat(MAX_CWD_BYTES + 1),
+                InvalidInvocation::CwdTooLong,
+            ),
         ] {
             assert_eq!(WorkspaceCwd::new(bad), Err(err.clone()), "{bad:?}");
             assert_eq!(
@@ -961,6 +1028,62 @@ mod tests {
             }))
             .is_ok()
         );
+    }
+
+    /// Durations that would overflow the clock or the timer (a timeout or a
+    /// grace of centuries, `u64::MAX` milliseconds from the wire) are
+    /// refused before anything is launched; the limits themselves pass.
+    #[test]
+    fn durations_that_overflow_a_clock_are_refused() {
+        let huge = [
+            Duration::MAX,
+            Duration::from_millis(u64::MAX),
+            Duration::from_secs(100 * 365 * 86_400),
+            MAX_TIMEOUT + Duration::from_nanos(1),
+        ];
+        for t in huge {
+            assert_eq!(
+                Invocation::validate(spec("x").with_timeout(t)),
+                Err(InvalidInvocation::TimeoutTooLarge),
+                "{t:?}"
+            );
+        }
+        type Set = fn(&mut Tunables, Duration);
+        let with = |f: Set, d| {
+            let mut tun = Tunables::default();
+            f(&mut tun, d);
+            Invocation::validate(spec("x").with_tunables(tun))
+        };
+        let setters: [(&str, Set); 3] = [
+            ("grace", |t, d| t.grace = d),
+            ("drain", |t, d| t.drain = d),
+            ("hard_margin", |t, d| t.hard_margin = d),
+        ];
+        for (name, set) in setters {
+            for d in [Duration::MAX, MAX_TUNABLE + Duration::from_nanos(1)] {
+                assert_eq!(
+                    with(set, d),
+                    Err(InvalidInvocation::TunableTooLarge { name }),
+                    "{name} {d:?}"
+                );
+            }
+            assert!(with(set, MAX_TUNABLE).is_ok(), "{name} at the limit");
+        }
+        let max =
+            Invocation::validate(spec("x").with_timeout(MAX_TIMEOUT).with_tunables(Tunables {
+                grace: MAX_TUNABLE,
+                drain: MAX_TUNABLE,
+                hard_margin: MAX_TUNABLE,
+            }))
+            .unwrap();
+        // The furthest deadline the lifecycle computes still fits the
+        // monotonic clock.
+        assert!(
+            std::time::Instant::now()
+                .checked_add(max.hard_deadline())
+                .is_some()
+        );
+        assert_eq!(max.hard_deadline(), MAX_TIMEOUT + 2 * MAX_TUNABLE);
     }
 
     #[test]

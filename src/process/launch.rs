@@ -64,13 +64,22 @@ pub enum ProcessError {
     /// A bare executable name was not found in the child's `PATH`.
     #[error("executable {name:?} not found in the child's PATH")]
     NotFound {
-        /// The name as given.
+        /// The name as given (secrets redacted).
         name: String,
     },
-    /// The executable is not an executable regular file (`EACCES`).
+    /// An executable given as a path (it holds a `/`) names nothing: a
+    /// component is missing or not a directory.
+    #[error("{path:?} does not exist")]
+    PathNotFound {
+        /// The path as given (secrets redacted).
+        path: PathBuf,
+    },
+    /// The executable exists but cannot be executed: not a regular file,
+    /// no execute permission, not a format the kernel runs, or a missing
+    /// script interpreter.
     #[error("{path:?} is not an executable file")]
     NotExecutable {
-        /// The path as resolved.
+        /// The path as given (secrets redacted).
         path: PathBuf,
     },
     /// The working directory does not exist or is not a directory.
@@ -81,10 +90,10 @@ pub enum ProcessError {
         /// What went wrong.
         kind: io::ErrorKind,
     },
-    /// The spawn call itself failed.
+    /// The spawn call itself failed for a reason not listed above.
     #[error("spawning {path:?} failed: {source}")]
     Spawn {
-        /// The path as resolved.
+        /// The executable as given (secrets redacted).
         path: PathBuf,
         /// The OS error.
         source: io::Error,
@@ -102,11 +111,11 @@ pub enum ProcessError {
 
 impl ProcessError {
     /// A short, stable code for the error (`not_found`, `not_executable`,
-    /// `bad_cwd`, `spawn_failed`, `env`, `no_runtime`).
+    /// `bad_cwd`, `spawn_failed`, `env`, `no_runtime`, `subreaper`).
     pub fn code(&self) -> &'static str {
         match self {
             ProcessError::Env(_) => "env",
-            ProcessError::NotFound { .. } => "not_found",
+            ProcessError::NotFound { .. } | ProcessError::PathNotFound { .. } => "not_found",
             ProcessError::NotExecutable { .. } => "not_executable",
             ProcessError::BadCwd { .. } => "bad_cwd",
             ProcessError::Spawn { .. } => "spawn_failed",
@@ -266,19 +275,80 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         Some(c) => c.under(&options.workspace),
         None => options.workspace.clone(),
     };
-    check_cwd(&cwd, &cwd_rel)?;
+    let secrets = env.secrets();
+    check_cwd(&cwd, &secrets.redact_str(&cwd_rel))?;
+    // Every message names the executable as the caller gave it, with
+    // secrets redacted like argv in the evidence.
+    let given = secrets.redact_str(invocation.executable());
     let resolved = resolve_executable(invocation.executable(), env.path(), &cwd, |p| {
         is_executable_file(p)
     })
     .map_err(|e| match e {
-        ResolveError::NotFound { name } => ProcessError::NotFound { name },
-        ResolveError::NotExecutable { path } => ProcessError::NotExecutable { path },
-        #[allow(unreachable_patterns)]
+        ResolveError::NotExecutable { path } => unusable(&given, &path),
         _ => ProcessError::NotFound {
-            name: invocation.executable().to_owned(),
+            name: given.clone(),
         },
     })?;
-    driver::spawn(&runtime, invocation, env, cwd, resolved)
+    let bare = !invocation.executable().contains('/');
+    driver::spawn(&runtime, invocation, env, cwd, resolved.clone()).map_err(|e| match e {
+        ProcessError::Spawn { source, .. } => classify_spawn(&given, bare, &resolved, source),
+        other => other,
+    })
+}
+
+/// A path that did not pass the executable check: missing (`not_found`)
+/// or present but not executable (`not_executable`).
+fn unusable(given: &str, resolved: &Path) -> ProcessError {
+    match std::fs::metadata(resolved) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            ProcessError::PathNotFound {
+                path: PathBuf::from(given),
+            }
+        }
+        _ => ProcessError::NotExecutable {
+            path: PathBuf::from(given),
+        },
+    }
+}
+
+/// Classifies a failed spawn of `resolved` (which passed the executable
+/// check a moment earlier): the kernel refusing the file or its
+/// interpreter is `not_executable`; a file gone meanwhile is `not_found`.
+fn classify_spawn(given: &str, bare: bool, resolved: &Path, source: io::Error) -> ProcessError {
+    let path = PathBuf::from(given);
+    #[cfg(unix)]
+    {
+        use rustix::io::Errno;
+        let refused = [
+            Errno::NOEXEC,
+            Errno::ACCESS,
+            Errno::ISDIR,
+            Errno::TXTBSY,
+            Errno::LOOP,
+        ];
+        if refused.contains(&Errno::from_io_error(&source).unwrap_or(Errno::IO)) {
+            return ProcessError::NotExecutable { path };
+        }
+    }
+    match source.kind() {
+        // ENOENT from exec with the file present: a `#!` interpreter that
+        // does not exist.
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => {
+            match (std::fs::metadata(resolved).is_ok(), bare) {
+                (true, _) => ProcessError::NotExecutable { path },
+                (false, true) => ProcessError::NotFound {
+                    name: given.to_owned(),
+                },
+                (false, false) => ProcessError::PathNotFound { path },
+            }
+        }
+        _ => ProcessError::Spawn { path, source },
+    }
 }
 
 fn check_cwd(cwd: &Path, rel: &str) -> Result<(), ProcessError> {

@@ -22,25 +22,26 @@
 //!
 //! Tiers (recorded in the evidence): `pinned_process_group` on Linux ≥ 5.3;
 //! `process_group` where no pidfd can be opened (signals only while the root
-//! has not exited, the seed's rule; the verdict is never `terminated`);
-//! `direct_child` on Windows (descendants `unsupported`); and, opted into
-//! by the embedding process with [`enable_subreaper`], `subreaper`: a
-//! pinned group plus every descendant re-parented to this process, which
-//! is signalled with the group, counted by the probe and reaped.
+//! has not exited, the seed's rule); `direct_child` on Windows (descendants
+//! `unsupported`); and, opted into by the embedding process with
+//! [`enable_subreaper`], `subreaper`: a pinned group plus every descendant
+//! re-parented to this process, which is signalled with the group, counted
+//! by the probe and reaped.
 //!
 //! # Caveats
 //!
-//! This is a governed launcher, not a sandbox. Without the subreaper tier a
-//! descendant that calls `setsid` and closes its stdio leaves the group
-//! unseen, so `terminated` means "the group is confirmed empty and no
-//! descendant held the output pipes", nothing more. With it, an escapee
-//! whose parent is still alive (and itself escaped) is only seen once that
-//! parent exits.
+//! This is a governed launcher, not a sandbox. A descendant that calls
+//! `setsid` and closes its stdio leaves the group unseen, so the group
+//! tiers never say `terminated` (see [`evidence::Verdict`] for what it
+//! means in each tier); only the subreaper tier can observe that no
+//! descendant is left.
 
 pub mod capture;
 mod driver;
 pub mod env;
 pub mod evidence;
+#[doc(hidden)]
+pub mod fault;
 pub mod governed;
 pub mod invocation;
 mod launch;

@@ -16,12 +16,22 @@ fn json(out: &Output) -> serde_json::Value {
 
 #[test]
 fn a_timeout_is_a_completed_run_with_exit_code_zero() {
+    let _quiet = crate::common::quiet_host();
     let out = custodian(&["--timeout", "200ms", "--grace", "200ms", "--", "sleep", "5"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let ev = json(&out);
     assert_eq!(ev["status"], "timed_out");
     assert_eq!(ev["signal"], 15);
-    assert_eq!(ev["descendants"]["verdict"], "terminated");
+    // The pinned group tier never says `terminated`: an escapee would be
+    // invisible to it.
+    assert_eq!(ev["descendants"]["tier"], "pinned_process_group");
+    assert_eq!(ev["descendants"]["verdict"], "unconfirmed_or_escaped");
+    let reasons = &ev["descendants"]["reasons"];
+    assert!(
+        *reasons == serde_json::json!(["may_have_left_group"])
+            || *reasons == serde_json::json!(["group_emptiness_unknown"]),
+        "{ev}"
+    );
 }
 
 #[test]
@@ -138,4 +148,156 @@ fn subreaper_tier_adopts_and_stops_a_silent_setsid_escapee() {
         .map(|s| s["target"].as_str().unwrap())
         .collect();
     assert!(targets.contains(&"adopted_descendants"), "{ev}");
+}
+
+/// No input makes `custodian run` panic (exit 101) or leave a process
+/// behind: hostile durations and sizes, odd bytes, missing and unusable
+/// executables, each with the exit code the README documents.
+#[test]
+fn hostile_inputs_never_panic_and_launch_nothing() {
+    let marker = format!("custodian-hostile-{}", std::process::id());
+    let m = marker.as_str();
+    let cases: &[(&[&str], i32)] = &[
+        (&["--timeout", "500y", "--", "sh", "-c", m], 64),
+        (
+            &["--timeout", "1000000000000000000y", "--", "sh", "-c", m],
+            2,
+        ),
+        (
+            &["--timeout", "99999999999999999999999s", "--", "sh", "-c", m],
+            2,
+        ),
+        (&["--grace", "200y", "--", "sh", "-c", m], 64),
+        (&["--drain", "2h", "--", "sh", "-c", m], 64),
+        (
+            &[
+                "--hard-margin",
+                "18446744073709551615s",
+                "--",
+                "sh",
+                "-c",
+                m,
+            ],
+            64,
+        ),
+        (&["--timeout", "0s", "--", "sh", "-c", m], 64),
+        (
+            &[
+                "--stdout-budget",
+                "18446744073709551615",
+                "--",
+                "sh",
+                "-c",
+                m,
+            ],
+            64,
+        ),
+        (
+            &[
+                "--stderr-budget",
+                "99999999999999999999",
+                "--",
+                "sh",
+                "-c",
+                m,
+            ],
+            2,
+        ),
+        (&["--stdout-budget", "16EiB", "--", "sh", "-c", m], 2),
+        (&["--cwd", "../..", "--", "sh", "-c", m], 64),
+        (&["--cwd", &"a/".repeat(3000), "--", "sh", "-c", m], 64),
+        (&["--env", "=v", "--", "sh", "-c", m], 64),
+        (
+            &[
+                "--workspace",
+                "/nonexistent-custodian-ws",
+                "--",
+                "sh",
+                "-c",
+                m,
+            ],
+            71,
+        ),
+        (&["--", "/nonexistent/custodian-tool", m], 71),
+        (&["--", "/tmp", m], 71),
+        (&["--", "/", m], 64),
+        (&["--", ""], 64),
+        (&["--", "\u{1}\u{7f}\u{202e}\u{fffd}", m], 71),
+        (&["--", "./\u{0}"], 2),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+            .arg("run")
+            .args(*args)
+            .output();
+        let out = match out {
+            Ok(out) => out,
+            // A NUL cannot even be passed to exec: nothing to check.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => continue,
+            Err(e) => panic!("{args:?}: {e}"),
+        };
+        let code = out.status.code();
+        assert_ne!(code, Some(101), "{args:?} panicked: {out:?}");
+        assert_eq!(code, Some(*want), "{args:?}: {out:?}");
+        if matches!(want, 64 | 71) {
+            let v = json(&out);
+            assert!(v["error"]["code"].is_string(), "{args:?}: {v}");
+        }
+    }
+    // Bytes that are not UTF-8 at all, as an argument and as the program.
+    use std::os::unix::ffi::OsStrExt;
+    for odd in [&[b'-', b'-', 0xff, 0xfe][..], &[0xc3, 0x28]] {
+        for args in [
+            vec![
+                std::ffi::OsStr::new("--"),
+                std::ffi::OsStr::new("sh"),
+                std::ffi::OsStr::from_bytes(odd),
+            ],
+            vec![std::ffi::OsStr::new("--"), std::ffi::OsStr::from_bytes(odd)],
+        ] {
+            let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+                .arg("run")
+                .args(&args)
+                .output()
+                .unwrap();
+            assert_ne!(out.status.code(), Some(101), "{args:?} panicked: {out:?}");
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(m))
+        })
+        .collect();
+    assert!(left.is_empty(), "something was launched: {left:?}");
+}
+
+/// `custodian run ... | head -c 1`: stdout closes before the evidence is
+/// written. The run still completes and reaps its process, the failure is
+/// reported on stderr, and the exit code is 74, never a panic.
+#[test]
+fn a_closed_stdout_is_reported_not_a_panic() {
+    use std::process::Stdio;
+    let marker = format!("custodian-closed-{}", std::process::id());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .args(["run", "--", "sh", "-c"])
+        .arg(format!("sleep 0.2; echo {marker}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(101), "{out:?}");
+    assert_eq!(out.status.code(), Some(74), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot write the result"), "{err}");
+    let left = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
+    });
+    assert!(!left, "the governed process outlived custodian");
 }

@@ -19,12 +19,50 @@ async fn missing_executable_is_not_found() {
         "{e:?}"
     );
     assert_eq!(e.code(), "not_found");
-    let e = launch(
-        inv("/nonexistent/tool", &[], Duration::from_secs(1)),
-        &opts(),
+}
+
+/// A path that names nothing is `not_found`, one that names something that
+/// cannot be executed is `not_executable`, and every message shows the path
+/// as the caller gave it (regression: a missing absolute path came out as
+/// `not_executable`).
+#[tokio::test]
+async fn launch_failures_are_classified_by_what_the_path_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = LaunchOptions::new(dir.path());
+    std::fs::create_dir(dir.path().join("a_dir")).unwrap();
+    std::fs::write(dir.path().join("plain"), "x").unwrap();
+    std::fs::write(dir.path().join("no_interp"), "#!/nonexistent/interp\n").unwrap();
+    std::fs::set_permissions(
+        dir.path().join("no_interp"),
+        std::fs::Permissions::from_mode(0o755),
     )
-    .unwrap_err();
-    assert!(matches!(e, ProcessError::NotExecutable { .. }), "{e:?}");
+    .unwrap();
+    std::fs::write(dir.path().join("garbage"), [0u8, 1, 2, 3]).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("garbage"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let cases = [
+        ("/nonexistent/tool", "not_found"),
+        ("./missing", "not_found"),
+        ("plain/below-a-file", "not_found"),
+        ("./a_dir", "not_executable"),
+        ("./plain", "not_executable"),
+        ("./no_interp", "not_executable"),
+        ("./garbage", "not_executable"),
+        ("custodian-no-such-tool", "not_found"),
+    ];
+    for (exe, code) in cases {
+        let e = launch(inv(exe, &[], Duration::from_secs(1)), &ws).unwrap_err();
+        assert_eq!(e.code(), code, "{exe}: {e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("{exe:?}")), "{exe}: {msg}");
+        assert!(
+            !msg.contains(dir.path().to_str().unwrap()),
+            "{exe}: the message names the resolved path: {msg}"
+        );
+    }
 }
 
 #[tokio::test]

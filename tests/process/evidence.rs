@@ -98,3 +98,39 @@ async fn evidence_of_every_kind_of_ending_validates_against_the_schema() {
         assert_eq!(wrapped.matches("</data>").count(), 1);
     }
 }
+
+/// The workspace-relative cwd in the evidence and in launch errors, and
+/// the executable in launch errors, are redacted like argv.
+#[tokio::test]
+async fn the_cwd_and_launch_errors_are_redacted_like_argv() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(SECRET)).unwrap();
+    let opts = with_secret().clone();
+    let opts = LaunchOptions {
+        workspace: dir.path().to_path_buf(),
+        ..opts
+    };
+    let tok = || EnvValue::Secret(SecretRef::new("api-token"));
+    let i =
+        Invocation::validate(spec("true", &[]).with_cwd(SECRET).with_env("TOK", tok())).unwrap();
+    let ev = run(i, &opts).await.unwrap();
+    assert_eq!(ev.invocation.cwd, REDACTED);
+    assert!(!ev.to_json().contains(SECRET));
+
+    let missing_cwd = format!("{SECRET}/nope");
+    let exe_in_secret = format!("./{SECRET}/tool");
+    let missing_exe = format!("/nonexistent/{SECRET}");
+    let cases = [
+        spec("true", &[]).with_cwd(missing_cwd),
+        spec(&exe_in_secret, &[]),
+        spec(&missing_exe, &[]),
+        spec(SECRET, &[]),
+    ];
+    for s in cases {
+        let i = Invocation::validate(s.with_env("TOK", tok())).unwrap();
+        let e = custodian::process::launch(i, &opts).unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(!text.contains(SECRET), "{text}");
+        assert!(text.contains(REDACTED), "{text}");
+    }
+}

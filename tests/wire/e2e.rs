@@ -358,3 +358,52 @@ async fn node_on_stdio_cleans_what_the_edge_left_open_when_stdin_closes() {
         "closed on exit"
     );
 }
+
+/// `run_process` with a timeout that would overflow the node's clock gets a
+/// typed refusal (`invalid_invocation`) and launches nothing; the node keeps
+/// serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_process_with_an_overflowing_timeout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["node", "--workspace"])
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let client = WireClient::from_parts(
+        child.stdout.take().unwrap(),
+        child.stdin.take().unwrap(),
+        1 << 20,
+    );
+    let id = RequestId::new("huge").unwrap();
+    client.open_workspace(&id).await.unwrap();
+    let marker = dir.path().join("launched");
+    let spec = |timeout_ms| RunSpec {
+        executable: "/bin/sh".into(),
+        argv: vec!["-c".into(), format!("touch '{}'", marker.display())],
+        env: Default::default(),
+        cwd: None,
+        timeout_ms: Some(timeout_ms),
+    };
+    for huge in [u64::MAX, 100 * 365 * 86_400 * 1000] {
+        match client.run_process(&id, spec(huge)).await {
+            Err(custodian::wire::WireError::Refused { code }) => {
+                assert_eq!(code.as_str(), "invalid_invocation")
+            }
+            other => panic!("{huge} ms: {other:?}"),
+        }
+    }
+    assert!(!marker.exists(), "nothing was launched");
+    let ok = client.run_process(&id, spec(10_000)).await.unwrap();
+    assert_eq!(ok.reason.as_str(), "exited", "{ok:?}");
+    assert!(marker.exists());
+    drop(client);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}

@@ -448,6 +448,52 @@ fn a_root_that_leaves_a_silent_group_member_gets_it_stopped() {
     assert_eq!(render(&t.actions), "reap settle:exited:terminated");
 }
 
+/// A cancel or deadline that arrives while a probe is outstanding is not
+/// lost: the probe still decides what to stop, and the evidence keeps the
+/// cause (regression: the probe-pending early return dropped it, so the
+/// run was reported `exited`).
+#[test]
+fn a_cancel_or_deadline_during_a_probe_keeps_its_cause() {
+    for (event, cause, status) in [
+        (Event::Cancel, Cause::Cancel, "cancelled"),
+        (Event::DeadlineReached, Cause::Timeout, "timed_out"),
+    ] {
+        let probing = reach(Tier::PinnedGroup, &[(1, EXIT0), (1, OUT), (1, ERR)]);
+        assert_eq!(probing.probe, ProbeState::Pending);
+        let t = step(&probing, event, secs(2));
+        assert_eq!(render(&t.actions), "", "the probe decides, nothing sent");
+        assert_eq!(t.next.cause, Some(cause));
+        let waiting = t.next;
+
+        // Empty: settles with the cause, no signal was needed.
+        let t = step(&waiting, Event::GroupProbed(Probe::Empty), secs(2));
+        assert_eq!(
+            render(&t.actions),
+            format!("reap settle:{status}:terminated")
+        );
+
+        // Unknown: the same, unconfirmed.
+        let t = step(&waiting, Event::GroupProbed(Probe::Unknown), secs(2));
+        assert_eq!(
+            render(&t.actions),
+            format!("reap settle:{status}:unconfirmed")
+        );
+
+        // Occupied: the ladder runs under the recorded cause, not
+        // `leftover`; a second cause does not replace it.
+        let t = step(&waiting, Event::GroupProbed(Probe::Occupied), secs(2));
+        assert_eq!(render(&t.actions), "TERM arm:grace@4 arm:hard@7 probe");
+        assert_eq!(t.next.cause, Some(cause));
+        let other = if cause == Cause::Cancel {
+            Event::DeadlineReached
+        } else {
+            Event::Cancel
+        };
+        let t = step(&t.next, other, secs(3));
+        assert_eq!(t.next.cause, Some(cause));
+    }
+}
+
 // ---- randomized sequences against the invariants ----
 
 fn arb_event() -> impl Strategy<Value = Event> {

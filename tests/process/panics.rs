@@ -1,0 +1,107 @@
+//! Panics after the spawn never leak a process: with a fault injected at
+//! each point through the hidden seam, the group is killed, the root
+//! reaped, and exactly one evidence (status `internal_error`) reaches every
+//! waiter.
+
+use std::time::Duration;
+
+use custodian::process::evidence::{EscalationReason, Status, Verdict};
+use custodian::process::fault::FaultPoint;
+use custodian::process::{Invocation, launch};
+
+use crate::common::*;
+
+fn faulty(script: &str, at: FaultPoint) -> Invocation {
+    sh(script, Duration::from_secs(20)).with_fault(at)
+}
+
+/// Runs `script` with a fault at `at`; returns the evidence and the pid the
+/// script printed first (a group member it started), if any.
+async fn run_faulty(script: &str, at: FaultPoint) -> (custodian::process::Running, u32) {
+    let r = tokio::time::timeout(Duration::from_secs(10), async {
+        launch(faulty(script, at), &opts()).unwrap()
+    })
+    .await
+    .unwrap();
+    (r.clone(), r.pid())
+}
+
+async fn settled_in_time(
+    r: &custodian::process::Running,
+) -> std::sync::Arc<custodian::process::Evidence> {
+    tokio::time::timeout(Duration::from_secs(10), r.settled())
+        .await
+        .expect("a waiter hung after a panic")
+}
+
+fn assert_internal_error(ev: &custodian::process::Evidence, killed: bool) {
+    assert_eq!(ev.status, Status::InternalError, "{ev:?}");
+    assert_ne!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    if killed {
+        assert!(
+            ev.escalation
+                .iter()
+                .any(|s| s.reason == EscalationReason::InternalError),
+            "{ev:?}"
+        );
+    }
+    // Still one valid JSON object.
+    let v: serde_json::Value = serde_json::from_str(&ev.to_json()).unwrap();
+    assert_eq!(v["status"], "internal_error");
+}
+
+/// Right after the spawn, before a driver exists: the guard that owns the
+/// child kills the group (the member too) and reaps the root.
+#[tokio::test]
+async fn a_panic_right_after_the_spawn() {
+    let (r, root) = run_faulty("sleep 30 & wait", FaultPoint::AfterSpawn).await;
+    let ev = settled_in_time(&r).await;
+    assert_internal_error(&ev, true);
+    let other = settled_in_time(&r).await;
+    assert!(std::sync::Arc::ptr_eq(&ev, &other), "one evidence");
+    assert!(eventually(|| members(root).is_empty()).await);
+    assert_no_leftovers(root);
+}
+
+/// In the driver, at the first event: the root already exited and left a
+/// silent member; the member is killed.
+#[tokio::test]
+async fn a_panic_while_stepping_the_machine() {
+    let script = "sleep 30 >/dev/null 2>&1 & echo $!";
+    let (r, root) = run_faulty(script, FaultPoint::Step).await;
+    let ev = settled_in_time(&r).await;
+    assert_internal_error(&ev, true);
+    assert!(eventually(|| members(root).is_empty()).await);
+    assert_no_leftovers(root);
+}
+
+/// While storing captured output: the root is alive and is killed with
+/// its group.
+#[tokio::test]
+async fn a_panic_while_capturing() {
+    let (r, root) = run_faulty("echo x; sleep 30", FaultPoint::Capture).await;
+    let ev = settled_in_time(&r).await;
+    assert_internal_error(&ev, true);
+    assert!(eventually(|| members(root).is_empty()).await);
+    assert_no_leftovers(root);
+}
+
+/// While building the evidence: a minimal evidence is published instead.
+#[tokio::test]
+async fn a_panic_while_building_the_evidence() {
+    let (r, root) = run_faulty("echo hi", FaultPoint::Evidence).await;
+    let ev = settled_in_time(&r).await;
+    assert_internal_error(&ev, false);
+    assert_eq!(ev.stdout.text, "", "the minimal evidence claims nothing");
+    assert_no_leftovers(root);
+}
+
+/// The live members of group `pgid`.
+fn members(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| matches!(stat(p), Some((s, pg)) if pg == pgid && s != 'Z' && s != 'X'))
+        .collect()
+}
