@@ -261,10 +261,10 @@ pub fn process<S: ProcessStep>(step: S, threads: usize) -> Report {
 }
 
 /// Properties the real process machine is known to violate, until fixed:
-/// a cancel that arrives after the ladder already climbed for a held pipe
-/// or a leftover member keeps the first cause, so the run is reported by
-/// the root's own status. (A cancel during an outstanding probe is no
-/// longer dropped.)
+/// a cancel or deadline that arrives after the ladder already climbed for a
+/// held pipe or a leftover member keeps the first cause, so the run is
+/// reported by the root's own status.
+/// (A cancel during an outstanding probe is no longer dropped.)
 pub const KNOWN_PROCESS_VIOLATIONS: &[&str] = &[process::REQUESTED_CAUSE_REPORTED];
 
 /// Checks the composition model (one node, one edge, `waiters` waiters, at

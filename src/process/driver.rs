@@ -1252,9 +1252,12 @@ impl Driver {
                     #[cfg(unix)]
                     let delivery = sys::signal_group(self.pid, sig);
                     #[cfg(not(unix))]
-                    let delivery = match self.child.as_mut().map(|c| c.start_kill()) {
-                        Some(Ok(())) => Delivery::Delivered,
-                        _ => Delivery::NoSuchProcess,
+                    let delivery = {
+                        let _ = sig;
+                        match self.child.as_mut().map(|c| c.start_kill()) {
+                            Some(Ok(())) => Delivery::Delivered,
+                            _ => Delivery::NoSuchProcess,
+                        }
                     };
                     if internal {
                         self.record_internal_kill(cgroup_killed, delivery, now);
