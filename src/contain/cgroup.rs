@@ -929,6 +929,51 @@ mod tests {
         cg.remove().unwrap();
     }
 
+    /// The watch is what wakes settlement: it must fire when a process in
+    /// the cgroup dies, without the watcher ever reading the file.
+    #[cfg(target_arch = "x86_64")]
+    #[tokio::test]
+    async fn the_watch_wakes_when_the_last_process_dies() {
+        use crate::process::spawn::{SpawnSpec, spawn, supported};
+        let cg = match process_cgroup() {
+            Ok(cg) if supported() => cg,
+            _ => {
+                eprintln!("skipped: no writable cgroup v2 or no clone3 here");
+                return;
+            }
+        };
+        let mut watch = cg.watch().unwrap();
+        let null =
+            rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        let argv = [CString::new("sleep").unwrap(), CString::new("30").unwrap()];
+        let child = spawn(&SpawnSpec {
+            program: c"/bin/sleep",
+            argv: &argv,
+            envp: &[],
+            cwd: None,
+            stdin: null.as_fd(),
+            stdout: null.as_fd(),
+            stderr: null.as_fd(),
+            new_process_group: true,
+            cgroup: Some(cg.as_fd()),
+        })
+        .unwrap();
+        assert!(cg.populated().unwrap());
+        // Drain the change that the spawn itself caused (populated 1).
+        let drain = std::time::Duration::from_millis(200);
+        let _ = tokio::time::timeout(drain, watch.changed()).await;
+        cg.kill().unwrap();
+        let woke = tokio::time::timeout(std::time::Duration::from_secs(5), watch.changed()).await;
+        assert!(woke.is_ok(), "no wake-up within 5 s of cgroup.kill");
+        let _ = rustix::process::waitid(
+            rustix::process::WaitId::PidFd(child.pidfd.as_fd()),
+            rustix::process::WaitIdOptions::EXITED,
+        );
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        assert!(cg.wait_unpopulated(deadline).await.unwrap());
+        cg.remove().unwrap();
+    }
+
     #[test]
     fn populated_is_read_from_the_events_text() {
         assert_eq!(parse_populated(b"populated 1\nfrozen 0\n"), Some(true));
