@@ -662,4 +662,41 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn capacity_reports_the_configured_bound() {
+        for capacity in [0, 1, 5] {
+            assert_eq!(Elections::<u8, u8>::new(capacity).capacity(), capacity);
+        }
+    }
+
+    #[test]
+    fn debug_shows_flags_and_counts_never_values() {
+        let election = Election::new();
+        assert_eq!(
+            format!("{election:?}"),
+            "Election { claimed: false, settled: false }"
+        );
+        let elected = election.elect();
+        assert_eq!(format!("{elected:?}"), "Elected::Owner(..)");
+        let waiting = election.elect();
+        assert_eq!(format!("{waiting:?}"), "Elected::Waiter(..)");
+        let guard = owner(elected);
+        assert_eq!(format!("{guard:?}"), "OwnerGuard { published: false }");
+        guard.complete("secret-value");
+        let waiter = election.waiter();
+        let printed = [format!("{election:?}"), format!("{waiter:?}")];
+        assert_eq!(printed[0], "Election { claimed: true, settled: true }");
+        assert_eq!(printed[1], "Waiter { settled: true }");
+        assert!(printed.iter().all(|p| !p.contains("secret")), "{printed:?}");
+
+        // Two entries, one of them completed: in flight is their difference.
+        let keyed: Elections<u8, &str> = Elections::new(4);
+        owner(keyed.elect(1)).complete("secret-value");
+        let _running = owner(keyed.elect(2));
+        assert_eq!(
+            format!("{keyed:?}"),
+            "Elections { in_flight: 1, cached: 1, capacity: 4 }"
+        );
+    }
 }
