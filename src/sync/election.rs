@@ -672,31 +672,35 @@ mod tests {
 
     #[test]
     fn debug_shows_flags_and_counts_never_values() {
+        let mut printed = Vec::new();
         let election = Election::new();
-        assert_eq!(
-            format!("{election:?}"),
-            "Election { claimed: false, settled: false }"
-        );
+        printed.push(format!("{election:?}"));
         let elected = election.elect();
-        assert_eq!(format!("{elected:?}"), "Elected::Owner(..)");
-        let waiting = election.elect();
-        assert_eq!(format!("{waiting:?}"), "Elected::Waiter(..)");
+        printed.push(format!("{elected:?}"));
+        printed.push(format!("{:?}", election.elect()));
         let guard = owner(elected);
-        assert_eq!(format!("{guard:?}"), "OwnerGuard { published: false }");
+        printed.push(format!("{guard:?}"));
         guard.complete("secret-value");
-        let waiter = election.waiter();
-        let printed = [format!("{election:?}"), format!("{waiter:?}")];
-        assert_eq!(printed[0], "Election { claimed: true, settled: true }");
-        assert_eq!(printed[1], "Waiter { settled: true }");
-        assert!(printed.iter().all(|p| !p.contains("secret")), "{printed:?}");
-
+        printed.push(format!("{election:?}"));
+        printed.push(format!("{:?}", election.waiter()));
         // Two entries, one of them completed: in flight is their difference.
         let keyed: Elections<u8, &str> = Elections::new(4);
         owner(keyed.elect(1)).complete("secret-value");
         let _running = owner(keyed.elect(2));
+        printed.push(format!("{keyed:?}"));
+        // One comparison, so a failure shows every line that changed.
         assert_eq!(
-            format!("{keyed:?}"),
-            "Elections { in_flight: 1, cached: 1, capacity: 4 }"
+            printed,
+            [
+                "Election { claimed: false, settled: false }",
+                "Elected::Owner(..)",
+                "Elected::Waiter(..)",
+                "OwnerGuard { published: false }",
+                "Election { claimed: true, settled: true }",
+                "Waiter { settled: true }",
+                "Elections { in_flight: 1, cached: 1, capacity: 4 }",
+            ]
         );
+        assert!(printed.iter().all(|p| !p.contains("secret")), "{printed:?}");
     }
 }

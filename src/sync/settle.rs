@@ -437,15 +437,17 @@ mod tests {
         let (_, waker) = counting_waker();
         let mut future = cell.wait_async();
         assert_eq!(poll_once(&mut future, &waker), Poll::Pending);
-        assert_eq!(
-            format!("{cell:?}"),
-            "SettleOnce { value: None, registered_wakers: 1 }"
-        );
-        assert_eq!(format!("{future:?}"), "Settled { registered: true, .. }");
+        let mut printed = vec![format!("{cell:?}"), format!("{future:?}")];
         cell.settle(9u8).unwrap();
+        printed.push(format!("{cell:?}"));
+        // One comparison, so a failure shows every line that changed.
         assert_eq!(
-            format!("{cell:?}"),
-            "SettleOnce { value: Some(9), registered_wakers: 0 }"
+            printed,
+            [
+                "SettleOnce { value: None, registered_wakers: 1 }",
+                "Settled { registered: true, .. }",
+                "SettleOnce { value: Some(9), registered_wakers: 0 }",
+            ]
         );
     }
 
