@@ -680,4 +680,45 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn capacity_reports_the_configured_bound() {
+        for capacity in [0, 1, 5] {
+            assert_eq!(Elections::<u8, u8>::new(capacity).capacity(), capacity);
+        }
+    }
+
+    #[test]
+    fn debug_shows_flags_and_counts_never_values() {
+        let mut printed = Vec::new();
+        let election = Election::new();
+        printed.push(format!("{election:?}"));
+        let elected = election.elect();
+        printed.push(format!("{elected:?}"));
+        printed.push(format!("{:?}", election.elect()));
+        let guard = owner(elected);
+        printed.push(format!("{guard:?}"));
+        guard.complete("secret-value");
+        printed.push(format!("{election:?}"));
+        printed.push(format!("{:?}", election.waiter()));
+        // Two entries, one of them completed: in flight is their difference.
+        let keyed: Elections<u8, &str> = Elections::new(4);
+        owner(keyed.elect(1)).complete("secret-value");
+        let _running = owner(keyed.elect(2));
+        printed.push(format!("{keyed:?}"));
+        // One comparison, so a failure shows every line that changed.
+        assert_eq!(
+            printed,
+            [
+                "Election { claimed: false, settled: false }",
+                "Elected::Owner(..)",
+                "Elected::Waiter(..)",
+                "OwnerGuard { published: false }",
+                "Election { claimed: true, settled: true }",
+                "Waiter { settled: true }",
+                "Elections { in_flight: 1, cached: 1, capacity: 4 }",
+            ]
+        );
+        assert!(printed.iter().all(|p| !p.contains("secret")), "{printed:?}");
+    }
 }

@@ -420,4 +420,55 @@ mod tests {
         cell.settle(1).unwrap();
         assert_eq!(cell.wait_async().await, 1);
     }
+
+    #[test]
+    fn is_settled_turns_true_on_settle_and_stays_true() {
+        let cell = SettleOnce::new();
+        assert!(!cell.is_settled());
+        cell.settle(0u8).unwrap();
+        assert!(cell.is_settled());
+        assert!(cell.settle(1).is_err());
+        assert!(cell.is_settled());
+    }
+
+    #[test]
+    fn debug_shows_the_state_not_an_empty_string() {
+        let cell = SettleOnce::new();
+        let (_, waker) = counting_waker();
+        let mut future = cell.wait_async();
+        assert_eq!(poll_once(&mut future, &waker), Poll::Pending);
+        let mut printed = vec![format!("{cell:?}"), format!("{future:?}")];
+        cell.settle(9u8).unwrap();
+        printed.push(format!("{cell:?}"));
+        // One comparison, so a failure shows every line that changed.
+        assert_eq!(
+            printed,
+            [
+                "SettleOnce { value: None, registered_wakers: 1 }",
+                "Settled { registered: true, .. }",
+                "SettleOnce { value: Some(9), registered_wakers: 0 }",
+            ]
+        );
+    }
+
+    #[test]
+    fn dropping_one_waiter_keeps_the_other_waiters_registration() {
+        let cell = SettleOnce::new();
+        let (kept_count, kept_waker) = counting_waker();
+        let (gone_count, gone_waker) = counting_waker();
+        let mut kept = cell.wait_async();
+        let mut gone = cell.wait_async();
+        assert_eq!(poll_once(&mut kept, &kept_waker), Poll::Pending);
+        assert_eq!(poll_once(&mut gone, &gone_waker), Poll::Pending);
+        drop(gone);
+        assert_eq!(cell.registered_wakers(), 1);
+        cell.settle(3u8).unwrap();
+        assert_eq!(kept_count.0.load(Ordering::SeqCst), 1, "kept waiter lost");
+        assert_eq!(
+            gone_count.0.load(Ordering::SeqCst),
+            0,
+            "dropped waiter woken"
+        );
+        assert_eq!(poll_once(&mut kept, &kept_waker), Poll::Ready(3));
+    }
 }

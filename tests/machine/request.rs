@@ -634,3 +634,27 @@ fn every_duplicate_after_completion_is_recorded_and_changes_nothing() {
     }
     assert_eq!(s.unexpected(), 4);
 }
+
+// ---- Tests added from mutation testing (scripts/mutants machine-request) ----
+
+#[test]
+fn duplicate_counts_are_per_kind_and_count_every_repeat() {
+    let (done, _) = run(&[
+        Event::Candidate(Candidate::Success),
+        Event::EndpointAcknowledged,
+        Event::Published,
+    ]);
+    for k in CandidateKind::ALL {
+        assert_eq!(done.duplicates().count(k), 0, "{k:?}");
+    }
+    let mut s = done;
+    for round in 1..=3u32 {
+        for e in EVENTS {
+            s = step(&s, e, Instant::now()).next;
+        }
+        for k in CandidateKind::ALL {
+            assert_eq!(s.duplicates().count(k), round, "{k:?}");
+        }
+    }
+    assert_eq!(s.duplicates().total(), 3 * CandidateKind::ALL.len() as u64);
+}

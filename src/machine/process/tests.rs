@@ -746,3 +746,25 @@ fn abandon_kills_only_when_safe_cuts_and_settles_once() {
         "KILL reap settle:cancelled:unconfirmed"
     );
 }
+
+// ---- Tests added from mutation testing (scripts/mutants machine-process) ----
+
+/// A drain bound that fires after both streams closed (its timer is not
+/// cancelled) while the group probe is out must neither act nor record a
+/// held-stdio cause: the streams were not held.
+#[test]
+fn a_late_drain_bound_during_a_probe_records_no_held_stdio() {
+    for tier in [Tier::PinnedGroup, Tier::Cgroup] {
+        let probing = reach(tier, &[(1, EXIT0), (2, OUT), (3, ERR)]);
+        assert_eq!(probing.probe, ProbeState::Pending, "{tier:?}");
+        let late = step(&probing, Event::DrainBoundReached, secs(4));
+        assert_eq!(render(&late.actions), "", "{tier:?}");
+        assert_eq!(late.next.cause, None, "{tier:?}");
+        let done = step(&late.next, Event::GroupProbed(Probe::Empty), secs(5));
+        let Some(Action::Settle(summary)) = done.actions.last() else {
+            panic!("{tier:?}: no settle in {:?}", done.actions);
+        };
+        assert_eq!(summary.cause, None, "{tier:?}");
+        assert_eq!(summary.descendants, Descendants::Terminated, "{tier:?}");
+    }
+}
