@@ -473,8 +473,8 @@ pub fn step<I: Instant>(state: &State<I>, event: Event, now: I) -> Transition<I>
             }
         }
         Event::StreamClosed(which) => s.stream_mut(which).open = false,
-        Event::DeadlineReached => s.request_ladder(Cause::Timeout, now, &mut out),
-        Event::Cancel => s.request_ladder(Cause::Cancel, now, &mut out),
+        Event::DeadlineReached => s.request_stop(Cause::Timeout, now, &mut out),
+        Event::Cancel => s.request_stop(Cause::Cancel, now, &mut out),
         Event::GraceElapsed => {
             if s.phase == Phase::Term {
                 s.phase = Phase::Kill;
@@ -611,6 +611,18 @@ impl<I: Instant> State<I> {
 
     /// Starts `TERM → grace → KILL` unless it already started or a probe
     /// is outstanding.
+    /// A stop the caller asked for (timeout, cancel). It is what the
+    /// evidence reports even when the ladder already climbed for the run's
+    /// own reasons (a held pipe, a leftover member): the caller's deadline
+    /// or cancel still ended the call. Between two requested stops the
+    /// first wins.
+    fn request_stop(&mut self, cause: Cause, now: I, out: &mut Vec<Action<I>>) {
+        if matches!(self.cause, Some(Cause::HeldStdio | Cause::Leftover)) {
+            self.cause = Some(cause);
+        }
+        self.request_ladder(cause, now, out);
+    }
+
     fn request_ladder(&mut self, cause: Cause, now: I, out: &mut Vec<Action<I>>) {
         if !matches!(self.phase, Phase::Running | Phase::Draining) {
             return;

@@ -768,3 +768,34 @@ fn a_late_drain_bound_during_a_probe_records_no_held_stdio() {
         assert_eq!(summary.descendants, Descendants::Terminated, "{tier:?}");
     }
 }
+
+/// A timeout or cancel that arrives after the ladder already climbed for
+/// the run's own reason (here a pipe held past a signalled root's exit) is
+/// what the evidence reports (regression found by the process model's
+/// "requested cause reported" property: the run was reported `signaled`).
+#[test]
+fn a_requested_stop_after_a_held_pipe_ladder_is_reported() {
+    for (event, status) in [
+        (Event::DeadlineReached, Status::TimedOut),
+        (Event::Cancel, Status::Cancelled),
+    ] {
+        let held = reach(
+            Tier::PinnedGroup,
+            &[
+                (1, Event::RootExited(ExitStatus::Signal(9))),
+                (1, ERR),
+                (2, Event::DrainBoundReached),
+            ],
+        );
+        assert_eq!(held.cause, Some(Cause::HeldStdio));
+        assert_eq!(held.phase, Phase::Term);
+        let t = step(&held, event, secs(3));
+        assert_eq!(render(&t.actions), "", "the ladder is already running");
+        let t = step(&t.next, Event::GraceElapsed, secs(4));
+        let t = step(&t.next, Event::HardDeadlineReached, secs(5));
+        let Some(Action::Settle(sum)) = t.actions.last() else {
+            panic!("no settle in {:?}", t.actions);
+        };
+        assert_eq!(sum.status(), status, "{event:?}");
+    }
+}
