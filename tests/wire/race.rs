@@ -36,6 +36,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 const REQUESTS: usize = 2000;
 /// Requests in flight at once.
 const CONCURRENCY: usize = 32;
+/// Every this many requests the executor announces only after the request
+/// completed (the forced refused branch).
+const LATE_EVERY: usize = 50;
 
 /// The real workspace node, counting what the node asked of it.
 struct Counting {
@@ -237,7 +240,14 @@ async fn executor(
     h: RequestHandle,
     order: Order,
     mut rng: Rng,
+    late: bool,
 ) -> &'static str {
+    if late {
+        // Forced branch: announce only once the request has completed, so
+        // every run takes the refused path through the real wire whatever
+        // the free race happens to produce on this transport.
+        h.finished().await;
+    }
     for _ in 0..rng.below(4) {
         tokio::task::yield_now().await;
     }
@@ -348,7 +358,14 @@ where
             ids.push(id.clone());
             let h = co.start(id);
             let mut rng = Rng::new(1000 + i as u64);
-            let exec = tokio::spawn(executor(client.clone(), h.clone(), order, rng.clone()));
+            let late = i % LATE_EVERY == LATE_EVERY - 1;
+            let exec = tokio::spawn(executor(
+                client.clone(),
+                h.clone(),
+                order,
+                rng.clone(),
+                late,
+            ));
             let cancel_after = rng.below(12);
             let canceller = {
                 let h = h.clone();
