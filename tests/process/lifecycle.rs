@@ -127,10 +127,16 @@ async fn setsid_escapee_is_never_reported_terminated() {
             .reasons
             .contains(&VerdictReason::StdioHeldOpen)
     );
+    // Either the group was found empty (and the tier says it cannot see a
+    // descendant that left it), or a busy host never let a scan through
+    // quietly: both are honest, neither is `terminated`.
     assert!(
+        ev.descendants.reasons.iter().any(|r| matches!(
+            r,
+            VerdictReason::MayHaveLeftGroup | VerdictReason::GroupEmptinessUnknown
+        )),
+        "{:?}",
         ev.descendants
-            .reasons
-            .contains(&VerdictReason::MayHaveLeftGroup)
     );
     assert_no_leftovers(r.pgid());
 }
