@@ -592,6 +592,9 @@ mod tests {
     fn after_a_restart_a_cleanup_asks_the_workspace() {
         let t = step(&State::after_restart(), Input::Cleanup);
         assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
+        // The started cleanup is counted (the actor model and the fuzz
+        // oracle read this count to check "at most one").
+        assert_eq!(t.next.cleanups_started(), 1);
     }
 
     #[test]
