@@ -236,11 +236,15 @@ impl Workspace {
             return Err(WorkspaceError::Closed);
         }
         let mut requests = lock(&self.inner.requests);
-        if requests.contains_key(&id) {
-            return Err(WorkspaceError::AlreadyOpen { request: id });
-        }
+        // A filed cleanup result comes first: the cleanup task removes the
+        // id from `requests` only after filing it, so a caller woken by the
+        // result can still find the entry for a moment; the request is
+        // cleaned all the same.
         if self.inner.elections.result(&id).is_some() {
             return Err(WorkspaceError::AlreadyCleaned { request: id });
+        }
+        if requests.contains_key(&id) {
+            return Err(WorkspaceError::AlreadyOpen { request: id });
         }
         let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
         let jobs = self.inner.jobs.as_fd();
