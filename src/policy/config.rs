@@ -24,7 +24,7 @@
 //! ```
 //!
 //! Unknown keys anywhere are errors, as are unknown selectors, an undefined
-//! active profile, empty or never-matching patterns, and a `target` on a rule
+//! active profile, empty or oversized patterns, and a `target` on a rule
 //! whose tool selector is not exactly `process.run`.
 
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ pub enum ConfigError {
         /// Why.
         source: SelectorError,
     },
-    /// A pattern is empty or could never match.
+    /// A pattern is empty or too long.
     #[error("{at}: invalid pattern: {source}")]
     InvalidPattern {
         /// Where, e.g. `policy.overrides[0]`.

@@ -1,7 +1,11 @@
 //! Approval overrides and target patterns.
 //!
 //! An override is a string compared with a [`MatchTarget`]. Without `*` it is
-//! *exact*: it matches one target and nothing else. Generated overrides are
+//! *exact*: it matches one target and nothing else — it equals either the
+//! target's display text (for an oversized invocation that text ends in the
+//! SHA-256 of the whole serialization, so it still binds every byte) or its
+//! full serialization. A pattern with `*` is matched against the *full*
+//! serialization, never the bounded display text. Generated overrides are
 //! always exact, because a target never contains a raw `*` (it is escaped as
 //! `\u002a`). A manually written override may contain `*`, which matches any
 //! sequence of characters, *including the structural separators of the
@@ -13,7 +17,13 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::target::{MAX_TARGET_BYTES, MatchTarget};
+use super::target::MatchTarget;
+
+/// The longest override or pattern accepted, in bytes. A generated exact
+/// override is at most [`MAX_TARGET_BYTES`](super::target::MAX_TARGET_BYTES);
+/// hand-written patterns are matched against the full serialization, which
+/// may be longer, so this bound only keeps a policy file reasonable.
+pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
 
 /// Why a pattern was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize)]
@@ -23,13 +33,12 @@ pub enum PatternError {
     /// The pattern is empty.
     #[error("the pattern is empty")]
     Empty,
-    /// The pattern has more literal bytes than any target can hold, so it
-    /// could never match.
-    #[error("the pattern has {literal_bytes} literal bytes, more than any target ({max})")]
+    /// The pattern is longer than [`MAX_PATTERN_BYTES`].
+    #[error("the pattern has {bytes} bytes, more than {max}")]
     TooLong {
-        /// Non-wildcard bytes in the pattern.
-        literal_bytes: usize,
-        /// [`MAX_TARGET_BYTES`].
+        /// The pattern's length.
+        bytes: usize,
+        /// [`MAX_PATTERN_BYTES`].
         max: usize,
     },
 }
@@ -47,16 +56,16 @@ impl Pattern {
     ///
     /// # Errors
     ///
-    /// [`PatternError`] for an empty pattern or one that could never match.
+    /// [`PatternError`] for an empty pattern or one longer than
+    /// [`MAX_PATTERN_BYTES`].
     pub fn parse(text: &str) -> Result<Self, PatternError> {
         if text.is_empty() {
             return Err(PatternError::Empty);
         }
-        let literal_bytes = text.bytes().filter(|&b| b != b'*').count();
-        if literal_bytes > MAX_TARGET_BYTES {
+        if text.len() > MAX_PATTERN_BYTES {
             return Err(PatternError::TooLong {
-                literal_bytes,
-                max: MAX_TARGET_BYTES,
+                bytes: text.len(),
+                max: MAX_PATTERN_BYTES,
             });
         }
         Ok(Pattern {
@@ -82,12 +91,14 @@ impl Pattern {
         &self.text
     }
 
-    /// Whether the pattern matches the whole target.
+    /// Whether the pattern matches the whole target: an exact override
+    /// equals its display text or its full serialization; a wildcard pattern
+    /// matches its full serialization.
     pub fn matches(&self, target: &MatchTarget) -> bool {
         if self.is_exact() {
-            return self.text == target.as_str();
+            return self.text == target.as_str() || self.text == target.full_text();
         }
-        wildcard_match(self.text.as_bytes(), target.as_str().as_bytes())
+        segments_match(&self.text, target.full_text())
     }
 }
 
@@ -95,6 +106,32 @@ impl fmt::Display for Pattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
     }
+}
+
+/// `*`-only glob, linear in the text: the pattern is split at `*` into
+/// literal segments; the first must be a prefix, the last a suffix, and the
+/// ones between are found leftmost, in order, in what remains. Leftmost is
+/// always safe for a `*`-only language (an earlier match leaves more text for
+/// the rest), and `str::find` is linear, so an attacker-sized target costs
+/// time proportional to its length whatever the pattern.
+pub(crate) fn segments_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let middle: Vec<&str> = parts.collect();
+    let Some((last, middle)) = middle.split_last() else {
+        // No `*` at all: the pattern is the whole text.
+        return rest.is_empty();
+    };
+    for seg in middle {
+        match rest.find(seg) {
+            Some(at) => rest = &rest[at + seg.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
 }
 
 /// `*`-only glob over bytes: greedy with a single backtrack point, which is
@@ -191,12 +228,54 @@ mod tests {
     #[test]
     fn pattern_refusals() {
         assert_eq!(Pattern::parse(""), Err(PatternError::Empty));
-        let long = "a".repeat(MAX_TARGET_BYTES + 1);
+        let long = "a".repeat(MAX_PATTERN_BYTES + 1);
         assert!(matches!(
             Pattern::parse(&long),
             Err(PatternError::TooLong { .. })
         ));
-        let ok = format!("{}*", "a".repeat(MAX_TARGET_BYTES));
+        let ok = format!("{}*", "a".repeat(MAX_PATTERN_BYTES - 1));
         assert!(Pattern::parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn segment_matcher_agrees_with_the_backtracking_one() {
+        let alphabet = ["", "a", "b", "*", "ab", "ba", "a*", "*b"];
+        let texts = ["", "a", "b", "ab", "ba", "aab", "abab", "bba", "aXbYbZc"];
+        for x in alphabet {
+            for y in alphabet {
+                for z in alphabet {
+                    let p = format!("{x}{y}{z}");
+                    for t in texts {
+                        assert_eq!(
+                            segments_match(&p, t),
+                            wildcard_match(p.as_bytes(), t.as_bytes()),
+                            "{p:?} vs {t:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn patterns_see_what_lies_past_the_display_prefix() {
+        let padded = ProcessTarget {
+            executable: "x".into(),
+            argv: vec!["a".repeat(2 * crate::policy::MAX_TARGET_BYTES)],
+            env_overlay: vec![(
+                "LD_PRELOAD".into(),
+                crate::policy::EnvValue::Literal("/tmp/e.so".into()),
+            )],
+            ..ProcessTarget::default()
+        }
+        .match_target()
+        .unwrap();
+        assert!(padded.is_truncated());
+        assert!(!padded.as_str().contains("LD_PRELOAD"));
+        let deny = Pattern::parse(r#"*"env":{*"LD_PRELOAD":*"#).unwrap();
+        assert!(deny.matches(&padded));
+        // Both forms of the exact override bind this invocation.
+        assert!(Pattern::exact(&padded).matches(&padded));
+        assert!(Pattern::parse(padded.full_text()).unwrap().matches(&padded));
     }
 }

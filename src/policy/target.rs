@@ -19,11 +19,16 @@
 //! a generated target never contains a raw `*`, so an exact override can never
 //! be mistaken for a wildcard pattern.
 //!
-//! A serialization longer than [`MAX_TARGET_BYTES`] keeps a readable prefix
-//! and ends in [`TRUNCATION_MARKER`] followed by the lowercase hex SHA-256 of
-//! the *full* serialization.
+//! A serialization longer than [`MAX_TARGET_BYTES`] is *displayed* as a
+//! readable prefix ending in [`TRUNCATION_MARKER`] followed by the lowercase
+//! hex SHA-256 of the *full* serialization. The display form is for people
+//! and for exact approvals (the hash binds the whole invocation); rules and
+//! wildcard overrides are always matched against the full serialization
+//! ([`MatchTarget::full_text`]), so no part of an invocation can hide from a
+//! rule by being pushed past the readable prefix.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
+use std::sync::Arc;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -151,16 +156,29 @@ pub struct CanonicalProcess {
 }
 
 /// The serialized identity of one invocation; see the [module docs](self).
+///
+/// It holds both forms: the bounded display text ([`MatchTarget::as_str`])
+/// and the full serialization ([`MatchTarget::full_text`]) that rules match.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct MatchTarget {
     text: String,
     truncated: bool,
+    #[serde(skip)]
+    full: Arc<str>,
 }
 
 impl MatchTarget {
-    /// The target text, at most [`MAX_TARGET_BYTES`] long.
+    /// The display text, at most [`MAX_TARGET_BYTES`] long: the full
+    /// serialization, or its readable prefix plus the SHA-256 of the whole.
+    /// An exact override equal to it binds the full invocation.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The full, unbounded serialization: what rules and wildcard overrides
+    /// are matched against.
+    pub fn full_text(&self) -> &str {
+        &self.full
     }
 
     /// Whether the full serialization exceeded [`MAX_TARGET_BYTES`] and this
@@ -283,6 +301,7 @@ impl CanonicalProcess {
 fn bound(full: String) -> MatchTarget {
     if full.len() <= MAX_TARGET_BYTES {
         return MatchTarget {
+            full: Arc::from(full.as_str()),
             text: full,
             truncated: false,
         };
@@ -299,6 +318,7 @@ fn bound(full: String) -> MatchTarget {
     MatchTarget {
         text,
         truncated: true,
+        full: Arc::from(full),
     }
 }
 
@@ -343,7 +363,7 @@ pub fn escape_into(out: &mut String, s: &str) {
             c if needs_unicode_escape(c) => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
+                    let _ = write!(out, "\\u{unit:04x}");
                 }
             }
             c => out.push(c),

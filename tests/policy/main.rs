@@ -3,4 +3,5 @@
 
 mod cli;
 mod examples;
+mod padding;
 mod properties;
