@@ -50,6 +50,168 @@ const SUFFIX_BYTES: usize = TRUNCATION_MARKER.len() + 64;
 /// shorter.
 pub const MAX_PREFIX_BYTES: usize = MAX_TARGET_BYTES - SUFFIX_BYTES;
 
+/// The largest total size of the executable plus all arguments: 1 MiB.
+///
+/// It bounds the invocation identity (Linux's own `ARG_MAX` is usually
+/// 2 MiB including the environment).
+pub const MAX_ARGV_BYTES: usize = 1024 * 1024;
+/// The largest number of arguments accepted.
+pub const MAX_ARGS: usize = 32 * 1024;
+/// The largest number of environment overlay entries accepted.
+pub const MAX_ENV_ENTRIES: usize = 4096;
+/// The longest working directory accepted, in bytes (Linux's `PATH_MAX`).
+pub const MAX_CWD_BYTES: usize = 4096;
+
+/// Why a working directory is refused by [`canonical_cwd`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CwdError {
+    /// The working directory is empty (omit it to mean the root).
+    #[error("the working directory is empty (omit it to use the workspace root)")]
+    Empty,
+    /// It contains a NUL byte.
+    #[error("the working directory contains a NUL byte")]
+    Nul,
+    /// It is longer than [`MAX_CWD_BYTES`].
+    #[error("the working directory is longer than {MAX_CWD_BYTES} bytes")]
+    TooLong,
+    /// It is absolute, or has a Windows root or drive prefix.
+    #[error("the working directory must be relative to the workspace")]
+    Absolute,
+    /// A `..` climbs above the workspace root.
+    #[error("the working directory escapes the workspace")]
+    Escapes,
+}
+
+/// The one canonical form of a workspace-relative working directory, used by
+/// policy targets, `custodian policy explain`, `custodian run`, the library's
+/// launcher ([`WorkspaceCwd`](crate::process::invocation::WorkspaceCwd)) and
+/// the wire: `/` and `\` both separate components, empty and `.` components
+/// are dropped, `a/..` folds lexically, and the result joins the components
+/// with `/` (`""` is the root itself).
+///
+/// Folding `..` is sound because the folded path is the one the launcher
+/// uses: `a/../b` runs in `<root>/b`, never through `a`.
+///
+/// # Errors
+///
+/// [`CwdError`]: empty, NUL, longer than [`MAX_CWD_BYTES`], absolute (`/x`,
+/// `\x`, `C:x`, or a drive prefix on any component, `a/C:x`), or climbing
+/// above the root.
+pub fn canonical_cwd(cwd: &str) -> Result<String, CwdError> {
+    if cwd.is_empty() {
+        return Err(CwdError::Empty);
+    }
+    if cwd.contains('\0') {
+        return Err(CwdError::Nul);
+    }
+    if cwd.len() > MAX_CWD_BYTES {
+        return Err(CwdError::TooLong);
+    }
+    if cwd.starts_with(['/', '\\']) {
+        return Err(CwdError::Absolute);
+    }
+    // A drive prefix (`C:`) counts as absolute in *any* component, not only
+    // the first: `./c:` folds to `c:`, and the canonical form must be a fixed
+    // point (canonicalizing it again gives it back).
+    let drive = |p: &str| {
+        let b = p.as_bytes();
+        b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in cwd.split(['/', '\\']) {
+        if drive(part) {
+            return Err(CwdError::Absolute);
+        }
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(CwdError::Escapes);
+                }
+            }
+            other => parts.push(other),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Why an executable is refused by [`check_executable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ExecutableError {
+    /// It is empty.
+    #[error("the executable is empty")]
+    Empty,
+    /// It contains a NUL byte.
+    #[error("the executable contains a NUL byte")]
+    Nul,
+    /// It is `.` or `..` or ends in a path separator.
+    #[error("the executable does not name a file")]
+    NotAFile,
+}
+
+/// The executable rules shared by policy and the launcher: non-empty, no
+/// NUL, and its last `/`- or `\`-separated component names a file.
+///
+/// # Errors
+///
+/// [`ExecutableError`].
+pub fn check_executable(exe: &str) -> Result<(), ExecutableError> {
+    if exe.is_empty() {
+        return Err(ExecutableError::Empty);
+    }
+    if exe.contains('\0') {
+        return Err(ExecutableError::Nul);
+    }
+    let last = exe.rsplit(['/', '\\']).next().unwrap_or(exe);
+    if last.is_empty() || last == "." || last == ".." {
+        return Err(ExecutableError::NotAFile);
+    }
+    Ok(())
+}
+
+/// Why an argument list is refused by [`check_argv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ArgvError {
+    /// An argument contains a NUL byte.
+    #[error("argument {index} contains a NUL byte")]
+    Nul {
+        /// Position in argv (0 is the first argument after the executable).
+        index: usize,
+    },
+    /// More than [`MAX_ARGS`] arguments, or more than [`MAX_ARGV_BYTES`] in
+    /// the executable plus arguments.
+    #[error("the argument list is too large (limit {MAX_ARGS} arguments, {MAX_ARGV_BYTES} bytes)")]
+    TooLarge,
+}
+
+/// The argument rules shared by policy and the launcher.
+///
+/// # Errors
+///
+/// [`ArgvError`].
+pub fn check_argv(exe: &str, args: &[String]) -> Result<(), ArgvError> {
+    if args.len() > MAX_ARGS {
+        return Err(ArgvError::TooLarge);
+    }
+    let mut total = exe.len();
+    for (index, arg) in args.iter().enumerate() {
+        if arg.contains('\0') {
+            return Err(ArgvError::Nul { index });
+        }
+        total = total.saturating_add(arg.len());
+    }
+    if total > MAX_ARGV_BYTES {
+        return Err(ArgvError::TooLarge);
+    }
+    Ok(())
+}
+
 /// One value of the explicit environment overlay, as policy sees it: before
 /// any secret is resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -75,8 +237,9 @@ pub struct ProcessTarget {
     pub executable: String,
     /// The arguments after the executable; boundaries are significant.
     pub argv: Vec<String>,
-    /// The working directory relative to the workspace root; `None`, `""` and
-    /// `"."` all mean the root.
+    /// The working directory relative to the workspace root, in any form
+    /// [`canonical_cwd`] accepts; `None` and `"."` mean the root, `""` is
+    /// refused (as the launcher refuses it).
     pub cwd: Option<String>,
     /// The explicit environment overlay, unresolved, in any order.
     pub env_overlay: Vec<(String, EnvValue)>,
@@ -99,21 +262,38 @@ pub enum TargetError {
     /// The executable contains a NUL byte.
     #[error("the executable contains a NUL byte")]
     NulInExecutable,
+    /// The executable is `.` or `..` or ends in a path separator.
+    #[error("the executable does not name a file")]
+    ExecutableNotAFile,
     /// An argument contains a NUL byte.
     #[error("argument {index} contains a NUL byte")]
     NulInArgument {
         /// Position in argv (0 is the first argument after the executable).
         index: usize,
     },
-    /// The working directory is absolute.
+    /// Too many arguments or argument bytes (see [`MAX_ARGS`],
+    /// [`MAX_ARGV_BYTES`]).
+    #[error("the argument list is too large (limit {MAX_ARGS} arguments, {MAX_ARGV_BYTES} bytes)")]
+    ArgvTooLarge,
+    /// The working directory is empty.
+    #[error("the working directory is empty (omit it to use the workspace root)")]
+    EmptyCwd,
+    /// The working directory is absolute (or has a Windows root or drive
+    /// prefix).
     #[error("the working directory must be relative to the workspace")]
     AbsoluteCwd,
-    /// The working directory has a `..` component.
-    #[error("the working directory must not contain a `..` component")]
+    /// The working directory climbs above the workspace root with `..`.
+    #[error("the working directory escapes the workspace")]
     ParentInCwd,
     /// The working directory contains a NUL byte.
     #[error("the working directory contains a NUL byte")]
     NulInCwd,
+    /// The working directory is longer than [`MAX_CWD_BYTES`].
+    #[error("the working directory is longer than {MAX_CWD_BYTES} bytes")]
+    CwdTooLong,
+    /// More than [`MAX_ENV_ENTRIES`] overlay entries.
+    #[error("the environment overlay has too many entries (limit {MAX_ENV_ENTRIES})")]
+    EnvTooLarge,
     /// An overlay key is empty or contains `=` or a NUL byte.
     #[error("environment overlay entry {index} has an invalid key")]
     InvalidEnvKey {
@@ -202,16 +382,34 @@ impl ProcessTarget {
     /// A [`TargetError`] naming the first malformed part; nothing is
     /// repaired.
     pub fn canonicalize(&self) -> Result<CanonicalProcess, TargetError> {
-        if self.executable.is_empty() {
-            return Err(TargetError::EmptyExecutable);
+        check_executable(&self.executable).map_err(|e| match e {
+            ExecutableError::Empty => TargetError::EmptyExecutable,
+            ExecutableError::Nul => TargetError::NulInExecutable,
+            ExecutableError::NotAFile => TargetError::ExecutableNotAFile,
+        })?;
+        check_argv(&self.executable, &self.argv).map_err(|e| match e {
+            ArgvError::Nul { index } => TargetError::NulInArgument { index },
+            ArgvError::TooLarge => TargetError::ArgvTooLarge,
+        })?;
+        let cwd = match self.cwd.as_deref() {
+            None => ".".to_owned(),
+            Some(c) => match canonical_cwd(c) {
+                Ok(c) if c.is_empty() => ".".to_owned(),
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(match e {
+                        CwdError::Empty => TargetError::EmptyCwd,
+                        CwdError::Nul => TargetError::NulInCwd,
+                        CwdError::TooLong => TargetError::CwdTooLong,
+                        CwdError::Absolute => TargetError::AbsoluteCwd,
+                        CwdError::Escapes => TargetError::ParentInCwd,
+                    });
+                }
+            },
+        };
+        if self.env_overlay.len() > MAX_ENV_ENTRIES {
+            return Err(TargetError::EnvTooLarge);
         }
-        if self.executable.contains('\0') {
-            return Err(TargetError::NulInExecutable);
-        }
-        if let Some(index) = self.argv.iter().position(|a| a.contains('\0')) {
-            return Err(TargetError::NulInArgument { index });
-        }
-        let cwd = normalize_cwd(self.cwd.as_deref().unwrap_or(""))?;
         let mut env_overlay: Vec<(usize, &String, &EnvValue)> = Vec::new();
         for (index, (key, value)) in self.env_overlay.iter().enumerate() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
@@ -319,32 +517,6 @@ fn bound(full: String) -> MatchTarget {
         text,
         truncated: true,
         full: Arc::from(full),
-    }
-}
-
-/// Lexically normalizes a workspace-relative cwd: drops empty and `.`
-/// components, refuses absolute paths and any `..`.
-fn normalize_cwd(cwd: &str) -> Result<String, TargetError> {
-    if cwd.contains('\0') {
-        return Err(TargetError::NulInCwd);
-    }
-    if cwd.starts_with('/') {
-        return Err(TargetError::AbsoluteCwd);
-    }
-    let mut parts = Vec::new();
-    for part in cwd.split('/') {
-        match part {
-            "" | "." => {}
-            // Refused outright rather than resolved: `a/..` is lexically
-            // inside, but `a` may be a symlink, and a refusal is never wrong.
-            ".." => return Err(TargetError::ParentInCwd),
-            p => parts.push(p),
-        }
-    }
-    if parts.is_empty() {
-        Ok(".".to_owned())
-    } else {
-        Ok(parts.join("/"))
     }
 }
 
@@ -513,10 +685,19 @@ mod tests {
     fn cwd_is_normalized_lexically() {
         for (given, want) in [
             (None, "."),
-            (Some(""), "."),
             (Some("."), "."),
             (Some("./a//b/"), "a/b"),
+            (Some("a\\b"), "a/b"),
+            (Some("sub/.."), "."),
+            (Some("a/../b"), "b"),
         ] {
+            // The canonical form is a fixed point.
+            if let Some(g) = given {
+                let once = canonical_cwd(g).unwrap();
+                if !once.is_empty() {
+                    assert_eq!(canonical_cwd(&once), Ok(once));
+                }
+            }
             let mut t = target("x", &[]);
             t.cwd = given.map(str::to_owned);
             assert_eq!(t.canonicalize().unwrap().cwd, want);
@@ -546,6 +727,28 @@ mod tests {
                 },
                 TargetError::ParentInCwd,
             ),
+            (
+                ProcessTarget {
+                    cwd: Some("C:x".into()),
+                    ..target("a", &[])
+                },
+                TargetError::AbsoluteCwd,
+            ),
+            (
+                ProcessTarget {
+                    cwd: Some("./c:".into()),
+                    ..target("a", &[])
+                },
+                TargetError::AbsoluteCwd,
+            ),
+            (
+                ProcessTarget {
+                    cwd: Some(String::new()),
+                    ..target("a", &[])
+                },
+                TargetError::EmptyCwd,
+            ),
+            (target("bin/", &[]), TargetError::ExecutableNotAFile),
             (
                 ProcessTarget {
                     cwd: Some("a\0".into()),

@@ -73,7 +73,12 @@ pub fn policy_target(invocation: &Invocation) -> ProcessTarget {
     ProcessTarget {
         executable: invocation.executable().to_owned(),
         argv: invocation.args().to_vec(),
-        cwd: invocation.cwd().map(|c| c.as_str().to_owned()),
+        // The launcher's root is `""`; policy spells an absent cwd `None`.
+        cwd: invocation
+            .cwd()
+            .map(|c| c.as_str())
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned),
         env_overlay: invocation
             .env()
             .iter()

@@ -45,14 +45,14 @@ pub const MAX_STREAM_BUDGET: usize = 64 * 1024 * 1024;
 ///
 /// It bounds the invocation identity in the evidence (Linux's own
 /// `ARG_MAX` is usually 2 MiB including the environment).
-pub const MAX_ARGV_BYTES: usize = 1024 * 1024;
+pub const MAX_ARGV_BYTES: usize = crate::policy::target::MAX_ARGV_BYTES;
 /// The largest number of arguments accepted.
-pub const MAX_ARGS: usize = 32 * 1024;
+pub const MAX_ARGS: usize = crate::policy::target::MAX_ARGS;
 /// The largest number of environment overlay entries accepted.
-pub const MAX_ENV_ENTRIES: usize = 4096;
+pub const MAX_ENV_ENTRIES: usize = crate::policy::target::MAX_ENV_ENTRIES;
 /// The longest working directory accepted, in bytes (Linux's `PATH_MAX`):
 /// it bounds the cwd in the evidence.
-pub const MAX_CWD_BYTES: usize = 4096;
+pub const MAX_CWD_BYTES: usize = crate::policy::target::MAX_CWD_BYTES;
 /// The longest timeout accepted: 30 days.
 ///
 /// Longer than any request an agent runtime should hold open, and far
@@ -506,35 +506,23 @@ impl Invocation {
     }
 }
 
+// The identity rules live in `policy::target`, so that policy decides over
+// exactly what the launcher accepts.
 fn check_executable(exe: &str) -> Result<(), InvalidInvocation> {
-    if exe.is_empty() {
-        return Err(InvalidInvocation::EmptyExecutable);
-    }
-    if exe.contains('\0') {
-        return Err(InvalidInvocation::ExecutableNul);
-    }
-    let last = exe.rsplit(['/', '\\']).next().unwrap_or(exe);
-    if last.is_empty() || last == "." || last == ".." {
-        return Err(InvalidInvocation::ExecutableNotAFile);
-    }
-    Ok(())
+    use crate::policy::target::ExecutableError;
+    crate::policy::target::check_executable(exe).map_err(|e| match e {
+        ExecutableError::Empty => InvalidInvocation::EmptyExecutable,
+        ExecutableError::Nul => InvalidInvocation::ExecutableNul,
+        _ => InvalidInvocation::ExecutableNotAFile,
+    })
 }
 
 fn check_args(exe: &str, args: &[String]) -> Result<(), InvalidInvocation> {
-    if args.len() > MAX_ARGS {
-        return Err(InvalidInvocation::ArgvTooLarge);
-    }
-    let mut total = exe.len();
-    for (index, arg) in args.iter().enumerate() {
-        if arg.contains('\0') {
-            return Err(InvalidInvocation::ArgNul { index });
-        }
-        total = total.saturating_add(arg.len());
-    }
-    if total > MAX_ARGV_BYTES {
-        return Err(InvalidInvocation::ArgvTooLarge);
-    }
-    Ok(())
+    use crate::policy::target::ArgvError;
+    crate::policy::target::check_argv(exe, args).map_err(|e| match e {
+        ArgvError::Nul { index } => InvalidInvocation::ArgNul { index },
+        _ => InvalidInvocation::ArgvTooLarge,
+    })
 }
 
 /// A working directory lexically inside the workspace, normalized (`.`
@@ -543,8 +531,9 @@ fn check_args(exe: &str, args: &[String]) -> Result<(), InvalidInvocation> {
 pub struct WorkspaceCwd(String);
 
 impl WorkspaceCwd {
-    /// Checks `cwd` lexically: relative, no NUL, and never above the
-    /// workspace root.
+    /// Checks `cwd` lexically with [`crate::policy::target::canonical_cwd`],
+    /// the one canonical form policy targets use too: relative, no NUL, and
+    /// never above the workspace root.
     ///
     /// Both `/` and `\` count as separators, and a Windows drive prefix
     /// (`C:`) counts as absolute, whatever the host.
@@ -558,33 +547,14 @@ impl WorkspaceCwd {
     /// [`CwdEscapes`]: InvalidInvocation::CwdEscapes
     /// [`CwdNul`]: InvalidInvocation::CwdNul
     pub fn new(cwd: &str) -> Result<WorkspaceCwd, InvalidInvocation> {
-        if cwd.is_empty() {
-            return Err(InvalidInvocation::CwdEmpty);
-        }
-        if cwd.contains('\0') {
-            return Err(InvalidInvocation::CwdNul);
-        }
-        if cwd.len() > MAX_CWD_BYTES {
-            return Err(InvalidInvocation::CwdTooLong);
-        }
-        let bytes = cwd.as_bytes();
-        let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
-        if cwd.starts_with(['/', '\\']) || drive {
-            return Err(InvalidInvocation::CwdAbsolute);
-        }
-        let mut parts: Vec<&str> = Vec::new();
-        for part in cwd.split(['/', '\\']) {
-            match part {
-                "" | "." => {}
-                ".." => {
-                    if parts.pop().is_none() {
-                        return Err(InvalidInvocation::CwdEscapes);
-                    }
-                }
-                other => parts.push(other),
-            }
-        }
-        Ok(WorkspaceCwd(parts.join("/")))
+        use crate::policy::target::{CwdError, canonical_cwd};
+        canonical_cwd(cwd).map(WorkspaceCwd).map_err(|e| match e {
+            CwdError::Empty => InvalidInvocation::CwdEmpty,
+            CwdError::Nul => InvalidInvocation::CwdNul,
+            CwdError::TooLong => InvalidInvocation::CwdTooLong,
+            CwdError::Absolute => InvalidInvocation::CwdAbsolute,
+            _ => InvalidInvocation::CwdEscapes,
+        })
     }
 
     /// The normalized relative path (`""` means the workspace root itself).

@@ -306,3 +306,45 @@ fn run_with_policy_refuses_denied_calls() {
     assert_eq!(out.status.code(), Some(77));
     assert!(!dir.path().join("x").exists());
 }
+
+#[test]
+fn explain_predicts_run_for_every_cwd_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::create_dir_all(ws.join("a/b")).unwrap();
+    let strict = example("policy-strict.toml");
+    for (cwd, want) in [
+        ("a\\b", Some(r#""cwd":"a/b""#)),
+        ("a/./b/", Some(r#""cwd":"a/b""#)),
+        ("sub/..", Some(r#""cwd":".""#)),
+        ("a/../a/b", Some(r#""cwd":"a/b""#)),
+        ("C:x", None),
+        ("..", None),
+        ("", None),
+    ] {
+        let explained = explain_json(&["--policy", &strict, "--cwd", cwd, "--", "touch", "f"]);
+        let out = run_cmd(ws, &["--policy", &strict, "--cwd", cwd, "--", "touch", "f"]);
+        match want {
+            Some(cwd_field) => {
+                // Same target and verdict: run refuses with the same
+                // require_approval decision explain printed.
+                assert_eq!(explained["decision"], "require_approval", "{cwd:?}");
+                assert!(
+                    explained["target"].as_str().unwrap().contains(cwd_field),
+                    "{cwd:?}"
+                );
+                assert_eq!(out.status.code(), Some(75), "{cwd:?}");
+                let ran: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(ran["target"], explained["target"], "{cwd:?}");
+                assert_eq!(ran["decision"], explained["decision"], "{cwd:?}");
+            }
+            None => {
+                // The launcher refuses it (64): explain must deny it too.
+                assert_eq!(explained["decision"], "deny", "{cwd:?}");
+                assert_eq!(explained["reason"]["code"], "malformed_target", "{cwd:?}");
+                assert_eq!(out.status.code(), Some(64), "{cwd:?}");
+            }
+        }
+    }
+    assert!(!ws.join("f").exists() && !ws.join("a/b/f").exists());
+}

@@ -230,3 +230,159 @@ fn decoded_target_matches_a_known_shape() {
         json!({"executable": "a\"b", "argv": ["*"], "cwd": ".", "env": {"K": {"secret_ref": "r"}}})
     );
 }
+
+mod explain_equals_run {
+    //! `custodian policy explain` decides over the raw command-line parts
+    //! (`decide` on a [`ProcessTarget`]); `custodian run`, the library's
+    //! governed launch and the node validate an [`Invocation`] first and
+    //! decide over it. Both must reach the same decision.
+
+    use custodian::policy::{
+        Context, Decision, EnvValue, PolicyConfig, ProcessTarget, Provenance, Reason, Registry,
+        Request, StateMode, Verdict, decide,
+    };
+    use custodian::process::governed::{Gate, decide_invocation};
+    use custodian::process::invocation::{EnvValue as ProcEnv, SecretRef};
+    use custodian::process::{Invocation, InvocationSpec};
+    use proptest::prelude::*;
+
+    const POLICY: &str = r#"
+version = 1
+[tools]
+allow = ["process.run"]
+[policy]
+default_decision = "require_approval"
+overrides = ['{"executable":"git","argv":["status"],"cwd":"a/b","env":{}}']
+[[policy.rules]]
+tool = "process.run"
+decision = "deny"
+target = '*"cwd":"b",*'
+[[policy.rules]]
+tool = "process.run"
+decision = "allow"
+target = '{"executable":"x",*'
+"#;
+
+    fn cwd() -> impl Strategy<Value = Option<String>> {
+        proptest::option::of(prop_oneof![
+            prop::sample::select(vec![
+                "", ".", "a\\b", "a/b", "sub/..", "C:x", "c:", "/x", "\\x", "a/../..", "..",
+                "a//b/", "./a", "a/./../b", "a\\..\\b", "a/b\\..", "b", "\0",
+            ])
+            .prop_map(str::to_owned),
+            proptest::string::string_regex(r"[ab.\\/:C]{0,7}").unwrap(),
+        ])
+    }
+
+    fn executable() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "x", "git", ".", "..", "bin/", "a\\", "a/..", "", "a\0"
+            ])
+            .prop_map(str::to_owned),
+            proptest::string::string_regex(r"[ax./\\]{1,4}").unwrap(),
+        ]
+    }
+
+    fn arg() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => proptest::string::string_regex(r#"[a "*\\]{0,4}"#).unwrap(),
+            1 => Just("a\0".to_owned()),
+            1 => Just("status".to_owned()),
+        ]
+    }
+
+    fn env() -> impl Strategy<Value = Vec<(String, EnvValue)>> {
+        let key = prop::sample::select(vec!["A", "B", "", "A=B", "K\0"]).prop_map(str::to_owned);
+        let value = prop_oneof![
+            proptest::string::string_regex("[v\0]{0,2}")
+                .unwrap()
+                .prop_map(EnvValue::Literal),
+            prop::sample::select(vec!["ref", "vault:x"])
+                .prop_map(|r| EnvValue::SecretRef(r.to_owned())),
+        ];
+        proptest::collection::vec((key, value), 0..3)
+    }
+
+    fn explain(p: &ProcessTarget, config: &PolicyConfig, provenance: Provenance) -> Decision {
+        decide(
+            &Registry::new(),
+            config,
+            &Request {
+                tool: "process.run",
+                process: Some(p),
+                context: Context {
+                    provenance,
+                    state_mode: StateMode::Local,
+                },
+                approvals: &[],
+            },
+        )
+    }
+
+    /// `None` when validation refuses the invocation (nothing runs).
+    fn run(p: &ProcessTarget, config: &PolicyConfig, provenance: Provenance) -> Option<Decision> {
+        let mut spec = InvocationSpec::new(p.executable.clone()).with_args(p.argv.clone());
+        if let Some(c) = &p.cwd {
+            spec = spec.with_cwd(c.clone());
+        }
+        for (k, v) in &p.env_overlay {
+            let v = match v {
+                EnvValue::Literal(l) => ProcEnv::Literal(l.clone()),
+                EnvValue::SecretRef(r) => ProcEnv::Secret(SecretRef::new(r.clone())),
+                _ => unreachable!(),
+            };
+            spec = spec.with_env(k.clone(), v);
+        }
+        let invocation = Invocation::validate(spec).ok()?;
+        let registry = Registry::new();
+        let gate = Gate {
+            registry: &registry,
+            config,
+            context: Context {
+                provenance,
+                state_mode: StateMode::Local,
+            },
+            approvals: &[],
+        };
+        Some(decide_invocation(&invocation, &gate))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        #[test]
+        fn explain_decides_as_run_does(
+            executable in executable(),
+            argv in proptest::collection::vec(arg(), 0..3),
+            cwd in cwd(),
+            env_overlay in env(),
+            trusted in any::<bool>(),
+        ) {
+            let config = PolicyConfig::from_toml_str(POLICY).unwrap();
+            let provenance = if trusted { Provenance::Trusted } else { Provenance::Untrusted };
+            let p = ProcessTarget { executable, argv, cwd, env_overlay };
+            let explained = explain(&p, &config, provenance);
+            match run(&p, &config, provenance) {
+                Some(ran) => {
+                    prop_assert_eq!(&explained.verdict, &ran.verdict);
+                    prop_assert_eq!(&explained.reason, &ran.reason);
+                    prop_assert_eq!(&explained.target, &ran.target);
+                    prop_assert_eq!(
+                        explained.target.as_ref().map(|t| t.full_text().to_owned()),
+                        ran.target.as_ref().map(|t| t.full_text().to_owned())
+                    );
+                    prop_assert_eq!(&explained.suggested_override, &ran.suggested_override);
+                }
+                // The launcher refuses it: explain must not predict a run.
+                None => {
+                    prop_assert_eq!(explained.verdict, Verdict::Deny);
+                    prop_assert!(
+                        matches!(explained.reason, Reason::MalformedTarget { .. }),
+                        "{:?}", explained.reason
+                    );
+                }
+            }
+        }
+    }
+}
