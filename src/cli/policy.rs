@@ -33,7 +33,10 @@ the process identity an approval binds to. --env-secret takes a secret
 REFERENCE, which is printed as a reference; nothing is ever resolved.
 
 Exit status: 0 decision printed (whatever the verdict); 2 bad arguments;
-64 invalid --approve pattern or --env entry; 65 invalid policy file; 66 unreadable policy file.";
+64 invalid --approve pattern or --env entry; 65 invalid policy file (does not
+validate, not UTF-8 (with its line and column), or over 1 MiB); 66 no readable
+policy file (missing, unreadable, or not a regular file: a FIFO or a device is
+refused without reading).";
 
 /// Provenance as a command-line value.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -116,15 +119,129 @@ pub(crate) fn parse_pairs(
         .collect()
 }
 
+/// The largest policy file read, in bytes.
+pub(crate) const MAX_POLICY_BYTES: u64 = 1024 * 1024;
+
+/// Why a policy file could not be loaded. Each variant maps to one exit
+/// code ([`PolicyFileError::exit_code`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum PolicyFileError {
+    /// `open` failed (missing, permission, ...).
+    #[error("cannot open: {0}")]
+    Open(std::io::Error),
+    /// The path opened something other than a regular file (a FIFO, a
+    /// device, a directory, a socket): it is refused without reading, so a
+    /// FIFO cannot block and `/dev/zero` cannot grow without bound.
+    #[error("not a regular file (a {kind})")]
+    NotRegular {
+        /// What it is.
+        kind: &'static str,
+    },
+    /// `read` failed.
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    /// The file is larger than [`MAX_POLICY_BYTES`].
+    #[error("larger than {MAX_POLICY_BYTES} bytes")]
+    TooLarge,
+    /// The file is not UTF-8; the location is the first invalid byte.
+    #[error("not valid UTF-8 at line {line}, column {column} (byte offset {offset})")]
+    NotUtf8 {
+        /// Byte offset of the first invalid byte.
+        offset: usize,
+        /// Its 1-based line.
+        line: usize,
+        /// Its 1-based column, in bytes.
+        column: usize,
+    },
+    /// The text does not validate.
+    #[error(transparent)]
+    Invalid(#[from] custodian::policy::ConfigError),
+}
+
+impl PolicyFileError {
+    /// 66 (`EX_NOINPUT`) when there is no readable regular file, 65
+    /// (`EX_DATAERR`) when its contents are refused.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            PolicyFileError::Open(_)
+            | PolicyFileError::NotRegular { .. }
+            | PolicyFileError::Read(_) => EXIT_NO_POLICY,
+            _ => EXIT_BAD_POLICY,
+        }
+    }
+}
+
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "non-regular file"
+    }
+}
+
+/// Opens `path` with `O_NONBLOCK` (so opening a FIFO never waits for a
+/// writer), checks on the opened descriptor (`fstat`, not the path, which
+/// could be swapped) that it is a regular file, reads at most
+/// [`MAX_POLICY_BYTES`], and validates the text.
+///
+/// # Errors
+///
+/// [`PolicyFileError`].
+pub(crate) fn read_policy(path: &Path) -> Result<PolicyConfig, PolicyFileError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(PolicyFileError::Open)?;
+    let meta = file.metadata().map_err(PolicyFileError::Read)?;
+    if !meta.file_type().is_file() {
+        return Err(PolicyFileError::NotRegular {
+            kind: file_kind(meta.file_type()),
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_POLICY_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(PolicyFileError::Read)?;
+    if bytes.len() as u64 > MAX_POLICY_BYTES {
+        return Err(PolicyFileError::TooLarge);
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = offset
+            - before
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1)
+            + 1;
+        PolicyFileError::NotUtf8 {
+            offset,
+            line,
+            column,
+        }
+    })?;
+    Ok(PolicyConfig::from_toml_str(&text)?)
+}
+
 /// Reads and validates a policy file, reporting failures on stderr.
 pub(crate) fn load_policy(path: &Path) -> Result<PolicyConfig, ExitCode> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        eprintln!("custodian: cannot read policy file {}: {e}", path.display());
-        ExitCode::from(EXIT_NO_POLICY)
-    })?;
-    PolicyConfig::from_toml_str(&text).map_err(|e| {
+    read_policy(path).map_err(|e| {
         eprintln!("custodian: policy file {}: {e}", path.display());
-        ExitCode::from(EXIT_BAD_POLICY)
+        ExitCode::from(e.exit_code())
     })
 }
 

@@ -45,7 +45,8 @@ Exit codes:
       nothing is running
   74  the run completed and its process was reaped, but the evidence could
       not be written to stdout (e.g. stdout is a closed pipe)
-  65/66  --policy file invalid / unreadable; nothing was launched
+  65/66  --policy file invalid (not UTF-8, over 1 MiB, does not validate)
+      / not readable (missing, or not a regular file); nothing was launched
   75  --policy requires approval; stdout holds the decision with its
       suggested_override, to pass back as --approve; nothing was launched
   77  --policy denies the call; stdout holds the decision; nothing was launched

@@ -348,3 +348,76 @@ fn explain_predicts_run_for_every_cwd_spelling() {
     }
     assert!(!ws.join("f").exists() && !ws.join("a/b/f").exists());
 }
+
+/// Runs `explain` with `policy` and fails the test (instead of hanging) if it
+/// does not exit within a generous bound.
+fn explain_bounded(policy: &std::path::Path) -> Output {
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .args(["policy", "explain", "--policy"])
+        .arg(policy)
+        .args(["--", "true"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("explain hung on {}", policy.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn policy_file_must_be_a_bounded_regular_utf8_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("policy.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo is not available here");
+        return;
+    }
+    // A FIFO with no writer: a blocking open or read would hang forever.
+    let out = explain_bounded(&fifo);
+    assert_eq!(out.status.code(), Some(66));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a regular file (a FIFO)"), "{stderr}");
+    assert!(out.stdout.is_empty());
+
+    // A device that never ends.
+    let out = explain_bounded(std::path::Path::new("/dev/zero"));
+    assert_eq!(out.status.code(), Some(66));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("character device"));
+
+    let out = explain_bounded(dir.path());
+    assert_eq!(out.status.code(), Some(66));
+
+    // A regular file one byte over the bound.
+    let big = dir.path().join("big.toml");
+    let mut text = b"version = 1\n".to_vec();
+    text.resize(1024 * 1024 + 1, b'#');
+    std::fs::write(&big, &text).unwrap();
+    let out = explain_bounded(&big);
+    assert_eq!(out.status.code(), Some(65));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 1048576 bytes"));
+    // At the bound it is read (and loads: the rest is a comment).
+    text.truncate(1024 * 1024);
+    std::fs::write(&big, &text).unwrap();
+    assert_eq!(explain_bounded(&big).status.code(), Some(0));
+
+    // Invalid UTF-8: invalid (65), with its location.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, b"version = 1\n# ok\nab\xffc = 1\n").unwrap();
+    let out = explain_bounded(&bad);
+    assert_eq!(out.status.code(), Some(65));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("line 3, column 3 (byte offset 19)"),
+        "{stderr}"
+    );
+}
