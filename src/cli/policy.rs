@@ -33,6 +33,7 @@ the process identity an approval binds to. --env-secret takes a secret
 REFERENCE, which is printed as a reference; nothing is ever resolved.
 
 Exit status: 0 decision printed (whatever the verdict); 2 bad arguments;
+74 the decision could not be written to stdout (closed pipe, full disk);
 64 invalid --approve pattern or --env entry; 65 invalid policy file (does not
 validate, not UTF-8 (with its line and column), or over 1 MiB); 66 no readable
 policy file (missing, unreadable, or not a regular file: a FIFO or a device is
@@ -341,11 +342,12 @@ fn explain(args: ExplainArgs) -> ExitCode {
         },
     );
     let json = explain_json(&args.tool, context, &decision);
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&json).unwrap_or_default()
-    );
-    ExitCode::SUCCESS
+    // A closed or full stdout is reported (74), never a panic.
+    if super::run::emit(&serde_json::to_string_pretty(&json).unwrap_or_default()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::run::EXIT_OUTPUT_FAILED)
+    }
 }
 
 /// Exit code of `custodian run --policy` when policy requires an approval
@@ -399,6 +401,7 @@ impl RunGate {
         runtime: &tokio::runtime::Runtime,
         invocation: custodian::process::Invocation,
         options: &custodian::process::LaunchOptions,
+        out: super::run::Out,
     ) -> Result<
         Result<std::sync::Arc<custodian::process::Evidence>, custodian::process::ProcessError>,
         ExitCode,
@@ -430,7 +433,7 @@ impl RunGate {
             decision.reason
         );
         let json = explain_json(custodian::policy::PROCESS_RUN, context, &decision);
-        let _ = super::run::emit(&json.to_string());
+        let _ = out.json(&json.to_string());
         Err(ExitCode::from(exit))
     }
 }

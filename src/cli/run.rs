@@ -100,8 +100,10 @@ pub(crate) struct Args {
     /// Alias of `--containment subreaper`.
     #[arg(long, conflicts_with = "containment")]
     subreaper: bool,
-    /// Print the evidence wrapped in the model-facing
-    /// `<data source="tool">` boundary instead of bare JSON.
+    /// Print everything on stdout (the evidence, a policy refusal, an error)
+    /// inside the model-facing `<data source="tool">` boundary instead of
+    /// bare JSON; `<`, `>` and their look-alikes are escaped inside, so
+    /// nothing a tool supplies can close it.
     #[arg(long)]
     for_model: bool,
     #[command(flatten)]
@@ -149,7 +151,6 @@ fn size(v: &str) -> Result<usize, String> {
 struct Config {
     invocation: Invocation,
     options: LaunchOptions,
-    for_model: bool,
     subreaper: bool,
 }
 
@@ -190,17 +191,36 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
     Ok(Config {
         invocation,
         options,
-        for_model: args.for_model,
         subreaper: containment == Containment::Subreaper,
     })
 }
 
-fn print_error(kind: &str, code: &str, message: &str) {
+/// How stdout is written: bare JSON, or every line inside the model-facing
+/// `<data source="tool">` boundary (`--for-model`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Out {
+    pub(crate) for_model: bool,
+}
+
+impl Out {
+    /// Writes one JSON text (evidence, a refusal, an error) on stdout, inside
+    /// the boundary when `--for-model` is set. Returns `false` when stdout
+    /// could not be written.
+    pub(crate) fn json(self, json: &str) -> bool {
+        if self.for_model {
+            emit(&custodian::process::evidence::render_json_for_model(json))
+        } else {
+            emit(json)
+        }
+    }
+}
+
+fn print_error(out: Out, kind: &str, code: &str, message: &str) {
     eprintln!("custodian run: {message}");
     let json = serde_json::json!({ "error": { "kind": kind, "code": code, "message": message } });
     // The exit code already says what happened; a closed stdout must not
     // turn it into a panic.
-    let _ = emit(&json.to_string());
+    let _ = out.json(&json.to_string());
 }
 
 /// Writes `line` and a newline to stdout and flushes. `println!` would
@@ -219,6 +239,9 @@ pub(crate) fn emit(line: &str) -> bool {
 }
 
 pub(crate) fn main(args: Args) -> ExitCode {
+    let out = Out {
+        for_model: args.for_model,
+    };
     let gate = match super::policy::RunGate::from_args(&args.policy) {
         Ok(gate) => gate,
         Err(code) => return code,
@@ -226,18 +249,17 @@ pub(crate) fn main(args: Args) -> ExitCode {
     let Config {
         invocation,
         options,
-        for_model,
         subreaper,
     } = match validate(args) {
         Ok(v) => v,
         Err(e) => {
-            print_error("invalid_invocation", e.code(), &e.to_string());
+            print_error(out, "invalid_invocation", e.code(), &e.to_string());
             return ExitCode::from(EXIT_INVALID);
         }
     };
     if subreaper {
         if let Err(e) = custodian::process::enable_subreaper() {
-            print_error("launch_failed", e.code(), &e.to_string());
+            print_error(out, "launch_failed", e.code(), &e.to_string());
             return ExitCode::from(EXIT_LAUNCH_FAILED);
         }
     }
@@ -247,26 +269,21 @@ pub(crate) fn main(args: Args) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            print_error("internal", "runtime", &e.to_string());
+            print_error(out, "internal", "runtime", &e.to_string());
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
     let outcome = match &gate {
         None => runtime.block_on(custodian::process::run(invocation, &options)),
-        Some(gate) => match gate.run(&runtime, invocation, &options) {
+        Some(gate) => match gate.run(&runtime, invocation, &options, out) {
             Ok(outcome) => outcome,
             Err(refused) => return refused,
         },
     };
     match outcome {
         Ok(evidence) => {
-            let text = if for_model {
-                evidence.render_for_model()
-            } else {
-                evidence.to_json()
-            };
             let internal = evidence.status == custodian::process::evidence::Status::InternalError;
-            match (emit(&text), internal) {
+            match (out.json(&evidence.to_json()), internal) {
                 (false, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
                 // custodian failed after the launch (the group was killed,
                 // the evidence says `internal_error`).
@@ -280,7 +297,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
                 ProcessError::Env(_) => ("invalid_invocation", EXIT_INVALID),
                 _ => ("launch_failed", EXIT_LAUNCH_FAILED),
             };
-            print_error(kind, e.code(), &e.to_string());
+            print_error(out, kind, e.code(), &e.to_string());
             ExitCode::from(exit)
         }
     }

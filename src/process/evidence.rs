@@ -480,8 +480,31 @@ pub const DATA_OPEN: &str = "<data source=\"tool\">";
 /// The closing of the model-facing boundary.
 pub const DATA_CLOSE: &str = "</data>";
 
+/// Angle brackets and the characters that render like them: full-width and
+/// small forms, single guillemets, and the mathematical, CJK and
+/// technical angle brackets.
+fn is_angle(c: char) -> bool {
+    matches!(
+        c,
+        '<' | '>'
+            | '\u{FF1C}'
+            | '\u{FF1E}'
+            | '\u{FE64}'
+            | '\u{FE65}'
+            | '\u{2039}'
+            | '\u{203A}'
+            | '\u{2329}'
+            | '\u{232A}'
+            | '\u{27E8}'
+            | '\u{27E9}'
+            | '\u{3008}'
+            | '\u{3009}'
+    )
+}
+
 /// Wraps a JSON text in the `<data source="tool">` boundary, escaping every
-/// `<`, `>`, `＜`, `＞`, `﹤` and `﹥` as a JSON `\uXXXX` escape.
+/// `<`, `>` and look-alike (`＜`, `＞`, `﹤`, `﹥`, `‹`, `›`, `〈`, `〉`, `⟨`,
+/// `⟩`, `〈`, `〉`) as a JSON `\uXXXX` escape.
 ///
 /// Those characters can only occur inside JSON strings, where the escape
 /// denotes the same character, so the content parses to the same value.
@@ -490,7 +513,7 @@ pub fn render_json_for_model(json: &str) -> String {
     out.push_str(DATA_OPEN);
     for ch in json.chars() {
         match ch {
-            '<' | '>' | '\u{FF1C}' | '\u{FF1E}' | '\u{FE64}' | '\u{FE65}' => {
+            c if is_angle(c) => {
                 out.push_str(&format!("\\u{:04x}", ch as u32));
             }
             c => out.push(c),

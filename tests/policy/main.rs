@@ -3,5 +3,6 @@
 
 mod cli;
 mod examples;
+mod output;
 mod padding;
 mod properties;
