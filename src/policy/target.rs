@@ -11,10 +11,10 @@
 //! with the keys in exactly that order, the overlay keys sorted by Unicode
 //! code point, a literal overlay value written as a JSON string and a secret
 //! reference written as `{"secret_ref":NAME}` (never its resolved value).
-//! Every string is escaped by [`escape_into`]: besides `"` and `\`, control
-//! characters, invisible formatting characters (bidirectional overrides,
-//! zero-width characters, line separators) and the wildcard `*` are written as
-//! `\uXXXX`. Because the result is valid JSON that decodes back to the
+//! Every string is escaped by [`escape_into`]: besides `"` and `\`, the
+//! wildcard `*` and every character a person cannot see or tell apart
+//! (controls, format and tag characters, non-ASCII spaces, separators,
+//! fillers; see [`needs_unicode_escape`]) are written as `\uXXXX`. Because the result is valid JSON that decodes back to the
 //! canonical input, two different invocations can never share a target, and
 //! a generated target never contains a raw `*`, so an exact override can never
 //! be mistaken for a wildcard pattern.
@@ -544,26 +544,56 @@ pub fn escape_into(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Characters written as `\uXXXX` in a target: JSON's mandatory control
-/// characters, DEL and the C1 controls, the wildcard `*` (so a generated
-/// target never contains a raw wildcard), and invisible formatting characters
-/// that could make a target read differently from what it is (zero-width
-/// characters, bidirectional controls, line and paragraph separators, the
-/// byte-order mark).
+/// Characters written as `\uXXXX` in a target: the wildcard `*` (so a
+/// generated target never contains a raw wildcard) and every character a
+/// person cannot see or tell apart from another:
+///
+/// - control characters (Unicode `Cc`: C0, DEL, C1);
+/// - format characters (`Cf`: soft hyphen, Arabic and Syriac marks,
+///   zero-width characters, bidirectional controls, invisible operators,
+///   the byte-order mark, interlinear annotation, Egyptian and shorthand
+///   format controls, musical formatting, and the tag characters
+///   `U+E0000..U+E0FFF`);
+/// - line and paragraph separators (`Zl`, `Zp`) and every space separator
+///   (`Zs`) except the ASCII space;
+/// - the remaining default-ignorable code points (combining grapheme joiner,
+///   Hangul fillers, Khmer inherent vowels, Mongolian and other variation
+///   selectors, `U+FFF0..U+FFF8`) and the braille blank, which renders as a
+///   space.
 pub fn needs_unicode_escape(c: char) -> bool {
     matches!(
         c,
         '\u{0}'..='\u{1f}'
             | '*'
-            | '\u{7f}'..='\u{9f}'
+            | '\u{7f}'..='\u{a0}'
             | '\u{ad}'
+            | '\u{34f}'
+            | '\u{600}'..='\u{605}'
             | '\u{61c}'
-            | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}'
+            | '\u{6dd}'
+            | '\u{70f}'
+            | '\u{890}'..='\u{891}'
+            | '\u{8e2}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{1680}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{2000}'..='\u{200f}'
+            | '\u{2028}'..='\u{202f}'
+            | '\u{205f}'..='\u{206f}'
+            | '\u{2800}'
+            | '\u{3000}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
             | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fffb}'
+            | '\u{110bd}'
+            | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
     )
 }
 
@@ -679,6 +709,81 @@ mod tests {
         assert!(t.as_str().contains(r#"["\u002a","a\u202eb","\u000a"]"#));
         let decoded: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
         assert_eq!(decoded["argv"][1], "a\u{202e}b");
+    }
+
+    /// Unicode 14 `Cf`, `Zs` (but U+0020), `Zl` and `Zp`, from the UCD.
+    const INVISIBLE: &[(u32, u32)] = &[
+        (0xad, 0xad),
+        (0x600, 0x605),
+        (0x61c, 0x61c),
+        (0x6dd, 0x6dd),
+        (0x70f, 0x70f),
+        (0x890, 0x891),
+        (0x8e2, 0x8e2),
+        (0x180e, 0x180e),
+        (0x200b, 0x200f),
+        (0x202a, 0x202e),
+        (0x2060, 0x2064),
+        (0x2066, 0x206f),
+        (0xfeff, 0xfeff),
+        (0xfff9, 0xfffb),
+        (0x110bd, 0x110bd),
+        (0x110cd, 0x110cd),
+        (0x13430, 0x13438),
+        (0x1bca0, 0x1bca3),
+        (0x1d173, 0x1d17a),
+        (0xe0001, 0xe0001),
+        (0xe0020, 0xe007f),
+        (0xa0, 0xa0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200a),
+        (0x202f, 0x202f),
+        (0x205f, 0x205f),
+        (0x3000, 0x3000),
+        (0x2028, 0x2029),
+        // Fillers and the braille blank.
+        (0x115f, 0x1160),
+        (0x3164, 0x3164),
+        (0xffa0, 0xffa0),
+        (0x2800, 0x2800),
+    ];
+
+    #[test]
+    fn every_invisible_character_is_escaped_like_a_wildcard() {
+        let mut checked = 0;
+        for &(lo, hi) in INVISIBLE {
+            for c in (lo..=hi).filter_map(char::from_u32) {
+                assert!(needs_unicode_escape(c), "U+{:04X}", c as u32);
+                let t = target("x", &[&format!("a{c}b")]).match_target().unwrap();
+                assert!(!t.as_str().contains(c), "U+{:04X}", c as u32);
+                checked += 1;
+            }
+        }
+        assert!(checked > 150, "{checked}");
+        // Exhaustively against the standard library's own tables: every
+        // control character and every whitespace but the ASCII space.
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            if c.is_control() || (c.is_whitespace() && c != ' ') {
+                assert!(needs_unicode_escape(c), "U+{:04X}", c as u32);
+            }
+        }
+        // What a person can read stays readable.
+        for c in [' ', 'a', 'Z', '~', 'é', 'ß', '中', '😀', '\u{301}'] {
+            assert!(!needs_unicode_escape(c), "{c:?}");
+        }
+        // Tag characters spelling text after a visible word.
+        let tagged: String = "status"
+            .chars()
+            .chain(
+                "rm".chars()
+                    .map(|c| char::from_u32(0xe0000 + c as u32).unwrap()),
+            )
+            .collect();
+        let t = target("git", &[&tagged]).match_target().unwrap();
+        assert!(
+            t.as_str().contains(r"status\udb40\udc72\udb40\udc6d"),
+            "{t}"
+        );
     }
 
     #[test]
