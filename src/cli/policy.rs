@@ -26,7 +26,11 @@ pub(crate) enum Command {
 const EXPLAIN_HELP: &str = "\
 Prints one JSON object (schema \"custodian.policy.explain/1\", see
 docs/contracts/process-run.md) with the match target, the decision, its reason
-and, on require_approval, the exact override to pass to `--approve`.
+and, on require_approval, the exact override to pass to `--approve`, also as
+a TOML literal string (suggested_override_toml) to paste into
+policy.overrides: paste it as printed, in single quotes. In a TOML basic
+string (double quotes) `\\u002a` decodes to `*` and the override turns into
+a broad wildcard pattern (the loader warns about such patterns).
 
 --env values are literals and are printed as part of the target: the target is
 the process identity an approval binds to. --env-secret takes a secret
@@ -240,10 +244,17 @@ pub(crate) fn read_policy(path: &Path) -> Result<PolicyConfig, PolicyFileError> 
 
 /// Reads and validates a policy file, reporting failures on stderr.
 pub(crate) fn load_policy(path: &Path) -> Result<PolicyConfig, ExitCode> {
-    read_policy(path).map_err(|e| {
+    let config = read_policy(path).map_err(|e| {
         eprintln!("custodian: policy file {}: {e}", path.display());
         ExitCode::from(e.exit_code())
-    })
+    })?;
+    for warning in config.warnings() {
+        eprintln!(
+            "custodian: policy file {}: warning: {warning}",
+            path.display()
+        );
+    }
+    Ok(config)
 }
 
 /// Parses `--approve` values.
@@ -297,6 +308,10 @@ pub(crate) fn explain_json(tool: &str, context: Context, decision: &Decision) ->
         "decision": decision.verdict,
         "reason": reason,
         "suggested_override": decision.suggested_override.as_ref().map(|o| o.as_str()),
+        "suggested_override_toml": decision
+            .suggested_override
+            .as_ref()
+            .and_then(custodian::policy::Pattern::toml_literal),
         "audit": decision.audit,
     })
 }
@@ -432,6 +447,16 @@ impl RunGate {
             "custodian run: not launched, policy: {what}: {}",
             decision.reason
         );
+        if let Some(line) = decision
+            .suggested_override
+            .as_ref()
+            .and_then(Pattern::toml_literal)
+        {
+            eprintln!(
+                "custodian run: to approve this invocation for good, add this TOML literal \
+                 string to policy.overrides: {line}"
+            );
+        }
         let json = explain_json(custodian::policy::PROCESS_RUN, context, &decision);
         let _ = out.json(&json.to_string());
         Err(ExitCode::from(exit))

@@ -140,6 +140,84 @@ impl Default for DecisionConfig {
     }
 }
 
+/// Something a policy file loads with but that is probably not what its
+/// author meant; the CLI prints each on stderr.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ConfigWarning {
+    /// A pattern with `*` that has the exact shape of a generated target (or
+    /// of an oversized target's display form): a generated target writes `*`
+    /// as `\u002a`, and a TOML *basic* string (`"..."`) decodes that escape
+    /// back into a wildcard, so a pasted exact override became a broad
+    /// pattern. Paste generated overrides as TOML *literal* strings
+    /// (`'...'`), as `custodian policy explain` prints them.
+    #[error(
+        "{at}: looks like a generated target whose \\u002a escapes were decoded into `*` \
+         (a TOML basic string decodes \\u escapes): it loads as a BROAD wildcard pattern; \
+         paste generated overrides as TOML literal strings ('...')"
+    )]
+    DecodedWildcard {
+        /// Where, e.g. `policy.overrides[0]`.
+        at: String,
+    },
+    /// A pattern holds a character that targets always escape (a control,
+    /// format or invisible character), so that part can never match; it was
+    /// probably a `\uXXXX` escape decoded by a TOML basic string.
+    #[error(
+        "{at}: holds U+{code_point:04X} at byte {offset}, which targets always write as \
+         \\u{code_point:04x}, so it can never match there (a TOML basic string decodes \
+         \\u escapes; use a literal string '...')"
+    )]
+    DecodedEscape {
+        /// Where, e.g. `policy.rules[1].target`.
+        at: String,
+        /// The raw character's code point.
+        code_point: u32,
+        /// Its byte offset in the pattern.
+        offset: usize,
+    },
+}
+
+/// Whether `text` is shaped like a whole target, or an oversized target's
+/// display form: `{"executable":…` ending in `}}` or in the hash suffix.
+fn target_shaped(text: &str) -> bool {
+    if !text.starts_with("{\"executable\":") {
+        return false;
+    }
+    if let Some((_, hex)) = text.rsplit_once(super::target::TRUNCATION_MARKER) {
+        return hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    }
+    serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| {
+        v.as_object().is_some_and(|o| {
+            o.keys()
+                .map(String::as_str)
+                .eq(["argv", "cwd", "env", "executable"])
+                || o.keys()
+                    .map(String::as_str)
+                    .eq(["executable", "argv", "cwd", "env"])
+        })
+    })
+}
+
+/// The warnings a loaded pattern deserves.
+fn pattern_warnings(p: &Pattern, at: &str, out: &mut Vec<ConfigWarning>) {
+    let text = p.as_str();
+    if let Some((offset, c)) = text
+        .char_indices()
+        .find(|&(_, c)| c != '*' && super::target::needs_unicode_escape(c))
+    {
+        out.push(ConfigWarning::DecodedEscape {
+            at: at.to_owned(),
+            code_point: c as u32,
+            offset,
+        });
+    }
+    if !p.is_exact() && target_shaped(text) {
+        out.push(ConfigWarning::DecodedWildcard { at: at.to_owned() });
+    }
+}
+
 /// A validated policy file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PolicyConfig {
@@ -147,6 +225,8 @@ pub struct PolicyConfig {
     pub tools: ToolsConfig,
     /// Decisions.
     pub policy: DecisionConfig,
+    #[serde(skip)]
+    warnings: Vec<ConfigWarning>,
 }
 
 #[derive(Deserialize)]
@@ -240,6 +320,12 @@ fn pattern(text: &str, at: String) -> Result<Pattern, ConfigError> {
 }
 
 impl PolicyConfig {
+    /// What the file loaded with but probably did not mean (see
+    /// [`ConfigWarning`]); empty for a clean file.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
+    }
+
     /// Parses and validates a policy file's text.
     ///
     /// # Errors
@@ -270,7 +356,7 @@ impl PolicyConfig {
             deny: selectors(&raw.tools.deny, "tools.deny")?,
             profile,
         };
-        let overrides = raw
+        let overrides: Vec<Pattern> = raw
             .policy
             .overrides
             .iter()
@@ -299,7 +385,17 @@ impl PolicyConfig {
                 target,
             });
         }
+        let mut warnings = Vec::new();
+        for (i, o) in overrides.iter().enumerate() {
+            pattern_warnings(o, &format!("policy.overrides[{i}]"), &mut warnings);
+        }
+        for (i, r) in rules.iter().enumerate() {
+            if let Some(t) = &r.target {
+                pattern_warnings(t, &format!("policy.rules[{i}].target"), &mut warnings);
+            }
+        }
         Ok(PolicyConfig {
+            warnings,
             tools,
             policy: DecisionConfig {
                 default_decision: raw.policy.default_decision,
@@ -387,6 +483,59 @@ mod tests {
             let err = load(&text).unwrap_err().to_string();
             assert!(err.len() < 3 * MAX_QUOTED_BYTES, "{} bytes", err.len());
         }
+    }
+
+    #[test]
+    fn decoded_escapes_in_patterns_warn() {
+        // As a TOML basic string, a generated override for `ls *` decodes
+        // `\u002a` into a wildcard: it loads, broad, and says so.
+        let c = load(
+            r#"
+            version = 1
+            [policy]
+            overrides = ["{\"executable\":\"ls\",\"argv\":[\"\u002a\"],\"cwd\":\".\",\"env\":{}}"]
+            [[policy.rules]]
+            tool = "process.run"
+            decision = "deny"
+            target = "{\"executable\":\"x\",\"argv\":[\"a\u000ab\"]*"
+            "#,
+        )
+        .unwrap();
+        assert!(!c.policy.overrides[0].is_exact());
+        assert_eq!(
+            c.warnings(),
+            [
+                ConfigWarning::DecodedWildcard {
+                    at: "policy.overrides[0]".into()
+                },
+                ConfigWarning::DecodedEscape {
+                    at: "policy.rules[0].target".into(),
+                    code_point: 0x0a,
+                    offset: 28,
+                },
+            ]
+        );
+        assert!(c.warnings()[0].to_string().contains("BROAD"));
+        // The same override pasted as a literal string is exact and quiet,
+        // and so are hand-written patterns that are not target-shaped.
+        let c = load(
+            r#"
+            version = 1
+            [policy]
+            overrides = ['{"executable":"ls","argv":["\u002a"],"cwd":".","env":{}}', '{"executable":"cargo",*']
+            "#,
+        )
+        .unwrap();
+        assert!(c.policy.overrides[0].is_exact());
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        // A decoded oversized display form warns too.
+        let display = format!(
+            "{{\"executable\":\"x\",\"argv\":[\"*{}...sha256:{}",
+            "a".repeat(10),
+            "0".repeat(64)
+        );
+        let c = load(&format!("version = 1\n[policy]\noverrides = ['{display}']")).unwrap();
+        assert_eq!(c.warnings().len(), 1);
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub mod pattern;
 pub mod target;
 pub mod tool;
 
-pub use config::{ConfigError, PolicyConfig};
+pub use config::{ConfigError, ConfigWarning, PolicyConfig};
 pub use decision::{
     AuditContext, Context, Decision, OverrideSource, Provenance, Reason, Request, Verdict, decide,
 };

@@ -86,6 +86,20 @@ impl Pattern {
         !self.text.contains('*')
     }
 
+    /// The pattern as a TOML *literal* string (`'...'`), ready to paste into
+    /// `policy.overrides`: a literal string decodes nothing, so the loaded
+    /// text is exactly this pattern (a basic string `"..."` would turn a
+    /// target's `\u002a` back into a wildcard). `None` when the text cannot
+    /// be a literal string (it holds `'` or a control character other than
+    /// tab); a generated override never does, since targets escape both.
+    pub fn toml_literal(&self) -> Option<String> {
+        let fits = !self
+            .text
+            .chars()
+            .any(|c| c == '\'' || (c.is_control() && c != '\t'));
+        fits.then(|| format!("'{}'", self.text))
+    }
+
     /// The pattern text.
     pub fn as_str(&self) -> &str {
         &self.text

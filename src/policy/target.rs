@@ -14,7 +14,8 @@
 //! Every string is escaped by [`escape_into`]: besides `"` and `\`, the
 //! wildcard `*` and every character a person cannot see or tell apart
 //! (controls, format and tag characters, non-ASCII spaces, separators,
-//! fillers; see [`needs_unicode_escape`]) are written as `\uXXXX`. Because the result is valid JSON that decodes back to the
+//! fillers; see [`needs_unicode_escape`]) are written as `\uXXXX`, and so
+//! is `'`. Because the result is valid JSON that decodes back to the
 //! canonical input, two different invocations can never share a target, and
 //! a generated target never contains a raw `*`, so an exact override can never
 //! be mistaken for a wildcard pattern.
@@ -565,6 +566,7 @@ pub fn needs_unicode_escape(c: char) -> bool {
         c,
         '\u{0}'..='\u{1f}'
             | '*'
+            | '\''
             | '\u{7f}'..='\u{a0}'
             | '\u{ad}'
             | '\u{34f}'

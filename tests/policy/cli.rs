@@ -421,3 +421,52 @@ fn policy_file_must_be_a_bounded_regular_utf8_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn suggested_override_toml_pastes_back_and_a_decoded_paste_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "version = 1\n[tools]\nallow = [\"process.run\"]\n";
+    let policy = dir.path().join("p.toml");
+    std::fs::write(&policy, base).unwrap();
+    let policy = policy.to_str().unwrap();
+    let argv = ["ls", "*", "it's"];
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        let mut v: Vec<String> = vec!["--policy".into(), policy.into()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.push("--".into());
+        v.extend(argv.iter().map(|s| s.to_string()));
+        v
+    };
+    let first = explain(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let v: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(v["decision"], "require_approval");
+    let literal = v["suggested_override_toml"].as_str().unwrap().to_owned();
+    assert!(literal.starts_with('\'') && literal.ends_with('\''));
+    assert!(literal.contains(r"\u002a") && literal.contains(r"\u0027"));
+
+    // Pasted as printed: exact, quiet, and it approves this invocation.
+    std::fs::write(
+        dir.path().join("p.toml"),
+        format!("{base}[policy]\noverrides = [{literal}]\n"),
+    )
+    .unwrap();
+    let out = explain(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "allow");
+    assert_eq!(v["reason"]["exact"], true);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+
+    // Pasted into a basic string: `\u002a` decodes to `*`, the override is a
+    // broad pattern, and loading warns.
+    let inner = &literal[1..literal.len() - 1];
+    let basic = format!("\"{}\"", inner.replace('"', "\\\""));
+    std::fs::write(
+        dir.path().join("p.toml"),
+        format!("{base}[policy]\noverrides = [{basic}]\n"),
+    )
+    .unwrap();
+    let out = explain(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("warning: policy.overrides[0]"), "{stderr}");
+    assert!(stderr.contains("BROAD"), "{stderr}");
+}

@@ -26,7 +26,9 @@ fn env_key() -> impl Strategy<Value = String> {
 
 prop_compose! {
     fn invocation()(
-        executable in tricky().prop_filter("non-empty", |s| !s.is_empty()),
+        executable in tricky().prop_filter("names a file", |s| {
+            custodian::policy::target::check_executable(s).is_ok()
+        }),
         argv in proptest::collection::vec(tricky(), 0..4),
         cwd in proptest::option::of(proptest::string::string_regex(r"[ab]{1,2}(/[ab]{1,2}){0,2}").unwrap()),
         env in proptest::collection::btree_map(env_key(), env_value(), 0..4),
@@ -383,6 +385,72 @@ target = '{"executable":"x",*'
                     );
                 }
             }
+        }
+    }
+}
+
+mod toml_round_trip {
+    //! A suggested override printed as a TOML literal string loads back as
+    //! exactly the same exact override.
+
+    use custodian::policy::{
+        Context, EnvValue, Pattern, PolicyConfig, ProcessTarget, Provenance, Reason, Registry,
+        Request, StateMode, Verdict, decide,
+    };
+    use proptest::prelude::*;
+
+    fn hostile() -> impl Strategy<Value = String> {
+        proptest::string::string_regex(
+            "[a'\"\\\\*\t\n ,\\[\\]{}=\u{202e}\u{e0061}\u{a0}é]{0,6}|\\\\u002a|''' |\\\\",
+        )
+        .unwrap()
+    }
+
+    prop_compose! {
+        fn invocation()(
+            executable in hostile().prop_filter("names a file", |s| {
+                custodian::policy::target::check_executable(s).is_ok()
+            }),
+            argv in proptest::collection::vec(hostile(), 0..4),
+            value in hostile(),
+        ) -> ProcessTarget {
+            ProcessTarget {
+                executable,
+                argv,
+                cwd: None,
+                env_overlay: vec![("K".into(), EnvValue::Literal(value))],
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn suggested_override_round_trips_through_a_toml_literal(p in invocation()) {
+            let target = p.match_target().unwrap();
+            let exact = Pattern::exact(&target);
+            let line = exact.toml_literal().expect("a generated override fits a literal string");
+            let text = format!(
+                "version = 1\n[tools]\nallow = [\"process.run\"]\n[policy]\noverrides = [{line}]\n"
+            );
+            let config = PolicyConfig::from_toml_str(&text).unwrap();
+            prop_assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+            prop_assert_eq!(config.policy.overrides[0].as_str(), exact.as_str());
+            prop_assert!(config.policy.overrides[0].is_exact());
+            let d = decide(
+                &Registry::new(),
+                &config,
+                &Request {
+                    tool: "process.run",
+                    process: Some(&p),
+                    context: Context { provenance: Provenance::Untrusted, state_mode: StateMode::Local },
+                    approvals: &[],
+                },
+            );
+            prop_assert_eq!(d.verdict, Verdict::Allow);
+            let exact_override = matches!(d.reason, Reason::Override { exact: true, .. });
+            prop_assert!(exact_override);
         }
     }
 }
