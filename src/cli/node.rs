@@ -45,6 +45,17 @@ pub(crate) struct Args {
     /// `group`, `subreaper`.
     #[arg(long, value_name = "TIER", default_value = "auto", value_parser = containment)]
     containment: Containment,
+    /// Enforce this policy file on every `run_process` (the node decides,
+    /// whatever its edge decided): a denied call is answered
+    /// `policy_refused` / `policy_denied`, one that needs an approval
+    /// `policy_refused` / `approval_required` with its target; nothing is
+    /// launched. Approvals come only from the file's `policy.overrides`.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The provenance the node assumes for every call (with --policy; the
+    /// wire carries none).
+    #[arg(long, value_enum, default_value = "untrusted", requires = "policy")]
+    provenance: super::policy::ProvenanceArg,
 }
 
 fn containment(v: &str) -> Result<Containment, String> {
@@ -60,6 +71,7 @@ struct Config {
     process_timeout: Duration,
     cleanup_bound: Duration,
     containment: Containment,
+    policy: Option<custodian::wire::NodePolicy>,
 }
 
 impl Args {
@@ -70,6 +82,14 @@ impl Args {
         if self.process_timeout.is_zero() {
             bail!("--process-timeout must be positive");
         }
+        let policy = match &self.policy {
+            None => None,
+            Some(path) => Some(custodian::wire::NodePolicy {
+                config: super::policy::load_policy(path)
+                    .map_err(|_| anyhow::anyhow!("--policy {} refused", path.display()))?,
+                provenance: self.provenance.into(),
+            }),
+        };
         Ok(Config {
             workspace: self.workspace,
             socket: self.socket,
@@ -80,6 +100,7 @@ impl Args {
             process_timeout: self.process_timeout,
             cleanup_bound: self.cleanup_bound,
             containment: self.containment,
+            policy,
         })
     }
 }
@@ -112,10 +133,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         custodian::process::enable_subreaper().context("--containment subreaper")?;
     }
     let launch = LaunchOptions::new(&config.workspace).with_containment(config.containment);
-    let node = Node::new(
-        WorkspaceNode::new(workspace.clone(), launch, config.process_timeout),
-        config.node,
-    );
+    let mut adapter = WorkspaceNode::new(workspace.clone(), launch, config.process_timeout);
+    if let Some(policy) = config.policy {
+        adapter = adapter.with_policy(policy);
+    }
+    let node = Node::new(adapter, config.node);
     match &config.socket {
         None => {
             let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());

@@ -32,6 +32,18 @@ pub enum WireError {
         /// The node's safe code.
         code: Code,
     },
+    /// The node's own policy refused a `run_process`; nothing was launched.
+    #[error("the node's policy refused the process: {code} ({reason})")]
+    PolicyRefused {
+        /// `policy_denied` or `approval_required`.
+        code: Code,
+        /// The policy reason's code.
+        reason: Code,
+        /// On `approval_required`: the match target to approve.
+        target: Option<String>,
+        /// On `approval_required`: the exact override for the node's policy.
+        suggested_override: Option<String>,
+    },
     /// The node answered with a response of the wrong kind.
     #[error("the node sent an unexpected response")]
     Unexpected,
@@ -314,6 +326,18 @@ pub enum OpenError {
 fn refused(resp: Response) -> WireError {
     match resp {
         Response::Error { code, .. } => WireError::Refused { code },
+        Response::PolicyRefused {
+            code,
+            reason,
+            target,
+            suggested_override,
+            ..
+        } => WireError::PolicyRefused {
+            code,
+            reason,
+            target,
+            suggested_override,
+        },
         _ => WireError::Unexpected,
     }
 }
@@ -376,7 +400,9 @@ impl WorkspaceLifecycle for WireClient {
             },
             Err(WireError::Disconnected) => CleanupResult::Failed(CODE_NODE_UNREACHABLE),
             Err(WireError::Refused { code }) => CleanupResult::Failed(intern(&code)),
-            Err(WireError::Unexpected) => CleanupResult::Failed(CODE_REMOTE_CLEANUP_FAILED),
+            Err(WireError::Unexpected | WireError::PolicyRefused { .. }) => {
+                CleanupResult::Failed(CODE_REMOTE_CLEANUP_FAILED)
+            }
         }
     }
 }

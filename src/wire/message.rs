@@ -185,6 +185,26 @@ pub enum Response {
     },
     /// The request's cleanup result (the first one, for duplicates).
     Cleanup(CleanupReport),
+    /// The node's own policy refused a `run_process`: nothing was launched.
+    /// Sent only by a node started with a policy (`custodian node --policy`).
+    PolicyRefused {
+        /// The request.
+        request_id: RequestId,
+        /// `policy_denied` or `approval_required`.
+        code: Code,
+        /// Why, as the policy reason's code (`denied_by_rule`,
+        /// `not_exposed`, `malformed_target`, `default_decision`,
+        /// `untrusted_shell_requires_approval`, ...).
+        reason: Code,
+        /// On `approval_required`: the invocation's match target (display
+        /// form), the identity an operator approves.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+        /// On `approval_required`: the exact override that approves this
+        /// invocation and no other, to add to the *node's* policy file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suggested_override: Option<String>,
+    },
     /// The frame or the operation failed; nothing was lost or half-done
     /// beyond what `code` says.
     Error {
@@ -194,6 +214,33 @@ pub enum Response {
         /// A safe, stable code (see the contract for the list).
         code: Code,
     },
+}
+
+/// A node-side policy refusal of a `run_process`, before anything is
+/// launched; [`PolicyRefusal::into_response`] makes the wire answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyRefusal {
+    /// `policy_denied` or `approval_required`.
+    pub code: SafeCode,
+    /// The policy reason's code.
+    pub reason: Code,
+    /// The match target (on `approval_required`).
+    pub target: Option<String>,
+    /// The exact override (on `approval_required`).
+    pub suggested_override: Option<String>,
+}
+
+impl PolicyRefusal {
+    /// The [`Response::PolicyRefused`] answer for `request_id`.
+    pub fn into_response(self, request_id: RequestId) -> Response {
+        Response::PolicyRefused {
+            request_id,
+            code: Code::from(self.code),
+            reason: self.reason,
+            target: self.target,
+            suggested_override: self.suggested_override,
+        }
+    }
 }
 
 /// How a process settled, as reported over the wire.
@@ -343,4 +390,8 @@ pub mod codes {
     pub const OPEN_IN_PROGRESS: SafeCode = SafeCode::new("open_in_progress");
     /// The node is shutting down.
     pub const SHUTTING_DOWN: SafeCode = SafeCode::new("shutting_down");
+    /// The node's policy denies the `run_process`.
+    pub const POLICY_DENIED: SafeCode = SafeCode::new("policy_denied");
+    /// The node's policy requires an approval the node does not hold.
+    pub const APPROVAL_REQUIRED: SafeCode = SafeCode::new("approval_required");
 }

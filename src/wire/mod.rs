@@ -42,9 +42,9 @@ pub use client::{
 };
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
 pub use message::{
-    CleanupReport, CleanupStatus, Code, ProcessSummary, Request, RequestFrame, Response,
-    ResponseFrame, RunSpec, VERSION,
+    CleanupReport, CleanupStatus, Code, PolicyRefusal, ProcessSummary, Request, RequestFrame,
+    Response, ResponseFrame, RunSpec, VERSION,
 };
 pub use node::{CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step};
 #[cfg(unix)]
-pub use workspace_node::{WorkspaceNode, codes as node_codes};
+pub use workspace_node::{NodePolicy, WorkspaceNode, codes as node_codes};

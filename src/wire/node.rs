@@ -32,8 +32,8 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::codec::{FrameError, FrameReader, decode_request, encode_line};
 use super::message::{
-    CleanupReport, CleanupStatus, Code, ProcessSummary, Request, Response, ResponseFrame, RunSpec,
-    VERSION, codes,
+    CleanupReport, CleanupStatus, Code, PolicyRefusal, ProcessSummary, Request, Response,
+    ResponseFrame, RunSpec, VERSION, codes,
 };
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
@@ -77,6 +77,17 @@ pub trait NodeWorkspace: Send + Sync + 'static {
         request: &RequestId,
         spec: RunSpec,
     ) -> impl Future<Output = Result<ProcessSummary, SafeCode>> + Send;
+
+    /// Decides, before [`NodeWorkspace::run`], whether the node's own policy
+    /// lets `spec` run; the default admits everything (the node trusts its
+    /// edge).
+    ///
+    /// # Errors
+    ///
+    /// The [`PolicyRefusal`] to answer with; nothing is launched.
+    fn admit_run(&self, _request: &RequestId, _spec: &RunSpec) -> Result<(), PolicyRefusal> {
+        Ok(())
+    }
 
     /// Cancels every active process of the request and waits for them to
     /// settle; returns how many there were.
@@ -266,6 +277,9 @@ impl<W: NodeWorkspace> Node<W> {
                 Request::RunProcess { request_id, spec } => {
                     if let Err(code) = self.work(&request_id) {
                         return error(request_id, code);
+                    }
+                    if let Err(refusal) = self.workspace.admit_run(&request_id, &spec) {
+                        return refusal.into_response(request_id);
                     }
                     match self.workspace.run(&request_id, spec).await {
                         Ok(summary) => Response::ProcessFinished {

@@ -6,11 +6,13 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::message::{Code, ProcessSummary, RunSpec};
+use super::message::{Code, PolicyRefusal, ProcessSummary, RunSpec};
 use super::node::{CleanupVerdict, NodeWorkspace};
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
+use crate::policy::{Context, PolicyConfig, Provenance, Registry, StateMode, Verdict};
 use crate::process::evidence::Evidence;
+use crate::process::governed::{Gate, decide_invocation};
 use crate::process::invocation::EnvValue;
 use crate::process::{Invocation, InvocationSpec, LaunchOptions, Running};
 use crate::workspace::{CleanupStatus, Job, Workspace, WorkspaceError};
@@ -59,6 +61,19 @@ pub struct WorkspaceNode {
     launch: LaunchOptions,
     default_timeout: Duration,
     jobs: Mutex<HashMap<RequestId, Entry>>,
+    policy: Option<NodePolicy>,
+}
+
+/// The policy a node enforces on `run_process` itself, so that it does not
+/// have to trust its edge. The node holds no approvals beyond the file's
+/// `policy.overrides`: an edge cannot approve for it.
+#[derive(Clone, Debug)]
+pub struct NodePolicy {
+    /// The validated policy file.
+    pub config: PolicyConfig,
+    /// The provenance the node assumes for every call (the wire carries
+    /// none); `Untrusted` fails closed.
+    pub provenance: Provenance,
 }
 
 impl WorkspaceNode {
@@ -70,7 +85,77 @@ impl WorkspaceNode {
             launch,
             default_timeout,
             jobs: Mutex::new(HashMap::new()),
+            policy: None,
         }
+    }
+
+    /// Enforces `policy` on every `run_process`: a call it denies or that
+    /// needs an approval is refused before launch
+    /// ([`NodeWorkspace::admit_run`], then again in [`NodeWorkspace::run`]).
+    #[must_use]
+    pub fn with_policy(mut self, policy: NodePolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Builds the invocation of a `run_process` exactly as it will launch.
+    fn invocation(&self, spec: RunSpec) -> Result<Invocation, SafeCode> {
+        let mut inv = InvocationSpec::new(spec.executable)
+            .with_args(spec.argv)
+            .with_timeout(
+                spec.timeout_ms
+                    .map_or(self.default_timeout, Duration::from_millis),
+            );
+        if let Some(cwd) = spec.cwd {
+            inv = inv.with_cwd(cwd);
+        }
+        for (k, v) in spec.env {
+            inv = inv.with_env(k, EnvValue::Literal(v));
+        }
+        Invocation::validate(inv).map_err(|_| codes::INVALID_INVOCATION)
+    }
+
+    /// The node policy's decision on `inv`: `Ok` to launch.
+    fn decide(&self, request: &RequestId, inv: &Invocation) -> Result<(), PolicyRefusal> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        let registry = Registry::new();
+        let gate = Gate {
+            registry: &registry,
+            config: &policy.config,
+            context: Context {
+                provenance: policy.provenance,
+                state_mode: StateMode::Local,
+            },
+            approvals: &[],
+        };
+        let decision = decide_invocation(inv, &gate);
+        if decision.verdict == Verdict::Allow {
+            return Ok(());
+        }
+        let reason = serde_json::to_value(&decision.reason)
+            .ok()
+            .and_then(|v| v.get("code")?.as_str().and_then(|c| Code::new(c).ok()))
+            .unwrap_or_else(|| Code::from(super::message::codes::POLICY_DENIED));
+        // The target holds the overlay's literal values: the log gets the
+        // reason only, the target goes back to the edge that sent them.
+        tracing::info!(request_id = %request, verdict = %decision.verdict, %reason, "policy refused run_process");
+        Err(match (decision.verdict, decision.suggested_override) {
+            (Verdict::RequireApproval, Some(o)) => PolicyRefusal {
+                code: super::message::codes::APPROVAL_REQUIRED,
+                reason,
+                target: decision.target.map(|t| t.as_str().to_owned()),
+                suggested_override: Some(o.as_str().to_owned()),
+            },
+            // Deny, or an approval with nothing to approve: fail closed.
+            _ => PolicyRefusal {
+                code: super::message::codes::POLICY_DENIED,
+                reason,
+                target: None,
+                suggested_override: None,
+            },
+        })
     }
 
     /// The workspace served.
@@ -169,20 +254,19 @@ impl NodeWorkspace for WorkspaceNode {
         Ok(contents.len() as u64)
     }
 
+    fn admit_run(&self, request: &RequestId, spec: &RunSpec) -> Result<(), PolicyRefusal> {
+        match self.invocation(spec.clone()) {
+            Ok(inv) => self.decide(request, &inv),
+            // `run` reports the invalid invocation; nothing launches.
+            Err(_) => Ok(()),
+        }
+    }
+
     async fn run(&self, request: &RequestId, spec: RunSpec) -> Result<ProcessSummary, SafeCode> {
-        let mut inv = InvocationSpec::new(spec.executable)
-            .with_args(spec.argv)
-            .with_timeout(
-                spec.timeout_ms
-                    .map_or(self.default_timeout, Duration::from_millis),
-            );
-        if let Some(cwd) = spec.cwd {
-            inv = inv.with_cwd(cwd);
-        }
-        for (k, v) in spec.env {
-            inv = inv.with_env(k, EnvValue::Literal(v));
-        }
-        let inv = Invocation::validate(inv).map_err(|_| codes::INVALID_INVOCATION)?;
+        let inv = self.invocation(spec)?;
+        // Checked again on the very invocation that launches, for callers
+        // that reach `run` without `admit_run`.
+        self.decide(request, &inv).map_err(|r| r.code)?;
         let running = {
             // The job launches and tracks under its process lock, so a
             // concurrent cleanup either sees this process or refuses it.

@@ -8,4 +8,5 @@ mod cleanup_during_open;
 mod containment;
 mod e2e;
 mod node_handler;
+mod policy;
 mod race;
