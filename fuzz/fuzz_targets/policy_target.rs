@@ -51,6 +51,10 @@ fuzz_target!(|input: Input| {
     assert_eq!(reversed.match_target().unwrap(), t);
     let exact = Pattern::exact(&t);
     assert!(exact.is_exact() && exact.matches(&t));
+    // Rules match the full serialization; the override always fits a TOML
+    // literal string.
+    assert_eq!(t.full_text(), canonical.serialize_full());
+    assert!(exact.toml_literal().is_some());
     if t.is_truncated() {
         assert!(canonical.serialize_full().len() > MAX_TARGET_BYTES);
     } else {

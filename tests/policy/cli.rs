@@ -229,6 +229,12 @@ fn run_with_policy_launches_only_what_was_approved() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["decision"], "require_approval");
     let approval = v["suggested_override"].as_str().unwrap().to_owned();
+    // stderr offers the same override as a TOML literal string.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("policy.overrides: '{approval}'")),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The same approval for a different argv split is not enough.
     let out = run_cmd(
