@@ -9,3 +9,4 @@ mod containment;
 mod e2e;
 mod node_handler;
 mod race;
+mod read_order;
