@@ -31,6 +31,20 @@
 //! delivered any number of times) and lossy (a message may be dropped for
 //! good); the node may crash once and recover. States where the edge
 //! crashed are outside the model (its durability is not what is checked).
+//!
+//! # Connections and incarnations
+//!
+//! A node process serves only the connections made to it: the wire runs
+//! over a node's stdio or a connected stream socket, and a message written
+//! to a node that died is lost with its connection, never read by the
+//! process that replaces it. The model keeps that and nothing stronger:
+//! every edge → node message carries the incarnation it was sent to (the
+//! node's restart count), the restarted node drops messages of an earlier
+//! incarnation, and announces itself with `Hello` (the edge reconnecting);
+//! the edge addresses later messages to the newest incarnation it heard of.
+//! Within one incarnation the network still reorders, duplicates and drops
+//! freely. The broken variant [`Variant::ReplayAcrossRestart`] delivers
+//! old messages to the new incarnation, and is caught.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -53,14 +67,17 @@ const FAILED: SafeCode = SafeCode::new("symlink_in_job");
 /// A message between the actors.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Msg {
-    /// Edge → node: open the request's workspace.
-    Open,
+    /// Edge → node: open the request's workspace (sent to incarnation `n`).
+    Open(u8),
     /// Node → edge: the answer to `Open`.
     OpenAnswer(Reply),
-    /// Edge → node: cancel the request.
-    Cancel,
-    /// Edge → node: clean the request's workspace (idempotent).
-    Cleanup,
+    /// Edge → node: cancel the request (sent to incarnation `n`).
+    Cancel(u8),
+    /// Edge → node: clean the request's workspace (idempotent; sent to
+    /// incarnation `n`).
+    Cleanup(u8),
+    /// Node → edge: incarnation `n` started (the edge reconnects to it).
+    Hello(u8),
     /// Node → edge: the cleanup's verdict.
     Cleaned(CleanupVerdict),
     /// Waiter → edge: send me the result.
@@ -141,6 +158,9 @@ pub struct EdgeState {
     pub completed: bool,
     /// Waiters that asked, by actor index.
     pub waiters: Vec<usize>,
+    /// The newest node incarnation the edge heard of; it addresses its
+    /// messages to it.
+    pub node_inc: u8,
 }
 
 /// A waiter's state: what it was answered.
@@ -179,6 +199,9 @@ pub enum Variant {
     CompleteBeforeCleanupAnswer,
     /// The edge answers a waiter at once with the outcome known so far.
     EarlyAnswer,
+    /// A restarted node accepts messages sent to its earlier incarnation,
+    /// as if a connection outlived the process it was made to.
+    ReplayAcrossRestart,
 }
 
 impl Variant {
@@ -192,6 +215,7 @@ impl Variant {
                 "composition/broken/complete-before-cleanup-answer"
             }
             Variant::EarlyAnswer => "composition/broken/early-answer",
+            Variant::ReplayAcrossRestart => "composition/broken/replay-across-restart",
         }
     }
 
@@ -203,6 +227,7 @@ impl Variant {
             Variant::CleanupPerMessage => Some(ONE_CLEANUP_PER_NODE),
             Variant::CompleteBeforeCleanupAnswer => Some(COMPLETES_AFTER_CLEANUP_ANSWER),
             Variant::EarlyAnswer => Some(WAITERS_SEE_PUBLISHED),
+            Variant::ReplayAcrossRestart => Some(OPENED_IS_CLEANED),
         }
     }
 }
@@ -299,7 +324,7 @@ impl Party {
             for a in t.actions {
                 match a {
                     Action::CancelProcesses => {
-                        o.send(Id::from(NODE), Msg::Cancel);
+                        o.send(Id::from(NODE), Msg::Cancel(e.node_inc));
                         o.set_timer(Timer::Stopped, model_timeout());
                     }
                     Action::StartCleanup => {
@@ -307,7 +332,7 @@ impl Party {
                         if v == Variant::CompleteBeforeCleanupAnswer {
                             events.push(Event::CleanupFinished(CleanupResult::Ok));
                         } else {
-                            o.send(Id::from(NODE), Msg::Cleanup);
+                            o.send(Id::from(NODE), Msg::Cleanup(e.node_inc));
                             o.set_timer(Timer::Retry, model_timeout());
                         }
                     }
@@ -354,34 +379,45 @@ impl Actor for Party {
 
     fn on_start(&self, _id: Id, storage: &Option<Disk>, o: &mut Out<Self>) -> St {
         match self {
-            Party::Node(_) => St::Node(NodeState {
-                req: if storage.is_some() {
-                    node::State::after_restart()
-                } else {
-                    node::State::new()
-                },
-                disk: match storage {
-                    Some(d) => {
-                        let d = Disk {
-                            restarts: d.restarts.saturating_add(1),
-                            ..d.clone()
-                        };
-                        o.save(d.clone());
-                        d
-                    }
-                    None => Disk {
-                        job: false,
-                        removals: 0,
-                        ever_opened: false,
-                        restarts: 0,
+            Party::Node(_) => {
+                if let Some(d) = storage {
+                    o.send(Id::from(EDGE), Msg::Hello(d.restarts.saturating_add(1)));
+                }
+                St::Node(NodeState {
+                    req: if storage.is_some() {
+                        node::State::after_restart()
+                    } else {
+                        node::State::new()
                     },
-                },
-                cleanups: 0,
-                awaiting: false,
-                restarted: storage.is_some(),
-                refused_closed: false,
-                duplicate_cleanup: false,
-            }),
+                    disk: match storage {
+                        Some(d) => {
+                            let d = Disk {
+                                restarts: d.restarts.saturating_add(1),
+                                ..d.clone()
+                            };
+                            o.save(d.clone());
+                            d
+                        }
+                        None => {
+                            // Saved at once: a node that crashes before it wrote
+                            // anything still restarts as a restarted node.
+                            let d = Disk {
+                                job: false,
+                                removals: 0,
+                                ever_opened: false,
+                                restarts: 0,
+                            };
+                            o.save(d.clone());
+                            d
+                        }
+                    },
+                    cleanups: 0,
+                    awaiting: false,
+                    restarted: storage.is_some(),
+                    refused_closed: false,
+                    duplicate_cleanup: false,
+                })
+            }
             Party::Edge(_, now) => {
                 for t in [Timer::Announce, Timer::CallerCancel] {
                     o.set_timer(t, model_timeout());
@@ -396,6 +432,7 @@ impl Actor for Party {
                     publishes: 0,
                     completed: false,
                     waiters: Vec::new(),
+                    node_inc: 0,
                 })
             }
             Party::Waiter => {
@@ -412,20 +449,29 @@ impl Actor for Party {
         let mut s = state.as_ref().clone();
         match (self, &mut s, msg) {
             (Party::Node(v), St::Node(n), msg) => {
-                let input = match msg {
-                    Msg::Open => Input::Open,
-                    Msg::Cancel => Input::Cancel,
-                    Msg::Cleanup => {
-                        if n.req.cleanups_started() > 0 || n.cleanups > 0 {
-                            n.duplicate_cleanup = true;
-                        }
-                        Input::Cleanup
-                    }
+                let (input, sent_to) = match msg {
+                    Msg::Open(i) => (Input::Open, i),
+                    Msg::Cancel(i) => (Input::Cancel, i),
+                    Msg::Cleanup(i) => (Input::Cleanup, i),
                     _ => return,
                 };
+                // Sent over a connection to an earlier incarnation: lost
+                // with it.
+                if sent_to != n.disk.restarts && *v != Variant::ReplayAcrossRestart {
+                    return;
+                }
+                if input == Input::Cleanup && (n.req.cleanups_started() > 0 || n.cleanups > 0) {
+                    n.duplicate_cleanup = true;
+                }
                 self.node_input(*v, n, input, o);
             }
             (Party::Edge(v, now), St::Edge(e), msg) => match msg {
+                Msg::Hello(i) => {
+                    if i <= e.node_inc {
+                        return;
+                    }
+                    e.node_inc = i;
+                }
                 Msg::OpenAnswer(r) => {
                     if e.open_answer.is_some() {
                         return;
@@ -491,14 +537,14 @@ impl Actor for Party {
                 Timer::Announce => {
                     if *v == Variant::OpenBeforeAnnounce {
                         e.announced = true;
-                        o.send(Id::from(NODE), Msg::Open);
+                        o.send(Id::from(NODE), Msg::Open(e.node_inc));
                     } else {
                         let accepted = request::accepts_workspace(&e.req);
                         let t = request::step(&e.req, Event::WorkspaceOpening, *now);
                         e.req = t.next;
                         if accepted {
                             e.announced = true;
-                            o.send(Id::from(NODE), Msg::Open);
+                            o.send(Id::from(NODE), Msg::Open(e.node_inc));
                         }
                     }
                 }
@@ -510,7 +556,7 @@ impl Actor for Party {
                 Timer::Stopped => self.edge_events(*v, e, Event::ExecutionStopped, o),
                 Timer::Retry => {
                     if e.cleanup_answer.is_none() {
-                        o.send(Id::from(NODE), Msg::Cleanup);
+                        o.send(Id::from(NODE), Msg::Cleanup(e.node_inc));
                         o.set_timer(Timer::Retry, model_timeout());
                     }
                 }

@@ -26,7 +26,7 @@ pub trait Visit {
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 21] = [
+pub const NAMES: [&str; 22] = [
     "request",
     "process",
     "composition",
@@ -48,6 +48,7 @@ pub const NAMES: [&str; 21] = [
     "composition/broken/cleanup-per-message",
     "composition/broken/complete-before-cleanup-answer",
     "composition/broken/early-answer",
+    "composition/broken/replay-across-restart",
 ];
 
 /// Calls `v` with the model called `name` (`waiters` waiters for a request
@@ -62,7 +63,10 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         v.visit(ProcessModel::new(s), s.breaks())
     }
     fn com<V: Visit>(variant: actor::Variant, w: usize, v: V) -> V::Out {
-        let restarts = usize::from(variant == actor::Variant::Real);
+        let restarts = usize::from(matches!(
+            variant,
+            actor::Variant::Real | actor::Variant::ReplayAcrossRestart
+        ));
         v.visit(actor::model(variant, w, restarts), variant.breaks())
     }
     Some(match name {
@@ -78,6 +82,9 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
             com(actor::Variant::CompleteBeforeCleanupAnswer, waiters, v)
         }
         "composition/broken/early-answer" => com(actor::Variant::EarlyAnswer, waiters, v),
+        "composition/broken/replay-across-restart" => {
+            com(actor::Variant::ReplayAcrossRestart, waiters, v)
+        }
         "process" => pro(process::Real, v),
         "request/broken/double-cleanup" => req(rb::DoubleCleanup, waiters, v),
         "request/broken/complete-before-cleanup" => req(rb::CompleteBeforeCleanup, waiters, v),

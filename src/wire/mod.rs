@@ -45,6 +45,8 @@ pub use message::{
     CleanupReport, CleanupStatus, Code, PolicyRefusal, ProcessSummary, Request, RequestFrame,
     Response, ResponseFrame, RunSpec, VERSION,
 };
-pub use node::{CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step};
+pub use node::{
+    Admitted, CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step,
+};
 #[cfg(unix)]
 pub use workspace_node::{NodePolicy, WorkspaceNode, codes as node_codes};

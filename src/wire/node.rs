@@ -16,11 +16,18 @@
 //! exists, while a cleanup waits for a running open), and a dropped guard
 //! publishes `Abandoned` — and the bounded memory of finished requests, so
 //! the decision states and the cleanups never disagree and are evicted
-//! together. The open and the cleanup each run in their own task, so they
+//! together. [`Node::serve`] takes each frame's decision as it reads the
+//! frame ([`Node::admit`]) and only then carries it out in a task of its
+//! own, so a connection's requests are decided in the order the peer sent
+//! them: the edge's open is never decided after the cleanup it sent later
+//! (which could otherwise answer "already gone", be forgotten once the
+//! bounded memory moves on, and let the open create a job nobody cleans).
+//! The open and the cleanup each run in their own task, so they
 //! always reach their `OpenFinished` / `CleanupFinished` step whatever
 //! their callers do. loom explores these races on the real table and the
 //! real decisions (`loom-tests/tests/runtime.rs`).
 
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
@@ -39,7 +46,7 @@ use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 pub use crate::machine::node::CleanupVerdict;
 use crate::machine::node::{self as decide, Action, Input, Refusal, Reply};
-use crate::sync::{Abandoned, Applied, Elected, OwnerGuard, SlotEffect, SlotStep, Slots};
+use crate::sync::{Abandoned, Applied, Elected, OwnerGuard, SlotEffect, SlotStep, Slots, Waiter};
 
 /// The workspace operations the node performs for the wire.
 ///
@@ -246,68 +253,74 @@ impl<W: NodeWorkspace> Node<W> {
         applied.decision
     }
 
-    /// Handles one decoded request and returns its answer.
+    /// Handles one decoded request and returns its answer: the request's
+    /// decision is taken at once ([`Node::admit`]), then carried out.
     pub async fn handle(self: &Arc<Self>, op: Request) -> Response {
-        let id = op.request_id().clone();
-        let span = info_span!("node_request", request_id = %id, op = op.op_name());
-        async move {
-            match op {
-                Request::OpenWorkspace { request_id } => self.open(request_id).await,
-                Request::WriteArtifact {
+        self.admit(op).perform().await
+    }
+
+    /// Takes the decision for one decoded request now, under the table's
+    /// lock, and returns what is left to carry out.
+    ///
+    /// [`Node::serve`] admits a connection's frames in the order it reads
+    /// them and only then hands each to its own task, so the node decides a
+    /// connection's requests in the order the peer sent them: an open that
+    /// the edge sent before its cancel or cleanup is never decided after
+    /// them, however the tasks that carry the requests out are scheduled.
+    /// A cleanup that this call starts runs in its own task from here on.
+    ///
+    /// Call it from within a tokio runtime (a cleanup may be spawned).
+    pub fn admit(self: &Arc<Self>, op: Request) -> Admitted<W> {
+        let decided = match op {
+            Request::OpenWorkspace { request_id } => {
+                let actions = self.decide(&request_id, Input::Open);
+                match actions.first() {
+                    Some(Action::Open) => Decided::Open(request_id),
+                    Some(Action::Reply(r)) => Decided::Answer(self.reply(request_id, *r, None)),
+                    other => unreachable_decision(other),
+                }
+            }
+            Request::WriteArtifact {
+                request_id,
+                name,
+                contents,
+            } => match self.work(&request_id) {
+                Ok(()) => Decided::Write {
                     request_id,
                     name,
                     contents,
-                } => {
-                    if let Err(code) = self.work(&request_id) {
-                        return error(request_id, code);
-                    }
-                    match self
-                        .workspace
-                        .write_artifact(&request_id, &name, contents.as_bytes())
-                        .await
-                    {
-                        Ok(bytes) => Response::ArtifactWritten {
-                            request_id,
-                            name,
-                            bytes,
-                        },
-                        Err(code) => error(request_id, code),
-                    }
-                }
-                Request::RunProcess { request_id, spec } => {
-                    if let Err(code) = self.work(&request_id) {
-                        return error(request_id, code);
-                    }
-                    if let Err(refusal) = self.workspace.admit_run(&request_id, &spec) {
-                        return refusal.into_response(request_id);
-                    }
-                    match self.workspace.run(&request_id, spec).await {
-                        Ok(summary) => Response::ProcessFinished {
-                            request_id,
-                            summary,
-                        },
-                        Err(code) => error(request_id, code),
-                    }
-                }
-                Request::Cancel { request_id } => {
-                    let actions = self.decide(&request_id, Input::Cancel);
-                    let processes = if actions.contains(&Action::CancelProcesses) {
-                        self.workspace.cancel(&request_id).await
-                    } else {
-                        0
-                    };
-                    Response::Cancelled {
+                },
+                Err(code) => Decided::Answer(error(request_id, code)),
+            },
+            Request::RunProcess { request_id, spec } => match self.work(&request_id) {
+                Ok(()) => match self.workspace.admit_run(&request_id, &spec) {
+                    Ok(()) => Decided::Run { request_id, spec },
+                    Err(refusal) => Decided::Answer(refusal.into_response(request_id)),
+                },
+                Err(code) => Decided::Answer(error(request_id, code)),
+            },
+            Request::Cancel { request_id } => {
+                if self
+                    .decide(&request_id, Input::Cancel)
+                    .contains(&Action::CancelProcesses)
+                {
+                    Decided::Cancel(request_id)
+                } else {
+                    Decided::Answer(Response::Cancelled {
                         request_id,
-                        processes,
-                    }
-                }
-                Request::CleanupWorkspace { request_id } => {
-                    Response::Cleanup(self.cleanup(request_id).await)
+                        processes: 0,
+                    })
                 }
             }
+            Request::CleanupWorkspace { request_id } => match self.start_cleanup(request_id) {
+                Ok(report) => Decided::Answer(Response::Cleanup(report)),
+                Err(pending) => Decided::Cleanup(pending),
+            },
+        };
+        Admitted {
+            node: Arc::clone(self),
+            decided,
         }
-        .instrument(span)
-        .await
     }
 
     /// A write or run is performed only while the request is open and
@@ -320,18 +333,13 @@ impl<W: NodeWorkspace> Node<W> {
         }
     }
 
+    /// Runs the open the machine decided. The open runs outside the table
+    /// lock; a cancel or cleanup that lands meanwhile is decided by the
+    /// machine (the open's answer becomes `request_closed`, a cleanup waits
+    /// for the open to finish). It runs in its own task so that it always
+    /// reaches `OpenFinished`, even if this caller goes away: a cleanup may
+    /// be waiting for it.
     async fn open(self: &Arc<Self>, request_id: RequestId) -> Response {
-        let actions = self.decide(&request_id, Input::Open);
-        match actions.first() {
-            Some(Action::Open) => {}
-            Some(Action::Reply(r)) => return self.reply(request_id, *r, None),
-            other => unreachable_decision(other),
-        }
-        // The open runs outside the table lock; a cancel or cleanup that
-        // lands meanwhile is decided by the machine (the open's answer
-        // becomes `request_closed`, a cleanup waits for the open to finish).
-        // It runs in its own task so that it always reaches `OpenFinished`,
-        // even if this caller goes away: a cleanup may be waiting for it.
         let node = Arc::clone(self);
         let id = request_id.clone();
         let finished = tokio::spawn(
@@ -345,7 +353,6 @@ impl<W: NodeWorkspace> Node<W> {
             .await
             .unwrap_or_else(|_| error(request_id, codes::SHUTTING_DOWN))
     }
-
     /// Steps `OpenFinished` and performs what it decides: the open's answer,
     /// and the cleanup that waited for this open, if one did.
     fn finish_open(
@@ -418,6 +425,18 @@ impl<W: NodeWorkspace> Node<W> {
     /// concurrent or late, gets the same verdict; `cached` is false only for
     /// the first caller to ask (or an immediate "already gone").
     pub async fn cleanup(self: &Arc<Self>, request_id: RequestId) -> CleanupReport {
+        match self.start_cleanup(request_id) {
+            Ok(report) => report,
+            Err(pending) => pending.wait().await,
+        }
+    }
+
+    /// Steps `Cleanup` and, if this call was elected, starts the cleanup in
+    /// its own task: the answer at once, or the cleanup to wait for.
+    fn start_cleanup(
+        self: &Arc<Self>,
+        request_id: RequestId,
+    ) -> Result<CleanupReport, PendingCleanup> {
         let applied = self.step(&request_id, Input::Cleanup);
         let waiter = match applied.cleanup {
             Some(Elected::Owner(guard)) => {
@@ -431,19 +450,17 @@ impl<W: NodeWorkspace> Node<W> {
                     if let Action::Reply(Reply::Cleanup { verdict, cached }) = action {
                         let mut rep = report(request_id, verdict);
                         rep.cached = cached;
-                        return rep;
+                        return Ok(rep);
                     }
                 }
                 unreachable_decision(None)
             }
         };
-        let verdict = match waiter.await {
-            Ok(verdict) => verdict,
-            Err(Abandoned) => CleanupVerdict::Failed(codes::SHUTTING_DOWN),
-        };
-        let mut report = report(request_id, verdict);
-        report.cached = !applied.first;
-        report
+        Err(PendingCleanup {
+            request_id,
+            waiter,
+            first: applied.first,
+        })
     }
 
     /// Ids of requests whose job exists or is being opened here and whose
@@ -530,10 +547,12 @@ impl<W: NodeWorkspace> Node<W> {
                             .cleanup_requests
                             .fetch_add(1, Ordering::Relaxed);
                     }
-                    let node = Arc::clone(self);
+                    // Decided here, in the order the frames arrived; only
+                    // carrying the decision out runs concurrently.
+                    let admitted = self.admit(frame.op);
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        let result = node.handle(frame.op).await;
+                        let result = admitted.perform().await;
                         let _ = tx.send(line(&ResponseFrame {
                             v: VERSION,
                             seq: Some(frame.seq),
@@ -562,6 +581,122 @@ impl<W: NodeWorkspace> Node<W> {
     {
         self.serve(io).await?.wait().await;
         Ok(())
+    }
+}
+
+/// A request the node has decided ([`Node::admit`]); [`Admitted::perform`]
+/// carries out what was decided and returns the answer.
+#[must_use = "a decided open, write or run happens only when performed"]
+pub struct Admitted<W> {
+    node: Arc<Node<W>>,
+    decided: Decided,
+}
+
+impl<W> fmt::Debug for Admitted<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admitted")
+            .field("decided", &self.decided)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+enum Decided {
+    /// The decision is the answer.
+    Answer(Response),
+    /// The machine said `Open`.
+    Open(RequestId),
+    /// The machine said `Proceed` to a write.
+    Write {
+        request_id: RequestId,
+        name: String,
+        contents: String,
+    },
+    /// The machine said `Proceed` to a run.
+    Run {
+        request_id: RequestId,
+        spec: RunSpec,
+    },
+    /// The machine said `CancelProcesses`.
+    Cancel(RequestId),
+    /// A cleanup runs (started by this request or an earlier one).
+    Cleanup(PendingCleanup),
+}
+
+/// A cleanup to wait for: its verdict becomes the answer.
+#[derive(Debug)]
+struct PendingCleanup {
+    request_id: RequestId,
+    waiter: Waiter<CleanupVerdict>,
+    first: bool,
+}
+
+impl PendingCleanup {
+    async fn wait(self) -> CleanupReport {
+        let verdict = match self.waiter.await {
+            Ok(verdict) => verdict,
+            Err(Abandoned) => CleanupVerdict::Failed(codes::SHUTTING_DOWN),
+        };
+        let mut report = report(self.request_id, verdict);
+        report.cached = !self.first;
+        report
+    }
+}
+
+impl<W: NodeWorkspace> Admitted<W> {
+    /// Carries out the decision and returns the request's answer.
+    pub async fn perform(self) -> Response {
+        let Admitted { node, decided } = self;
+        let (id, op) = match &decided {
+            Decided::Answer(r) => return r.clone(),
+            Decided::Open(id) => (id.clone(), "open_workspace"),
+            Decided::Write { request_id, .. } => (request_id.clone(), "write_artifact"),
+            Decided::Run { request_id, .. } => (request_id.clone(), "run_process"),
+            Decided::Cancel(id) => (id.clone(), "cancel"),
+            Decided::Cleanup(p) => (p.request_id.clone(), "cleanup_workspace"),
+        };
+        let span = info_span!("node_request", request_id = %id, op);
+        async move {
+            match decided {
+                Decided::Answer(r) => r,
+                Decided::Open(request_id) => node.open(request_id).await,
+                Decided::Write {
+                    request_id,
+                    name,
+                    contents,
+                } => match node
+                    .workspace
+                    .write_artifact(&request_id, &name, contents.as_bytes())
+                    .await
+                {
+                    Ok(bytes) => Response::ArtifactWritten {
+                        request_id,
+                        name,
+                        bytes,
+                    },
+                    Err(code) => error(request_id, code),
+                },
+                Decided::Run { request_id, spec } => {
+                    match node.workspace.run(&request_id, spec).await {
+                        Ok(summary) => Response::ProcessFinished {
+                            request_id,
+                            summary,
+                        },
+                        Err(code) => error(request_id, code),
+                    }
+                }
+                Decided::Cancel(request_id) => {
+                    let processes = node.workspace.cancel(&request_id).await;
+                    Response::Cancelled {
+                        request_id,
+                        processes,
+                    }
+                }
+                Decided::Cleanup(pending) => Response::Cleanup(pending.wait().await),
+            }
+        }
+        .instrument(span)
+        .await
     }
 }
 

@@ -10,3 +10,4 @@ mod e2e;
 mod node_handler;
 mod policy;
 mod race;
+mod read_order;
