@@ -230,3 +230,23 @@ proptest! {
         prop_assert_eq!(verdict(&config, &padded, provenance, &approvals), Verdict::Deny);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Between the exhaustive sweep's points: uniformly random lengths up to
+    /// the argv limit, with a padding character of any escaped width.
+    #[test]
+    fn deny_holds_at_random_lengths_up_to_the_argv_limit(
+        len in 0..MAX_ARGV_BYTES,
+        c in prop::sample::select(vec!['a', 'é', '*', '"', '😀']),
+    ) {
+        let config = config();
+        let star = [Pattern::parse("*").unwrap()];
+        let fits = 1 + len * c.len_utf8() <= MAX_ARGV_BYTES;
+        for spec in padded_specs(c, len) {
+            let verdict = run_verdict(spec, &config, &star);
+            prop_assert_eq!(verdict, fits.then_some(Verdict::Deny));
+        }
+    }
+}
