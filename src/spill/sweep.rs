@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::FlockOperation;
-use rustix::io::Errno;
-
-use super::fsx::{self, Entry, Kind, Meta, Untrusted, WalkError};
+use super::escape;
 use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
+use crate::fs::{
+    self, Entry, Errno, FileKind as Kind, FlockOperation, Stat as Meta, Untrusted, WalkError,
+};
 
 /// Where to look for prior per-process default roots.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,13 +82,13 @@ pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<
     })?;
     let mut buf = vec![MaybeUninit::uninit(); 32 * 1024];
     let mut entries = Vec::new();
-    fsx::list(tmp.as_fd(), &mut buf, &mut entries)?;
+    fs::list(tmp.as_fd(), &mut buf, &mut entries)?;
     let mut out = Vec::new();
     for e in entries {
         if !e.name.to_bytes().starts_with(prefix.as_bytes()) {
             continue;
         }
-        if fsx::stat_at(tmp.as_fd(), &e.name).is_ok_and(|m| m.kind() == Kind::Dir) {
+        if fs::stat_at(tmp.as_fd(), &e.name).is_ok_and(|m| m.kind() == Kind::Dir) {
             out.push(tmp_path.join(std::ffi::OsStr::from_bytes(e.name.to_bytes())));
         }
     }
@@ -99,8 +99,8 @@ pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<
 fn open_temp_dir(temp_dir: &Path, uid: u32) -> Result<(OwnedFd, PathBuf), WalkError> {
     let canonical = std::fs::canonicalize(temp_dir)
         .map_err(|e| WalkError::Open(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
-    let (_p, _n, fd) = fsx::open_dir_path(&canonical, uid)?;
-    let m = fsx::stat_fd(fd.as_fd()).map_err(WalkError::Open)?;
+    let (_p, _n, fd) = fs::open_dir_path(&canonical, uid)?;
+    let m = fs::stat_fd(fd.as_fd()).map_err(WalkError::Open)?;
     // The temp dir is every discovered root's parent: the ancestor rule.
     m.trusted_ancestor_for(uid)
         .map_err(|_| WalkError::Ancestor)?;
@@ -207,7 +207,7 @@ impl Sweeper<'_> {
     fn warn(&mut self, code: &'static str, path: &Path, message: String) {
         let w = SpillWarning {
             code,
-            path: fsx::escape_path(path),
+            path: escape::escape_path(path),
             message,
         };
         self.report.warn(self.sink, w);
@@ -222,7 +222,7 @@ impl Sweeper<'_> {
 
     fn root_report(&mut self, path: &Path, kind: RootKind, skipped: Option<SkipReason>) -> usize {
         self.report.roots.push(RootReport {
-            path: fsx::escape_path(path),
+            path: escape::escape_path(path),
             origin: kind,
             scanned: false,
             skipped,
@@ -280,7 +280,7 @@ impl Sweeper<'_> {
         name: Option<CString>,
         seen: &mut HashSet<(u64, u64)>,
     ) -> Option<OpenRoot> {
-        if self.dangerous.contains(&meta.identity()) {
+        if self.dangerous.contains(&meta.dev_ino()) {
             self.root_report(path, kind, Some(SkipReason::DangerousRoot));
             self.warn(
                 "dangerous_root",
@@ -302,7 +302,7 @@ impl Sweeper<'_> {
             );
             return None;
         }
-        if !seen.insert(meta.identity()) {
+        if !seen.insert(meta.dev_ino()) {
             self.root_report(path, kind, Some(SkipReason::DuplicateRoot));
             return None;
         }
@@ -333,7 +333,7 @@ impl Sweeper<'_> {
                 return None;
             }
         };
-        let fd = match fsx::open_dir_path(&canonical, self.uid) {
+        let fd = match fs::open_dir_path(&canonical, self.uid) {
             Ok((_parent, _name, fd)) => fd,
             Err(WalkError::Ancestor) => {
                 self.root_report(path, kind, Some(SkipReason::UntrustedAncestor));
@@ -355,7 +355,7 @@ impl Sweeper<'_> {
                 return None;
             }
         };
-        let meta = match fsx::stat_fd(fd.as_fd()) {
+        let meta = match fs::stat_fd(fd.as_fd()) {
             Ok(m) => m,
             Err(e) => {
                 self.root_report(path, kind, Some(SkipReason::Error));
@@ -383,7 +383,7 @@ impl Sweeper<'_> {
                 return None;
             }
         };
-        let tmeta = match fsx::stat_fd(tmp.as_fd()) {
+        let tmeta = match fs::stat_fd(tmp.as_fd()) {
             Ok(m) => m,
             Err(e) => {
                 self.warn("temp_dir_unusable", &d.temp_dir, format!("stat: {e}"));
@@ -391,7 +391,7 @@ impl Sweeper<'_> {
             }
         };
         let mut entries = Vec::new();
-        if let Err(e) = fsx::list(tmp.as_fd(), &mut self.buf, &mut entries) {
+        if let Err(e) = fs::list(tmp.as_fd(), &mut self.buf, &mut entries) {
             self.warn(
                 "list_failed",
                 &d.temp_dir,
@@ -404,7 +404,7 @@ impl Sweeper<'_> {
                 continue;
             }
             let path = tmp_path.join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
-            let m = match fsx::stat_at(tmp.as_fd(), &e.name) {
+            let m = match fs::stat_at(tmp.as_fd(), &e.name) {
                 Ok(m) => m,
                 Err(Errno::NOENT) => continue,
                 Err(err) => {
@@ -430,7 +430,7 @@ impl Sweeper<'_> {
                 );
                 continue;
             }
-            let fd = match fsx::open_dir_at(tmp.as_fd(), &e.name) {
+            let fd = match fs::open_dir_at(tmp.as_fd(), &e.name) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => continue,
                 Err(err) => {
@@ -439,7 +439,7 @@ impl Sweeper<'_> {
                     continue;
                 }
             };
-            match fsx::stat_fd(fd.as_fd()) {
+            match fs::stat_fd(fd.as_fd()) {
                 Ok(now) if now.same_object(&m) => {
                     if let Some(r) =
                         self.admit(&path, RootKind::Discovered, fd, now, Some(e.name), seen)
@@ -467,7 +467,7 @@ impl Sweeper<'_> {
     /// Sweeps one root; returns how many entries remain in it.
     fn sweep_root(&mut self, root: &OpenRoot) -> u64 {
         let mut entries = Vec::new();
-        if let Err(e) = fsx::list(root.fd.as_fd(), &mut self.buf, &mut entries) {
+        if let Err(e) = fs::list(root.fd.as_fd(), &mut self.buf, &mut entries) {
             self.warn("list_failed", &root.path, format!("cannot list root: {e}"));
             self.report.skip(SkipReason::Error);
             return 1;
@@ -482,7 +482,7 @@ impl Sweeper<'_> {
             // `DT_UNKNOWN` (some filesystems): ask `statx`, never follow.
             let kind = match e.kind {
                 Some(k) => Some(k),
-                None => match fsx::stat_at(root.fd.as_fd(), &e.name) {
+                None => match fs::stat_at(root.fd.as_fd(), &e.name) {
                     Ok(m) => Some(m.kind()),
                     Err(Errno::NOENT) => None,
                     Err(err) => {
@@ -523,7 +523,7 @@ impl Sweeper<'_> {
         let path = root
             .path
             .join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
-        let dir = match fsx::open_dir_at(root.fd.as_fd(), &e.name) {
+        let dir = match fs::open_dir_at(root.fd.as_fd(), &e.name) {
             Ok(fd) => fd,
             // Replaced by a symlink (or a non-directory) since listing.
             Err(Errno::LOOP | Errno::NOTDIR) => {
@@ -542,7 +542,7 @@ impl Sweeper<'_> {
                 return false;
             }
         };
-        let meta = match fsx::stat_fd(dir.as_fd()) {
+        let meta = match fs::stat_fd(dir.as_fd()) {
             Ok(m) => m,
             Err(err) => {
                 self.report.skip(SkipReason::Error);
@@ -581,7 +581,7 @@ impl Sweeper<'_> {
             );
             return false;
         }
-        if let Err(err) = fsx::list(dir.as_fd(), &mut self.buf, entries) {
+        if let Err(err) = fs::list(dir.as_fd(), &mut self.buf, entries) {
             self.report.skip(SkipReason::Error);
             self.warn(
                 "list_failed",
@@ -622,7 +622,7 @@ impl Sweeper<'_> {
         // The identity re-check: this `statx` is the last call before the
         // unlink and must show the very inode `getdents` listed, a regular
         // file, on the session dir's mount.
-        let m = match fsx::stat_at(dir, &f.name) {
+        let m = match fs::stat_at(dir, &f.name) {
             Ok(m) => m,
             Err(Errno::NOENT) => return true,
             Err(err) => {
@@ -656,10 +656,10 @@ impl Sweeper<'_> {
         if self.dry_run {
             self.report.files_deleted += 1;
             let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-            self.report.would_delete.push(fsx::escape_path(&p));
+            self.report.would_delete.push(escape::escape_path(&p));
             return false;
         }
-        match fsx::unlink_at(dir, &f.name, false) {
+        match fs::unlink_at(dir, &f.name) {
             Ok(()) => {
                 self.report.files_deleted += 1;
                 true
@@ -682,7 +682,7 @@ impl Sweeper<'_> {
     /// Removes an empty session dir after re-checking that its name still
     /// leads to the directory we swept. Returns `true` if it is gone.
     fn prune(&mut self, root: &OpenRoot, name: &CString, meta: &Meta, path: &Path) -> bool {
-        match fsx::stat_at(root.fd.as_fd(), name) {
+        match fs::stat_at(root.fd.as_fd(), name) {
             Ok(now) if now.same_object(meta) => {}
             Ok(_) => {
                 self.report.skip(SkipReason::IdentityChanged);
@@ -694,7 +694,7 @@ impl Sweeper<'_> {
                 return false;
             }
         }
-        match fsx::unlink_at(root.fd.as_fd(), name, true) {
+        match fs::rmdir_at(root.fd.as_fd(), name) {
             Ok(()) => {
                 self.report.dirs_pruned += 1;
                 true
@@ -715,7 +715,7 @@ impl Sweeper<'_> {
 
     fn remove_root(&mut self, tmp: BorrowedFd<'_>, name: &CString, root: &OpenRoot) {
         // A live process holds a shared lock on its default root: leave it.
-        match rustix::fs::flock(root.fd.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+        match fs::flock(root.fd.as_fd(), FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => return,
             Err(err) => {
@@ -723,14 +723,14 @@ impl Sweeper<'_> {
                 return;
             }
         }
-        match fsx::stat_at(tmp, name) {
+        match fs::stat_at(tmp, name) {
             Ok(now) if now.same_object(&root.meta) => {}
             _ => {
                 self.report.skip(SkipReason::IdentityChanged);
                 return;
             }
         }
-        match fsx::unlink_at(tmp, name, true) {
+        match fs::rmdir_at(tmp, name) {
             Ok(()) => {
                 self.report.roots_removed += 1;
                 self.report.roots[root.index].removed = true;

@@ -22,15 +22,12 @@
 //!    where it is, and nothing is ever retried under another name.
 
 use std::ffi::CStr;
-use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::io::Errno;
-
-use super::identity::{Anchor, FileKind, Mismatch, Observed};
+use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
 use super::result::CleanupCode;
-use super::sys;
+use crate::fs::{self, Errno, FileKind, Observed};
 
 /// What the filesystem passes did.
 #[derive(Debug, Default)]
@@ -105,7 +102,7 @@ fn code_of(m: Mismatch) -> CleanupCode {
     }
 }
 
-fn io_fail(ctx: &Ctx<'_>, i: u32, e: &io::Error) -> Fail {
+fn io_fail(ctx: &Ctx<'_>, i: u32, e: &Errno) -> Fail {
     tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
     ctx.fail_at(CleanupCode::IoError, i)
 }
@@ -117,18 +114,18 @@ enum Opened {
 
 /// Opens registered directory `i` in `parent` without following, and checks it.
 fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<Opened, Fail> {
-    let fd = match sys::open_dir(parent, ctx.cname(i)) {
+    let fd = match fs::open_dir_at(parent, ctx.cname(i)) {
         Ok(fd) => fd,
         // Already gone: nothing of ours left to remove there.
-        Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => {
+        Err(e) if e == Errno::NOENT => {
             return Ok(Opened::Vanished);
         }
-        Err(e) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => {
+        Err(e) if e == Errno::LOOP => {
             return Err(ctx.fail_at(CleanupCode::SymlinkInJob, i));
         }
-        Err(e) if e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) => {
+        Err(e) if e == Errno::NOTDIR => {
             // Something else now has the name; say what.
-            let code = match sys::observe_at(parent, ctx.cname(i)).map(|o| o.kind) {
+            let code = match fs::observe_at(parent, ctx.cname(i)).map(|o| o.kind) {
                 Ok(FileKind::Symlink) => CleanupCode::SymlinkInJob,
                 Ok(FileKind::Special) => CleanupCode::SpecialFileInJob,
                 _ => CleanupCode::IdentityReplaced,
@@ -137,7 +134,7 @@ fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<
         }
         Err(e) => return Err(io_fail(ctx, i, &e)),
     };
-    let obs = sys::observe_fd(fd.as_fd()).map_err(|e| io_fail(ctx, i, &e))?;
+    let obs = fs::observe_fd(fd.as_fd()).map_err(|e| io_fail(ctx, i, &e))?;
     ctx.check(i, &obs)?;
     Ok(Opened::Dir(fd))
 }
@@ -187,8 +184,8 @@ fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
             Some(&(parent, _)) => {
                 // Climb back through "..": it must be the registered parent,
                 // or `dir` was moved while we were inside it.
-                let up = sys::open_parent(cur.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
-                let obs = sys::observe_fd(up.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
+                let up = fs::open_parent(cur.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
+                let obs = fs::observe_fd(up.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
                 ctx.check(parent, &obs)
                     .map_err(|_| ctx.fail_at(CleanupCode::IdentityReplaced, dir))?;
                 cur = up;
@@ -207,12 +204,12 @@ struct Verify {
 impl Visit for Verify {
     fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
         let mut failure = None;
-        let listed = sys::for_each_name(fd, |name| {
+        let listed = fs::for_each_name(fd, |name| {
             let found = ctx.tree.child(ctx.inv, dir, name.to_bytes());
-            let obs = match sys::observe_at(fd, name) {
+            let obs = match fs::observe_at(fd, name) {
                 Ok(o) => o,
                 // Vanished between listing and looking: nothing to judge.
-                Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => return Ok(()),
+                Err(e) if e == Errno::NOENT => return Ok(()),
                 Err(e) => {
                     failure = Some(ctx.fail_name(CleanupCode::IoError, dir, name));
                     tracing::warn!(error = %e, "workspace cleanup: statx failed");
@@ -265,8 +262,8 @@ struct Remove<'s> {
     missing: u64,
 }
 
-fn is_errno(e: &io::Error, n: Errno) -> bool {
-    e.raw_os_error() == Some(n.raw_os_error())
+fn is_errno(e: &Errno, n: Errno) -> bool {
+    *e == n
 }
 
 impl Visit for Remove<'_> {
@@ -278,7 +275,7 @@ impl Visit for Remove<'_> {
                 continue;
             }
             // Last-moment check: this very inode, still a plain file here.
-            let obs = match sys::observe_at(fd, ctx.cname(c)) {
+            let obs = match fs::observe_at(fd, ctx.cname(c)) {
                 Ok(o) => o,
                 Err(e) if is_errno(&e, Errno::NOENT) => {
                     self.missing += 1;
@@ -287,7 +284,7 @@ impl Visit for Remove<'_> {
                 Err(e) => return Err(io_fail(ctx, c, &e)),
             };
             ctx.check(c, &obs)?;
-            match sys::unlink(fd, ctx.cname(c)) {
+            match fs::unlink_at(fd, ctx.cname(c)) {
                 Ok(()) => self.files += 1,
                 Err(e) if is_errno(&e, Errno::NOENT) => self.missing += 1,
                 Err(e) => return Err(io_fail(ctx, c, &e)),
@@ -297,7 +294,7 @@ impl Visit for Remove<'_> {
     }
 
     fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        let obs = match sys::observe_at(parent, ctx.cname(dir)) {
+        let obs = match fs::observe_at(parent, ctx.cname(dir)) {
             Ok(o) => o,
             Err(e) if is_errno(&e, Errno::NOENT) => {
                 self.missing += 1;
@@ -306,7 +303,7 @@ impl Visit for Remove<'_> {
             Err(e) => return Err(io_fail(ctx, dir, &e)),
         };
         ctx.check(dir, &obs)?;
-        match sys::rmdir(parent, ctx.cname(dir)) {
+        match fs::rmdir_at(parent, ctx.cname(dir)) {
             Ok(()) => {
                 self.dirs += 1;
                 Ok(())
