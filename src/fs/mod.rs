@@ -49,6 +49,7 @@
 //! [path_resolution(7)](https://man7.org/linux/man-pages/man7/path_resolution.7.html).
 
 mod dir;
+mod remove;
 mod stat;
 
 pub use stat::{BirthTime, FileKind, Identity, MountId, Observed};
@@ -58,6 +59,7 @@ pub(crate) use dir::{
     mkdir_configured, open_configured_dir, open_dir_at, open_dir_path, open_file_at, open_parent,
     open_regular, rmdir_at, unlink_at,
 };
+pub(crate) use remove::{Quarantine, Removal};
 pub(crate) use rustix::fs::{FlockOperation, OFlags};
 pub(crate) use rustix::io::Errno;
 pub(crate) use stat::{Stat, Untrusted, observe_at, observe_fd, stat_at, stat_fd};

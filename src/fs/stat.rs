@@ -282,7 +282,6 @@ pub(crate) fn stat_fd(fd: BorrowedFd<'_>) -> Result<Stat, Errno> {
 ///
 /// [statx(2)](https://man7.org/linux/man-pages/man2/statx.2.html)
 #[doc(alias = "statx")]
-#[allow(dead_code)]
 pub(crate) fn nlink_fd(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
     rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::NLINK)
         .map(|s| u64::from(s.stx_nlink))

@@ -27,7 +27,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
 use super::result::CleanupCode;
-use crate::fs::{self, Errno, FileKind, Observed};
+use crate::fs::{self, Errno, FileKind, Observed, Removal};
 
 /// What the filesystem passes did.
 #[derive(Debug, Default)]
@@ -254,16 +254,49 @@ impl Visit for Verify {
     }
 }
 
-/// Pass 2: unlink registered files, then directories deepest first.
+/// Pass 2: registered files, then directories deepest first, each through
+/// the quarantine protocol of [`fs::Quarantine`].
 struct Remove<'s> {
     seen: &'s [bool],
+    quarantine: fs::Quarantine,
     files: u64,
     dirs: u64,
     missing: u64,
 }
 
-fn is_errno(e: &Errno, n: Errno) -> bool {
-    *e == n
+impl Remove<'_> {
+    /// Moves registered entry `i` (named in `parent`) out through the
+    /// quarantine and destroys it if it is still the registered inode.
+    fn take(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<(), Fail> {
+        let kind = ctx.inv.entry(i).kind.file_kind();
+        let anchor = ctx.anchor;
+        let identity = ctx.inv.entry(i).identity;
+        let name = ctx.cname(i).to_owned();
+        let removal = self
+            .quarantine
+            .remove(parent, &name, kind, |seen| {
+                let obs = seen.observed();
+                anchor.admit(&obs).and_then(|()| identity.check(kind, &obs))
+            })
+            .map_err(|e| io_fail(ctx, i, &e))?;
+        match removal {
+            Removal::Destroyed if kind == FileKind::Dir => self.dirs += 1,
+            Removal::Destroyed => self.files += 1,
+            // Already gone: nothing of ours left to remove there.
+            Removal::Missing => self.missing += 1,
+            // The name held something else once it was out of the tree:
+            // it is back (or kept in quarantine); the tree changed after
+            // verification.
+            Removal::Restored(_) | Removal::Kept(..) | Removal::Tampered => {
+                return Err(ctx.fail_at(CleanupCode::Tampered, i));
+            }
+            // Something appeared in the directory after verification: keep
+            // it and stop.
+            Removal::NotEmpty(_) => return Err(ctx.fail_at(CleanupCode::DirectoryNotEmpty, i)),
+            Removal::Mount => return Err(ctx.fail_at(CleanupCode::MountBoundary, i)),
+        }
+        Ok(())
+    }
 }
 
 impl Visit for Remove<'_> {
@@ -274,50 +307,13 @@ impl Visit for Remove<'_> {
             if ctx.inv.entry(c).kind != ArtifactKind::File || !self.seen[c as usize] {
                 continue;
             }
-            // Last-moment check: this very inode, still a plain file here.
-            let obs = match fs::observe_at(fd, ctx.cname(c)) {
-                Ok(o) => o,
-                Err(e) if is_errno(&e, Errno::NOENT) => {
-                    self.missing += 1;
-                    continue;
-                }
-                Err(e) => return Err(io_fail(ctx, c, &e)),
-            };
-            ctx.check(c, &obs)?;
-            match fs::unlink_at(fd, ctx.cname(c)) {
-                Ok(()) => self.files += 1,
-                Err(e) if is_errno(&e, Errno::NOENT) => self.missing += 1,
-                Err(e) => return Err(io_fail(ctx, c, &e)),
-            }
+            self.take(ctx, fd, c)?;
         }
         Ok(())
     }
 
     fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        let obs = match fs::observe_at(parent, ctx.cname(dir)) {
-            Ok(o) => o,
-            Err(e) if is_errno(&e, Errno::NOENT) => {
-                self.missing += 1;
-                return Ok(());
-            }
-            Err(e) => return Err(io_fail(ctx, dir, &e)),
-        };
-        ctx.check(dir, &obs)?;
-        match fs::rmdir_at(parent, ctx.cname(dir)) {
-            Ok(()) => {
-                self.dirs += 1;
-                Ok(())
-            }
-            Err(e) if is_errno(&e, Errno::NOENT) => {
-                self.missing += 1;
-                Ok(())
-            }
-            // Something appeared after verification: keep it and stop.
-            Err(e) if is_errno(&e, Errno::NOTEMPTY) || is_errno(&e, Errno::EXIST) => {
-                Err(ctx.fail_at(CleanupCode::DirectoryNotEmpty, dir))
-            }
-            Err(e) => Err(io_fail(ctx, dir, &e)),
-        }
+        self.take(ctx, parent, dir)
     }
 
     fn descend(&self, dir: u32) -> bool {
@@ -329,12 +325,47 @@ impl Visit for Remove<'_> {
     }
 }
 
+/// Creates (or reuses) `<quarantine root>/<job name>` and checks it is a
+/// plain directory on the workspace's device and mount.
+fn open_quarantine(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    anchor: Anchor,
+) -> Result<fs::Quarantine, Fail> {
+    let fail = |code| Fail {
+        code,
+        suspect: String::new(),
+    };
+    match fs::mkdir_at(qroot, job_name, 0o700) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "workspace cleanup: cannot create the quarantine");
+            return Err(fail(CleanupCode::IoError));
+        }
+    }
+    let dir = match fs::open_dir_at(qroot, job_name) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP | Errno::NOTDIR) => return Err(fail(CleanupCode::SymlinkInJob)),
+        Err(e) => {
+            tracing::warn!(error = %e, "workspace cleanup: cannot open the quarantine");
+            return Err(fail(CleanupCode::IoError));
+        }
+    };
+    let obs = fs::observe_fd(dir.as_fd()).map_err(|_| fail(CleanupCode::IoError))?;
+    if obs.kind != FileKind::Dir {
+        return Err(fail(CleanupCode::IdentityReplaced));
+    }
+    anchor.admit(&obs).map_err(|m| fail(code_of(m)))?;
+    Ok(fs::Quarantine::new(dir))
+}
+
 /// Verifies and removes the job directory `job_name` in `jobs` against `inv`.
 ///
 /// Touches nothing but registered entries below (and including)
 /// `jobs/job_name`; stops at the first mismatch.
 pub(crate) fn clean_job(
     jobs: BorrowedFd<'_>,
+    qroot: BorrowedFd<'_>,
     job_name: &CStr,
     inv: &Inventory,
     anchor: Anchor,
@@ -371,8 +402,16 @@ pub(crate) fn clean_job(
         .filter(|&&i| verify.seen[i as usize])
         .count() as u64
         + 1;
+    let quarantine = match open_quarantine(qroot, job_name, anchor) {
+        Ok(q) => q,
+        Err(f) => {
+            out.failure = Some(f);
+            return out;
+        }
+    };
     let mut remove = Remove {
         seen: &verify.seen,
+        quarantine,
         files: 0,
         dirs: 0,
         missing: live - seen_count,
@@ -384,7 +423,24 @@ pub(crate) fn clean_job(
     match result {
         Ok(true) => {}
         Ok(false) => out.missing += 1,
-        Err(f) => out.failure = Some(f),
+        // The tree verified whole, and now something no longer matches:
+        // it was changed while removal was under way.
+        Err(mut f) => {
+            if matches!(
+                f.code,
+                CleanupCode::SymlinkInJob
+                    | CleanupCode::SpecialFileInJob
+                    | CleanupCode::MountBoundary
+                    | CleanupCode::DeviceChanged
+                    | CleanupCode::IdentityReplaced
+            ) {
+                f.code = CleanupCode::Tampered;
+            }
+            out.failure = Some(f);
+        }
     }
+    // Empty unless something foreign was kept there: then it stays, for
+    // the operator, and the failure above says why.
+    let _ = fs::rmdir_at(qroot, job_name);
     out
 }

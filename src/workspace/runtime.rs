@@ -34,6 +34,9 @@ pub struct Workspace {
 struct Inner {
     root: OwnedFd,
     jobs: OwnedFd,
+    /// `<internal>/quarantine`: where cleanup moves entries before
+    /// destroying them (one subdirectory per request being cleaned).
+    quarantine: OwnedFd,
     internal_identity: Identity,
     anchor: Anchor,
     config: WorkspaceConfig,
@@ -189,10 +192,12 @@ impl Workspace {
         let (internal, internal_obs) =
             ensure_dir(root.as_fd(), &config.internal_name, &anchor, "internal")?;
         let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
+        let (quarantine, _) = ensure_dir(internal.as_fd(), "quarantine", &anchor, "quarantine")?;
         Ok(Workspace {
             inner: Arc::new(Inner {
                 root,
                 jobs,
+                quarantine,
                 internal_identity: internal_obs.identity,
                 anchor,
                 config: config.clone(),
@@ -471,6 +476,7 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     let outcome = tokio::task::spawn_blocking(move || {
         remove::clean_job(
             fs_inner.jobs.as_fd(),
+            fs_inner.quarantine.as_fd(),
             &fs_state.cname,
             &inventory,
             fs_state.anchor,
