@@ -145,6 +145,13 @@ fn walk_err(path: &Path, e: WalkError) -> StoreError {
     }
 }
 
+/// A session directory's mode: `0700` plus the sticky bit, which is the
+/// store's ownership mark. `mkdirat` sets it atomically with the creation
+/// (the umask never clears it), and the sweep prunes only an empty session
+/// directory that carries it: a directory made by hand (`mkdir` gives no
+/// sticky bit) is never removed.
+pub(crate) const SESSION_DIR_MODE: u32 = 0o1700;
+
 impl SpillStore {
     /// Opens (creating it `0700` if missing) a configured root. A root that
     /// is a symlink is resolved once; the resolved directory must pass the
@@ -310,7 +317,7 @@ impl SpillStore {
                     return Ok(fd);
                 }
                 Err(Errno::NOENT) if create => {
-                    match fs::mkdir_at(self.root.as_fd(), session, 0o700) {
+                    match fs::mkdir_at(self.root.as_fd(), session, SESSION_DIR_MODE) {
                         Ok(()) => {
                             self.recreated.fetch_add(1, Ordering::Relaxed);
                         }

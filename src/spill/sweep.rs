@@ -15,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::escape;
 use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
+use super::store::SESSION_DIR_MODE;
 use crate::fs::{
     self, Entry, Errno, FileKind as Kind, FlockOperation, Stat as Meta, Untrusted, WalkError,
 };
@@ -682,6 +683,11 @@ impl Sweeper<'_> {
     /// Removes an empty session dir after re-checking that its name still
     /// leads to the directory we swept. Returns `true` if it is gone.
     fn prune(&mut self, root: &OpenRoot, name: &CString, meta: &Meta, path: &Path) -> bool {
+        // Only a directory the store created (its ownership mark) is ours to
+        // remove; one made by hand stays, empty or not.
+        if meta.mode & 0o7777 != SESSION_DIR_MODE {
+            return false;
+        }
         match fs::stat_at(root.fd.as_fd(), name) {
             Ok(now) if now.same_object(meta) => {}
             Ok(_) => {

@@ -54,7 +54,15 @@ impl Fx {
     }
 }
 
+/// A directory as the store makes its session directories: `0700` plus the
+/// sticky bit, the store's ownership mark (a root may carry it too).
 pub(crate) fn mkdir(p: &Path) {
+    fs::create_dir_all(p).unwrap();
+    fs::set_permissions(p, fs::Permissions::from_mode(0o1700)).unwrap();
+}
+
+/// A directory made by hand (`mkdir`, mode `0700`): no ownership mark.
+pub(crate) fn mkdir_by_hand(p: &Path) {
     fs::create_dir_all(p).unwrap();
     fs::set_permissions(p, fs::Permissions::from_mode(0o700)).unwrap();
 }

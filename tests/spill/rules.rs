@@ -6,7 +6,8 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::time::Duration;
 
 use custodian::spill::{
-    RootKind, SkipReason, SweepPlan, TracingSink, discover_default_roots, sweep_spill_roots,
+    RootKind, SkipReason, SpillStore, SweepPlan, TracingSink, discover_default_roots,
+    sweep_spill_roots,
 };
 
 use crate::*;
@@ -63,6 +64,37 @@ fn empty_sessions_are_pruned_but_a_configured_root_is_kept() {
     let r = sweep_spill_roots(&plan_for(&[&root]), &TracingSink);
     assert!(root.exists());
     assert_eq!((r.dirs_pruned, r.roots_removed), (1, 0));
+}
+
+#[test]
+fn a_session_dir_made_by_hand_is_never_pruned() {
+    let fx = Fx::new();
+    let root = fx.mkdir("root");
+    mkdir_by_hand(&root.join("mine"));
+    mkdir_by_hand(&root.join("expiring"));
+    file_at(&root.join("expiring").join(spill_name(1)), "x", old());
+    let r = sweep_spill_roots(&plan_for(&[&root]), &TracingSink);
+    // Its expired spill files go; the directory, which the store did not
+    // mark as its own, stays even when empty.
+    assert!(root.join("mine").is_dir());
+    assert!(root.join("expiring").is_dir());
+    assert!(!root.join("expiring").join(spill_name(1)).exists());
+    assert_eq!((r.files_deleted, r.dirs_pruned), (1, 0));
+
+    // The store's own session directory is marked and does go once empty.
+    let store = SpillStore::open(&root).unwrap();
+    store.write("made-by-store", b"x").unwrap();
+    let made = root.join("made-by-store");
+    assert_eq!(
+        fs::metadata(&made).unwrap().permissions().mode() & 0o7777,
+        0o1700
+    );
+    for e in fs::read_dir(&made).unwrap() {
+        fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let r = sweep_spill_roots(&plan_for(&[&root]), &TracingSink);
+    assert!(!made.exists());
+    assert_eq!(r.dirs_pruned, 1);
 }
 
 #[test]

@@ -20,7 +20,7 @@ fn layout_and_modes() {
     let s = root.join("sess");
     assert_eq!(
         fs::metadata(&s).unwrap().permissions().mode() & 0o7777,
-        0o700
+        0o1700
     );
     let files: Vec<_> = fs::read_dir(&s).unwrap().flatten().collect();
     assert_eq!(files.len(), 1);
