@@ -362,6 +362,18 @@ impl SpillStore {
         let csession = CString::new(session).map_err(|_| LocatorError::BadSession("NUL"))?;
         for attempt in 0..WRITE_ATTEMPTS as u64 {
             let dir = self.session_dir(&csession, true)?;
+            // A sweep prunes a session dir only under an exclusive lock,
+            // moving it out of the root first: under the shared lock, a dir
+            // still at its name stays there until the file is written.
+            fs::flock(dir.as_fd(), FlockOperation::LockShared)
+                .map_err(|e| io_err(&self.path, "lock session dir", e))?;
+            let held =
+                fs::stat_fd(dir.as_fd()).map_err(|e| io_err(&self.path, "stat session dir", e))?;
+            match fs::stat_at(self.root.as_fd(), &csession) {
+                Ok(now) if now.same_object(&held) => {}
+                // Pruned (or being pruned) since we opened it: start over.
+                _ => continue,
+            }
             let mut id = [0u8; 16];
             id.copy_from_slice(
                 &unique_bytes(self.counter.fetch_add(1, Ordering::Relaxed) ^ attempt)[..16],

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::escape;
@@ -17,7 +17,8 @@ use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
 use super::store::SESSION_DIR_MODE;
 use crate::fs::{
-    self, Entry, Errno, FileKind as Kind, FlockOperation, Stat as Meta, Untrusted, WalkError,
+    self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Stat as Meta, Untrusted,
+    WalkError,
 };
 
 /// Where to look for prior per-process default roots.
@@ -130,6 +131,8 @@ pub fn sweep_spill_roots_until(
         report: SweepReport::new(plan.dry_run, to_nanos(plan.cutoff)),
         buf: vec![MaybeUninit::uninit(); 64 * 1024],
         dangerous: dangerous_identities(&plan.protected),
+        quarantine: None,
+        can_remove: true,
     };
     s.run(plan);
     s.report
@@ -154,7 +157,17 @@ struct Sweeper<'a> {
     report: SweepReport,
     buf: Vec<MaybeUninit<u8>>,
     dangerous: HashSet<(u64, u64)>,
+    /// The current root's quarantine (created on its first removal), and
+    /// its name in the root.
+    quarantine: Option<(fs::Quarantine, CString)>,
+    /// `false` once creating the current root's quarantine failed: nothing
+    /// more is removed in that root.
+    can_remove: bool,
 }
+
+/// Counts quarantine directories made by this process, so that concurrent
+/// sweeps never share one.
+static QUARANTINES: AtomicU64 = AtomicU64::new(0);
 
 fn split_time(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
@@ -260,7 +273,9 @@ impl Sweeper<'_> {
             }
             self.report.roots[root.index].scanned = true;
             self.report.roots_scanned += 1;
+            self.can_remove = true;
             let remaining = self.sweep_root(root);
+            self.close_quarantine(root);
             if remaining != 0 || root.kind != RootKind::Discovered || self.dry_run {
                 continue;
             }
@@ -597,18 +612,25 @@ impl Sweeper<'_> {
                 self.report.skip(SkipReason::Cancelled);
                 return false;
             }
-            if !self.sweep_file(dir.as_fd(), &meta, &path, f) {
+            if !self.sweep_file(root, dir.as_fd(), &meta, &path, f) {
                 remaining += 1;
             }
         }
         if remaining > 0 || self.dry_run || self.cancelled() {
             return false;
         }
-        self.prune(root, &e.name, &meta, &path)
+        self.prune(root, dir.as_fd(), &e.name, &meta, &path)
     }
 
     /// Handles one entry of a session dir; returns `true` if it is gone.
-    fn sweep_file(&mut self, dir: BorrowedFd<'_>, dmeta: &Meta, dpath: &Path, f: &Entry) -> bool {
+    fn sweep_file(
+        &mut self,
+        root: &OpenRoot,
+        dir: BorrowedFd<'_>,
+        dmeta: &Meta,
+        dpath: &Path,
+        f: &Entry,
+    ) -> bool {
         let reason = match f.kind {
             Some(Kind::Dir) => Some(SkipReason::NestedDir),
             Some(Kind::Symlink) => Some(SkipReason::Symlink),
@@ -660,19 +682,41 @@ impl Sweeper<'_> {
             self.report.would_delete.push(escape::escape_path(&p));
             return false;
         }
-        match fs::unlink_at(dir, &f.name) {
-            Ok(()) => {
+        let cutoff = self.cutoff;
+        let Some(q) = self.quarantine(root) else {
+            self.report.skip(SkipReason::Error);
+            return false;
+        };
+        // Out of the session dir first; destroyed only if what arrived is
+        // still the expired spill file checked above.
+        let removal = q.remove(dir, &f.name, Kind::File, |seen| {
+            (seen.same_object(&m)
+                && seen.ino == f.ino
+                && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
+                .then_some(())
+                .ok_or(())
+        });
+        let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+        match removal {
+            Ok(Removal::Destroyed) => {
                 self.report.files_deleted += 1;
                 true
             }
             // Deleted by a concurrent sweep: the outcome we wanted.
-            Err(Errno::NOENT) => true,
+            Ok(Removal::Missing) => true,
+            Ok(Removal::Mount) => {
+                self.report.skip(SkipReason::MountPoint);
+                false
+            }
+            Ok(r) => {
+                self.tampered(&p(), &r);
+                false
+            }
             Err(err) => {
                 self.report.skip(SkipReason::Error);
-                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
                 self.warn(
                     "unlink_failed",
-                    &p,
+                    &p(),
                     format!("cannot delete expired file: {err}"),
                 );
                 false
@@ -680,34 +724,98 @@ impl Sweeper<'_> {
         }
     }
 
+    /// Reports an entry that was not what the sweep checked once it was out
+    /// of the tree (put back, or kept in the quarantine), or a destroyed
+    /// name that proved not to be the checked inode's.
+    fn tampered<E>(&mut self, path: &Path, r: &Removal<E>) {
+        self.report.skip(SkipReason::IdentityChanged);
+        let what = match r {
+            Removal::Restored(_) | Removal::NotEmpty(false) => "changed during removal; put back",
+            Removal::Kept(..) | Removal::NotEmpty(true) => {
+                "changed during removal; kept in the sweep's quarantine"
+            }
+            _ => "the unlinked name was not the checked inode",
+        };
+        self.warn("tampered", path, what.into());
+    }
+
+    /// The current root's quarantine, created on first use: a directory
+    /// `.sweep-<pid>-<n>` in the root (never a session name, so no sweep
+    /// treats it as one), `0700`, on the root's mount.
+    fn quarantine(&mut self, root: &OpenRoot) -> Option<&mut fs::Quarantine> {
+        if self.quarantine.is_none() && self.can_remove {
+            match open_quarantine(root, self.uid) {
+                Ok(q) => self.quarantine = Some(q),
+                Err(err) => {
+                    self.can_remove = false;
+                    self.warn(
+                        "quarantine_failed",
+                        &root.path,
+                        format!(
+                            "cannot create the sweep's quarantine; removing nothing here: {err}"
+                        ),
+                    );
+                }
+            }
+        }
+        self.quarantine.as_mut().map(|(q, _)| q)
+    }
+
+    /// Removes the current root's quarantine if empty; anything kept there
+    /// was reported when it was kept.
+    fn close_quarantine(&mut self, root: &OpenRoot) {
+        if let Some((q, name)) = self.quarantine.take() {
+            drop(q);
+            let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+        }
+    }
+
     /// Removes an empty session dir after re-checking that its name still
     /// leads to the directory we swept. Returns `true` if it is gone.
-    fn prune(&mut self, root: &OpenRoot, name: &CString, meta: &Meta, path: &Path) -> bool {
+    fn prune(
+        &mut self,
+        root: &OpenRoot,
+        dir: BorrowedFd<'_>,
+        name: &CString,
+        meta: &Meta,
+        path: &Path,
+    ) -> bool {
         // Only a directory the store created (its ownership mark) is ours to
         // remove; one made by hand stays, empty or not.
         if meta.mode & 0o7777 != SESSION_DIR_MODE {
             return false;
         }
-        match fs::stat_at(root.fd.as_fd(), name) {
-            Ok(now) if now.same_object(meta) => {}
-            Ok(_) => {
-                self.report.skip(SkipReason::IdentityChanged);
-                return false;
-            }
-            Err(Errno::NOENT) => return true,
+        // A writer holds a shared lock while it creates a file: leave the
+        // directory to it. Ours is released when `dir` is closed.
+        match fs::flock(dir, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return false,
             Err(err) => {
-                self.warn("stat_failed", path, format!("{err}"));
+                self.warn("lock_failed", path, format!("{err}"));
                 return false;
             }
         }
-        match fs::rmdir_at(root.fd.as_fd(), name) {
-            Ok(()) => {
+        let Some(q) = self.quarantine(root) else {
+            return false;
+        };
+        let removal = q.remove(root.fd.as_fd(), name, Kind::Dir, |seen| {
+            (seen.same_object(meta) && seen.mode & 0o7777 == SESSION_DIR_MODE)
+                .then_some(())
+                .ok_or(())
+        });
+        match removal {
+            Ok(Removal::Destroyed) => {
                 self.report.dirs_pruned += 1;
                 true
             }
-            Err(Errno::NOENT) => true,
-            // A writer put a new spill in it since the listing: keep it.
-            Err(Errno::NOTEMPTY | Errno::EXIST) => false,
+            Ok(Removal::Missing) => true,
+            // A writer put a new spill in it since the listing: it is back
+            // in place, kept.
+            Ok(Removal::NotEmpty(false) | Removal::Mount) => false,
+            Ok(r) => {
+                self.tampered(path, &r);
+                false
+            }
             Err(err) => {
                 self.warn(
                     "prune_failed",
@@ -745,6 +853,19 @@ impl Sweeper<'_> {
             Err(err) => self.warn("root_remove_failed", &root.path, format!("{err}")),
         }
     }
+}
+
+fn open_quarantine(root: &OpenRoot, uid: u32) -> Result<(fs::Quarantine, CString), Errno> {
+    let n = QUARANTINES.fetch_add(1, Ordering::Relaxed);
+    let name = CString::new(format!(".sweep-{}-{n}", std::process::id())).expect("no NUL");
+    fs::mkdir_at(root.fd.as_fd(), &name, 0o700)?;
+    let fd = fs::open_dir_at(root.fd.as_fd(), &name)?;
+    let m = fs::stat_fd(fd.as_fd())?;
+    if !m.on_mount_of(&root.meta) || m.trusted_dir_for(uid).is_err() {
+        let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+        return Err(Errno::XDEV);
+    }
+    Ok((fs::Quarantine::new(fd), name))
 }
 
 #[cfg(test)]
