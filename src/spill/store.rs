@@ -152,6 +152,15 @@ fn walk_err(path: &Path, e: WalkError) -> StoreError {
 /// sticky bit) is never removed.
 pub(crate) const SESSION_DIR_MODE: u32 = 0o1700;
 
+/// A spill file's mode: `0600` plus the sticky bit (meaningless on a
+/// regular file to the kernel), the same ownership mark, set by the
+/// `O_CREAT` that creates the file. The sweep deletes only marked files, so
+/// a file of the user's moved under a spill name is never deleted.
+pub(crate) const SPILL_FILE_MODE: u32 = 0o1600;
+
+/// The ownership mark in a mode.
+pub(crate) const MARK: u32 = 0o1000;
+
 impl SpillStore {
     /// Opens (creating it `0700` if missing) a configured root. A root that
     /// is a symlink is resolved once; the resolved directory must pass the
@@ -382,7 +391,7 @@ impl SpillStore {
             let fname = CString::new(loc.file_name()).expect("hex has no NUL");
             let flags =
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd = match fs::open_file_at(dir.as_fd(), &fname, flags, 0o600) {
+            let fd = match fs::open_file_at(dir.as_fd(), &fname, flags, SPILL_FILE_MODE) {
                 Ok(fd) => fd,
                 // The session directory was removed after we opened it
                 // (a sweep pruned it while empty): recreate and retry.

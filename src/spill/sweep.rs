@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::escape;
 use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
-use super::store::SESSION_DIR_MODE;
+use super::store::MARK;
 use crate::fs::{
     self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Stat as Meta, Untrusted,
     WalkError,
@@ -662,6 +662,8 @@ impl Sweeper<'_> {
             // A bind-mounted file shows the mounted inode: fence it first.
             Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
             Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
+            // Not created by the store (no ownership mark): not ours.
+            Kind::File if m.mode & MARK == 0 => Some(SkipReason::UnrelatedFile),
             Kind::File => None,
         };
         if let Some(r) = reason {
@@ -782,7 +784,7 @@ impl Sweeper<'_> {
     ) -> bool {
         // Only a directory the store created (its ownership mark) is ours to
         // remove; one made by hand stays, empty or not.
-        if meta.mode & 0o7777 != SESSION_DIR_MODE {
+        if meta.mode & MARK == 0 {
             return false;
         }
         // A writer holds a shared lock while it creates a file: leave the
@@ -799,7 +801,7 @@ impl Sweeper<'_> {
             return false;
         };
         let removal = q.remove(root.fd.as_fd(), name, Kind::Dir, |seen| {
-            (seen.same_object(meta) && seen.mode & 0o7777 == SESSION_DIR_MODE)
+            (seen.same_object(meta) && seen.mode & MARK != 0)
                 .then_some(())
                 .ok_or(())
         });

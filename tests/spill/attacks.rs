@@ -2,7 +2,7 @@
 //! special files, hard links, hostile names, and a writer racing a prune.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
@@ -49,6 +49,8 @@ fn racer_swapping_a_session_for_a_symlink_changes_nothing_outside_the_root() {
                 let _ = fs::create_dir(&s);
                 let f = s.join(spill_name(99));
                 if fs::write(&f, "bait").is_ok() {
+                    // As the store writes it: with the store's mark.
+                    let _ = fs::set_permissions(&f, fs::Permissions::from_mode(0o1600));
                     let _ =
                         filetime::set_file_mtime(&f, filetime::FileTime::from_system_time(old()));
                 }

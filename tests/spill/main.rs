@@ -72,9 +72,11 @@ pub(crate) fn spill_name(i: u64) -> String {
     format!("{i:032x}.spill")
 }
 
-/// Writes `content` at `path` and sets its mtime to `mtime`.
+/// Writes `content` at `path` as the store writes a spill file (mode
+/// `0600` plus the sticky bit, the store's mark) and sets its mtime.
 pub(crate) fn file_at(path: &Path, content: &str, mtime: SystemTime) {
     fs::write(path, content).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o1600)).unwrap();
     filetime::set_file_mtime(path, FileTime::from_system_time(mtime)).unwrap();
 }
 

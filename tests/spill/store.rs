@@ -26,7 +26,7 @@ fn layout_and_modes() {
     assert_eq!(files.len(), 1);
     assert_eq!(
         files[0].metadata().unwrap().permissions().mode() & 0o7777,
-        0o600
+        0o1600
     );
     assert_eq!(store.read(&loc).unwrap(), b"payload");
     let parsed: Locator = loc.to_string().parse().unwrap();
