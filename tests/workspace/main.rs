@@ -9,6 +9,9 @@ mod containment;
 mod mounts;
 mod procs;
 mod races;
+#[path = "../support/sandbox.rs"]
+mod sandbox;
+mod tamper;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
