@@ -51,6 +51,8 @@
 mod dir;
 mod remove;
 mod stat;
+#[cfg(test)]
+mod tests;
 
 pub use stat::{BirthTime, FileKind, Identity, MountId, Observed};
 
