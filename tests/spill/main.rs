@@ -5,8 +5,11 @@
 mod attacks;
 mod cli;
 mod rules;
+#[path = "../support/sandbox.rs"]
+mod sandbox;
 mod service;
 mod store;
+mod tamper;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
