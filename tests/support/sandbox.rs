@@ -39,15 +39,31 @@ pub fn is_root() -> bool {
 ///
 /// If the body fails or did not run.
 pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
+    let text = run_in_namespace(&["--exact", inner], base)?;
+    assert!(text.contains("1 passed"), "the body did not run: {text}");
+    Some(text)
+}
+
+/// [`run_guarded`] for every `#[ignore]`d test whose name contains
+/// `filter` (e.g. a module path `basics::`).
+///
+/// # Panics
+///
+/// If any of them fails, or none ran.
+pub fn run_guarded_filter(filter: &str, base: &Path) -> Option<String> {
+    let text = run_in_namespace(&[filter], base)?;
+    assert!(
+        text.contains("test result: ok.") && !text.contains(" 0 passed"),
+        "the bodies did not run: {text}"
+    );
+    Some(text)
+}
+
+fn run_in_namespace(select: &[&str], base: &Path) -> Option<String> {
     let scratch = tempfile::tempdir_in(base).expect("scratch dir");
     let exe = std::env::current_exe().expect("test binary");
-    let test_args = [
-        "--exact",
-        inner,
-        "--include-ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ];
+    let mut test_args: Vec<&str> = select.to_vec();
+    test_args.extend(["--include-ignored", "--nocapture", "--test-threads=1"]);
     let mut cmd;
     if is_root() {
         let probe = Command::new("unshare")
@@ -73,7 +89,7 @@ pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
         cmd = Command::new(&exe);
     }
     let out = cmd
-        .args(test_args)
+        .args(&test_args)
         .env(SCRATCH_ENV, scratch.path())
         .output()
         .expect("run the body");
@@ -83,8 +99,18 @@ pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("1 passed"), "the body did not run: {text}");
     Some(text)
+}
+
+/// A temporary directory in the scratch directory when run by
+/// [`run_guarded`] (as root: after checking that everything else is
+/// read-only), else in the OS temp dir.
+pub fn tempdir() -> tempfile::TempDir {
+    match std::env::var_os(SCRATCH_ENV) {
+        Some(_) => tempfile::tempdir_in(scratch()),
+        None => tempfile::tempdir(),
+    }
+    .expect("tempdir")
 }
 
 /// In the body: the scratch directory, after checking that (as root) every
