@@ -39,6 +39,23 @@
 //! Errors are the kernel's `errno` ([`Errno`]); callers map them to their
 //! own typed errors and safe codes.
 //!
+//! # Every syscall, and who makes it
+//!
+//! | syscall | function | flags that matter | used by |
+//! |---|---|---|---|
+//! | `openat` | [`open_dir_at`], [`open_parent`] | `O_DIRECTORY \| O_NOFOLLOW` | both cleaners' walks |
+//! | `openat` | [`open_regular`] | `O_NOFOLLOW \| O_NONBLOCK`, then a type check | `Workspace::open_user_file` |
+//! | `openat` | [`open_file_at`] | `O_NOFOLLOW` (+ the caller's `O_CREAT \| O_EXCL` or `O_NONBLOCK`) | spill store write / read |
+//! | `openat` | [`create_file`] | `O_CREAT \| O_EXCL \| O_NOFOLLOW` | workspace artifacts |
+//! | `openat` | [`Quarantine::remove`] | `O_PATH \| O_NOFOLLOW` | both cleaners' removals |
+//! | `open`, `mkdir` | [`open_configured_dir`], [`mkdir_configured`], [`open_dir_path`] | operator-configured roots only | workspace root, spill roots |
+//! | `mkdirat` | [`mkdir_at`] | fails on any existing name | job, quarantine, session dirs |
+//! | `statx` | [`stat_at`], [`stat_fd`], [`observe_at`], [`observe_fd`] | `AT_SYMLINK_NOFOLLOW \| AT_NO_AUTOMOUNT` | identity, trust, mount fence |
+//! | `getdents64` | [`list`], [`for_each_name`] | — | listings |
+//! | `renameat2` | [`Quarantine::remove`] | `RENAME_NOREPLACE` | the only way anything leaves a tree |
+//! | `unlinkat` | [`Quarantine::remove`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created, `rmdir_at` only for a cleaner's own empty quarantine or root |
+//! | `fchmod`, `flock`, `fcntl` | [`fchmod`], [`flock`], [`open_regular`] | — | spill roots and sessions; clearing `O_NONBLOCK` |
+//!
 //! # References
 //!
 //! [openat(2)](https://man7.org/linux/man-pages/man2/openat.2.html),
@@ -64,4 +81,4 @@ pub(crate) use dir::{
 pub(crate) use remove::{Quarantine, Removal};
 pub(crate) use rustix::fs::{FlockOperation, OFlags};
 pub(crate) use rustix::io::Errno;
-pub(crate) use stat::{Stat, Untrusted, observe_at, observe_fd, stat_at, stat_fd};
+pub(crate) use stat::{Stat, Untrusted, nlink_fd, observe_at, observe_fd, stat_at, stat_fd};

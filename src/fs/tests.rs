@@ -15,7 +15,6 @@ use std::path::Path;
 
 use rustix::fs::{CWD, Mode, RenameFlags};
 
-use super::stat::nlink_fd;
 use super::*;
 
 fn dir(p: &Path) -> OwnedFd {

@@ -846,7 +846,16 @@ impl Sweeper<'_> {
                 return;
             }
         }
+        // A root lives in the shared temp dir, where no quarantine of ours
+        // can be: removed in place, and proven by the held descriptor.
         match fs::rmdir_at(tmp, name) {
+            Ok(()) if fs::nlink_fd(root.fd.as_fd()) != Ok(0) => {
+                self.warn(
+                    "tampered",
+                    &root.path,
+                    "the directory removed was not the root swept".into(),
+                );
+            }
             Ok(()) => {
                 self.report.roots_removed += 1;
                 self.report.roots[root.index].removed = true;
