@@ -202,3 +202,27 @@ async fn a_failed_cleanup_preserves_everything_and_its_result_is_sticky() {
     assert!(fx.job_dir("r").join("a/b/out.json").is_file());
     assert!(fx.job_dir("r").join("top.txt").is_file());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
+async fn a_fifo_at_a_user_path_never_blocks_open_user_file() {
+    let fx = Fixture::new();
+    let fifo = fx.root().join("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    // Without O_NONBLOCK either open would wait for a peer forever.
+    for write in [false, true] {
+        let r = fx.ws.open_user_file("pipe", write);
+        assert!(
+            matches!(&r, Err(custodian::workspace::WorkspaceError::Io { .. })),
+            "write={write}: {r:?}"
+        );
+    }
+    assert!(fx.ws.open_user_file("result.txt", false).is_ok());
+}
