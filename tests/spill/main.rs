@@ -4,6 +4,7 @@
 
 mod attacks;
 mod cli;
+mod guarded;
 mod rules;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
@@ -30,6 +31,10 @@ pub(crate) struct Fx {
 
 impl Fx {
     pub(crate) fn new() -> Self {
+        if std::env::var_os(sandbox::SCRATCH_ENV).is_some() {
+            // In the namespace (as root): check before anything is deleted.
+            sandbox::scratch();
+        }
         let dir = tempfile::Builder::new()
             .prefix("spill-test-")
             .tempdir()

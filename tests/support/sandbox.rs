@@ -91,6 +91,8 @@ fn run_in_namespace(select: &[&str], base: &Path) -> Option<String> {
     let out = cmd
         .args(&test_args)
         .env(SCRATCH_ENV, scratch.path())
+        // Whatever the bodies create in "the temp dir" lands in the scratch.
+        .env("TMPDIR", scratch.path())
         .output()
         .expect("run the body");
     let text = format!(
