@@ -11,6 +11,8 @@
 //!   (`nlink`), `close` — the six calls of `crate::fs::Quarantine::remove`;
 //! - `unproven`: `renameat2`, `statx` by name, `unlinkat` — the move and the
 //!   check without the descriptor that proves the destruction;
+//! - `same_dir`: the six calls, the quarantine name in the entry's own
+//!   directory (what a same-directory rename would cost);
 //! - `uring`: the same six steps, each submitted for a whole directory at
 //!   once through one io_uring (six `io_uring_enter`s per directory instead
 //!   of six calls per entry).
@@ -205,6 +207,36 @@ fn unproven(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
     }
 }
 
+/// The six calls with the quarantine name in the entry's own directory
+/// (a same-directory rename: no cross-directory rename lock).
+fn same_dir(tree: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
+    let mut k = 0;
+    for d in 0..DIRS {
+        let dfd = open_dir(tree.as_fd(), &name('d', d));
+        for f in 0..FILES {
+            sync_one(
+                dfd.as_fd(),
+                &name('f', f),
+                dfd.as_fd(),
+                &name('q', k),
+                files[d][f],
+                false,
+            );
+            k += 1;
+        }
+        drop(dfd);
+        sync_one(
+            tree.as_fd(),
+            &name('d', d),
+            tree.as_fd(),
+            &name('q', k),
+            dirs[d],
+            true,
+        );
+        k += 1;
+    }
+}
+
 fn protocol(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
     let mut k = 0;
     for d in 0..DIRS {
@@ -383,9 +415,10 @@ fn main() {
     }
     let mut ring = IoUring::new(256).expect("io_uring");
     let rounds = rounds();
-    let (mut p, mut s, mut u, mut m) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut p, mut s, mut u, mut m, mut sd) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        for which in 0..4 {
+        for which in 0..5 {
             let tmp = tempfile::tempdir_in(base()).unwrap();
             let (tree, q, files, dirs) = build(tmp.path());
             let t = Instant::now();
@@ -393,13 +426,14 @@ fn main() {
                 0 => plain(&tree),
                 1 => protocol(&tree, &q, &files, &dirs),
                 2 => uring(&mut ring, &tree, &q, &files, &dirs),
-                _ => unproven(&tree, &q, &files, &dirs),
+                3 => unproven(&tree, &q, &files, &dirs),
+                _ => same_dir(&tree, &files, &dirs),
             }
             let e = t.elapsed();
-            [&mut p, &mut s, &mut u, &mut m][which].push(e);
+            [&mut p, &mut s, &mut u, &mut m, &mut sd][which].push(e);
         }
     }
-    let (p, s, u, m) = (median(p), median(s), median(u), median(m));
+    let (p, s, u, m, sd) = (median(p), median(s), median(u), median(m), median(sd));
     let entries = (DIRS * FILES + DIRS) as f64;
     println!(
         "{DIRS}×{FILES} files in {}, median of {rounds}",
@@ -413,6 +447,7 @@ fn main() {
         ("plain unlinkat (rm -rf's calls)", p),
         ("moved and checked, unproven (3 calls)", m),
         ("protocol, 6 calls per entry", s),
+        ("protocol, quarantine name in the same dir", sd),
         ("protocol, io_uring batched per directory", u),
     ] {
         println!(
