@@ -15,11 +15,14 @@
 //!    workspace's device and mount. The first symlink, special file, mount,
 //!    device change, replacement or unregistered name stops the cleanup
 //!    before anything is removed.
-//! 2. **Remove.** Post-order: in each directory, unlink its registered files,
-//!    then its registered subdirectories (each emptied first), then the
-//!    directory itself from its parent. Every entry's identity is checked
-//!    again immediately before its `unlinkat`; any mismatch stops the walk
-//!    where it is, and nothing is ever retried under another name.
+//! 2. **Remove.** Post-order: in each directory, its registered files, then
+//!    its registered subdirectories (each emptied first), then the directory
+//!    itself from its parent — each through `crate::fs::Quarantine`: moved
+//!    out of the tree into `<internal>/quarantine/<id>/`, identified there by
+//!    descriptor, destroyed only if it is the registered inode (else put
+//!    back), and proven gone by the held descriptor. Any mismatch stops the
+//!    walk where it is with `tampered` (the tree changed after it was
+//!    verified), and nothing is ever retried under another name.
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
