@@ -114,7 +114,8 @@ impl Quarantine {
     /// # Errors
     ///
     /// An unexpected `errno` from any of the calls. The entry is then where
-    /// the protocol left it: in place, put back, or in quarantine.
+    /// the protocol left it: in place, put back (an entry that could not be
+    /// identified is always tried back), or in quarantine.
     ///
     /// # References
     ///
@@ -158,9 +159,19 @@ impl Quarantine {
             // Taken out of the quarantine before we looked: nothing was
             // destroyed, but the tree was changed under us.
             Err(Errno::NOENT) => return Ok(Removal::Tampered),
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Unidentified: it goes back where it came from if it can.
+                let _ = self.put_back::<E>(parent, name, &qname, None);
+                return Err(e);
+            }
         };
-        let seen = stat_fd(pinned.as_fd())?;
+        let seen = match stat_fd(pinned.as_fd()) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = self.put_back::<E>(parent, name, &qname, None);
+                return Err(e);
+            }
+        };
         if seen.kind() != kind {
             return self.put_back(parent, name, &qname, None);
         }
