@@ -55,6 +55,7 @@
 //! | `renameat2` | [`Quarantine::remove`] | `RENAME_NOREPLACE` | the only way anything leaves a tree |
 //! | `unlinkat` | [`Quarantine::remove`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created, `rmdir_at` only for a cleaner's own empty quarantine or root |
 //! | `fchmod`, `flock`, `fcntl` | [`fchmod`], [`flock`], [`open_regular`] | — | spill roots and sessions; clearing `O_NONBLOCK` |
+//! | `geteuid` | [`trusting_uid`] | — | the owner the trust rules expect |
 //!
 //! # References
 //!
@@ -81,4 +82,6 @@ pub(crate) use dir::{
 pub(crate) use remove::{Quarantine, Removal};
 pub(crate) use rustix::fs::{FlockOperation, OFlags};
 pub(crate) use rustix::io::Errno;
-pub(crate) use stat::{Stat, Untrusted, nlink_fd, observe_at, observe_fd, stat_at, stat_fd};
+pub(crate) use stat::{
+    Stat, Untrusted, nlink_fd, observe_at, observe_fd, stat_at, stat_fd, trusting_uid,
+};

@@ -112,6 +112,17 @@ pub(crate) enum Untrusted {
     Ancestor,
 }
 
+/// `geteuid()`—The user the trust rules ([`Stat::trusted_dir_for`],
+/// [`Stat::trusted_ancestor_for`]) compare owners against.
+///
+/// # References
+///
+/// [geteuid(2)](https://man7.org/linux/man-pages/man2/geteuid.2.html)
+#[doc(alias = "geteuid")]
+pub(crate) fn trusting_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 impl Stat {
     pub(crate) fn kind(&self) -> FileKind {
         FileKind::from_mode(self.mode)

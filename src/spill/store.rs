@@ -186,7 +186,7 @@ impl SpillStore {
     ///
     /// As [`open`](Self::open); [`StoreError::NotFound`] if it is missing.
     pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
-        let uid = rustix::process::geteuid().as_raw();
+        let uid = fs::trusting_uid();
         let canonical = std::fs::canonicalize(root).map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
                 StoreError::NotFound {
@@ -214,7 +214,7 @@ impl SpillStore {
     /// temp dir.
     pub fn create_default(temp_dir: &Path, prefix: &str) -> Result<Self, StoreError> {
         validate_prefix(prefix).map_err(|_| StoreError::InvalidPrefix)?;
-        let uid = rustix::process::geteuid().as_raw();
+        let uid = fs::trusting_uid();
         let canonical_tmp = std::fs::canonicalize(temp_dir).map_err(|source| StoreError::Io {
             path: temp_dir.to_owned(),
             op: "resolve temp dir",

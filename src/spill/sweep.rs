@@ -74,7 +74,7 @@ impl SweepPlan {
 /// An I/O error if the temp dir cannot be opened or listed, or
 /// `PermissionDenied` if it (or an ancestor) fails the trust rules.
 pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<Vec<PathBuf>> {
-    let uid = rustix::process::geteuid().as_raw();
+    let uid = fs::trusting_uid();
     let (tmp, tmp_path) = open_temp_dir(temp_dir, uid).map_err(|e| match e {
         WalkError::Open(e) => std::io::Error::from(e),
         _ => std::io::Error::new(
@@ -123,7 +123,7 @@ pub fn sweep_spill_roots_until(
     cancel: &AtomicBool,
 ) -> SweepReport {
     let mut s = Sweeper {
-        uid: rustix::process::geteuid().as_raw(),
+        uid: fs::trusting_uid(),
         cutoff: split_time(plan.cutoff),
         dry_run: plan.dry_run,
         sink,
