@@ -30,6 +30,23 @@ fn env_or(key: &str, default: usize) -> usize {
 /// Builds `sessions` session dirs holding `files` spill files in total;
 /// `expired(i)` decides which are 40 days old (the rest are fresh).
 fn build(root: &Path, files: usize, sessions: usize, expired: impl Fn(usize) -> bool) {
+    build_with(root, files, sessions, expired, true);
+}
+
+/// [`build`], with (`marked`) or without the store's ownership mark:
+/// `systemd-tmpfiles` never ages out a file with the sticky bit set.
+fn build_with(
+    root: &Path,
+    files: usize,
+    sessions: usize,
+    expired: impl Fn(usize) -> bool,
+    marked: bool,
+) {
+    let (dir_mode, file_mode) = if marked {
+        (0o1700, 0o1600)
+    } else {
+        (0o700, 0o600)
+    };
     let _ = fs::remove_dir_all(root);
     fs::create_dir_all(root).unwrap();
     let per = files / sessions;
@@ -37,10 +54,19 @@ fn build(root: &Path, files: usize, sessions: usize, expired: impl Fn(usize) -> 
     let mut n = 0;
     for s in 0..sessions {
         let d = root.join(format!("session-{s:04}"));
-        fs::create_dir(&d).unwrap();
+        // Modes as the store creates them: the sticky bit is its mark.
+        std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), dir_mode)
+            .create(&d)
+            .unwrap();
         for _ in 0..per {
             let f = d.join(format!("{n:032x}.spill"));
-            fs::write(&f, b"spilled tool result").unwrap();
+            let mut file = std::os::unix::fs::OpenOptionsExt::mode(
+                fs::OpenOptions::new().write(true).create_new(true),
+                file_mode,
+            )
+            .open(&f)
+            .unwrap();
+            std::io::Write::write_all(&mut file, b"spilled tool result").unwrap();
             if expired(n) {
                 filetime::set_file_mtime(&f, old).unwrap();
             }
@@ -193,7 +219,7 @@ fn main() {
         build(&root, files, sessions, half);
         find.push(time_find(&root));
         assert_eq!(count(&root), (sessions, files / 2));
-        build(&root, files, sessions, half);
+        build_with(&root, files, sessions, half, false);
         if let Some(d) = time_tmpfiles(&root, &conf) {
             tmpfiles.push(d);
             let (_, left) = count(&root);

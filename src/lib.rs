@@ -33,6 +33,7 @@
 pub mod contain;
 pub mod coordinator;
 pub mod error;
+mod fs;
 pub mod machine;
 pub mod policy;
 pub mod process;

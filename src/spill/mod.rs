@@ -42,7 +42,7 @@
 //! same trusted directory.
 
 mod config;
-mod fsx;
+mod escape;
 mod locator;
 mod report;
 mod service;

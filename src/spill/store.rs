@@ -8,13 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{FlockOperation, Mode, OFlags};
-use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 use super::config::validate_prefix;
-use super::fsx::{self, Kind, Meta, WalkError};
 use super::locator::{self, Locator, LocatorError, RootTag};
+use crate::fs::{self, Errno, FileKind as Kind, FlockOperation, OFlags, Stat as Meta, WalkError};
 
 /// How many times a write retries after its session directory vanished
 /// under it (pruned by a concurrent sweep) or its name collided.
@@ -147,6 +145,22 @@ fn walk_err(path: &Path, e: WalkError) -> StoreError {
     }
 }
 
+/// A session directory's mode: `0700` plus the sticky bit, which is the
+/// store's ownership mark. `mkdirat` sets it atomically with the creation
+/// (the umask never clears it), and the sweep prunes only an empty session
+/// directory that carries it: a directory made by hand (`mkdir` gives no
+/// sticky bit) is never removed.
+pub(crate) const SESSION_DIR_MODE: u32 = 0o1700;
+
+/// A spill file's mode: `0600` plus the sticky bit (meaningless on a
+/// regular file to the kernel), the same ownership mark, set by the
+/// `O_CREAT` that creates the file. The sweep deletes only marked files, so
+/// a file of the user's moved under a spill name is never deleted.
+pub(crate) const SPILL_FILE_MODE: u32 = 0o1600;
+
+/// The ownership mark in a mode.
+pub(crate) const MARK: u32 = 0o1000;
+
 impl SpillStore {
     /// Opens (creating it `0700` if missing) a configured root. A root that
     /// is a symlink is resolved once; the resolved directory must pass the
@@ -158,7 +172,7 @@ impl SpillStore {
     /// [`StoreError::Refused`] for an untrusted root, [`StoreError::Io`] or
     /// [`StoreError::NotFound`] when it cannot be created or opened.
     pub fn open(root: &Path) -> Result<Self, StoreError> {
-        match rustix::fs::mkdir(root, Mode::from_raw_mode(0o700)) {
+        match fs::mkdir_configured(root, 0o700) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(io_err(root, "create root", e)),
         }
@@ -172,7 +186,7 @@ impl SpillStore {
     ///
     /// As [`open`](Self::open); [`StoreError::NotFound`] if it is missing.
     pub fn open_existing(root: &Path) -> Result<Self, StoreError> {
-        let uid = rustix::process::geteuid().as_raw();
+        let uid = fs::trusting_uid();
         let canonical = std::fs::canonicalize(root).map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
                 StoreError::NotFound {
@@ -187,7 +201,7 @@ impl SpillStore {
             }
         })?;
         let (_parent, _name, fd) =
-            fsx::open_dir_path(&canonical, uid).map_err(|e| walk_err(root, e))?;
+            fs::open_dir_path(&canonical, uid).map_err(|e| walk_err(root, e))?;
         Self::from_fd(canonical, fd, RootOrigin::Configured, uid)
     }
 
@@ -200,16 +214,16 @@ impl SpillStore {
     /// temp dir.
     pub fn create_default(temp_dir: &Path, prefix: &str) -> Result<Self, StoreError> {
         validate_prefix(prefix).map_err(|_| StoreError::InvalidPrefix)?;
-        let uid = rustix::process::geteuid().as_raw();
+        let uid = fs::trusting_uid();
         let canonical_tmp = std::fs::canonicalize(temp_dir).map_err(|source| StoreError::Io {
             path: temp_dir.to_owned(),
             op: "resolve temp dir",
             source,
         })?;
         let (_p, _n, tmp) =
-            fsx::open_dir_path(&canonical_tmp, uid).map_err(|e| walk_err(temp_dir, e))?;
+            fs::open_dir_path(&canonical_tmp, uid).map_err(|e| walk_err(temp_dir, e))?;
         // The temp dir is the root's ancestor: it must be safe too.
-        let tmeta = fsx::stat_fd(tmp.as_fd()).map_err(|e| io_err(temp_dir, "stat temp dir", e))?;
+        let tmeta = fs::stat_fd(tmp.as_fd()).map_err(|e| io_err(temp_dir, "stat temp dir", e))?;
         tmeta.trusted_ancestor_for(uid).map_err(|_| {
             refused(
                 temp_dir,
@@ -220,22 +234,21 @@ impl SpillStore {
         for attempt in 0..WRITE_ATTEMPTS as u64 {
             let name = format!("{prefix}{}", hex::encode(&unique_bytes(attempt)[..8]));
             let cname = CString::new(name.clone()).map_err(|_| StoreError::InvalidPrefix)?;
-            match rustix::fs::mkdirat(tmp.as_fd(), &cname, Mode::from_raw_mode(0o700)) {
+            match fs::mkdir_at(tmp.as_fd(), &cname, 0o700) {
                 Ok(()) => {}
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(io_err(temp_dir, "create default root", e)),
             }
-            let fd = fsx::open_dir_at(tmp.as_fd(), &cname)
+            let fd = fs::open_dir_at(tmp.as_fd(), &cname)
                 .map_err(|e| io_err(temp_dir, "open default root", e))?;
-            rustix::fs::fchmod(fd.as_fd(), Mode::from_raw_mode(0o700))
-                .map_err(|e| io_err(temp_dir, "chmod default root", e))?;
-            rustix::fs::flock(fd.as_fd(), FlockOperation::LockShared)
+            fs::fchmod(fd.as_fd(), 0o700).map_err(|e| io_err(temp_dir, "chmod default root", e))?;
+            fs::flock(fd.as_fd(), FlockOperation::LockShared)
                 .map_err(|e| io_err(temp_dir, "lock default root", e))?;
             // Between mkdir and flock another process's sweep may have
             // removed the (then empty, unlocked) directory: only keep it if
             // the name still leads to the inode we locked.
-            let held = fsx::stat_fd(fd.as_fd()).map_err(|e| io_err(temp_dir, "stat root", e))?;
-            match fsx::stat_at(tmp.as_fd(), &cname) {
+            let held = fs::stat_fd(fd.as_fd()).map_err(|e| io_err(temp_dir, "stat root", e))?;
+            match fs::stat_at(tmp.as_fd(), &cname) {
                 Ok(now) if now.same_object(&held) => {}
                 _ => continue,
             }
@@ -250,7 +263,7 @@ impl SpillStore {
         origin: RootOrigin,
         uid: u32,
     ) -> Result<Self, StoreError> {
-        let meta = fsx::stat_fd(root.as_fd()).map_err(|e| io_err(&path, "stat root", e))?;
+        let meta = fs::stat_fd(root.as_fd()).map_err(|e| io_err(&path, "stat root", e))?;
         if meta.trusted_dir_for(uid).is_err() {
             return Err(refused(
                 &path,
@@ -296,9 +309,9 @@ impl SpillStore {
     /// and checks it is a trusted directory on the root's mount.
     fn session_dir(&self, session: &CString, create: bool) -> Result<OwnedFd, StoreError> {
         for _ in 0..WRITE_ATTEMPTS {
-            match fsx::open_dir_at(self.root.as_fd(), session) {
+            match fs::open_dir_at(self.root.as_fd(), session) {
                 Ok(fd) => {
-                    let m = fsx::stat_fd(fd.as_fd())
+                    let m = fs::stat_fd(fd.as_fd())
                         .map_err(|e| io_err(&self.path, "stat session dir", e))?;
                     if !m.on_mount_of(&self.meta) {
                         return Err(refused(&self.path, "session dir", "it is a mount point"));
@@ -313,11 +326,7 @@ impl SpillStore {
                     return Ok(fd);
                 }
                 Err(Errno::NOENT) if create => {
-                    match rustix::fs::mkdirat(
-                        self.root.as_fd(),
-                        session,
-                        Mode::from_raw_mode(0o700),
-                    ) {
+                    match fs::mkdir_at(self.root.as_fd(), session, SESSION_DIR_MODE) {
                         Ok(()) => {
                             self.recreated.fetch_add(1, Ordering::Relaxed);
                         }
@@ -362,6 +371,18 @@ impl SpillStore {
         let csession = CString::new(session).map_err(|_| LocatorError::BadSession("NUL"))?;
         for attempt in 0..WRITE_ATTEMPTS as u64 {
             let dir = self.session_dir(&csession, true)?;
+            // A sweep prunes a session dir only under an exclusive lock,
+            // moving it out of the root first: under the shared lock, a dir
+            // still at its name stays there until the file is written.
+            fs::flock(dir.as_fd(), FlockOperation::LockShared)
+                .map_err(|e| io_err(&self.path, "lock session dir", e))?;
+            let held =
+                fs::stat_fd(dir.as_fd()).map_err(|e| io_err(&self.path, "stat session dir", e))?;
+            match fs::stat_at(self.root.as_fd(), &csession) {
+                Ok(now) if now.same_object(&held) => {}
+                // Pruned (or being pruned) since we opened it: start over.
+                _ => continue,
+            }
             let mut id = [0u8; 16];
             id.copy_from_slice(
                 &unique_bytes(self.counter.fetch_add(1, Ordering::Relaxed) ^ attempt)[..16],
@@ -370,18 +391,17 @@ impl SpillStore {
             let fname = CString::new(loc.file_name()).expect("hex has no NUL");
             let flags =
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd =
-                match rustix::fs::openat(dir.as_fd(), &fname, flags, Mode::from_raw_mode(0o600)) {
-                    Ok(fd) => fd,
-                    // The session directory was removed after we opened it
-                    // (a sweep pruned it while empty): recreate and retry.
-                    Err(Errno::NOENT) => continue,
-                    Err(Errno::EXIST) => continue,
-                    Err(e) => return Err(io_err(&self.path, "create spill file", e)),
-                };
+            let fd = match fs::open_file_at(dir.as_fd(), &fname, flags, SPILL_FILE_MODE) {
+                Ok(fd) => fd,
+                // The session directory was removed after we opened it
+                // (a sweep pruned it while empty): recreate and retry.
+                Err(Errno::NOENT) => continue,
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(io_err(&self.path, "create spill file", e)),
+            };
             let mut file = std::fs::File::from(fd);
             if let Err(source) = file.write_all(bytes) {
-                let _ = fsx::unlink_at(dir.as_fd(), &fname, false);
+                let _ = fs::unlink_at(dir.as_fd(), &fname);
                 return Err(StoreError::Io {
                     path: self.path.clone(),
                     op: "write spill file",
@@ -412,7 +432,7 @@ impl SpillStore {
             CString::new(locator.session()).map_err(|_| LocatorError::BadSession("NUL"))?;
         let dir = self.session_dir(&csession, false)?;
         let fname = CString::new(locator.file_name()).expect("hex has no NUL");
-        let meta = match fsx::stat_at(dir.as_fd(), &fname) {
+        let meta = match fs::stat_at(dir.as_fd(), &fname) {
             Ok(m) => m,
             Err(Errno::NOENT) => {
                 return Err(StoreError::NotFound {
@@ -429,10 +449,10 @@ impl SpillStore {
             return Err(refused(&self.path, "spill file", "it is a mount point"));
         }
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(dir.as_fd(), &fname, flags, Mode::empty())
+        let fd = fs::open_file_at(dir.as_fd(), &fname, flags, 0)
             .map_err(|e| io_err(&self.path, "open spill file", e))?;
         let opened =
-            fsx::stat_fd(fd.as_fd()).map_err(|e| io_err(&self.path, "stat spill file", e))?;
+            fs::stat_fd(fd.as_fd()).map_err(|e| io_err(&self.path, "stat spill file", e))?;
         if !opened.same_object(&meta) {
             return Err(refused(
                 &self.path,

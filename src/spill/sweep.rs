@@ -9,15 +9,17 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::FlockOperation;
-use rustix::io::Errno;
-
-use super::fsx::{self, Entry, Kind, Meta, Untrusted, WalkError};
+use super::escape;
 use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
+use super::store::MARK;
+use crate::fs::{
+    self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Stat as Meta, Untrusted,
+    WalkError,
+};
 
 /// Where to look for prior per-process default roots.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,7 +74,7 @@ impl SweepPlan {
 /// An I/O error if the temp dir cannot be opened or listed, or
 /// `PermissionDenied` if it (or an ancestor) fails the trust rules.
 pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<Vec<PathBuf>> {
-    let uid = rustix::process::geteuid().as_raw();
+    let uid = fs::trusting_uid();
     let (tmp, tmp_path) = open_temp_dir(temp_dir, uid).map_err(|e| match e {
         WalkError::Open(e) => std::io::Error::from(e),
         _ => std::io::Error::new(
@@ -82,13 +84,13 @@ pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<
     })?;
     let mut buf = vec![MaybeUninit::uninit(); 32 * 1024];
     let mut entries = Vec::new();
-    fsx::list(tmp.as_fd(), &mut buf, &mut entries)?;
+    fs::list(tmp.as_fd(), &mut buf, &mut entries)?;
     let mut out = Vec::new();
     for e in entries {
         if !e.name.to_bytes().starts_with(prefix.as_bytes()) {
             continue;
         }
-        if fsx::stat_at(tmp.as_fd(), &e.name).is_ok_and(|m| m.kind() == Kind::Dir) {
+        if fs::stat_at(tmp.as_fd(), &e.name).is_ok_and(|m| m.kind() == Kind::Dir) {
             out.push(tmp_path.join(std::ffi::OsStr::from_bytes(e.name.to_bytes())));
         }
     }
@@ -99,8 +101,8 @@ pub fn discover_default_roots(temp_dir: &Path, prefix: &str) -> std::io::Result<
 fn open_temp_dir(temp_dir: &Path, uid: u32) -> Result<(OwnedFd, PathBuf), WalkError> {
     let canonical = std::fs::canonicalize(temp_dir)
         .map_err(|e| WalkError::Open(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
-    let (_p, _n, fd) = fsx::open_dir_path(&canonical, uid)?;
-    let m = fsx::stat_fd(fd.as_fd()).map_err(WalkError::Open)?;
+    let (_p, _n, fd) = fs::open_dir_path(&canonical, uid)?;
+    let m = fs::stat_fd(fd.as_fd()).map_err(WalkError::Open)?;
     // The temp dir is every discovered root's parent: the ancestor rule.
     m.trusted_ancestor_for(uid)
         .map_err(|_| WalkError::Ancestor)?;
@@ -121,7 +123,7 @@ pub fn sweep_spill_roots_until(
     cancel: &AtomicBool,
 ) -> SweepReport {
     let mut s = Sweeper {
-        uid: rustix::process::geteuid().as_raw(),
+        uid: fs::trusting_uid(),
         cutoff: split_time(plan.cutoff),
         dry_run: plan.dry_run,
         sink,
@@ -129,6 +131,8 @@ pub fn sweep_spill_roots_until(
         report: SweepReport::new(plan.dry_run, to_nanos(plan.cutoff)),
         buf: vec![MaybeUninit::uninit(); 64 * 1024],
         dangerous: dangerous_identities(&plan.protected),
+        quarantine: None,
+        can_remove: true,
     };
     s.run(plan);
     s.report
@@ -153,7 +157,17 @@ struct Sweeper<'a> {
     report: SweepReport,
     buf: Vec<MaybeUninit<u8>>,
     dangerous: HashSet<(u64, u64)>,
+    /// The current root's quarantine (created on its first removal), and
+    /// its name in the root.
+    quarantine: Option<(fs::Quarantine, CString)>,
+    /// `false` once creating the current root's quarantine failed: nothing
+    /// more is removed in that root.
+    can_remove: bool,
 }
+
+/// Counts quarantine directories made by this process, so that concurrent
+/// sweeps never share one.
+static QUARANTINES: AtomicU64 = AtomicU64::new(0);
 
 fn split_time(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
@@ -207,7 +221,7 @@ impl Sweeper<'_> {
     fn warn(&mut self, code: &'static str, path: &Path, message: String) {
         let w = SpillWarning {
             code,
-            path: fsx::escape_path(path),
+            path: escape::escape_path(path),
             message,
         };
         self.report.warn(self.sink, w);
@@ -222,7 +236,7 @@ impl Sweeper<'_> {
 
     fn root_report(&mut self, path: &Path, kind: RootKind, skipped: Option<SkipReason>) -> usize {
         self.report.roots.push(RootReport {
-            path: fsx::escape_path(path),
+            path: escape::escape_path(path),
             origin: kind,
             scanned: false,
             skipped,
@@ -259,7 +273,9 @@ impl Sweeper<'_> {
             }
             self.report.roots[root.index].scanned = true;
             self.report.roots_scanned += 1;
+            self.can_remove = true;
             let remaining = self.sweep_root(root);
+            self.close_quarantine(root);
             if remaining != 0 || root.kind != RootKind::Discovered || self.dry_run {
                 continue;
             }
@@ -280,7 +296,7 @@ impl Sweeper<'_> {
         name: Option<CString>,
         seen: &mut HashSet<(u64, u64)>,
     ) -> Option<OpenRoot> {
-        if self.dangerous.contains(&meta.identity()) {
+        if self.dangerous.contains(&meta.dev_ino()) {
             self.root_report(path, kind, Some(SkipReason::DangerousRoot));
             self.warn(
                 "dangerous_root",
@@ -302,7 +318,7 @@ impl Sweeper<'_> {
             );
             return None;
         }
-        if !seen.insert(meta.identity()) {
+        if !seen.insert(meta.dev_ino()) {
             self.root_report(path, kind, Some(SkipReason::DuplicateRoot));
             return None;
         }
@@ -333,7 +349,7 @@ impl Sweeper<'_> {
                 return None;
             }
         };
-        let fd = match fsx::open_dir_path(&canonical, self.uid) {
+        let fd = match fs::open_dir_path(&canonical, self.uid) {
             Ok((_parent, _name, fd)) => fd,
             Err(WalkError::Ancestor) => {
                 self.root_report(path, kind, Some(SkipReason::UntrustedAncestor));
@@ -355,7 +371,7 @@ impl Sweeper<'_> {
                 return None;
             }
         };
-        let meta = match fsx::stat_fd(fd.as_fd()) {
+        let meta = match fs::stat_fd(fd.as_fd()) {
             Ok(m) => m,
             Err(e) => {
                 self.root_report(path, kind, Some(SkipReason::Error));
@@ -383,7 +399,7 @@ impl Sweeper<'_> {
                 return None;
             }
         };
-        let tmeta = match fsx::stat_fd(tmp.as_fd()) {
+        let tmeta = match fs::stat_fd(tmp.as_fd()) {
             Ok(m) => m,
             Err(e) => {
                 self.warn("temp_dir_unusable", &d.temp_dir, format!("stat: {e}"));
@@ -391,7 +407,7 @@ impl Sweeper<'_> {
             }
         };
         let mut entries = Vec::new();
-        if let Err(e) = fsx::list(tmp.as_fd(), &mut self.buf, &mut entries) {
+        if let Err(e) = fs::list(tmp.as_fd(), &mut self.buf, &mut entries) {
             self.warn(
                 "list_failed",
                 &d.temp_dir,
@@ -404,7 +420,7 @@ impl Sweeper<'_> {
                 continue;
             }
             let path = tmp_path.join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
-            let m = match fsx::stat_at(tmp.as_fd(), &e.name) {
+            let m = match fs::stat_at(tmp.as_fd(), &e.name) {
                 Ok(m) => m,
                 Err(Errno::NOENT) => continue,
                 Err(err) => {
@@ -430,7 +446,7 @@ impl Sweeper<'_> {
                 );
                 continue;
             }
-            let fd = match fsx::open_dir_at(tmp.as_fd(), &e.name) {
+            let fd = match fs::open_dir_at(tmp.as_fd(), &e.name) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => continue,
                 Err(err) => {
@@ -439,7 +455,7 @@ impl Sweeper<'_> {
                     continue;
                 }
             };
-            match fsx::stat_fd(fd.as_fd()) {
+            match fs::stat_fd(fd.as_fd()) {
                 Ok(now) if now.same_object(&m) => {
                     if let Some(r) =
                         self.admit(&path, RootKind::Discovered, fd, now, Some(e.name), seen)
@@ -467,7 +483,7 @@ impl Sweeper<'_> {
     /// Sweeps one root; returns how many entries remain in it.
     fn sweep_root(&mut self, root: &OpenRoot) -> u64 {
         let mut entries = Vec::new();
-        if let Err(e) = fsx::list(root.fd.as_fd(), &mut self.buf, &mut entries) {
+        if let Err(e) = fs::list(root.fd.as_fd(), &mut self.buf, &mut entries) {
             self.warn("list_failed", &root.path, format!("cannot list root: {e}"));
             self.report.skip(SkipReason::Error);
             return 1;
@@ -482,7 +498,7 @@ impl Sweeper<'_> {
             // `DT_UNKNOWN` (some filesystems): ask `statx`, never follow.
             let kind = match e.kind {
                 Some(k) => Some(k),
-                None => match fsx::stat_at(root.fd.as_fd(), &e.name) {
+                None => match fs::stat_at(root.fd.as_fd(), &e.name) {
                     Ok(m) => Some(m.kind()),
                     Err(Errno::NOENT) => None,
                     Err(err) => {
@@ -523,7 +539,7 @@ impl Sweeper<'_> {
         let path = root
             .path
             .join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
-        let dir = match fsx::open_dir_at(root.fd.as_fd(), &e.name) {
+        let dir = match fs::open_dir_at(root.fd.as_fd(), &e.name) {
             Ok(fd) => fd,
             // Replaced by a symlink (or a non-directory) since listing.
             Err(Errno::LOOP | Errno::NOTDIR) => {
@@ -542,7 +558,7 @@ impl Sweeper<'_> {
                 return false;
             }
         };
-        let meta = match fsx::stat_fd(dir.as_fd()) {
+        let meta = match fs::stat_fd(dir.as_fd()) {
             Ok(m) => m,
             Err(err) => {
                 self.report.skip(SkipReason::Error);
@@ -581,7 +597,7 @@ impl Sweeper<'_> {
             );
             return false;
         }
-        if let Err(err) = fsx::list(dir.as_fd(), &mut self.buf, entries) {
+        if let Err(err) = fs::list(dir.as_fd(), &mut self.buf, entries) {
             self.report.skip(SkipReason::Error);
             self.warn(
                 "list_failed",
@@ -596,18 +612,25 @@ impl Sweeper<'_> {
                 self.report.skip(SkipReason::Cancelled);
                 return false;
             }
-            if !self.sweep_file(dir.as_fd(), &meta, &path, f) {
+            if !self.sweep_file(root, dir.as_fd(), &meta, &path, f) {
                 remaining += 1;
             }
         }
         if remaining > 0 || self.dry_run || self.cancelled() {
             return false;
         }
-        self.prune(root, &e.name, &meta, &path)
+        self.prune(root, dir.as_fd(), &e.name, &meta, &path)
     }
 
     /// Handles one entry of a session dir; returns `true` if it is gone.
-    fn sweep_file(&mut self, dir: BorrowedFd<'_>, dmeta: &Meta, dpath: &Path, f: &Entry) -> bool {
+    fn sweep_file(
+        &mut self,
+        root: &OpenRoot,
+        dir: BorrowedFd<'_>,
+        dmeta: &Meta,
+        dpath: &Path,
+        f: &Entry,
+    ) -> bool {
         let reason = match f.kind {
             Some(Kind::Dir) => Some(SkipReason::NestedDir),
             Some(Kind::Symlink) => Some(SkipReason::Symlink),
@@ -622,7 +645,7 @@ impl Sweeper<'_> {
         // The identity re-check: this `statx` is the last call before the
         // unlink and must show the very inode `getdents` listed, a regular
         // file, on the session dir's mount.
-        let m = match fsx::stat_at(dir, &f.name) {
+        let m = match fs::stat_at(dir, &f.name) {
             Ok(m) => m,
             Err(Errno::NOENT) => return true,
             Err(err) => {
@@ -639,6 +662,8 @@ impl Sweeper<'_> {
             // A bind-mounted file shows the mounted inode: fence it first.
             Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
             Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
+            // Not created by the store (no ownership mark): not ours.
+            Kind::File if m.mode & MARK == 0 => Some(SkipReason::UnrelatedFile),
             Kind::File => None,
         };
         if let Some(r) = reason {
@@ -656,22 +681,44 @@ impl Sweeper<'_> {
         if self.dry_run {
             self.report.files_deleted += 1;
             let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-            self.report.would_delete.push(fsx::escape_path(&p));
+            self.report.would_delete.push(escape::escape_path(&p));
             return false;
         }
-        match fsx::unlink_at(dir, &f.name, false) {
-            Ok(()) => {
+        let cutoff = self.cutoff;
+        let Some(q) = self.quarantine(root) else {
+            self.report.skip(SkipReason::Error);
+            return false;
+        };
+        // Out of the session dir first; destroyed only if what arrived is
+        // still the expired spill file checked above.
+        let removal = q.remove(dir, &f.name, Kind::File, |seen| {
+            (seen.same_object(&m)
+                && seen.ino == f.ino
+                && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
+                .then_some(())
+                .ok_or(())
+        });
+        let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+        match removal {
+            Ok(Removal::Destroyed) => {
                 self.report.files_deleted += 1;
                 true
             }
             // Deleted by a concurrent sweep: the outcome we wanted.
-            Err(Errno::NOENT) => true,
+            Ok(Removal::Missing) => true,
+            Ok(Removal::Mount) => {
+                self.report.skip(SkipReason::MountPoint);
+                false
+            }
+            Ok(r) => {
+                self.tampered(&p(), &r);
+                false
+            }
             Err(err) => {
                 self.report.skip(SkipReason::Error);
-                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
                 self.warn(
                     "unlink_failed",
-                    &p,
+                    &p(),
                     format!("cannot delete expired file: {err}"),
                 );
                 false
@@ -679,29 +726,98 @@ impl Sweeper<'_> {
         }
     }
 
+    /// Reports an entry that was not what the sweep checked once it was out
+    /// of the tree (put back, or kept in the quarantine), or a destroyed
+    /// name that proved not to be the checked inode's.
+    fn tampered<E>(&mut self, path: &Path, r: &Removal<E>) {
+        self.report.skip(SkipReason::IdentityChanged);
+        let what = match r {
+            Removal::Restored(_) | Removal::NotEmpty(false) => "changed during removal; put back",
+            Removal::Kept(..) | Removal::NotEmpty(true) => {
+                "changed during removal; kept in the sweep's quarantine"
+            }
+            _ => "the unlinked name was not the checked inode",
+        };
+        self.warn("tampered", path, what.into());
+    }
+
+    /// The current root's quarantine, created on first use: a directory
+    /// `.sweep-<pid>-<n>` in the root (never a session name, so no sweep
+    /// treats it as one), `0700`, on the root's mount.
+    fn quarantine(&mut self, root: &OpenRoot) -> Option<&mut fs::Quarantine> {
+        if self.quarantine.is_none() && self.can_remove {
+            match open_quarantine(root, self.uid) {
+                Ok(q) => self.quarantine = Some(q),
+                Err(err) => {
+                    self.can_remove = false;
+                    self.warn(
+                        "quarantine_failed",
+                        &root.path,
+                        format!(
+                            "cannot create the sweep's quarantine; removing nothing here: {err}"
+                        ),
+                    );
+                }
+            }
+        }
+        self.quarantine.as_mut().map(|(q, _)| q)
+    }
+
+    /// Removes the current root's quarantine if empty; anything kept there
+    /// was reported when it was kept.
+    fn close_quarantine(&mut self, root: &OpenRoot) {
+        if let Some((q, name)) = self.quarantine.take() {
+            drop(q);
+            let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+        }
+    }
+
     /// Removes an empty session dir after re-checking that its name still
     /// leads to the directory we swept. Returns `true` if it is gone.
-    fn prune(&mut self, root: &OpenRoot, name: &CString, meta: &Meta, path: &Path) -> bool {
-        match fsx::stat_at(root.fd.as_fd(), name) {
-            Ok(now) if now.same_object(meta) => {}
-            Ok(_) => {
-                self.report.skip(SkipReason::IdentityChanged);
-                return false;
-            }
-            Err(Errno::NOENT) => return true,
+    fn prune(
+        &mut self,
+        root: &OpenRoot,
+        dir: BorrowedFd<'_>,
+        name: &CString,
+        meta: &Meta,
+        path: &Path,
+    ) -> bool {
+        // Only a directory the store created (its ownership mark) is ours to
+        // remove; one made by hand stays, empty or not.
+        if meta.mode & MARK == 0 {
+            return false;
+        }
+        // A writer holds a shared lock while it creates a file: leave the
+        // directory to it. Ours is released when `dir` is closed.
+        match fs::flock(dir, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return false,
             Err(err) => {
-                self.warn("stat_failed", path, format!("{err}"));
+                self.warn("lock_failed", path, format!("{err}"));
                 return false;
             }
         }
-        match fsx::unlink_at(root.fd.as_fd(), name, true) {
-            Ok(()) => {
+        let Some(q) = self.quarantine(root) else {
+            return false;
+        };
+        let removal = q.remove(root.fd.as_fd(), name, Kind::Dir, |seen| {
+            (seen.same_object(meta) && seen.mode & MARK != 0)
+                .then_some(())
+                .ok_or(())
+        });
+        match removal {
+            Ok(Removal::Destroyed) => {
                 self.report.dirs_pruned += 1;
                 true
             }
-            Err(Errno::NOENT) => true,
-            // A writer put a new spill in it since the listing: keep it.
-            Err(Errno::NOTEMPTY | Errno::EXIST) => false,
+            Ok(Removal::Missing) => true,
+            // A writer put a new spill in it since the listing: it is back
+            // in place, kept.
+            Ok(Removal::NotEmpty(false) | Removal::Mount) => false,
+            Ok(r) => {
+                self.tampered(path, &r);
+                false
+            }
             Err(err) => {
                 self.warn(
                     "prune_failed",
@@ -715,7 +831,7 @@ impl Sweeper<'_> {
 
     fn remove_root(&mut self, tmp: BorrowedFd<'_>, name: &CString, root: &OpenRoot) {
         // A live process holds a shared lock on its default root: leave it.
-        match rustix::fs::flock(root.fd.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+        match fs::flock(root.fd.as_fd(), FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => return,
             Err(err) => {
@@ -723,14 +839,23 @@ impl Sweeper<'_> {
                 return;
             }
         }
-        match fsx::stat_at(tmp, name) {
+        match fs::stat_at(tmp, name) {
             Ok(now) if now.same_object(&root.meta) => {}
             _ => {
                 self.report.skip(SkipReason::IdentityChanged);
                 return;
             }
         }
-        match fsx::unlink_at(tmp, name, true) {
+        // A root lives in the shared temp dir, where no quarantine of ours
+        // can be: removed in place, and proven by the held descriptor.
+        match fs::rmdir_at(tmp, name) {
+            Ok(()) if fs::nlink_fd(root.fd.as_fd()) != Ok(0) => {
+                self.warn(
+                    "tampered",
+                    &root.path,
+                    "the directory removed was not the root swept".into(),
+                );
+            }
             Ok(()) => {
                 self.report.roots_removed += 1;
                 self.report.roots[root.index].removed = true;
@@ -739,6 +864,19 @@ impl Sweeper<'_> {
             Err(err) => self.warn("root_remove_failed", &root.path, format!("{err}")),
         }
     }
+}
+
+fn open_quarantine(root: &OpenRoot, uid: u32) -> Result<(fs::Quarantine, CString), Errno> {
+    let n = QUARANTINES.fetch_add(1, Ordering::Relaxed);
+    let name = CString::new(format!(".sweep-{}-{n}", std::process::id())).expect("no NUL");
+    fs::mkdir_at(root.fd.as_fd(), &name, 0o700)?;
+    let fd = fs::open_dir_at(root.fd.as_fd(), &name)?;
+    let m = fs::stat_fd(fd.as_fd())?;
+    if !m.on_mount_of(&root.meta) || m.trusted_dir_for(uid).is_err() {
+        let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+        return Err(Errno::XDEV);
+    }
+    Ok((fs::Quarantine::new(fd), name))
 }
 
 #[cfg(test)]

@@ -1,71 +1,7 @@
-//! File identities and the pure rules that compare a recorded identity with a
-//! fresh observation.
-//!
-//! An [`Identity`] is what the kernel says about an inode at the moment it was
-//! created through the workspace helper. Device and inode number alone are not
-//! enough: an inode number is reused as soon as the file is deleted, and a
-//! directory renamed away and replaced by a fresh one may receive the very
-//! same number. The birth time (`stx_btime`) of the replacement differs, and
-//! the mount id (`stx_mnt_id`, preferably the never-reused
-//! `STATX_MNT_ID_UNIQUE`) tells a bind mount of the same filesystem apart from
-//! the original tree even though the device number is equal.
+//! The pure rules that compare a recorded [`Identity`] (taken by `crate::fs`
+//! when the workspace helper created the inode) with a fresh observation.
 
-/// The mount a file was observed on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MountId {
-    /// `STATX_MNT_ID_UNIQUE` (Linux 6.8+): never reused while the system runs.
-    Unique(u64),
-    /// `STATX_MNT_ID` (Linux 5.8+): may be reused after an unmount.
-    Reusable(u64),
-}
-
-/// A file's birth time as the kernel reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BirthTime {
-    /// Seconds since the epoch.
-    pub sec: i64,
-    /// Nanoseconds.
-    pub nsec: u32,
-}
-
-/// The identity of one inode, as strong as the platform allows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Identity {
-    /// Device number (`major << 32 | minor`).
-    pub dev: u64,
-    /// Inode number.
-    pub ino: u64,
-    /// The mount the inode was seen on, where the kernel reports one.
-    pub mount: Option<MountId>,
-    /// The inode's birth time, where the filesystem records one.
-    pub btime: Option<BirthTime>,
-}
-
-/// The type of a directory entry, as observed without following it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FileKind {
-    /// A directory.
-    Dir,
-    /// A regular file.
-    File,
-    /// A symbolic link (never followed).
-    Symlink,
-    /// A FIFO, socket, or block/character device.
-    Special,
-}
-
-/// A fresh `statx`/`fstat` of one entry, never following a symlink.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Observed {
-    /// What identifies the inode.
-    pub identity: Identity,
-    /// Its type.
-    pub kind: FileKind,
-    /// `STATX_ATTR_MOUNT_ROOT`: the entry is the root of a mount.
-    pub mount_root: bool,
-    /// Hard link count.
-    pub nlink: u64,
-}
+use crate::fs::{FileKind, Identity, MountId, Observed};
 
 /// Where every artifact of a workspace must live: the device and mount of
 /// the workspace's internal namespace.
@@ -155,6 +91,7 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::BirthTime;
 
     fn id(ino: u64, btime: i64) -> Identity {
         Identity {

@@ -6,7 +6,7 @@
 //! byte arena, so registering an artifact allocates nothing beyond the entry
 //! (amortised growth of two vectors).
 
-use super::identity::{FileKind, Identity};
+use crate::fs::{FileKind, Identity};
 
 /// Index of the job directory in every inventory.
 pub const JOB_ROOT: u32 = 0;

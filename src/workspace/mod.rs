@@ -37,8 +37,6 @@ mod result;
 mod remove;
 #[cfg(unix)]
 mod runtime;
-#[cfg(unix)]
-mod sys;
 
 #[cfg(not(unix))]
 mod runtime_other;
@@ -48,8 +46,9 @@ use runtime_other as runtime;
 use std::io;
 use std::time::Duration;
 
+pub use crate::fs::{BirthTime, FileKind, Identity, MountId, Observed};
 pub use id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
-pub use identity::{Anchor, BirthTime, FileKind, Identity, Mismatch, MountId, Observed};
+pub use identity::{Anchor, Mismatch};
 pub use inventory::{ArtifactKind, Entry, Inventory, InventoryError, JOB_ROOT};
 pub use process::{RequestProcess, SettledFuture};
 pub use resolve::ResolveError;

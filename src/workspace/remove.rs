@@ -15,22 +15,22 @@
 //!    workspace's device and mount. The first symlink, special file, mount,
 //!    device change, replacement or unregistered name stops the cleanup
 //!    before anything is removed.
-//! 2. **Remove.** Post-order: in each directory, unlink its registered files,
-//!    then its registered subdirectories (each emptied first), then the
-//!    directory itself from its parent. Every entry's identity is checked
-//!    again immediately before its `unlinkat`; any mismatch stops the walk
-//!    where it is, and nothing is ever retried under another name.
+//! 2. **Remove.** Post-order: in each directory, its registered files, then
+//!    its registered subdirectories (each emptied first), then the directory
+//!    itself from its parent — each through `crate::fs::Quarantine`: moved
+//!    out of the tree into `<internal>/quarantine/<id>/`, identified there by
+//!    descriptor, destroyed only if it is the registered inode (else put
+//!    back), and proven gone by the held descriptor. Any mismatch stops the
+//!    walk where it is with `tampered` (the tree changed after it was
+//!    verified), and nothing is ever retried under another name.
 
 use std::ffi::CStr;
-use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::io::Errno;
-
-use super::identity::{Anchor, FileKind, Mismatch, Observed};
+use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
 use super::result::CleanupCode;
-use super::sys;
+use crate::fs::{self, Errno, FileKind, Observed, Removal};
 
 /// What the filesystem passes did.
 #[derive(Debug, Default)]
@@ -105,7 +105,7 @@ fn code_of(m: Mismatch) -> CleanupCode {
     }
 }
 
-fn io_fail(ctx: &Ctx<'_>, i: u32, e: &io::Error) -> Fail {
+fn io_fail(ctx: &Ctx<'_>, i: u32, e: &Errno) -> Fail {
     tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
     ctx.fail_at(CleanupCode::IoError, i)
 }
@@ -117,18 +117,18 @@ enum Opened {
 
 /// Opens registered directory `i` in `parent` without following, and checks it.
 fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<Opened, Fail> {
-    let fd = match sys::open_dir(parent, ctx.cname(i)) {
+    let fd = match fs::open_dir_at(parent, ctx.cname(i)) {
         Ok(fd) => fd,
         // Already gone: nothing of ours left to remove there.
-        Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => {
+        Err(e) if e == Errno::NOENT => {
             return Ok(Opened::Vanished);
         }
-        Err(e) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => {
+        Err(e) if e == Errno::LOOP => {
             return Err(ctx.fail_at(CleanupCode::SymlinkInJob, i));
         }
-        Err(e) if e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) => {
+        Err(e) if e == Errno::NOTDIR => {
             // Something else now has the name; say what.
-            let code = match sys::observe_at(parent, ctx.cname(i)).map(|o| o.kind) {
+            let code = match fs::observe_at(parent, ctx.cname(i)).map(|o| o.kind) {
                 Ok(FileKind::Symlink) => CleanupCode::SymlinkInJob,
                 Ok(FileKind::Special) => CleanupCode::SpecialFileInJob,
                 _ => CleanupCode::IdentityReplaced,
@@ -137,7 +137,7 @@ fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<
         }
         Err(e) => return Err(io_fail(ctx, i, &e)),
     };
-    let obs = sys::observe_fd(fd.as_fd()).map_err(|e| io_fail(ctx, i, &e))?;
+    let obs = fs::observe_fd(fd.as_fd()).map_err(|e| io_fail(ctx, i, &e))?;
     ctx.check(i, &obs)?;
     Ok(Opened::Dir(fd))
 }
@@ -187,8 +187,8 @@ fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
             Some(&(parent, _)) => {
                 // Climb back through "..": it must be the registered parent,
                 // or `dir` was moved while we were inside it.
-                let up = sys::open_parent(cur.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
-                let obs = sys::observe_fd(up.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
+                let up = fs::open_parent(cur.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
+                let obs = fs::observe_fd(up.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
                 ctx.check(parent, &obs)
                     .map_err(|_| ctx.fail_at(CleanupCode::IdentityReplaced, dir))?;
                 cur = up;
@@ -207,12 +207,12 @@ struct Verify {
 impl Visit for Verify {
     fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
         let mut failure = None;
-        let listed = sys::for_each_name(fd, |name| {
+        let listed = fs::for_each_name(fd, |name| {
             let found = ctx.tree.child(ctx.inv, dir, name.to_bytes());
-            let obs = match sys::observe_at(fd, name) {
+            let obs = match fs::observe_at(fd, name) {
                 Ok(o) => o,
                 // Vanished between listing and looking: nothing to judge.
-                Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => return Ok(()),
+                Err(e) if e == Errno::NOENT => return Ok(()),
                 Err(e) => {
                     failure = Some(ctx.fail_name(CleanupCode::IoError, dir, name));
                     tracing::warn!(error = %e, "workspace cleanup: statx failed");
@@ -257,16 +257,49 @@ impl Visit for Verify {
     }
 }
 
-/// Pass 2: unlink registered files, then directories deepest first.
+/// Pass 2: registered files, then directories deepest first, each through
+/// the quarantine protocol of [`fs::Quarantine`].
 struct Remove<'s> {
     seen: &'s [bool],
+    quarantine: fs::Quarantine,
     files: u64,
     dirs: u64,
     missing: u64,
 }
 
-fn is_errno(e: &io::Error, n: Errno) -> bool {
-    e.raw_os_error() == Some(n.raw_os_error())
+impl Remove<'_> {
+    /// Moves registered entry `i` (named in `parent`) out through the
+    /// quarantine and destroys it if it is still the registered inode.
+    fn take(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<(), Fail> {
+        let kind = ctx.inv.entry(i).kind.file_kind();
+        let anchor = ctx.anchor;
+        let identity = ctx.inv.entry(i).identity;
+        let name = ctx.cname(i).to_owned();
+        let removal = self
+            .quarantine
+            .remove(parent, &name, kind, |seen| {
+                let obs = seen.observed();
+                anchor.admit(&obs).and_then(|()| identity.check(kind, &obs))
+            })
+            .map_err(|e| io_fail(ctx, i, &e))?;
+        match removal {
+            Removal::Destroyed if kind == FileKind::Dir => self.dirs += 1,
+            Removal::Destroyed => self.files += 1,
+            // Already gone: nothing of ours left to remove there.
+            Removal::Missing => self.missing += 1,
+            // The name held something else once it was out of the tree:
+            // it is back (or kept in quarantine); the tree changed after
+            // verification.
+            Removal::Restored(_) | Removal::Kept(..) | Removal::Tampered => {
+                return Err(ctx.fail_at(CleanupCode::Tampered, i));
+            }
+            // Something appeared in the directory after verification: keep
+            // it and stop.
+            Removal::NotEmpty(_) => return Err(ctx.fail_at(CleanupCode::DirectoryNotEmpty, i)),
+            Removal::Mount => return Err(ctx.fail_at(CleanupCode::MountBoundary, i)),
+        }
+        Ok(())
+    }
 }
 
 impl Visit for Remove<'_> {
@@ -277,50 +310,13 @@ impl Visit for Remove<'_> {
             if ctx.inv.entry(c).kind != ArtifactKind::File || !self.seen[c as usize] {
                 continue;
             }
-            // Last-moment check: this very inode, still a plain file here.
-            let obs = match sys::observe_at(fd, ctx.cname(c)) {
-                Ok(o) => o,
-                Err(e) if is_errno(&e, Errno::NOENT) => {
-                    self.missing += 1;
-                    continue;
-                }
-                Err(e) => return Err(io_fail(ctx, c, &e)),
-            };
-            ctx.check(c, &obs)?;
-            match sys::unlink(fd, ctx.cname(c)) {
-                Ok(()) => self.files += 1,
-                Err(e) if is_errno(&e, Errno::NOENT) => self.missing += 1,
-                Err(e) => return Err(io_fail(ctx, c, &e)),
-            }
+            self.take(ctx, fd, c)?;
         }
         Ok(())
     }
 
     fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        let obs = match sys::observe_at(parent, ctx.cname(dir)) {
-            Ok(o) => o,
-            Err(e) if is_errno(&e, Errno::NOENT) => {
-                self.missing += 1;
-                return Ok(());
-            }
-            Err(e) => return Err(io_fail(ctx, dir, &e)),
-        };
-        ctx.check(dir, &obs)?;
-        match sys::rmdir(parent, ctx.cname(dir)) {
-            Ok(()) => {
-                self.dirs += 1;
-                Ok(())
-            }
-            Err(e) if is_errno(&e, Errno::NOENT) => {
-                self.missing += 1;
-                Ok(())
-            }
-            // Something appeared after verification: keep it and stop.
-            Err(e) if is_errno(&e, Errno::NOTEMPTY) || is_errno(&e, Errno::EXIST) => {
-                Err(ctx.fail_at(CleanupCode::DirectoryNotEmpty, dir))
-            }
-            Err(e) => Err(io_fail(ctx, dir, &e)),
-        }
+        self.take(ctx, parent, dir)
     }
 
     fn descend(&self, dir: u32) -> bool {
@@ -332,12 +328,47 @@ impl Visit for Remove<'_> {
     }
 }
 
+/// Creates (or reuses) `<quarantine root>/<job name>` and checks it is a
+/// plain directory on the workspace's device and mount.
+fn open_quarantine(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    anchor: Anchor,
+) -> Result<fs::Quarantine, Fail> {
+    let fail = |code| Fail {
+        code,
+        suspect: String::new(),
+    };
+    match fs::mkdir_at(qroot, job_name, 0o700) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "workspace cleanup: cannot create the quarantine");
+            return Err(fail(CleanupCode::IoError));
+        }
+    }
+    let dir = match fs::open_dir_at(qroot, job_name) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP | Errno::NOTDIR) => return Err(fail(CleanupCode::SymlinkInJob)),
+        Err(e) => {
+            tracing::warn!(error = %e, "workspace cleanup: cannot open the quarantine");
+            return Err(fail(CleanupCode::IoError));
+        }
+    };
+    let obs = fs::observe_fd(dir.as_fd()).map_err(|_| fail(CleanupCode::IoError))?;
+    if obs.kind != FileKind::Dir {
+        return Err(fail(CleanupCode::IdentityReplaced));
+    }
+    anchor.admit(&obs).map_err(|m| fail(code_of(m)))?;
+    Ok(fs::Quarantine::new(dir))
+}
+
 /// Verifies and removes the job directory `job_name` in `jobs` against `inv`.
 ///
 /// Touches nothing but registered entries below (and including)
 /// `jobs/job_name`; stops at the first mismatch.
 pub(crate) fn clean_job(
     jobs: BorrowedFd<'_>,
+    qroot: BorrowedFd<'_>,
     job_name: &CStr,
     inv: &Inventory,
     anchor: Anchor,
@@ -374,8 +405,16 @@ pub(crate) fn clean_job(
         .filter(|&&i| verify.seen[i as usize])
         .count() as u64
         + 1;
+    let quarantine = match open_quarantine(qroot, job_name, anchor) {
+        Ok(q) => q,
+        Err(f) => {
+            out.failure = Some(f);
+            return out;
+        }
+    };
     let mut remove = Remove {
         seen: &verify.seen,
+        quarantine,
         files: 0,
         dirs: 0,
         missing: live - seen_count,
@@ -387,7 +426,24 @@ pub(crate) fn clean_job(
     match result {
         Ok(true) => {}
         Ok(false) => out.missing += 1,
-        Err(f) => out.failure = Some(f),
+        // The tree verified whole, and now something no longer matches:
+        // it was changed while removal was under way.
+        Err(mut f) => {
+            if matches!(
+                f.code,
+                CleanupCode::SymlinkInJob
+                    | CleanupCode::SpecialFileInJob
+                    | CleanupCode::MountBoundary
+                    | CleanupCode::DeviceChanged
+                    | CleanupCode::IdentityReplaced
+            ) {
+                f.code = CleanupCode::Tampered;
+            }
+            out.failure = Some(f);
+        }
     }
+    // Empty unless something foreign was kept there: then it stays, for
+    // the operator, and the failure above says why.
+    let _ = fs::rmdir_at(qroot, job_name);
     out
 }

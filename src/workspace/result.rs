@@ -41,6 +41,11 @@ pub enum CleanupCode {
     /// A directory was not empty when it was about to be removed (something
     /// appeared during cleanup).
     DirectoryNotEmpty,
+    /// The tree changed while removal was under way: an entry taken out of
+    /// the tree was not the registered inode (it was put back or kept in
+    /// quarantine, never destroyed), or a destroyed name proved not to be the
+    /// registered inode's link (see `docs/contracts/workspace-cleanup.md`).
+    Tampered,
     /// After the result was evicted, the job directory still exists; nothing
     /// is known about it, so nothing is removed.
     JobNotOwned,
@@ -66,6 +71,7 @@ impl CleanupCode {
             CleanupCode::IdentityReplaced => SafeCode::new("identity_replaced"),
             CleanupCode::UnregisteredEntry => SafeCode::new("unregistered_entry"),
             CleanupCode::DirectoryNotEmpty => SafeCode::new("directory_not_empty"),
+            CleanupCode::Tampered => SafeCode::new("tampered"),
             CleanupCode::JobNotOwned => SafeCode::new("job_not_owned"),
             CleanupCode::ProcessBoundExceeded => SafeCode::new("process_bound_exceeded"),
             CleanupCode::IoError => SafeCode::new("io_error"),

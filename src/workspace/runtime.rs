@@ -9,16 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rustix::io::Errno;
-
-use super::identity::{Anchor, FileKind, Identity, Mismatch, Observed};
+use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
 use super::process::RequestProcess;
 use super::remove;
 use super::resolve::{self, ResolveError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
-use super::sys;
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
+use crate::fs::{self, Errno, FileKind, Identity, Observed};
 use crate::sync::{Abandoned, Elected, Elections};
 
 const DIR_MODE: u32 = 0o700;
@@ -36,6 +34,9 @@ pub struct Workspace {
 struct Inner {
     root: OwnedFd,
     jobs: OwnedFd,
+    /// `<internal>/quarantine`: where cleanup moves entries before
+    /// destroying them (one subdirectory per request being cleaned).
+    quarantine: OwnedFd,
     internal_identity: Identity,
     anchor: Anchor,
     config: WorkspaceConfig,
@@ -101,8 +102,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> WorkspaceError {
-    move |source| WorkspaceError::Io { op, source }
+fn io_err<E: Into<io::Error>>(op: &'static str) -> impl FnOnce(E) -> WorkspaceError {
+    move |source| WorkspaceError::Io {
+        op,
+        source: source.into(),
+    }
 }
 
 fn code_of(m: Mismatch) -> CleanupCode {
@@ -130,16 +134,16 @@ fn ensure_dir(
     anchor: &Anchor,
     what: &'static str,
 ) -> Result<(OwnedFd, Observed), WorkspaceError> {
-    match sys::mkdir(parent, name, DIR_MODE) {
+    match fs::mkdir_at(parent, name, DIR_MODE) {
         Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e == Errno::EXIST => {}
         Err(e) => return Err(io_err("mkdirat internal")(e)),
     }
-    let fd = sys::open_dir(parent, name).map_err(|e| {
-        let is = |n: Errno| e.raw_os_error() == Some(n.raw_os_error());
+    let fd = fs::open_dir_at(parent, name).map_err(|e| {
+        let is = |n: Errno| e == n;
         if is(Errno::LOOP) || is(Errno::NOTDIR) {
             // O_NOFOLLOW | O_DIRECTORY on a symlink: ELOOP or ENOTDIR.
-            let code = match sys::observe_at(parent, &CString::new(name).unwrap_or_default()) {
+            let code = match fs::observe_at(parent, &CString::new(name).unwrap_or_default()) {
                 Ok(o) if o.kind == FileKind::Symlink => CleanupCode::SymlinkInJob,
                 Ok(o) if o.kind == FileKind::Special => CleanupCode::SpecialFileInJob,
                 _ => CleanupCode::IdentityReplaced,
@@ -149,7 +153,7 @@ fn ensure_dir(
             io_err("openat internal")(e)
         }
     })?;
-    let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx internal"))?;
+    let obs = fs::observe_fd(fd.as_fd()).map_err(io_err("statx internal"))?;
     if obs.kind != FileKind::Dir {
         return Err(WorkspaceError::Untrusted {
             what,
@@ -179,15 +183,8 @@ impl Workspace {
         if validate_name(&config.internal_name).is_err() {
             return Err(WorkspaceError::InvalidInternalName);
         }
-        let root = rustix::fs::open(
-            root.as_ref(),
-            rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| io_err("open root")(e.into()))?;
-        let root_obs = sys::observe_fd(root.as_fd()).map_err(io_err("statx root"))?;
+        let root = fs::open_configured_dir(root.as_ref()).map_err(io_err("open root"))?;
+        let root_obs = fs::observe_fd(root.as_fd()).map_err(io_err("statx root"))?;
         let anchor = Anchor {
             dev: root_obs.identity.dev,
             mount: root_obs.identity.mount,
@@ -195,10 +192,12 @@ impl Workspace {
         let (internal, internal_obs) =
             ensure_dir(root.as_fd(), &config.internal_name, &anchor, "internal")?;
         let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
+        let (quarantine, _) = ensure_dir(internal.as_fd(), "quarantine", &anchor, "quarantine")?;
         Ok(Workspace {
             inner: Arc::new(Inner {
                 root,
                 jobs,
+                quarantine,
                 internal_identity: internal_obs.identity,
                 anchor,
                 config: config.clone(),
@@ -248,15 +247,15 @@ impl Workspace {
         }
         let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
         let jobs = self.inner.jobs.as_fd();
-        match sys::mkdir(jobs, cname.as_c_str(), DIR_MODE) {
+        match fs::mkdir_at(jobs, cname.as_c_str(), DIR_MODE) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            Err(e) if e == Errno::EXIST => {
                 return Err(WorkspaceError::JobExists { request: id });
             }
             Err(e) => return Err(io_err("mkdirat job")(e)),
         }
-        let job = sys::open_dir(jobs, cname.as_c_str()).map_err(io_err("openat job"))?;
-        let obs = sys::observe_fd(job.as_fd()).map_err(io_err("statx job"))?;
+        let job = fs::open_dir_at(jobs, cname.as_c_str()).map_err(io_err("openat job"))?;
+        let obs = fs::observe_fd(job.as_fd()).map_err(io_err("statx job"))?;
         if obs.kind != FileKind::Dir {
             return Err(WorkspaceError::Untrusted {
                 what: "job",
@@ -313,7 +312,6 @@ impl Workspace {
     /// internal namespace; [`WorkspaceError::Io`] if a component is a symlink
     /// (`ELOOP`/`ENOTDIR`) or cannot be opened.
     pub fn open_user_file(&self, path: &str, write: bool) -> Result<File, WorkspaceError> {
-        use rustix::fs::{Mode, OFlags};
         let rel = self
             .resolve_user_path(path)
             .map_err(WorkspaceError::InternalPath)?;
@@ -324,8 +322,8 @@ impl Workspace {
         let mut cur: Option<OwnedFd> = None;
         for d in dirs {
             let parent = cur.as_ref().map_or(self.inner.root.as_fd(), |f| f.as_fd());
-            let fd = sys::open_dir(parent, d.as_os_str()).map_err(io_err("openat user dir"))?;
-            let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx user dir"))?;
+            let fd = fs::open_dir_at(parent, d.as_os_str()).map_err(io_err("openat user dir"))?;
+            let obs = fs::observe_fd(fd.as_fd()).map_err(io_err("statx user dir"))?;
             if obs.identity.dev == self.inner.internal_identity.dev
                 && obs.identity.ino == self.inner.internal_identity.ino
             {
@@ -334,14 +332,13 @@ impl Workspace {
             cur = Some(fd);
         }
         let parent = cur.as_ref().map_or(self.inner.root.as_fd(), |f| f.as_fd());
-        let flags = if write {
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC
+        let access = if write {
+            fs::Access::WriteTruncate
         } else {
-            OFlags::RDONLY
-        } | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(parent, last.as_os_str(), flags, Mode::from_raw_mode(0o644))
-            .map_err(|e| io_err("openat user file")(e.into()))?;
+            fs::Access::Read
+        };
+        let fd = fs::open_regular(parent, last.as_os_str(), access)
+            .map_err(io_err("openat user file"))?;
         Ok(File::from(fd))
     }
 
@@ -479,6 +476,7 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     let outcome = tokio::task::spawn_blocking(move || {
         remove::clean_job(
             fs_inner.jobs.as_fd(),
+            fs_inner.quarantine.as_fd(),
             &fs_state.cname,
             &inventory,
             fs_state.anchor,
@@ -547,8 +545,8 @@ async fn kill_request_cgroup(
 /// After eviction (or for a request never opened here): is the directory gone?
 fn gone_check(inner: &Inner, id: &RequestId) -> CleanupResult {
     let name = CString::new(id.as_str()).expect("validated ids hold no NUL");
-    match sys::observe_at(inner.jobs.as_fd(), &name) {
-        Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => CleanupResult {
+    match fs::observe_at(inner.jobs.as_fd(), &name) {
+        Err(e) if e == Errno::NOENT => CleanupResult {
             status: CleanupStatus::AlreadyGone,
             code: None,
             counts: CleanupCounts::default(),
@@ -677,8 +675,8 @@ impl Job {
             match fs.inventory.find_child(index, d.as_bytes()) {
                 Some(child) if fs.inventory.entry(child).kind == ArtifactKind::Dir => {
                     let fd =
-                        sys::open_dir(cur.as_fd(), *d).map_err(io_err("openat artifact dir"))?;
-                    let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx artifact dir"))?;
+                        fs::open_dir_at(cur.as_fd(), *d).map_err(io_err("openat artifact dir"))?;
+                    let obs = fs::observe_fd(fd.as_fd()).map_err(io_err("statx artifact dir"))?;
                     self.state
                         .anchor
                         .admit(&obs)
@@ -850,14 +848,14 @@ fn create_in(
     }
     let fd = match kind {
         ArtifactKind::Dir => {
-            sys::mkdir(parent, name, DIR_MODE).map_err(io_err("mkdirat artifact"))?;
-            sys::open_dir(parent, name).map_err(io_err("openat artifact"))?
+            fs::mkdir_at(parent, name, DIR_MODE).map_err(io_err("mkdirat artifact"))?;
+            fs::open_dir_at(parent, name).map_err(io_err("openat artifact"))?
         }
         ArtifactKind::File => {
-            sys::create_file(parent, name, FILE_MODE).map_err(io_err("openat artifact"))?
+            fs::create_file(parent, name, FILE_MODE).map_err(io_err("openat artifact"))?
         }
     };
-    let obs = sys::observe_fd(fd.as_fd()).map_err(io_err("statx artifact"))?;
+    let obs = fs::observe_fd(fd.as_fd()).map_err(io_err("statx artifact"))?;
     if obs.kind != kind.file_kind() {
         return Err(WorkspaceError::Untrusted {
             what: "artifact",

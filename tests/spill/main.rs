@@ -4,9 +4,13 @@
 
 mod attacks;
 mod cli;
+mod guarded;
 mod rules;
+#[path = "../support/sandbox.rs"]
+mod sandbox;
 mod service;
 mod store;
+mod tamper;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -27,6 +31,10 @@ pub(crate) struct Fx {
 
 impl Fx {
     pub(crate) fn new() -> Self {
+        if std::env::var_os(sandbox::SCRATCH_ENV).is_some() {
+            // In the namespace (as root): check before anything is deleted.
+            sandbox::scratch();
+        }
         let dir = tempfile::Builder::new()
             .prefix("spill-test-")
             .tempdir()
@@ -54,7 +62,15 @@ impl Fx {
     }
 }
 
+/// A directory as the store makes its session directories: `0700` plus the
+/// sticky bit, the store's ownership mark (a root may carry it too).
 pub(crate) fn mkdir(p: &Path) {
+    fs::create_dir_all(p).unwrap();
+    fs::set_permissions(p, fs::Permissions::from_mode(0o1700)).unwrap();
+}
+
+/// A directory made by hand (`mkdir`, mode `0700`): no ownership mark.
+pub(crate) fn mkdir_by_hand(p: &Path) {
     fs::create_dir_all(p).unwrap();
     fs::set_permissions(p, fs::Permissions::from_mode(0o700)).unwrap();
 }
@@ -64,9 +80,11 @@ pub(crate) fn spill_name(i: u64) -> String {
     format!("{i:032x}.spill")
 }
 
-/// Writes `content` at `path` and sets its mtime to `mtime`.
+/// Writes `content` at `path` as the store writes a spill file (mode
+/// `0600` plus the sticky bit, the store's mark) and sets its mtime.
 pub(crate) fn file_at(path: &Path, content: &str, mtime: SystemTime) {
     fs::write(path, content).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o1600)).unwrap();
     filetime::set_file_mtime(path, FileTime::from_system_time(mtime)).unwrap();
 }
 

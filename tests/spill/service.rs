@@ -19,6 +19,7 @@ fn config(fx: &Fx, root: Option<&std::path::Path>, days: u64) -> SpillConfig {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::service_in_a_private_mount_namespace"]
 async fn zero_disables_cleanup() {
     let fx = Fx::new();
     let root = fx.mkdir("root");
@@ -33,6 +34,7 @@ async fn zero_disables_cleanup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::service_in_a_private_mount_namespace"]
 async fn activation_sweeps_configured_and_prior_roots_and_keeps_its_own() {
     let fx = Fx::new();
     let prior = fx.mkdir("custodian-spill-prior");
@@ -86,6 +88,7 @@ impl WarningSink for Gate {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::service_in_a_private_mount_namespace"]
 async fn quiescence_store_is_available_at_once_and_dispose_awaits_the_sweep() {
     let fx = Fx::new();
     let root = fx.mkdir("root");
@@ -165,6 +168,7 @@ impl WarningSink for Panicker {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::service_in_a_private_mount_namespace"]
 async fn sweep_failures_never_fail_activation_or_writes() {
     let fx = Fx::new();
     let root = fx.mkdir("root");
@@ -196,6 +200,7 @@ async fn sweep_failures_never_fail_activation_or_writes() {
 }
 
 #[test]
+#[ignore = "deletes: run by guarded::service_in_a_private_mount_namespace"]
 fn activation_outside_a_runtime_is_a_typed_error() {
     let fx = Fx::new();
     let err = SpillService::activate(&config(&fx, None, 30)).unwrap_err();
@@ -203,6 +208,7 @@ fn activation_outside_a_runtime_is_a_typed_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::service_in_a_private_mount_namespace"]
 async fn boots_from_the_real_config_file() {
     let fx = Fx::new();
     let root = fx.mkdir("root");

@@ -8,6 +8,7 @@ use custodian::spill::{Locator, SpillStore, StoreError};
 use crate::*;
 
 #[test]
+#[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
 fn layout_and_modes() {
     let fx = Fx::new();
     let store = SpillStore::create_default(fx.path(), "custodian-spill-").unwrap();
@@ -20,13 +21,13 @@ fn layout_and_modes() {
     let s = root.join("sess");
     assert_eq!(
         fs::metadata(&s).unwrap().permissions().mode() & 0o7777,
-        0o700
+        0o1700
     );
     let files: Vec<_> = fs::read_dir(&s).unwrap().flatten().collect();
     assert_eq!(files.len(), 1);
     assert_eq!(
         files[0].metadata().unwrap().permissions().mode() & 0o7777,
-        0o600
+        0o1600
     );
     assert_eq!(store.read(&loc).unwrap(), b"payload");
     let parsed: Locator = loc.to_string().parse().unwrap();
@@ -34,6 +35,7 @@ fn layout_and_modes() {
 }
 
 #[test]
+#[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
 fn write_never_goes_through_a_symlinked_session() {
     let fx = Fx::new();
     let store = SpillStore::open(&fx.path().join("root")).unwrap();
@@ -50,6 +52,7 @@ fn write_never_goes_through_a_symlinked_session() {
 }
 
 #[test]
+#[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
 fn read_refuses_symlinks_special_files_and_foreign_roots() {
     let fx = Fx::new();
     let store = SpillStore::open(&fx.path().join("root")).unwrap();
@@ -91,6 +94,7 @@ fn read_refuses_symlinks_special_files_and_foreign_roots() {
 }
 
 #[test]
+#[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
 fn configured_root_must_be_trusted() {
     let fx = Fx::new();
     let root = fx.mkdir("root");
@@ -108,6 +112,7 @@ fn configured_root_must_be_trusted() {
 }
 
 #[test]
+#[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
 fn a_live_default_root_is_not_removed_by_another_sweep() {
     let fx = Fx::new();
     let store = SpillStore::create_default(fx.path(), "custodian-spill-").unwrap();

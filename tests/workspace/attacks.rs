@@ -8,6 +8,7 @@ use custodian::workspace::{CleanupCode, CleanupStatus};
 use crate::{Fixture, assert_failed, assert_unchanged, populate};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn an_injected_sibling_job_inside_the_job_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("mine").unwrap();
@@ -29,6 +30,7 @@ async fn an_injected_sibling_job_inside_the_job_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn an_unregistered_file_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -42,6 +44,7 @@ async fn an_unregistered_file_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn a_symlink_in_the_job_fails_closed_and_its_target_is_untouched() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -70,6 +73,7 @@ async fn a_symlink_in_the_job_fails_closed_and_its_target_is_untouched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn a_registered_name_turned_symlink_is_reported_as_a_symlink() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -84,6 +88,7 @@ async fn a_registered_name_turned_symlink_is_reported_as_a_symlink() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn a_replaced_inode_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -103,6 +108,7 @@ async fn a_replaced_inode_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn a_directory_renamed_away_and_replaced_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -120,6 +126,7 @@ async fn a_directory_renamed_away_and_replaced_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn special_files_fail_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("fifo").unwrap();
@@ -147,6 +154,7 @@ async fn special_files_fail_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn a_hard_link_to_a_user_file_never_modifies_the_users_data() {
     let fx = Fixture::new();
     let user = fx.root().join("result.txt");
@@ -179,6 +187,7 @@ async fn a_hard_link_to_a_user_file_never_modifies_the_users_data() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn a_failed_cleanup_preserves_everything_and_its_result_is_sticky() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -192,4 +201,28 @@ async fn a_failed_cleanup_preserves_everything_and_its_result_is_sticky() {
     assert_eq!(again, first);
     assert!(fx.job_dir("r").join("a/b/out.json").is_file());
     assert!(fx.job_dir("r").join("top.txt").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
+async fn a_fifo_at_a_user_path_never_blocks_open_user_file() {
+    let fx = Fixture::new();
+    let fifo = fx.root().join("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    // Without O_NONBLOCK either open would wait for a peer forever.
+    for write in [false, true] {
+        let r = fx.ws.open_user_file("pipe", write);
+        assert!(
+            matches!(&r, Err(custodian::workspace::WorkspaceError::Io { .. })),
+            "write={write}: {r:?}"
+        );
+    }
+    assert!(fx.ws.open_user_file("result.txt", false).is_ok());
 }

@@ -10,6 +10,7 @@ use custodian::workspace::{
 use crate::{Fixture, assert_failed, assert_only_removed, inventoried, populate};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn user_results_beside_the_internal_namespace_survive_cleanup() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("req-1").unwrap();
@@ -38,6 +39,7 @@ async fn user_results_beside_the_internal_namespace_survive_cleanup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn two_concurrent_requests_each_remove_only_their_own() {
     let fx = Fixture::new();
     let one = fx.ws.open_request("one").unwrap();
@@ -72,6 +74,7 @@ async fn two_concurrent_requests_each_remove_only_their_own() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn nested_artifacts_through_handles_are_removed_deepest_first() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("nest").unwrap();
@@ -93,6 +96,7 @@ async fn nested_artifacts_through_handles_are_removed_deepest_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn invalid_ids_are_refused_before_any_syscall() {
     let fx = Fixture::new();
     // Pull the whole tree away from under the workspace: any syscall on its
@@ -132,6 +136,7 @@ async fn invalid_ids_are_refused_before_any_syscall() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn caller_paths_never_reach_the_internal_namespace() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();
@@ -174,8 +179,9 @@ async fn caller_paths_never_reach_the_internal_namespace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn the_internal_namespace_is_configurable() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::sandbox::tempdir();
     let ws = Workspace::open(
         tmp.path(),
         WorkspaceConfig {
@@ -206,8 +212,9 @@ async fn the_internal_namespace_is_configurable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn a_symlinked_namespace_is_refused_at_open() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::sandbox::tempdir();
     fs::create_dir(tmp.path().join("elsewhere")).unwrap();
     std::os::unix::fs::symlink(tmp.path().join("elsewhere"), tmp.path().join(".custodian"))
         .unwrap();
@@ -231,6 +238,7 @@ async fn a_symlinked_namespace_is_refused_at_open() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn an_existing_job_directory_is_never_adopted() {
     let fx = Fixture::new();
     fs::create_dir(fx.job_dir("stale")).unwrap();
@@ -246,6 +254,7 @@ async fn an_existing_job_directory_is_never_adopted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn nothing_can_be_created_after_cleanup_started() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("done").unwrap();
@@ -267,6 +276,7 @@ async fn nothing_can_be_created_after_cleanup_started() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn after_eviction_a_repeated_cleanup_only_checks_the_directory_is_gone() {
     let fx = Fixture::with_config(WorkspaceConfig {
         result_cache: 1,
@@ -311,6 +321,7 @@ async fn after_eviction(fx: &Fixture, id: &str, cached: &CleanupResult) -> Clean
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn the_wire_form_of_a_failure_carries_no_path() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("wire").unwrap();
@@ -328,6 +339,7 @@ async fn the_wire_form_of_a_failure_carries_no_path() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn records_the_strongest_identity_this_kernel_offers() {
     for fx in [Fixture::new(), Fixture::on_tmpfs()] {
         let job = fx.ws.open_request("ident").unwrap();

@@ -6,9 +6,13 @@
 mod attacks;
 mod basics;
 mod containment;
+mod guarded;
 mod mounts;
 mod procs;
 mod races;
+#[path = "../support/sandbox.rs"]
+mod sandbox;
+mod tamper;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -36,7 +40,7 @@ impl Fixture {
     }
 
     pub fn with_config(config: WorkspaceConfig) -> Self {
-        Self::build(config, tempfile::tempdir().expect("tempdir"))
+        Self::build(config, sandbox::tempdir())
     }
 
     /// A fixture in a temporary directory beneath `dir`.
@@ -47,7 +51,10 @@ impl Fixture {
     /// A fixture on tmpfs when `/dev/shm` is one (cheap metadata for big
     /// trees), else in the default temporary directory.
     pub fn on_tmpfs() -> Self {
-        let tmp = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
+        let tmp = match std::env::var_os(sandbox::SCRATCH_ENV) {
+            Some(scratch) => tempfile::tempdir_in(scratch),
+            None => tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()),
+        };
         Self::build(WorkspaceConfig::default(), tmp.expect("tempdir"))
     }
 

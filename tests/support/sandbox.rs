@@ -1,0 +1,205 @@
+//! Running a deleting test as root safely: the test body (an `#[ignore]`d
+//! test of the same binary) is re-executed inside `unshare -m` with every
+//! mount but its scratch directory remounted read-only, and the body checks
+//! that before it deletes anything. Unprivileged, the body runs without a
+//! namespace: it can then delete only what its user may.
+//!
+//! Include with `#[path = "../support/sandbox.rs"] mod sandbox;`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The scratch directory handed to the body.
+pub const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
+
+/// Remounts every mount read-only except `$1` (the scratch dir, bound onto
+/// itself), then runs the body.
+const NAMESPACE_SCRIPT: &str = r#"
+set -e
+mount --bind "$1" "$1"
+for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
+  case "$m" in "$1") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
+done
+shift 1
+exec "$@"
+"#;
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Runs the `#[ignore]`d test `inner` of this test binary with a fresh
+/// scratch directory below `base`: as root inside a private mount namespace
+/// where only the scratch directory is writable, else directly. Returns the
+/// body's output, or `None` (after printing why) when it cannot run here.
+///
+/// # Panics
+///
+/// If the body fails or did not run.
+pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
+    let text = run_in_namespace(&["--exact", inner], base)?;
+    assert!(text.contains("1 passed"), "the body did not run: {text}");
+    Some(text)
+}
+
+/// [`run_guarded`] for every `#[ignore]`d test whose name contains
+/// `filter` (e.g. a module path `basics::`).
+///
+/// # Panics
+///
+/// If any of them fails, or none ran.
+pub fn run_guarded_filter(filter: &str, base: &Path) -> Option<String> {
+    let text = run_in_namespace(&[filter], base)?;
+    assert!(
+        text.contains("test result: ok.") && !text.contains(" 0 passed"),
+        "the bodies did not run: {text}"
+    );
+    Some(text)
+}
+
+fn run_in_namespace(select: &[&str], base: &Path) -> Option<String> {
+    let scratch = tempfile::tempdir_in(base).expect("scratch dir");
+    let exe = std::env::current_exe().expect("test binary");
+    let mut test_args: Vec<&str> = select.to_vec();
+    test_args.extend(["--include-ignored", "--nocapture", "--test-threads=1"]);
+    let mut cmd;
+    if is_root() {
+        let probe = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "true"])
+            .status();
+        if !probe.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: running as root and cannot create a mount namespace (unshare -m)");
+            return None;
+        }
+        cmd = Command::new("unshare");
+        cmd.args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            NAMESPACE_SCRIPT,
+            "sh",
+        ])
+        .arg(scratch.path())
+        .arg(&exe);
+    } else {
+        cmd = Command::new(&exe);
+    }
+    let out = cmd
+        .args(&test_args)
+        .env(SCRATCH_ENV, scratch.path())
+        // Whatever the bodies create in "the temp dir" lands in the scratch.
+        .env("TMPDIR", scratch.path())
+        .output()
+        .expect("run the body");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    Some(text)
+}
+
+/// A temporary directory in the scratch directory when run by
+/// [`run_guarded`] (as root: after checking that everything else is
+/// read-only), else in the OS temp dir.
+pub fn tempdir() -> tempfile::TempDir {
+    match std::env::var_os(SCRATCH_ENV) {
+        Some(_) => tempfile::tempdir_in(scratch()),
+        None => tempfile::tempdir(),
+    }
+    .expect("tempdir")
+}
+
+/// In the body: the scratch directory, after checking that (as root) every
+/// other visible mount is read-only.
+///
+/// # Panics
+///
+/// If not run by [`run_guarded`], or if another mount is writable.
+pub fn scratch() -> PathBuf {
+    let scratch = PathBuf::from(std::env::var_os(SCRATCH_ENV).expect("run by run_guarded"));
+    if is_root() {
+        only_scratch_writable(&scratch).unwrap();
+    }
+    scratch
+}
+
+/// Every visible mount but `scratch` (and mounts the body made beneath it)
+/// is read-only (of mounts stacked on one mount point, the last listed is
+/// the visible one).
+pub fn only_scratch_writable(scratch: &Path) -> Result<(), String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    let mut visible = std::collections::BTreeMap::new();
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        visible.insert(f[4].to_owned(), f[5].to_owned());
+    }
+    for (mount, opts) in visible {
+        let m = Path::new(&mount);
+        if m.starts_with(scratch) {
+            continue;
+        }
+        if !opts.split(',').any(|o| o == "ro") {
+            return Err(format!("{mount} is writable"));
+        }
+    }
+    Ok(())
+}
+
+/// Mounts a fresh ext4 image (made with `mkfs.ext4`, loop-mounted) at
+/// `dir/ext4` and returns that directory, or `None` (after printing why).
+/// Only inside [`run_guarded`]'s namespace: the mount vanishes with it.
+pub fn ext4_in(dir: &Path) -> Option<PathBuf> {
+    if !is_root() {
+        eprintln!("skipped ext4: loop mounts need root");
+        return None;
+    }
+    let img = dir.join("ext4.img");
+    let mnt = dir.join("ext4");
+    std::fs::create_dir(&mnt).ok()?;
+    let f = std::fs::File::create(&img).ok()?;
+    f.set_len(256 << 20).ok()?;
+    drop(f);
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .output();
+    match mkfs {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "skipped ext4: mkfs.ext4 failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("skipped ext4: no mkfs.ext4 ({e})");
+            return None;
+        }
+    }
+    let mount = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .output();
+    match mount {
+        Ok(o) if o.status.success() => Some(mnt),
+        Ok(o) => {
+            eprintln!(
+                "skipped ext4: loop mount failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped ext4: no mount ({e})");
+            None
+        }
+    }
+}
