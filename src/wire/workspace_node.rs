@@ -182,6 +182,9 @@ impl NodeWorkspace for WorkspaceNode {
         for (k, v) in spec.env {
             inv = inv.with_env(k, EnvValue::Literal(v));
         }
+        if let Some(c) = spec.confinement {
+            inv = inv.with_confinement(c);
+        }
         let inv = Invocation::validate(inv).map_err(|_| codes::INVALID_INVOCATION)?;
         let running = {
             // The job launches and tracks under its process lock, so a
