@@ -316,4 +316,37 @@ mod tests {
         assert!(!p.landlock() && p.seccomp);
         assert_eq!(p.report.not_enforced[0].feature, Feature::Filesystem);
     }
+
+    #[test]
+    fn every_abi_from_0_to_9_refuses_or_reports_exactly_the_missing_features() {
+        let thresholds = [
+            (Feature::Filesystem, 1),
+            (Feature::FsTruncate, 3),
+            (Feature::FsIoctlDev, 5),
+            (Feature::NetworkTcp, 4),
+            (Feature::ScopeSignals, 6),
+            (Feature::ScopeAbstractUnixSockets, 6),
+        ];
+        for abi in 0..=9 {
+            let missing: Vec<Feature> = thresholds
+                .iter()
+                .filter(|(_, needs)| abi < *needs)
+                .map(|(f, _)| *f)
+                .collect();
+            let strict = plan(&Confinement::workspace_write(), abi);
+            assert_eq!(strict.is_ok(), missing.is_empty(), "abi {abi}");
+            if let Err(e) = strict {
+                assert_eq!(e.feature, missing[0], "abi {abi}");
+            }
+            let spec = Confinement::workspace_write().with_enforcement(Enforcement::BestEffort);
+            let p = plan(&spec, abi).unwrap().unwrap();
+            let reported: Vec<Feature> = p.report.not_enforced.iter().map(|n| n.feature).collect();
+            assert_eq!(reported, missing, "abi {abi}");
+            assert_eq!(p.fs, abi >= 1, "abi {abi}");
+            assert_eq!(p.net_tcp, abi >= 4, "abi {abi}");
+            assert_eq!(p.scope, abi >= 6, "abi {abi}");
+            assert!(p.seccomp && p.report.no_new_privs);
+            assert_eq!(p.abi, abi.min(TESTED_ABI));
+        }
+    }
 }

@@ -12,7 +12,7 @@
 //! - the optional `cwd` is *lexically* inside the workspace: relative, no
 //!   NUL, and no `..` that climbs above the workspace root. The check is
 //!   lexical only: a symlink inside the workspace may still point outside it
-//!   (custodian is a governed launcher, not a sandbox);
+//!   (only a confinement, [`crate::confine`], stops the process using it);
 //! - environment overlay keys are non-empty, contain no `=` and no NUL, and
 //!   appear at most once; literal values contain no NUL;
 //! - the timeout is non-zero and at most [`MAX_TIMEOUT`]; the grace, the
