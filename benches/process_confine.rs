@@ -5,8 +5,8 @@
 //! Run: `cargo bench -p custodian --bench process_confine`
 //!
 //! Variants: unconfined (cgroup tier), network off only (seccomp + Landlock
-//! TCP), `read-only` (Landlock filesystem + network off + scopes, private
-//! TMPDIR), `workspace-write` with a `deny_read` of `$HOME/.ssh` (the read
+//! TCP), `read-only` with the network on (Landlock filesystem + scopes,
+//! private TMPDIR), `read-only` (and network off), `workspace-write` with a `deny_read` of `$HOME/.ssh` (the read
 //! grant is then split into one rule per sibling on the way down from `/`).
 
 use std::time::{Duration, Instant};
@@ -39,11 +39,15 @@ fn main() {
     let opts = LaunchOptions::new(&ws);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
-    let variants: [(&str, Confinement); 4] = [
+    let variants: [(&str, Confinement); 5] = [
         ("unconfined", Confinement::none()),
         (
             "network off",
             Confinement::none().with_network(Network::Off),
+        ),
+        (
+            "read-only, network on",
+            Confinement::read_only().with_network(Network::On),
         ),
         ("read-only", Confinement::read_only()),
         (

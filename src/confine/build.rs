@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use landlock::{
@@ -32,7 +33,7 @@ pub(crate) struct Prepared {
     /// What is enforced (for the evidence).
     pub(crate) report: ConfinementReport,
     ruleset: Option<OwnedFd>,
-    program: Option<BpfProgram>,
+    program: Option<&'static [seccompiler::sock_filter]>,
     /// The private temporary directory (removed on drop).
     tmp: Option<PrivateTmp>,
 }
@@ -45,7 +46,7 @@ impl Prepared {
 
     /// The seccomp program to install in the child.
     pub(crate) fn program(&self) -> Option<&[seccompiler::sock_filter]> {
-        self.program.as_deref()
+        self.program
     }
 
     /// The private temporary directory, the child's `TMPDIR`.
@@ -172,7 +173,7 @@ pub(crate) fn prepare(
         None
     };
     let program = if plan.seccomp {
-        Some(network_filter()?)
+        Some(network_program()?)
     } else {
         None
     };
@@ -365,6 +366,20 @@ fn read_except(
         }
     }
     Ok(rs)
+}
+
+/// [`network_filter`], compiled once: it never changes.
+fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
+    static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    match PROGRAM.get_or_init(|| {
+        network_filter().map_err(|e| match e {
+            ConfineError::Build { message, .. } => message,
+            other => other.to_string(),
+        })
+    }) {
+        Ok(p) => Ok(p),
+        Err(message) => Err(seccomp_err(message)),
+    }
 }
 
 /// The network-off filter: `socket` and `socketpair` of any family but
