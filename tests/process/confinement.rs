@@ -353,3 +353,50 @@ async fn confined_evidence_validates_against_the_schema() {
     assert!(errors.is_empty(), "{errors:?}\n{value}");
     assert!(value["confinement"]["landlock_abi"].as_u64().unwrap() >= 1);
 }
+
+#[tokio::test]
+async fn a_confined_process_cannot_reach_an_abstract_unix_socket_outside_its_sandbox() {
+    use std::os::linux::net::SocketAddrExt;
+    let _quiet = quiet_host();
+    if !can_confine() {
+        return;
+    }
+    if custodian::confine::landlock_abi() < 6 {
+        eprintln!("skipped: abstract unix socket scoping needs Landlock ABI 6");
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: no /usr/bin/python3 to connect with");
+        return;
+    }
+    let name = format!("custodian-confine-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let py = format!(
+        "/usr/bin/python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); \
+         s.connect(b'\\0{name}'); print('connected')\""
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // Scoping alone, with no filesystem or network rule that could refuse
+    // it instead.
+    let mut scoped = Confinement::none();
+    scoped.scoped = true;
+    let Some(ev) = run_in(dir.path(), &py, scoped).await else {
+        return;
+    };
+    assert_eq!(ev.stdout.text, "", "{ev:?}");
+    assert!(ev.stderr.text.contains("PermissionError"), "{ev:?}");
+    assert!(listener.accept().is_err(), "no connection arrived");
+    assert!(
+        ev.confinement
+            .as_ref()
+            .unwrap()
+            .scoped
+            .iter()
+            .any(|s| s == "abstract_unix_socket")
+    );
+    // The control: unconfined, it connects.
+    let ev = run_in(dir.path(), &py, Confinement::none()).await.unwrap();
+    assert_eq!(ev.stdout.text, "connected\n", "{ev:?}");
+}
