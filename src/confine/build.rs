@@ -83,7 +83,10 @@ impl PrivateTmp {
             match std::fs::DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => return Ok(PrivateTmp { path }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    last = Some(e);
+                    break;
+                }
             }
         }
         Err(ConfineError::Build {

@@ -114,20 +114,21 @@ impl Enforcement {
 /// or [`Confinement::none`] and the `with_*` helpers. Paths must be
 /// absolute; [`Confinement::validate`] checks the rest lexically, the
 /// launcher checks them against the filesystem.
+///
+/// Deserialized (the wire), an absent `network` or `scoped` takes the
+/// default of `fs`, as [`Confinement::for_mode`] gives it: a confined mode
+/// means the network off and scoping on unless said otherwise.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "RawConfinement")]
 #[non_exhaustive]
 pub struct Confinement {
     /// The filesystem mode.
-    #[serde(default)]
     pub fs: FsMode,
     /// The network mode.
-    #[serde(default)]
     pub network: Network,
     /// Signals and abstract unix sockets scoped to the sandbox (Landlock
     /// ABI ≥ 6): the process cannot signal, or connect to an abstract unix
     /// socket of, a process outside its Landlock domain.
-    #[serde(default)]
     pub scoped: bool,
     /// Extra hierarchies readable (meaningful beneath a denied path).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -145,6 +146,44 @@ pub struct Confinement {
     /// is below this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_abi: Option<u32>,
+}
+
+/// The wire form: `network` and `scoped` default by `fs`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfinement {
+    #[serde(default)]
+    fs: FsMode,
+    #[serde(default)]
+    network: Option<Network>,
+    #[serde(default)]
+    scoped: Option<bool>,
+    #[serde(default)]
+    allow_read: Vec<PathBuf>,
+    #[serde(default)]
+    allow_write: Vec<PathBuf>,
+    #[serde(default)]
+    deny_read: Vec<PathBuf>,
+    #[serde(default)]
+    enforcement: Enforcement,
+    #[serde(default)]
+    min_abi: Option<u32>,
+}
+
+impl From<RawConfinement> for Confinement {
+    fn from(raw: RawConfinement) -> Self {
+        let defaults = Confinement::for_mode(raw.fs);
+        Confinement {
+            fs: raw.fs,
+            network: raw.network.unwrap_or(defaults.network),
+            scoped: raw.scoped.unwrap_or(defaults.scoped),
+            allow_read: raw.allow_read,
+            allow_write: raw.allow_write,
+            deny_read: raw.deny_read,
+            enforcement: raw.enforcement,
+            min_abi: raw.min_abi,
+        }
+    }
 }
 
 /// Why a confinement spec was refused. Nothing was launched.
@@ -381,5 +420,17 @@ mod tests {
         let json = serde_json::to_string(&Confinement::read_only()).unwrap();
         let back: Confinement = serde_json::from_str(&json).unwrap();
         assert_eq!(back, Confinement::read_only());
+    }
+
+    #[test]
+    fn absent_network_and_scoping_default_by_mode_on_the_wire() {
+        let c: Confinement = serde_json::from_str(r#"{"fs":"read-only"}"#).unwrap();
+        assert_eq!(c, Confinement::read_only());
+        let c: Confinement =
+            serde_json::from_str(r#"{"fs":"workspace-write","network":"on"}"#).unwrap();
+        assert_eq!((c.network, c.scoped), (Network::On, true));
+        let c: Confinement = serde_json::from_str("{}").unwrap();
+        assert!(c.is_none());
+        assert!(serde_json::from_str::<Confinement>(r#"{"fs":"none","extra":1}"#).is_err());
     }
 }
