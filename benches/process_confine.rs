@@ -2,7 +2,9 @@
 //! through custodian, unconfined vs confined, interleaved in the same run
 //! so the machine's drift hits every variant alike.
 //!
-//! Run: `cargo bench -p custodian --bench process_confine`
+//! Run: `cargo bench -p custodian --bench process_confine`. The last
+//! column is the p50 of `launch()` alone (spawn latency: plan, build,
+//! clone, the child's confinement calls, until `execve` returned).
 //!
 //! Variants: unconfined (cgroup tier), network off only (seccomp + Landlock
 //! TCP), `read-only` with the network on (Landlock filesystem + scopes,
@@ -16,14 +18,23 @@ use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
 
 const N: usize = 200;
 
-fn once(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, c: &Confinement) -> Duration {
+/// One launch + settle: (`launch()` alone, launch through settled).
+fn once(
+    rt: &tokio::runtime::Runtime,
+    opts: &LaunchOptions,
+    c: &Confinement,
+) -> (Duration, Duration) {
     let inv =
         Invocation::validate(InvocationSpec::new("/bin/true").with_confinement(c.clone())).unwrap();
     let t = Instant::now();
-    let ev = rt.block_on(async { custodian::process::run(inv, opts).await.unwrap() });
+    let (spawn, ev) = rt.block_on(async {
+        let running = custodian::process::launch(inv, opts).unwrap();
+        let spawn = t.elapsed();
+        (spawn, running.settled().await)
+    });
     let d = t.elapsed();
     assert_eq!(ev.exit_code, Some(0), "{ev:?}");
-    d
+    (spawn, d)
 }
 
 fn main() {
@@ -59,10 +70,13 @@ fn main() {
         once(&rt, &opts, c); // warm-up
     }
     let mut samples = vec![Vec::with_capacity(N); variants.len()];
+    let mut spawns = vec![Vec::with_capacity(N); variants.len()];
     for round in 0..N {
         for k in 0..variants.len() {
             let i = (round + k) % variants.len();
-            samples[i].push(once(&rt, &opts, &variants[i].1));
+            let (spawn, total) = once(&rt, &opts, &variants[i].1);
+            spawns[i].push(spawn);
+            samples[i].push(total);
         }
     }
     println!(
@@ -70,20 +84,22 @@ fn main() {
         custodian::confine::landlock_abi()
     );
     println!(
-        "{:<36} {:>10} {:>10} {:>10} {:>10}",
-        "variant", "total ms", "p50 us", "p95 us", "vs none"
+        "{:<36} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "variant", "total ms", "p50 us", "p95 us", "vs none", "launch() p50"
     );
     let total = |v: &[Duration]| v.iter().sum::<Duration>().as_secs_f64();
     let base = total(&samples[0]);
-    for ((name, _), mut s) in variants.iter().zip(samples) {
+    for (((name, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
         s.sort();
+        sp.sort();
         println!(
-            "{:<36} {:>10.1} {:>10.0} {:>10.0} {:>9.3}x",
+            "{:<36} {:>10.1} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us",
             name,
             total(&s) * 1e3,
             s[N / 2].as_secs_f64() * 1e6,
             s[N * 95 / 100].as_secs_f64() * 1e6,
-            total(&s) / base
+            total(&s) / base,
+            sp[N / 2].as_secs_f64() * 1e6,
         );
     }
 }
