@@ -30,6 +30,7 @@
 //! them; `coordinator` drives a request end to end; `wire` and the CLI sit on
 //! top. See `docs/architecture.md`.
 
+pub mod confine;
 pub mod contain;
 pub mod coordinator;
 pub mod error;
@@ -84,6 +85,7 @@ pub mod __bench {
             stderr: err_w.as_fd(),
             new_process_group: true,
             cgroup,
+            confine: None,
         })?;
         drop((out_w, err_w));
         let mut sink = Vec::new();

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use custodian::confine::{Confinement, Enforcement, FsMode, InvalidConfinement, Network};
 use custodian::contain::Containment;
 use custodian::process::invocation::{EnvValue, OutputBudget, Tunables};
 use custodian::process::units::{parse_duration, parse_size};
@@ -41,8 +42,10 @@ Exit codes:
       says `internal_error`; the process group was killed and reaped)
   71  launch failure: executable not found or not executable, working
       directory missing, spawn failed, or an explicit --containment
-      (cgroup, subreaper) unavailable here (code containment_unavailable);
-      nothing is running
+      (cgroup, subreaper) unavailable here (code containment_unavailable),
+      or a --confine the kernel cannot enforce (confinement_unsupported,
+      unless --confine-best-effort) or that needs the cgroup tier
+      (confinement_spawner_unavailable); nothing is running
   74  the run completed and its process was reaped, but the evidence could
       not be written to stdout (e.g. stdout is a closed pipe)
   65/66  --policy file invalid (not UTF-8, over 1 MiB, does not validate)
@@ -55,7 +58,10 @@ On exit codes 64 and 71 stdout holds {\"error\":{\"kind\",\"code\",\"message\"}}
 
 Example: a timeout, and a pipe held open by a background child
   custodian run --timeout 1s --grace 500ms -- sleep 5
-  custodian run -- sh -c 'echo started; sleep 30 &'";
+  custodian run -- sh -c 'echo started; sleep 30 &'
+
+Example: confined to writing the workspace, no network, ~/.ssh unreadable
+  custodian run --confine workspace-write --deny-read \"$HOME/.ssh\" -- make test";
 
 /// Arguments of `custodian run`.
 #[derive(Debug, clap::Args)]
@@ -100,6 +106,33 @@ pub(crate) struct Args {
     /// Alias of `--containment subreaper`.
     #[arg(long, conflicts_with = "containment")]
     subreaper: bool,
+    /// Confine what the process may touch while it runs: `none` (default),
+    /// `read-only` (read anything readable, write only a private TMPDIR
+    /// and /dev/null), `workspace-write` (also write beneath the
+    /// workspace). Both confined modes default to `--network off` and scope
+    /// signals and abstract unix sockets to the sandbox (Landlock, seccomp,
+    /// no_new_privs; the evidence's `confinement` says what was enforced).
+    #[arg(long, value_name = "MODE", default_value = "none", value_parser = fs_mode)]
+    confine: FsMode,
+    /// `on` or `off` (default: `off` when confined, else `on`). `off`
+    /// denies every non-unix socket (seccomp) and TCP bind/connect
+    /// (Landlock).
+    #[arg(long, value_name = "on|off", value_parser = network)]
+    network: Option<Network>,
+    /// An extra readable hierarchy, absolute (repeatable).
+    #[arg(long, value_name = "PATH")]
+    allow_read: Vec<PathBuf>,
+    /// An extra readable and writable hierarchy, absolute (repeatable).
+    #[arg(long, value_name = "PATH")]
+    allow_write: Vec<PathBuf>,
+    /// A hierarchy that may not be read or listed, absolute (repeatable),
+    /// e.g. `$HOME/.ssh`.
+    #[arg(long, value_name = "PATH")]
+    deny_read: Vec<PathBuf>,
+    /// Launch even if the kernel cannot enforce all of the confinement;
+    /// the evidence lists what was not enforced (default: refuse, exit 71).
+    #[arg(long)]
+    confine_best_effort: bool,
     /// Print everything on stdout (the evidence, a policy refusal, an error)
     /// inside the model-facing `<data source="tool">` boundary instead of
     /// bare JSON; `<`, `>` and their look-alikes are escaped inside, so
@@ -143,6 +176,29 @@ fn containment(v: &str) -> Result<Containment, String> {
         .map_err(|e: custodian::contain::UnknownContainment| e.to_string())
 }
 
+fn fs_mode(v: &str) -> Result<FsMode, String> {
+    v.parse().map_err(|e: InvalidConfinement| e.to_string())
+}
+
+fn network(v: &str) -> Result<Network, String> {
+    v.parse().map_err(|e: InvalidConfinement| e.to_string())
+}
+
+/// The confinement the flags ask for.
+fn confinement(args: &Args) -> Confinement {
+    let mut c = Confinement::for_mode(args.confine);
+    if let Some(n) = args.network {
+        c = c.with_network(n);
+    }
+    c.allow_read.clone_from(&args.allow_read);
+    c.allow_write.clone_from(&args.allow_write);
+    c.deny_read.clone_from(&args.deny_read);
+    if args.confine_best_effort {
+        c = c.with_enforcement(Enforcement::BestEffort);
+    }
+    c
+}
+
 fn size(v: &str) -> Result<usize, String> {
     let bytes = parse_size(v).map_err(|e| e.to_string())?;
     usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit in memory here"))
@@ -155,6 +211,7 @@ struct Config {
 }
 
 fn validate(args: Args) -> Result<Config, ArgsError> {
+    let confinement = confinement(&args);
     let mut command = args.command.into_iter();
     let executable = command.next().ok_or(ArgsError::NoCommand)?;
     let mut spec = InvocationSpec::new(executable)
@@ -168,7 +225,8 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
         .with_budget(OutputBudget {
             stdout: args.stdout_budget,
             stderr: args.stderr_budget,
-        });
+        })
+        .with_confinement(confinement);
     if let Some(cwd) = args.cwd {
         spec = spec.with_cwd(cwd);
     }

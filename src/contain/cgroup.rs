@@ -956,6 +956,7 @@ mod tests {
             stderr: null.as_fd(),
             new_process_group: true,
             cgroup: Some(cg.as_fd()),
+            confine: None,
         })
         .unwrap();
         assert!(cg.populated().unwrap());

@@ -2,7 +2,7 @@
 //! `clone3(CLONE_INTO_CGROUP)` spawner, so that neither the root nor any
 //! child of it ever runs outside the cgroup.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -13,8 +13,19 @@ use tokio::net::unix::pipe::Receiver;
 
 use super::env::ChildEnv;
 use super::invocation::Invocation;
-use super::spawn::{self, SpawnError, SpawnSpec};
+use super::spawn::{self, ChildConfine, SpawnError, SpawnSpec, Stage};
+use crate::confine::build::Prepared;
+use crate::confine::{ApplyStep, ConfineError};
 use crate::contain::Cgroup;
+
+fn confine_step(stage: Stage) -> Option<ApplyStep> {
+    match stage {
+        Stage::NoNewPrivs => Some(ApplyStep::NoNewPrivs),
+        Stage::Landlock => Some(ApplyStep::Landlock),
+        Stage::Seccomp => Some(ApplyStep::Seccomp),
+        _ => None,
+    }
+}
 
 /// A root started in its cgroup: nobody has reaped it.
 pub(crate) struct CgroupRoot {
@@ -32,6 +43,8 @@ pub(crate) enum StartError {
     /// The cgroup refused the new process (its errno); nothing was
     /// started.
     Refused(rustix::io::Errno),
+    /// The child could not apply its confinement; nothing is running.
+    Confine(crate::confine::ConfineError),
     /// Anything else; nothing is running.
     Failed(std::io::Error),
 }
@@ -51,22 +64,28 @@ fn io(e: rustix::io::Errno) -> StartError {
 
 /// Spawns `resolved` with argv `[executable as given, args...]`, the
 /// child's environment, `cwd`, stdin on `/dev/null` and two pipes, as the
-/// leader of a new process group, inside `cgroup`. Must run inside the
-/// tokio runtime that will read the pipes.
+/// leader of a new process group, inside `cgroup`, confined by `confine`
+/// (whose private directory becomes `TMPDIR`). Must run inside the tokio
+/// runtime that will read the pipes.
 pub(crate) fn start(
     invocation: &Invocation,
     env: &ChildEnv,
     cwd: &Path,
     resolved: &Path,
     cgroup: &Cgroup,
+    confine: Option<&Prepared>,
 ) -> Result<CgroupRoot, StartError> {
     let program = cstring(resolved.as_os_str().as_bytes())?;
     let argv = std::iter::once(invocation.executable().as_bytes())
         .chain(invocation.args().iter().map(|a| a.as_bytes()))
         .map(cstring)
         .collect::<Result<Vec<_>, _>>()?;
+    let tmpdir = confine.and_then(Prepared::tmp_dir);
+    let tmp_entry = tmpdir.map(|t| (OsStr::new("TMPDIR"), t.as_os_str()));
     let envp = env
         .vars()
+        .filter(|(k, _)| tmp_entry.is_none() || *k != "TMPDIR")
+        .chain(tmp_entry)
         .map(|(k, v)| {
             let mut kv = Vec::with_capacity(k.len() + v.len() + 1);
             kv.extend_from_slice(k.as_bytes());
@@ -94,10 +113,20 @@ pub(crate) fn start(
         stderr: err_w.as_fd(),
         new_process_group: true,
         cgroup: Some(cgroup.as_fd()),
+        confine: confine.map(|c| ChildConfine {
+            ruleset: c.ruleset(),
+            seccomp: c.program(),
+        }),
     };
     let spawned = spawn::spawn(&spec).map_err(|e| match e {
         SpawnError::Unsupported { .. } => StartError::Unsupported,
         SpawnError::CgroupRefused { errno } => StartError::Refused(errno),
+        SpawnError::Failed { stage, errno } if confine_step(stage).is_some() => {
+            StartError::Confine(ConfineError::Apply {
+                step: confine_step(stage).unwrap_or(ApplyStep::NoNewPrivs),
+                errno: errno.raw_os_error(),
+            })
+        }
         other => StartError::Failed(other.into()),
     })?;
     // Our copies of the write ends must go, or the reads never see EOF.

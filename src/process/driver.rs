@@ -40,6 +40,8 @@ use super::fault::{self, FaultPoint};
 use super::invocation::Invocation;
 use super::launch::{ProcessError, ROOTS, Running, Shared};
 use super::sys::{self, Delivery, GroupScan};
+use crate::confine::build::{Prepared, PrivateTmp};
+use crate::confine::{ConfineError, ConfinementReport};
 use crate::contain::{Containment, Unavailable};
 use crate::machine::process::{
     self as m, Action, Cause, Descendants, Event, ExitStatus, Limits, Phase, Probe, Signal, Stream,
@@ -84,6 +86,8 @@ struct Started {
     subreaper: bool,
     started_wall: SystemTime,
     started: Instant,
+    /// The confinement enforced and its private `TMPDIR`.
+    confined: Option<(ConfinementReport, Option<PrivateTmp>)>,
 }
 
 /// Spawns the root as `selected` says and starts its driver task. `auto`
@@ -96,7 +100,13 @@ pub(crate) fn spawn(
     cwd: PathBuf,
     resolved: PathBuf,
     selected: Selected,
+    confine: Option<Prepared>,
 ) -> Result<Running, ProcessError> {
+    let unconfinable = |reason| {
+        Err(ProcessError::Confinement(
+            ConfineError::SpawnerUnavailable { reason },
+        ))
+    };
     let Selected {
         plan,
         requested,
@@ -105,32 +115,33 @@ pub(crate) fn spawn(
     // Built before the spawn: the fallback evidence needs it if anything
     // after the spawn fails.
     let identity = InvocationIdentity::new(&invocation, &resolved, env.secrets());
+    let confined = confine.is_some();
     let started = match plan {
         #[cfg(target_os = "linux")]
         Plan::Cgroup(cg) => {
-            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, cg) {
+            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, cg, confine) {
                 Ok(started) => started,
+                // Only the clone3 spawner applies a confinement: never fall
+                // back to running unconfined.
+                Err(Ok(_)) if confined => return unconfinable("no_cgroup_tier"),
                 Err(Ok(why)) if requested == Containment::Auto => {
                     let fb = Selected::fallback(requested, why);
-                    return spawn(runtime, invocation, env, cwd, resolved, fb);
+                    return spawn(runtime, invocation, env, cwd, resolved, fb, None);
                 }
                 Err(Ok(reason)) => {
                     return Err(ProcessError::ContainmentUnavailable { requested, reason });
                 }
-                Err(Err(source)) => {
-                    return Err(ProcessError::Spawn {
-                        path: resolved,
-                        source,
-                    });
-                }
+                Err(Err(e)) => return Err(e),
             }
         }
+        Plan::Group { .. } if confined => return unconfinable("no_cgroup_tier"),
         Plan::Group { subreaper } => {
             spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
         }
     };
     let pid = started.pid;
     let (started_at, started_wall) = (started.started, started.started_wall);
+    let report = started.confined.as_ref().map(|c| c.0.clone());
     let tier = match started.tier {
         Tier::Cgroup => evidence::Tier::Cgroup,
         Tier::DirectChild => evidence::Tier::DirectChild,
@@ -177,6 +188,7 @@ pub(crate) fn spawn(
                 tier,
             );
             ev.descendants = ev.descendants.with_containment(requested, fallback);
+            ev.confinement = report;
             ev
         });
     }
@@ -199,7 +211,8 @@ fn publish_once(shared: &Shared, ev: impl FnOnce() -> Evidence) {
 /// `CLONE_INTO_CGROUP`), pinned by the pidfd that `clone3` returned.
 /// `Err(Ok(why))`: the kernel cannot spawn into a cgroup here, or the
 /// cgroup refused the process (nothing started; the cgroup was removed);
-/// `Err(Err(e))`: the spawn itself failed.
+/// `Err(Err(e))`: the spawn itself failed, or the child could not apply
+/// `confine`.
 #[cfg(target_os = "linux")]
 fn spawn_in_cgroup(
     runtime: &tokio::runtime::Handle,
@@ -208,7 +221,8 @@ fn spawn_in_cgroup(
     cwd: &std::path::Path,
     resolved: &std::path::Path,
     cg: crate::contain::Cgroup,
-) -> Result<Started, Result<Unavailable, std::io::Error>> {
+    confine: Option<Prepared>,
+) -> Result<Started, Result<Unavailable, ProcessError>> {
     use super::cgroup_root::{self, StartError};
     let _guard = runtime.enter();
     // Watch before the root exists, so no change of `cgroup.events` is
@@ -223,7 +237,7 @@ fn spawn_in_cgroup(
         // As for the group tier: a concurrent subreaper scan must never
         // take this root for an adopted descendant.
         let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-        match cgroup_root::start(invocation, env, cwd, resolved, &cg) {
+        match cgroup_root::start(invocation, env, cwd, resolved, &cg, confine.as_ref()) {
             Ok(root) => {
                 roots.push(root.pid);
                 root
@@ -242,7 +256,11 @@ fn spawn_in_cgroup(
                         Ok(Unavailable::NotDelegated)
                     }
                     StartError::Refused(_) => Ok(Unavailable::SetupFailed),
-                    StartError::Failed(e) => Err(e),
+                    StartError::Confine(e) => Err(ProcessError::Confinement(e)),
+                    StartError::Failed(source) => Err(ProcessError::Spawn {
+                        path: resolved.to_path_buf(),
+                        source,
+                    }),
                 });
             }
         }
@@ -257,7 +275,10 @@ fn spawn_in_cgroup(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|&p| p != pid);
-            return Err(Err(e));
+            return Err(Err(ProcessError::Spawn {
+                path: resolved.to_path_buf(),
+                source: e,
+            }));
         }
     };
     Ok(Started {
@@ -271,6 +292,7 @@ fn spawn_in_cgroup(
         subreaper: false,
         started_wall,
         started,
+        confined: confine.map(Prepared::after_spawn),
     })
 }
 
@@ -330,6 +352,7 @@ fn spawn_in_group(
         subreaper,
         started_wall,
         started,
+        confined: None,
     })
 }
 
@@ -355,7 +378,10 @@ fn start_driver(
         subreaper,
         started_wall,
         started,
+        confined,
     } = started;
+    let (confinement, private_tmp) = confined.unzip();
+    let private_tmp = private_tmp.flatten();
     let secrets = env.secrets();
     let budget = invocation.budget();
     let tun = invocation.tunables();
@@ -391,6 +417,8 @@ fn start_driver(
         probe_window: PROBE_WINDOW.min(limits.grace / 2),
         fault: invocation.fault(),
         internal_error: false,
+        confinement,
+        _private_tmp: private_tmp,
     };
     let tier = if driver.cgroup.is_some() {
         tier
@@ -588,6 +616,11 @@ struct Driver {
     fault: Option<FaultPoint>,
     /// custodian panicked; the evidence reports `internal_error`.
     internal_error: bool,
+    /// What confinement was enforced.
+    confinement: Option<ConfinementReport>,
+    /// The confinement's private `TMPDIR`, removed when the driver is
+    /// dropped (after settlement).
+    _private_tmp: Option<PrivateTmp>,
 }
 
 /// What woke the driver.
@@ -1087,6 +1120,7 @@ impl Driver {
             .descendants
             .with_containment(self.requested, self.fallback)
             .with_cgroup_removal(self.removal);
+        ev.confinement = self.confinement.clone();
         ev
     }
 
@@ -1140,6 +1174,7 @@ impl Driver {
             stderr,
             escalation: std::mem::take(&mut self.escalation),
             descendants: self.descendants(summary),
+            confinement: self.confinement.clone(),
         }
     }
 

@@ -14,8 +14,9 @@
 //! absent: custodian requires explicit extensions and never uses a shell.
 //!
 //! Inheriting `HOME` delegates the ambient authority of the parent's OS
-//! identity (credentials and configuration under the home directory); this
-//! is a governed launcher, not a sandbox.
+//! identity (credentials and configuration under the home directory); a
+//! confinement's `deny_read` (`crate::confine`) can keep `~/.ssh` and the
+//! like out of reach.
 //!
 //! The overlay ([`EnvOverlay`]) is applied on top, replacing baseline
 //! variables of the same name. Its values are literals or secret references

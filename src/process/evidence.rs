@@ -54,6 +54,11 @@ pub struct Evidence {
     pub escalation: Vec<EscalationStep>,
     /// What is known about the root's descendants.
     pub descendants: Descendants,
+    /// The confinement enforced on the process (absent when none was asked
+    /// for): the Landlock ABI, the handled rights, the network mode, the
+    /// scopes, the seccomp denials and what was not enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<crate::confine::ConfinementReport>,
 }
 
 /// The identity of what ran. Never the environment.
@@ -452,6 +457,7 @@ impl Evidence {
                 tier,
                 vec![VerdictReason::GroupEmptinessUnknown],
             ),
+            confinement: None,
         }
     }
 
@@ -607,6 +613,7 @@ mod tests {
                 Tier::PinnedProcessGroup,
                 vec![VerdictReason::StdioHeldOpen],
             ),
+            confinement: None,
         }
     }
 

@@ -12,7 +12,7 @@
 //! - the optional `cwd` is *lexically* inside the workspace: relative, no
 //!   NUL, and no `..` that climbs above the workspace root. The check is
 //!   lexical only: a symlink inside the workspace may still point outside it
-//!   (custodian is a governed launcher, not a sandbox);
+//!   (only a confinement, [`crate::confine`], stops the process using it);
 //! - environment overlay keys are non-empty, contain no `=` and no NUL, and
 //!   appear at most once; literal values contain no NUL;
 //! - the timeout is non-zero and at most [`MAX_TIMEOUT`]; the grace, the
@@ -34,6 +34,8 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
+
+use crate::confine::{Confinement, InvalidConfinement};
 
 /// The default timeout: 30 seconds.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -189,6 +191,9 @@ pub struct InvocationSpec {
     pub budget: OutputBudget,
     /// Lifecycle tunables.
     pub tunables: Tunables,
+    /// What the process may touch while it runs (default: nothing is
+    /// confined).
+    pub confinement: Confinement,
 }
 
 impl InvocationSpec {
@@ -243,6 +248,13 @@ impl InvocationSpec {
     #[must_use]
     pub fn with_tunables(mut self, tunables: Tunables) -> Self {
         self.tunables = tunables;
+        self
+    }
+
+    /// Sets the confinement.
+    #[must_use]
+    pub fn with_confinement(mut self, confinement: Confinement) -> Self {
+        self.confinement = confinement;
         self
     }
 }
@@ -361,6 +373,9 @@ pub enum InvalidInvocation {
         /// `"stdout"` or `"stderr"`.
         stream: &'static str,
     },
+    /// The confinement breaks a lexical rule.
+    #[error(transparent)]
+    Confinement(#[from] InvalidConfinement),
     /// The executable breaks the Windows executable rules.
     #[error(transparent)]
     Windows(#[from] WindowsExecutableError),
@@ -376,6 +391,7 @@ pub struct Invocation {
     timeout: Duration,
     budget: OutputBudget,
     tunables: Tunables,
+    confinement: Confinement,
     fault: Option<super::fault::FaultPoint>,
 }
 
@@ -407,6 +423,7 @@ impl Invocation {
             timeout,
             budget,
             tunables,
+            confinement,
         } = spec;
         check_executable(&executable)?;
         if platform == Platform::Windows {
@@ -437,6 +454,7 @@ impl Invocation {
         if budget.stderr > MAX_STREAM_BUDGET {
             return Err(InvalidInvocation::BudgetTooLarge { stream: "stderr" });
         }
+        confinement.validate()?;
         Ok(Invocation {
             executable,
             args,
@@ -445,6 +463,7 @@ impl Invocation {
             timeout,
             budget,
             tunables,
+            confinement,
             fault: None,
         })
     }
@@ -482,6 +501,11 @@ impl Invocation {
     /// The lifecycle tunables.
     pub fn tunables(&self) -> Tunables {
         self.tunables
+    }
+
+    /// The confinement.
+    pub fn confinement(&self) -> &Confinement {
+        &self.confinement
     }
 
     /// Test seam: makes the launcher panic at `at` (see

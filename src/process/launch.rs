@@ -14,6 +14,8 @@ use super::driver;
 use super::env::{Baseline, ChildEnv, EnvError, NoSecrets, SecretResolver};
 use super::evidence::Evidence;
 use super::invocation::{Invocation, ResolveError, is_executable_file, resolve_executable};
+use crate::confine::build::Prepared;
+use crate::confine::{self, ConfineError, Confinement};
 use crate::contain::{Containment, Unavailable};
 
 /// What the embedding runtime supplies besides the invocation.
@@ -138,6 +140,10 @@ pub enum ProcessError {
         /// Why it cannot be had (a safe code: [`Unavailable::code`]).
         reason: Unavailable,
     },
+    /// The invocation's confinement cannot be built or applied, or the
+    /// kernel cannot enforce a strict one ([`ConfineError::code`]).
+    #[error(transparent)]
+    Confinement(#[from] ConfineError),
 }
 
 impl ProcessError {
@@ -154,6 +160,7 @@ impl ProcessError {
             ProcessError::NoRuntime => "no_runtime",
             ProcessError::Subreaper { .. } => "subreaper",
             ProcessError::ContainmentUnavailable { .. } => "containment_unavailable",
+            ProcessError::Confinement(e) => e.code(),
         }
     }
 }
@@ -323,16 +330,48 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             name: given.clone(),
         },
     })?;
+    let confine = prepare_confinement(invocation.confinement(), &options.workspace)?;
     // Last, so that no cgroup is created for an invocation refused above.
     #[cfg(target_os = "linux")]
     let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;
     #[cfg(not(target_os = "linux"))]
     let selected = containment::select(options.containment)?;
     let bare = !invocation.executable().contains('/');
-    driver::spawn(&runtime, invocation, env, cwd, resolved.clone(), selected).map_err(|e| match e {
+    driver::spawn(
+        &runtime,
+        invocation,
+        env,
+        cwd,
+        resolved.clone(),
+        selected,
+        confine,
+    )
+    .map_err(|e| match e {
         ProcessError::Spawn { source, .. } => classify_spawn(&given, bare, &resolved, source),
         other => other,
     })
+}
+
+/// Plans `spec` against the running kernel and builds it (see
+/// [`crate::confine`]); `None` when it confines nothing.
+fn prepare_confinement(
+    spec: &Confinement,
+    workspace: &Path,
+) -> Result<Option<Prepared>, ProcessError> {
+    let Some(plan) = confine::plan(spec, confine::landlock_abi()).map_err(ConfineError::from)?
+    else {
+        return Ok(None);
+    };
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    return Ok(Some(confine::build::prepare(spec, plan, workspace)?));
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = (plan, workspace);
+        Err(ConfineError::SpawnerUnavailable {
+            reason: "not_x86_64_linux",
+        }
+        .into())
+    }
 }
 
 /// A path that did not pass the executable check: missing (`not_found`)

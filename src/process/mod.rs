@@ -35,7 +35,9 @@
 //!
 //! # Caveats
 //!
-//! This is a governed launcher, not a sandbox. Outside the cgroup tier a
+//! Without a confinement ([`crate::confine`], applied by the cgroup tier's
+//! spawner) this is a governed launcher, not a sandbox. Outside the cgroup
+//! tier a
 //! descendant that calls `setsid` and closes its stdio leaves the group
 //! unseen, so the group tiers never say `terminated` (see
 //! [`evidence::Verdict`] for what it means in each tier); only the cgroup

@@ -97,6 +97,20 @@ pub(crate) struct SpawnSpec<'a> {
     /// A cgroup v2 directory descriptor the child starts in
     /// (`CLONE_INTO_CGROUP`); `None` keeps the caller's cgroup.
     pub cgroup: Option<BorrowedFd<'a>>,
+    /// A confinement to apply just before `execve` (see [`ChildConfine`]).
+    pub confine: Option<ChildConfine<'a>>,
+}
+
+/// What the child applies to itself after `chdir` and before `execve`, in
+/// this order: `prctl(PR_SET_NO_NEW_PRIVS, 1)` (always),
+/// `landlock_restrict_self(ruleset, 0)`, `seccomp(SECCOMP_SET_MODE_FILTER,
+/// 0, program)`. Everything is built by the parent (`crate::confine`).
+#[derive(Clone, Copy)]
+pub(crate) struct ChildConfine<'a> {
+    /// A Landlock ruleset descriptor.
+    pub ruleset: Option<BorrowedFd<'a>>,
+    /// A seccomp BPF program (at most `u16::MAX` instructions).
+    pub seccomp: Option<&'a [seccompiler::sock_filter]>,
 }
 
 /// A started child: its pid and a pidfd that refers to it (close-on-exec).
@@ -134,10 +148,18 @@ pub(crate) enum Stage {
     /// `execve` (child): `ENOENT` is "no such program", `EACCES` "not
     /// executable", `ENOEXEC` "not a format the kernel runs".
     Exec,
+    /// `prctl(PR_SET_NO_NEW_PRIVS, 1)` (child).
+    NoNewPrivs,
+    /// `landlock_restrict_self` (child).
+    Landlock,
+    /// `seccomp(SECCOMP_SET_MODE_FILTER)` (child).
+    Seccomp,
+    /// Moving the ruleset descriptor out of the way of 0–2 (parent).
+    ConfineDup,
 }
 
 impl Stage {
-    const CHILD: [Stage; 7] = [
+    const CHILD: [Stage; 10] = [
         Stage::SetProcessGroup,
         Stage::Stdin,
         Stage::Stdout,
@@ -145,6 +167,9 @@ impl Stage {
         Stage::CloseFds,
         Stage::Chdir,
         Stage::Exec,
+        Stage::NoNewPrivs,
+        Stage::Landlock,
+        Stage::Seccomp,
     ];
 
     /// The child's code for this stage in the shared slot (0 = no failure).
@@ -157,7 +182,10 @@ impl Stage {
             Stage::CloseFds => 5,
             Stage::Chdir => 6,
             Stage::Exec => 7,
-            Stage::Stack | Stage::StdioDup | Stage::Clone => 0,
+            Stage::NoNewPrivs => 8,
+            Stage::Landlock => 9,
+            Stage::Seccomp => 10,
+            Stage::Stack | Stage::StdioDup | Stage::Clone | Stage::ConfineDup => 0,
         }
     }
 
@@ -179,6 +207,10 @@ impl fmt::Display for Stage {
             Stage::CloseFds => "close_range",
             Stage::Chdir => "chdir",
             Stage::Exec => "execve",
+            Stage::NoNewPrivs => "prctl no_new_privs",
+            Stage::Landlock => "landlock_restrict_self",
+            Stage::Seccomp => "seccomp",
+            Stage::ConfineDup => "ruleset dup",
         })
     }
 }
@@ -299,6 +331,12 @@ mod imp {
         /// target (the parent moved any other low one up).
         stdio: [c_int; 3],
         new_process_group: bool,
+        /// Set `no_new_privs` (any confinement).
+        no_new_privs: bool,
+        /// A Landlock ruleset descriptor (≥ 3), or -1.
+        landlock: c_int,
+        /// A seccomp program, or NULL.
+        seccomp: *const libc::sock_fprog,
         failed_stage: AtomicU32,
         failed_errno: AtomicI32,
     }
@@ -421,6 +459,32 @@ mod imp {
                 in("rsi") a2,
                 in("rdx") a3,
                 in("r10") a4,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    /// [`raw4`] with a fifth argument (in `r8`).
+    ///
+    /// # Safety
+    ///
+    /// The arguments must be valid for system call `nr`.
+    #[inline(always)]
+    unsafe fn raw5(nr: usize, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize) -> isize {
+        let ret: isize;
+        // SAFETY: as in `raw4`.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") nr as isize => ret,
+                in("rdi") a1,
+                in("rsi") a2,
+                in("rdx") a3,
+                in("r10") a4,
+                in("r8") a5,
                 lateout("rcx") _,
                 lateout("r11") _,
                 options(nostack),
@@ -572,7 +636,57 @@ mod imp {
             }
         }
 
-        // 6. The program starts with an empty mask, as under std's Command.
+        // 6. Confinement, last: nothing above needs a right it takes away.
+        // no_new_privs first: both of the others require it.
+        if a.no_new_privs {
+            // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) takes integers.
+            let r = unsafe {
+                raw5(
+                    libc::SYS_prctl as usize,
+                    libc::PR_SET_NO_NEW_PRIVS as usize,
+                    1,
+                    0,
+                    0,
+                    0,
+                )
+            };
+            if r < 0 {
+                fail(Stage::NoNewPrivs, r);
+            }
+        }
+        if a.landlock >= 0 {
+            // SAFETY: landlock_restrict_self takes a descriptor and flags.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_landlock_restrict_self as usize,
+                    a.landlock as usize,
+                    0,
+                    0,
+                    0,
+                )
+            };
+            if r < 0 {
+                fail(Stage::Landlock, r);
+            }
+        }
+        if !a.seccomp.is_null() {
+            // SAFETY: seccomp reads one sock_fprog and the program it points
+            // to, both kept alive by the parent.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_seccomp as usize,
+                    libc::SECCOMP_SET_MODE_FILTER as usize,
+                    0,
+                    a.seccomp as usize,
+                    0,
+                )
+            };
+            if r < 0 {
+                fail(Stage::Seccomp, r);
+            }
+        }
+
+        // 7. The program starts with an empty mask, as under std's Command.
         let empty: u64 = 0;
         // SAFETY: rt_sigprocmask reads one 8-byte set from this stack.
         unsafe {
@@ -749,7 +863,38 @@ mod imp {
                 .as_ref()
                 .map_or(fd.as_raw_fd(), |l| l.as_fd().as_raw_fd());
         }
+        // The ruleset must survive the stdio dup2s onto 0-2.
+        let ruleset = spec.confine.and_then(|c| c.ruleset);
+        let lifted_ruleset = match ruleset {
+            Some(fd) if fd.as_raw_fd() <= 2 => {
+                Some(rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|errno| {
+                    SpawnError::Failed {
+                        stage: Stage::ConfineDup,
+                        errno,
+                    }
+                })?)
+            }
+            _ => None,
+        };
+        let landlock = lifted_ruleset
+            .as_ref()
+            .map(|l| l.as_fd().as_raw_fd())
+            .or(ruleset.map(|fd| fd.as_raw_fd()))
+            .unwrap_or(-1);
+        let fprog = spec
+            .confine
+            .and_then(|c| c.seccomp)
+            .map(|prog| libc::sock_fprog {
+                // The parent checked the length (`confine::build`).
+                len: u16::try_from(prog.len()).unwrap_or(u16::MAX),
+                // seccompiler's sock_filter is `repr(C)` with the kernel's
+                // layout (u16, u8, u8, u32), as is libc's.
+                filter: prog.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+            });
         let child = ChildArgs {
+            no_new_privs: spec.confine.is_some(),
+            landlock,
+            seccomp: fprog.as_ref().map_or(ptr::null(), ptr::from_ref),
             program: spec.program.as_ptr(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),

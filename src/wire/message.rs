@@ -118,6 +118,12 @@ pub struct RunSpec {
     /// The process deadline in milliseconds (default: the node's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What the process may touch while it runs (absent: unconfined), as
+    /// in `docs/contracts/confinement.md`; `workspace-write` writes beneath
+    /// the request's job directory. A kernel that cannot enforce a strict
+    /// confinement answers `confinement_unsupported` and runs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<crate::confine::Confinement>,
 }
 
 // Environment values never appear in logs or errors: `Debug` prints the keys'
@@ -130,6 +136,7 @@ impl fmt::Debug for RunSpec {
             .field("env_keys", &self.env.len())
             .field("cwd", &self.cwd)
             .field("timeout_ms", &self.timeout_ms)
+            .field("confinement", &self.confinement)
             .finish()
     }
 }

@@ -112,6 +112,9 @@ impl WorkspaceNode {
         for (k, v) in spec.env {
             inv = inv.with_env(k, EnvValue::Literal(v));
         }
+        if let Some(c) = spec.confinement {
+            inv = inv.with_confinement(c);
+        }
         Invocation::validate(inv).map_err(|_| codes::INVALID_INVOCATION)
     }
 

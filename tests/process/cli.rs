@@ -313,3 +313,105 @@ fn a_closed_stdout_is_reported_not_a_panic() {
     });
     assert!(!left, "the governed process outlived custodian");
 }
+
+/// The confinement's "must show": a workspace-write run cannot write
+/// outside its workspace (and can inside), a read-only run with the
+/// network off cannot connect to a local listener, and the evidence names
+/// what was enforced; each next to its unconfined control.
+#[test]
+fn confine_flags_deny_a_write_outside_and_a_connect_and_say_so() {
+    let _quiet = crate::common::quiet_host();
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("w");
+    std::fs::create_dir(&ws).unwrap();
+    let outside = dir.path().join("outside");
+    let ws_arg = ws.to_str().unwrap();
+    let write = |confine: &str, target: &str| {
+        custodian(&[
+            "--confine",
+            confine,
+            "--workspace",
+            ws_arg,
+            "--",
+            "sh",
+            "-c",
+            &format!("echo x > '{target}'"),
+        ])
+    };
+    let out = write("workspace-write", outside.to_str().unwrap());
+    if out.status.code() == Some(71) {
+        eprintln!("skipped: no confining spawner here: {out:?}");
+        return;
+    }
+    let ev = json(&out);
+    assert_eq!(ev["exit_code"], 2, "{ev}");
+    assert!(!outside.exists());
+    assert_eq!(ev["confinement"]["filesystem"], "workspace-write");
+    assert_eq!(ev["confinement"]["network"], "off");
+    assert_eq!(
+        ev["confinement"]["landlock_abi_used"],
+        ev["confinement"]["landlock_abi"]
+    );
+    let inside = ws.join("inside");
+    assert_eq!(
+        json(&write("workspace-write", inside.to_str().unwrap()))["exit_code"],
+        0
+    );
+    assert!(inside.is_file());
+    assert_eq!(
+        json(&write("none", outside.to_str().unwrap()))["exit_code"],
+        0
+    );
+    assert!(outside.is_file());
+
+    if !std::path::Path::new("/bin/bash").exists() {
+        eprintln!("skipped: no bash for /dev/tcp");
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = |network: &str| {
+        json(&custodian(&[
+            "--confine",
+            "read-only",
+            "--network",
+            network,
+            "--workspace",
+            ws_arg,
+            "--",
+            "/bin/bash",
+            "-c",
+            &format!("exec 3<>/dev/tcp/127.0.0.1/{port}"),
+        ]))
+    };
+    let ev = connect("off");
+    assert_eq!(ev["exit_code"], 1, "{ev}");
+    assert!(
+        ev["stderr"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{ev}"
+    );
+    assert_eq!(connect("on")["exit_code"], 0);
+}
+
+#[test]
+fn a_bad_confine_flag_is_a_usage_error_and_a_relative_path_an_invalid_invocation() {
+    let out = custodian(&["--confine", "rw", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = custodian(&[
+        "--confine",
+        "read-only",
+        "--deny-read",
+        "rel/.ssh",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert_eq!(json(&out)["error"]["code"], "invalid_invocation");
+}

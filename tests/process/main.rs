@@ -9,6 +9,7 @@
 
 mod cli;
 mod common;
+mod confinement;
 mod containment;
 mod errors;
 mod evidence;

@@ -144,6 +144,7 @@ async fn node_cleans_a_request_whose_setsid_writer_is_dead_first_inner() {
         env: Default::default(),
         cwd: None,
         timeout_ms: Some(20_000),
+        confinement: None,
     };
     let summary = node.run(&id, spec).await.unwrap();
     let writer: u32 = summary.stdout.trim().parse().unwrap();

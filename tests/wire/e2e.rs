@@ -145,6 +145,7 @@ async fn node_over_a_socket_cleans_a_raced_request_and_keeps_user_files() {
         env: Default::default(),
         cwd: None,
         timeout_ms: Some(60_000),
+        confinement: None,
     };
     let run = {
         let client = client.clone();
@@ -387,6 +388,7 @@ async fn a_run_process_with_an_overflowing_timeout_is_refused() {
         env: Default::default(),
         cwd: None,
         timeout_ms: Some(timeout_ms),
+        confinement: None,
     };
     for huge in [u64::MAX, 100 * 365 * 86_400 * 1000] {
         match client.run_process(&id, spec(huge)).await {
@@ -406,4 +408,85 @@ async fn a_run_process_with_an_overflowing_timeout_is_refused() {
         .unwrap()
         .unwrap();
     assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
+    use custodian::confine::Confinement;
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let outside = dir.path().join("outside.txt");
+    let socket = dir.path().join("node.sock");
+    let node = NodeChild::start(&ws, &socket);
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let client = WireClient::new(stream, 1 << 20);
+    let id = RequestId::new("confined-1").unwrap();
+    client.open_workspace(&id).await.unwrap();
+    let spec = |confinement| RunSpec {
+        executable: "/bin/sh".into(),
+        argv: vec![
+            "-c".into(),
+            format!("echo in > inside.txt; echo out > '{}'", outside.display()),
+        ],
+        env: Default::default(),
+        cwd: None,
+        timeout_ms: Some(20_000),
+        confinement,
+    };
+    let confined = Some(Confinement::workspace_write());
+    let summary = client.run_process(&id, spec(confined)).await;
+    match summary {
+        Ok(s) => {
+            assert!(s.stderr.contains("Permission denied"), "{s:?}");
+            assert!(ws.join("inside.txt").is_file());
+            assert!(!outside.exists());
+            // The control: unconfined, the same write lands outside.
+            client.run_process(&id, spec(None)).await.unwrap();
+            assert!(outside.is_file());
+        }
+        Err(custodian::wire::WireError::Refused { code })
+            if code.as_str() == "confinement_spawner_unavailable" =>
+        {
+            eprintln!("skipped: the node has no cgroup tier for a confined run");
+        }
+        Err(e) => panic!("{e:?}"),
+    }
+    // A strict confinement the kernel cannot enforce runs nothing.
+    let mut too_new = Confinement::workspace_write();
+    too_new.min_abi = Some(99);
+    std::fs::remove_file(ws.join("inside.txt")).ok();
+    let err = client
+        .run_process(&id, spec(Some(too_new)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, custodian::wire::WireError::Refused { code } if code.as_str() == "confinement_unsupported"),
+        "{err:?}"
+    );
+    assert!(!ws.join("inside.txt").exists());
+    client.cleanup_workspace(&id).await.unwrap();
+    node.stop();
+}
+
+#[test]
+fn a_run_spec_without_confinement_still_parses_and_one_with_it_round_trips() {
+    let old: RunSpec = serde_json::from_str(r#"{"executable":"/bin/true"}"#).unwrap();
+    assert_eq!(old.confinement, None);
+    let new: RunSpec = serde_json::from_str(
+        r#"{"executable":"/bin/true","confinement":{"fs":"read-only","network":"off","deny_read":["/root/.ssh"]}}"#,
+    )
+    .unwrap();
+    let c = new.confinement.clone().unwrap();
+    assert_eq!(c.fs, custodian::confine::FsMode::ReadOnly);
+    assert_eq!(c.deny_read, vec![std::path::PathBuf::from("/root/.ssh")]);
+    let back: RunSpec = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+    assert_eq!(back, new);
+    assert!(
+        serde_json::from_str::<RunSpec>(r#"{"executable":"x","confinement":{"fs":"rw"}}"#).is_err()
+    );
 }

@@ -164,6 +164,7 @@ async fn open_is_idempotent_and_closed_requests_accept_no_work() {
         env: Default::default(),
         cwd: None,
         timeout_ms: None,
+        confinement: None,
     };
     assert_eq!(
         client.run_process(&r, spec.clone()).await.unwrap().stdout,

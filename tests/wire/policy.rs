@@ -81,6 +81,7 @@ async fn a_node_with_a_policy_refuses_what_it_denies_or_has_not_approved() {
         env: [("LD_PRELOAD".to_owned(), "/tmp/evil.so".to_owned())].into(),
         cwd: None,
         timeout_ms: Some(10_000),
+        confinement: None,
     };
     match client.run_process(&id, spec).await {
         Err(WireError::PolicyRefused {
@@ -113,6 +114,7 @@ async fn a_node_with_a_policy_refuses_what_it_denies_or_has_not_approved() {
         env: [("K".to_owned(), "v".to_owned())].into(),
         cwd: Some("./".into()),
         timeout_ms: Some(10_000),
+        confinement: None,
     };
     match client.run_process(&id, spec).await {
         Err(WireError::PolicyRefused {
@@ -136,6 +138,7 @@ async fn a_node_with_a_policy_refuses_what_it_denies_or_has_not_approved() {
         env: Default::default(),
         cwd: None,
         timeout_ms: Some(10_000),
+        confinement: None,
     };
     let ok = client.run_process(&id, spec).await.unwrap();
     assert_eq!(ok.reason.as_str(), "exited", "{ok:?}");

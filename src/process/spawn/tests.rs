@@ -83,6 +83,7 @@ impl Child {
             stderr: stderr.as_fd(),
             new_process_group: self.group,
             cgroup: cgroup.map(AsFd::as_fd),
+            confine: None,
         }
     }
 
@@ -776,4 +777,82 @@ fn the_stage_names_read_as_the_call_that_failed() {
         assert_eq!(Stage::from_code(s.code()), Some(s));
     }
     assert_eq!(Stage::from_code(0), None);
+}
+
+/// A confinement step that fails in the child comes back through the
+/// stage + errno slot, and the program never runs: a ruleset descriptor
+/// that is not a ruleset (`EBADFD`), an empty seccomp program (`EINVAL`).
+#[test]
+fn a_failing_confinement_step_reports_its_stage_and_nothing_runs() {
+    if !host_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let script = format!("touch '{}'", marker.display());
+    let c = Child::new("/bin/sh", &[b"sh", b"-c", script.as_bytes()]);
+    let null = dev_null();
+    let not_a_ruleset = dev_null();
+    let empty: [seccompiler::sock_filter; 0] = [];
+    let cases = [
+        (
+            super::ChildConfine {
+                ruleset: Some(not_a_ruleset.as_fd()),
+                seccomp: None,
+            },
+            Stage::Landlock,
+            Errno::BADFD,
+        ),
+        (
+            super::ChildConfine {
+                ruleset: None,
+                seccomp: Some(&empty),
+            },
+            Stage::Seccomp,
+            Errno::INVAL,
+        ),
+    ];
+    for (confine, stage, errno) in cases {
+        let mut spec = c.spec(&null, &null, &null, None);
+        spec.confine = Some(confine);
+        match spawn(&spec) {
+            Err(SpawnError::Failed { stage: s, errno: e }) => assert_eq!((s, e), (stage, errno)),
+            other => panic!("expected {stage} to fail, got {other:?}"),
+        }
+        assert!(!marker.exists(), "{stage}: the program ran");
+    }
+    // The control: the same child without a confinement runs.
+    let spawned = spawn(&c.spec(&null, &null, &null, None)).unwrap();
+    assert_eq!(wait(&spawned), Ok(0));
+    assert!(marker.exists());
+}
+
+/// no_new_privs is set in the child (and only there: this process keeps
+/// its own value).
+#[test]
+fn a_confined_child_has_no_new_privs_and_the_parent_is_untouched() {
+    if !host_ok() {
+        return;
+    }
+    let c = Child::new("/bin/grep", &[b"grep", b"NoNewPrivs", b"/proc/self/status"]);
+    let null = dev_null();
+    let (r, w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+    let mut spec = c.spec(&null, &w, &null, None);
+    spec.confine = Some(super::ChildConfine {
+        ruleset: None,
+        seccomp: None,
+    });
+    let spawned = spawn(&spec).unwrap();
+    drop(w);
+    let mut out = String::new();
+    File::from(r).read_to_string(&mut out).unwrap();
+    assert_eq!(wait(&spawned), Ok(0));
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    let me = std::fs::read_to_string("/proc/self/status").unwrap();
+    if me.contains("NoNewPrivs:\t1") {
+        eprintln!("skipped the control: this test process already has no_new_privs");
+        return;
+    }
+    let (plain, _) = c.output(None).unwrap();
+    assert!(String::from_utf8_lossy(&plain).contains("NoNewPrivs:\t0"));
 }

@@ -1,0 +1,105 @@
+//! Confinement overhead: 200 rounds of launch + settle of `/bin/true`
+//! through custodian, unconfined vs confined, interleaved in the same run
+//! so the machine's drift hits every variant alike.
+//!
+//! Run: `cargo bench -p custodian --bench process_confine`. The last
+//! column is the p50 of `launch()` alone (spawn latency: plan, build,
+//! clone, the child's confinement calls, until `execve` returned).
+//!
+//! Variants: unconfined (cgroup tier), network off only (seccomp + Landlock
+//! TCP), `read-only` with the network on (Landlock filesystem + scopes,
+//! private TMPDIR), `read-only` (and network off), `workspace-write` with a `deny_read` of `$HOME/.ssh` (the read
+//! grant is then split into one rule per sibling on the way down from `/`).
+
+use std::time::{Duration, Instant};
+
+use custodian::confine::{Confinement, Network};
+use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
+
+const N: usize = 200;
+
+/// One launch + settle: (`launch()` alone, launch through settled).
+fn once(
+    rt: &tokio::runtime::Runtime,
+    opts: &LaunchOptions,
+    c: &Confinement,
+) -> (Duration, Duration) {
+    let inv =
+        Invocation::validate(InvocationSpec::new("/bin/true").with_confinement(c.clone())).unwrap();
+    let t = Instant::now();
+    let (spawn, ev) = rt.block_on(async {
+        let running = custodian::process::launch(inv, opts).unwrap();
+        let spawn = t.elapsed();
+        (spawn, running.settled().await)
+    });
+    let d = t.elapsed();
+    assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+    (spawn, d)
+}
+
+fn main() {
+    if custodian::confine::landlock_abi() == 0 {
+        println!("no Landlock on this kernel: nothing to compare");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ws = std::env::temp_dir();
+    let opts = LaunchOptions::new(&ws);
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let ssh = std::path::Path::new(&home).join(".ssh");
+    let variants: [(&str, Confinement); 5] = [
+        ("unconfined", Confinement::none()),
+        (
+            "network off",
+            Confinement::none().with_network(Network::Off),
+        ),
+        (
+            "read-only, network on",
+            Confinement::read_only().with_network(Network::On),
+        ),
+        ("read-only", Confinement::read_only()),
+        (
+            "workspace-write + deny $HOME/.ssh",
+            Confinement::workspace_write().with_deny_read(ssh),
+        ),
+    ];
+    for (_, c) in &variants {
+        once(&rt, &opts, c); // warm-up
+    }
+    let mut samples = vec![Vec::with_capacity(N); variants.len()];
+    let mut spawns = vec![Vec::with_capacity(N); variants.len()];
+    for round in 0..N {
+        for k in 0..variants.len() {
+            let i = (round + k) % variants.len();
+            let (spawn, total) = once(&rt, &opts, &variants[i].1);
+            spawns[i].push(spawn);
+            samples[i].push(total);
+        }
+    }
+    println!(
+        "launch + settle of /bin/true, {N} rounds interleaved, Landlock ABI {}",
+        custodian::confine::landlock_abi()
+    );
+    println!(
+        "{:<36} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "variant", "total ms", "p50 us", "p95 us", "vs none", "launch() p50"
+    );
+    let total = |v: &[Duration]| v.iter().sum::<Duration>().as_secs_f64();
+    let base = total(&samples[0]);
+    for (((name, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
+        s.sort();
+        sp.sort();
+        println!(
+            "{:<36} {:>10.1} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us",
+            name,
+            total(&s) * 1e3,
+            s[N / 2].as_secs_f64() * 1e6,
+            s[N * 95 / 100].as_secs_f64() * 1e6,
+            total(&s) / base,
+            sp[N / 2].as_secs_f64() * 1e6,
+        );
+    }
+}

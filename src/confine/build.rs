@@ -1,0 +1,439 @@
+//! Building a confinement in the parent, before the clone: the Landlock
+//! ruleset (through the `landlock` crate), the seccomp program (through
+//! `seccompiler`) and the private temporary directory. The child only
+//! hands these to the kernel.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+use rustix::fs::{FileType, Mode, OFlags};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::{ConfineError, Confinement, ConfinementReport, FsMode, Plan};
+
+/// x32 system calls are numbered from this bit under `AUDIT_ARCH_X86_64`;
+/// their `socket` and `socketpair` are denied outright.
+const X32_SYSCALL_BIT: i64 = 0x4000_0000;
+
+/// A confinement ready for the child: everything it needs is built.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// What is enforced (for the evidence).
+    pub(crate) report: ConfinementReport,
+    ruleset: Option<OwnedFd>,
+    program: Option<&'static [seccompiler::sock_filter]>,
+    /// The private temporary directory (removed on drop).
+    tmp: Option<PrivateTmp>,
+}
+
+impl Prepared {
+    /// The Landlock ruleset to restrict the child with.
+    pub(crate) fn ruleset(&self) -> Option<BorrowedFd<'_>> {
+        self.ruleset.as_ref().map(AsFd::as_fd)
+    }
+
+    /// The seccomp program to install in the child.
+    pub(crate) fn program(&self) -> Option<&[seccompiler::sock_filter]> {
+        self.program
+    }
+
+    /// The private temporary directory, the child's `TMPDIR`.
+    pub(crate) fn tmp_dir(&self) -> Option<&Path> {
+        self.tmp.as_ref().map(PrivateTmp::path)
+    }
+
+    /// Drops what only the spawn needed; keeps the report and the private
+    /// directory, which lives until the process settles.
+    pub(crate) fn after_spawn(self) -> (ConfinementReport, Option<PrivateTmp>) {
+        (self.report, self.tmp)
+    }
+}
+
+/// A private temporary directory (mode 0700), removed when dropped.
+#[derive(Debug)]
+pub(crate) struct PrivateTmp {
+    path: PathBuf,
+}
+
+impl PrivateTmp {
+    fn create() -> Result<PrivateTmp, ConfineError> {
+        use std::os::unix::fs::DirBuilderExt;
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let base = std::env::temp_dir();
+        let mut last = None;
+        for _ in 0..16 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let name = format!("custodian-tmp-{}-{n}-{nanos:x}", std::process::id());
+            let path = base.join(name);
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(PrivateTmp { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => {
+                    last = Some(e);
+                    break;
+                }
+            }
+        }
+        Err(ConfineError::Build {
+            step: "private_tmp",
+            message: last.map_or_else(String::new, |e| e.to_string()),
+        })
+    }
+
+    /// Its path (the child's `TMPDIR`).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        // std's remove_dir_all never follows a symlink (CVE-2022-21658).
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!(error = %e, "removing the private temporary directory failed");
+        }
+    }
+}
+
+fn landlock_err(e: impl std::fmt::Display) -> ConfineError {
+    ConfineError::Build {
+        step: "landlock",
+        message: e.to_string(),
+    }
+}
+
+fn seccomp_err(e: impl std::fmt::Display) -> ConfineError {
+    ConfineError::Build {
+        step: "seccomp",
+        message: e.to_string(),
+    }
+}
+
+fn canonical(path: &Path) -> Result<PathBuf, ConfineError> {
+    std::fs::canonicalize(path).map_err(|source| ConfineError::Path {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// A denied path with its symlinks resolved as far as it exists (the rest
+/// cannot be a symlink yet, and nothing may create it unseen: it gets no
+/// rule).
+fn canonical_deny(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(existing) {
+            let mut out = c;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_owned(),
+        }
+    }
+}
+
+/// Builds `plan` for `spec`, with `workspace` as the workspace root.
+///
+/// # Errors
+///
+/// [`ConfineError::Path`] for a grant that cannot be opened,
+/// [`ConfineError::DenyInsideGrant`], and [`ConfineError::Build`] when a
+/// library or the temporary directory fails.
+pub(crate) fn prepare(
+    spec: &Confinement,
+    plan: Plan,
+    workspace: &Path,
+) -> Result<Prepared, ConfineError> {
+    let tmp = if plan.fs {
+        Some(PrivateTmp::create()?)
+    } else {
+        None
+    };
+    let ruleset = if plan.landlock() {
+        Some(ruleset(spec, &plan, workspace, tmp.as_ref())?)
+    } else {
+        None
+    };
+    let program = if plan.seccomp {
+        Some(network_program()?)
+    } else {
+        None
+    };
+    Ok(Prepared {
+        report: plan.report,
+        ruleset,
+        program,
+        tmp,
+    })
+}
+
+fn ruleset(
+    spec: &Confinement,
+    plan: &Plan,
+    workspace: &Path,
+    tmp: Option<&PrivateTmp>,
+) -> Result<OwnedFd, ConfineError> {
+    let abi = ABI::from(i32::try_from(plan.abi).unwrap_or(0));
+    // A hard requirement: the crate refuses rather than silently handling
+    // less than the plan says (the plan only asks for what the ABI has).
+    let mut rs = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
+    if plan.fs {
+        rs = rs
+            .handle_access(AccessFs::from_all(abi))
+            .map_err(landlock_err)?;
+    }
+    if plan.net_tcp {
+        rs = rs
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(landlock_err)?;
+    }
+    if plan.scope {
+        rs = rs.scope(Scope::from_all(abi)).map_err(landlock_err)?;
+    }
+    let mut created = rs.create().map_err(landlock_err)?;
+    if plan.fs {
+        created = fs_rules(created, spec, abi, workspace, tmp)?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| landlock_err("no ruleset was created"))
+}
+
+/// One rule: `access` beneath `fd` (restricted to file rights if `fd` is
+/// not a directory).
+fn add(
+    rs: RulesetCreated,
+    fd: OwnedFd,
+    dir: bool,
+    access: BitFlags<AccessFs>,
+    abi: ABI,
+) -> Result<RulesetCreated, ConfineError> {
+    let access = if dir {
+        access
+    } else {
+        access & AccessFs::from_file(abi)
+    };
+    if access.is_empty() {
+        return Ok(rs);
+    }
+    rs.add_rule(PathBeneath::new(fd, access))
+        .map_err(landlock_err)
+}
+
+fn open_grant(path: &Path) -> Result<(OwnedFd, bool), ConfineError> {
+    let fd =
+        rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
+            ConfineError::Path {
+                path: path.to_owned(),
+                source: e.into(),
+            }
+        })?;
+    let dir = is_dir(&fd)?;
+    Ok((fd, dir))
+}
+
+fn is_dir(fd: &OwnedFd) -> Result<bool, ConfineError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| landlock_err(std::io::Error::from(e)))?;
+    Ok(FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+}
+
+fn fs_rules(
+    mut rs: RulesetCreated,
+    spec: &Confinement,
+    abi: ABI,
+    workspace: &Path,
+    tmp: Option<&PrivateTmp>,
+) -> Result<RulesetCreated, ConfineError> {
+    let read = AccessFs::from_read(abi);
+    let all = AccessFs::from_all(abi);
+    // Every grant that can read, canonical, to check the denies against.
+    let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
+    if spec.fs == FsMode::WorkspaceWrite {
+        grants.push((canonical(workspace)?, all));
+    }
+    for p in &spec.allow_read {
+        grants.push((canonical(p)?, read));
+    }
+    for p in &spec.allow_write {
+        grants.push((canonical(p)?, all));
+    }
+    let denies: Vec<PathBuf> = spec.deny_read.iter().map(|d| canonical_deny(d)).collect();
+    for d in &denies {
+        if let Some((g, _)) = grants.iter().find(|(g, _)| d.starts_with(g)) {
+            return Err(ConfineError::DenyInsideGrant {
+                deny: d.clone(),
+                grant: g.clone(),
+            });
+        }
+    }
+    // Read and execute everywhere but the denied hierarchies.
+    let root = rustix::fs::open(
+        "/",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| landlock_err(std::io::Error::from(e)))?;
+    rs = read_except(rs, root, Path::new("/"), &denies, read, abi)?;
+    for (path, access) in grants {
+        let (fd, dir) = open_grant(&path)?;
+        rs = add(rs, fd, dir, access, abi)?;
+    }
+    if let Some(tmp) = tmp {
+        let (fd, dir) = open_grant(tmp.path())?;
+        rs = add(rs, fd, dir, all, abi)?;
+    }
+    // `> /dev/null` opens it for writing, with O_TRUNC.
+    let (null, _) = open_grant(Path::new("/dev/null"))?;
+    let null_access = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate) & all;
+    add(rs, null, false, null_access, abi)
+}
+
+/// Grants `read` beneath `dir` (at `path`) unless a denied path lies
+/// beneath it: then grants each entry of `dir` except the denied ones, and
+/// recurses into the entries on the way to one. Symlinks get no rule (an
+/// access through one is checked on its target). Entries are opened
+/// relative to `dir` with `O_NOFOLLOW`; `path` only names them for the
+/// comparison with the denies.
+fn read_except(
+    mut rs: RulesetCreated,
+    dir: OwnedFd,
+    path: &Path,
+    denies: &[PathBuf],
+    read: BitFlags<AccessFs>,
+    abi: ABI,
+) -> Result<RulesetCreated, ConfineError> {
+    if !denies.iter().any(|d| d.starts_with(path)) {
+        return add(rs, dir, true, read, abi);
+    }
+    let io = |e: rustix::io::Errno| landlock_err(std::io::Error::from(e));
+    let entries = rustix::fs::Dir::read_from(&dir).map_err(io)?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(entry.file_name().to_owned());
+        }
+    }
+    for name in names {
+        let child = path.join(OsStr::from_bytes(name.as_bytes()));
+        if denies.contains(&child) {
+            continue;
+        }
+        let fd = match rustix::fs::openat(
+            &dir,
+            &name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // Removed meanwhile: nothing to grant.
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(io(e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(io)?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => continue,
+            FileType::Directory if denies.iter().any(|d| d.starts_with(&child)) => {
+                let sub = rustix::fs::openat(
+                    &dir,
+                    &name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(io)?;
+                rs = read_except(rs, sub, &child, denies, read, abi)?;
+            }
+            FileType::Directory => rs = add(rs, fd, true, read, abi)?,
+            _ => rs = add(rs, fd, false, read, abi)?,
+        }
+    }
+    Ok(rs)
+}
+
+/// [`network_filter`], compiled once: it never changes.
+fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
+    static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    match PROGRAM.get_or_init(|| {
+        network_filter().map_err(|e| match e {
+            ConfineError::Build { message, .. } => message,
+            other => other.to_string(),
+        })
+    }) {
+        Ok(p) => Ok(p),
+        Err(message) => Err(seccomp_err(message)),
+    }
+}
+
+/// The network-off filter: `socket` and `socketpair` of any family but
+/// `AF_UNIX`, and `io_uring_setup` (io_uring can create sockets without
+/// `socket()`), fail with `EACCES`; everything else is allowed. Any other
+/// architecture's system call kills the process (seccompiler's arch check).
+fn network_filter() -> Result<BpfProgram, ConfineError> {
+    let not_unix = || -> Result<Vec<SeccompRule>, ConfineError> {
+        let cond = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )
+        .map_err(seccomp_err)?;
+        Ok(vec![SeccompRule::new(vec![cond]).map_err(seccomp_err)?])
+    };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(libc::SYS_socket, not_unix()?);
+    rules.insert(libc::SYS_socketpair, not_unix()?);
+    rules.insert(libc::SYS_io_uring_setup, vec![]);
+    rules.insert(X32_SYSCALL_BIT | libc::SYS_socket, vec![]);
+    rules.insert(X32_SYSCALL_BIT | libc::SYS_socketpair, vec![]);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        TargetArch::x86_64,
+    )
+    .map_err(seccomp_err)?;
+    let program: BpfProgram = filter.try_into().map_err(seccomp_err)?;
+    if program.len() > usize::from(u16::MAX) {
+        return Err(seccomp_err("program too long"));
+    }
+    Ok(program)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_deny_keeps_its_existing_prefix_resolved() {
+        let d = canonical_deny(Path::new("/proc/self/no-such-dir/x"));
+        assert!(d.ends_with("no-such-dir/x"));
+        assert!(!d.starts_with("/proc/self"), "self is a symlink: {d:?}");
+    }
+
+    #[test]
+    fn the_network_filter_compiles() {
+        let p = network_filter().unwrap();
+        assert!(p.len() > 5);
+    }
+}
