@@ -37,8 +37,7 @@ fuzz_target!(|input: Input| {
                 Value::Literal(l) => (k, EnvValue::Literal(l)),
                 Value::Secret(r) => (k, EnvValue::SecretRef(r)),
             })
-            .collect(),
-    };
+            .collect(), confine: None };
     let result = target.match_target();
     let canonical = target.canonicalize();
     assert_eq!(result.is_ok(), canonical.is_ok());

@@ -98,6 +98,8 @@ pub(crate) struct ExplainArgs {
     /// (repeatable).
     #[arg(long = "approve", value_name = "TARGET")]
     approve: Vec<String>,
+    #[command(flatten)]
+    confine: super::run::ConfineArgs,
     /// The executable and its arguments, after `--`.
     #[arg(last = true, value_name = "EXE ARGS")]
     command: Vec<String>,
@@ -277,6 +279,7 @@ pub(crate) fn process_target(
     cwd: Option<&str>,
     env: &[(String, String)],
     env_secret: &[(String, String)],
+    confinement: &custodian::confine::Confinement,
 ) -> Option<ProcessTarget> {
     let (executable, argv) = command.split_first()?;
     let literals = env
@@ -290,6 +293,7 @@ pub(crate) fn process_target(
         argv: argv.to_vec(),
         cwd: cwd.map(str::to_owned),
         env_overlay: literals.chain(secrets).collect(),
+        confine: Some(custodian::process::governed::confine_target(confinement)),
     })
 }
 
@@ -338,7 +342,13 @@ fn explain(args: ExplainArgs) -> ExitCode {
         (Ok(e), Ok(s)) => (e, s),
         (Err(code), _) | (_, Err(code)) => return code,
     };
-    let process = process_target(&args.command, args.cwd.as_deref(), &env, &env_secret);
+    let process = process_target(
+        &args.command,
+        args.cwd.as_deref(),
+        &env,
+        &env_secret,
+        &args.confine.confinement(),
+    );
     let context = Context {
         provenance: args.provenance.into(),
         state_mode: match args.state_mode {

@@ -106,33 +106,8 @@ pub(crate) struct Args {
     /// Alias of `--containment subreaper`.
     #[arg(long, conflicts_with = "containment")]
     subreaper: bool,
-    /// Confine what the process may touch while it runs: `none` (default),
-    /// `read-only` (read anything readable, write only a private TMPDIR
-    /// and /dev/null), `workspace-write` (also write beneath the
-    /// workspace). Both confined modes default to `--network off` and scope
-    /// signals and abstract unix sockets to the sandbox (Landlock, seccomp,
-    /// no_new_privs; the evidence's `confinement` says what was enforced).
-    #[arg(long, value_name = "MODE", default_value = "none", value_parser = fs_mode)]
-    confine: FsMode,
-    /// `on` or `off` (default: `off` when confined, else `on`). `off`
-    /// denies every non-unix socket (seccomp) and TCP bind/connect
-    /// (Landlock).
-    #[arg(long, value_name = "on|off", value_parser = network)]
-    network: Option<Network>,
-    /// An extra readable hierarchy, absolute (repeatable).
-    #[arg(long, value_name = "PATH")]
-    allow_read: Vec<PathBuf>,
-    /// An extra readable and writable hierarchy, absolute (repeatable).
-    #[arg(long, value_name = "PATH")]
-    allow_write: Vec<PathBuf>,
-    /// A hierarchy that may not be read or listed, absolute (repeatable),
-    /// e.g. `$HOME/.ssh`.
-    #[arg(long, value_name = "PATH")]
-    deny_read: Vec<PathBuf>,
-    /// Launch even if the kernel cannot enforce all of the confinement;
-    /// the evidence lists what was not enforced (default: refuse, exit 71).
-    #[arg(long)]
-    confine_best_effort: bool,
+    #[command(flatten)]
+    confine: ConfineArgs,
     /// Print everything on stdout (the evidence, a policy refusal, an error)
     /// inside the model-facing `<data source="tool">` boundary instead of
     /// bare JSON; `<`, `>` and their look-alikes are escaped inside, so
@@ -184,19 +159,54 @@ fn network(v: &str) -> Result<Network, String> {
     v.parse().map_err(|e: InvalidConfinement| e.to_string())
 }
 
-/// The confinement the flags ask for.
-fn confinement(args: &Args) -> Confinement {
-    let mut c = Confinement::for_mode(args.confine);
-    if let Some(n) = args.network {
-        c = c.with_network(n);
+/// The confinement flags of `run` (and of `policy explain`, which must
+/// predict `run`).
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ConfineArgs {
+    /// Confine what the process may touch while it runs: `none` (default),
+    /// `read-only` (read anything readable, write only a private TMPDIR
+    /// and /dev/null), `workspace-write` (also write beneath the
+    /// workspace). Both confined modes default to `--network off` and scope
+    /// signals and abstract unix sockets to the sandbox (Landlock, seccomp,
+    /// no_new_privs; the evidence's `confinement` says what was enforced).
+    #[arg(long, value_name = "MODE", default_value = "none", value_parser = fs_mode)]
+    pub(crate) confine: FsMode,
+    /// `on` or `off` (default: `off` when confined, else `on`). `off`
+    /// denies every non-unix socket (seccomp) and TCP bind/connect
+    /// (Landlock).
+    #[arg(long, value_name = "on|off", value_parser = network)]
+    pub(crate) network: Option<Network>,
+    /// An extra readable hierarchy, absolute (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) allow_read: Vec<PathBuf>,
+    /// An extra readable and writable hierarchy, absolute (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) allow_write: Vec<PathBuf>,
+    /// A hierarchy that may not be read or listed, absolute (repeatable),
+    /// e.g. `$HOME/.ssh`.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) deny_read: Vec<PathBuf>,
+    /// Launch even if the kernel cannot enforce all of the confinement;
+    /// the evidence lists what was not enforced (default: refuse, exit 71).
+    #[arg(long)]
+    pub(crate) confine_best_effort: bool,
+}
+
+impl ConfineArgs {
+    /// The confinement the flags ask for.
+    pub(crate) fn confinement(&self) -> Confinement {
+        let mut c = Confinement::for_mode(self.confine);
+        if let Some(n) = self.network {
+            c = c.with_network(n);
+        }
+        c.allow_read.clone_from(&self.allow_read);
+        c.allow_write.clone_from(&self.allow_write);
+        c.deny_read.clone_from(&self.deny_read);
+        if self.confine_best_effort {
+            c = c.with_enforcement(Enforcement::BestEffort);
+        }
+        c
     }
-    c.allow_read.clone_from(&args.allow_read);
-    c.allow_write.clone_from(&args.allow_write);
-    c.deny_read.clone_from(&args.deny_read);
-    if args.confine_best_effort {
-        c = c.with_enforcement(Enforcement::BestEffort);
-    }
-    c
 }
 
 fn size(v: &str) -> Result<usize, String> {
@@ -211,7 +221,7 @@ struct Config {
 }
 
 fn validate(args: Args) -> Result<Config, ArgsError> {
-    let confinement = confinement(&args);
+    let confinement = args.confine.confinement();
     let mut command = args.command.into_iter();
     let executable = command.next().ok_or(ArgsError::NoCommand)?;
     let mut spec = InvocationSpec::new(executable)

@@ -21,7 +21,14 @@
 //! tool = "process.run"            # a selector, as in tools.allow
 //! decision = "allow"
 //! target = '{"executable":"cargo","argv":["test"*'   # optional; process.run only
+//! confinement = "workspace-write" # optional; process.run only: the rule
+//!                                 # applies only to runs confined at least so
 //! ```
+//!
+//! `[policy] require_confinement = "workspace-write" | "read-only"` denies
+//! every `process.run` that is not confined at least that much
+//! ([`ConfineTarget::satisfies`](super::ConfineTarget::satisfies)), whatever
+//! the rules and approvals say.
 //!
 //! Unknown keys anywhere are errors, as are unknown selectors, an undefined
 //! active profile, empty or oversized patterns, and a `target` on a rule
@@ -34,6 +41,7 @@ use serde::Deserialize;
 use super::decision::Verdict;
 use super::exposure::{DefaultMode, Selector, SelectorError, ToolsConfig};
 use super::pattern::{Pattern, PatternError};
+use super::target::ConfineLevel;
 
 /// The only configuration version this build reads.
 pub const CONFIG_VERSION: u32 = 1;
@@ -95,6 +103,13 @@ pub enum ConfigError {
         /// Where, e.g. `policy.rules[1]`.
         at: String,
     },
+    /// A rule has a `confinement` but its tool is not exactly
+    /// `process.run`.
+    #[error("{at}: `confinement` is only valid on a rule whose tool is exactly \"process.run\"")]
+    ConfinementOnNonProcessRule {
+        /// Where, e.g. `policy.rules[1]`.
+        at: String,
+    },
     /// `tools.profile` names a profile that is not defined.
     #[error("tools.profile names {name:?}, which is not defined under [tools.profiles]")]
     UnknownProfile {
@@ -112,6 +127,8 @@ pub struct Rule {
     pub decision: Verdict,
     /// An optional pattern over the `process.run` match target.
     pub target: Option<Pattern>,
+    /// The rule applies only to runs confined at least this much.
+    pub confinement: Option<ConfineLevel>,
 }
 
 /// The decision part of the configuration (`[policy]`).
@@ -127,6 +144,9 @@ pub struct DecisionConfig {
     pub overrides: Vec<Pattern>,
     /// The rules, in file order.
     pub rules: Vec<Rule>,
+    /// Every `process.run` must be confined at least this much; a weaker
+    /// one is denied, approvals notwithstanding.
+    pub require_confinement: Option<ConfineLevel>,
 }
 
 impl Default for DecisionConfig {
@@ -136,6 +156,7 @@ impl Default for DecisionConfig {
             untrusted_shell_requires_approval: true,
             overrides: Vec::new(),
             rules: Vec::new(),
+            require_confinement: None,
         }
     }
 }
@@ -272,6 +293,8 @@ struct RawPolicy {
     overrides: Vec<String>,
     #[serde(default)]
     rules: Vec<RawRule>,
+    #[serde(default)]
+    require_confinement: Option<ConfineLevel>,
 }
 
 impl Default for RawPolicy {
@@ -281,6 +304,7 @@ impl Default for RawPolicy {
             untrusted_shell_requires_approval: true,
             overrides: Vec::new(),
             rules: Vec::new(),
+            require_confinement: None,
         }
     }
 }
@@ -300,6 +324,8 @@ struct RawRule {
     decision: Verdict,
     #[serde(default)]
     target: Option<String>,
+    #[serde(default)]
+    confinement: Option<ConfineLevel>,
 }
 
 fn selectors(list: &[String], at: &str) -> Result<Vec<Selector>, ConfigError> {
@@ -379,10 +405,14 @@ impl PolicyConfig {
                 }
                 Some(t) => Some(pattern(t, format!("{at}.target"))?),
             };
+            if rule.confinement.is_some() && !tool.is_exact_process_run() {
+                return Err(ConfigError::ConfinementOnNonProcessRule { at });
+            }
             rules.push(Rule {
                 tool,
                 decision: rule.decision,
                 target,
+                confinement: rule.confinement,
             });
         }
         let mut warnings = Vec::new();
@@ -402,6 +432,7 @@ impl PolicyConfig {
                 untrusted_shell_requires_approval: raw.policy.untrusted_shell_requires_approval,
                 overrides,
                 rules,
+                require_confinement: raw.policy.require_confinement,
             },
         })
     }

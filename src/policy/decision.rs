@@ -8,7 +8,10 @@
 //! 2. **Exposure** — [`check_exposure`]; a hidden tool is denied.
 //! 3. **Target** — `process.run` needs a well-formed invocation; a malformed
 //!    one is denied with a typed reason, no target and no override.
-//! 4. **Deny rules** — a matching `deny` rule wins over any approval.
+//! 4. **Deny rules** — a matching `deny` rule wins over any approval; then
+//!    `policy.require_confinement`: a `process.run` not confined at least
+//!    that much is denied, approvals notwithstanding. (A rule with a
+//!    `confinement` matches only runs confined at least that much.)
 //! 5. **Overrides** — an override from the configuration or from the caller's
 //!    approvals that matches the target allows the call, whatever the
 //!    provenance: that is what an approval is for.
@@ -29,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::config::PolicyConfig;
 use super::exposure::{Hidden, StateMode, check_exposure};
 use super::pattern::Pattern;
-use super::target::{CanonicalProcess, MatchTarget, ProcessTarget, TargetError};
+use super::target::{CanonicalProcess, ConfineLevel, MatchTarget, ProcessTarget, TargetError};
 use super::tool::{PROCESS_RUN, Registry, RouteError, SHELL_LIKE};
 
 /// The outcome of a decision.
@@ -110,6 +113,12 @@ pub enum Reason {
         /// Index into `policy.rules`.
         rule: usize,
     },
+    /// `policy.require_confinement` asks for more confinement than the
+    /// invocation has.
+    ConfinementRequired {
+        /// The least confinement the policy accepts.
+        required: ConfineLevel,
+    },
     /// An override matched the target.
     Override {
         /// Where the override came from.
@@ -146,6 +155,11 @@ impl fmt::Display for Reason {
                 )
             }
             Reason::DeniedByRule { rule } => write!(f, "policy.rules[{rule}] denies the call"),
+            Reason::ConfinementRequired { required } => write!(
+                f,
+                "policy.require_confinement: process.run must be confined {required} or \
+                 stronger, strictly, with the network off and no extra writable path"
+            ),
             Reason::Override {
                 source,
                 index,
@@ -282,6 +296,11 @@ pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Request<'_>)
         return deny(decision, Reason::MalformedTarget { cause });
     }
     let target = decision.target.as_ref();
+    let confine = decision
+        .audit
+        .as_ref()
+        .and_then(|a| a.invocation.confine.as_ref());
+    let confined = |level: ConfineLevel| confine.is_some_and(|c| c.satisfies(level));
     let rules = &config.policy.rules;
     let applies = |rule: &super::config::Rule| {
         rule.tool.matches(request.tool, tool)
@@ -290,12 +309,18 @@ pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Request<'_>)
                 (Some(p), Some(t)) => p.matches(t),
                 (Some(_), None) => false,
             }
+            && rule.confinement.is_none_or(confined)
     };
     if let Some(rule) = rules
         .iter()
         .position(|r| r.decision == Verdict::Deny && applies(r))
     {
         return deny(decision, Reason::DeniedByRule { rule });
+    }
+    if let Some(required) = config.policy.require_confinement {
+        if tool.id == PROCESS_RUN && !confined(required) {
+            return deny(decision, Reason::ConfinementRequired { required });
+        }
     }
     if let Some(t) = target {
         let sources = [

@@ -82,7 +82,10 @@ pub use decision::{
 };
 pub use exposure::{Hidden, StateMode};
 pub use pattern::{Pattern, PatternError};
-pub use target::{EnvValue, MAX_TARGET_BYTES, MatchTarget, ProcessTarget, TargetError};
+pub use target::{
+    ConfineFs, ConfineLevel, ConfineTarget, EnvValue, MAX_TARGET_BYTES, MatchTarget, ProcessTarget,
+    TargetError,
+};
 pub use tool::{PROCESS_RUN, Registry, RouteError};
 
 #[cfg(test)]

@@ -8,6 +8,13 @@
 //! {"executable":E,"argv":[A0,A1,...],"cwd":C,"env":{K0:V0,K1:V1,...}}
 //! ```
 //!
+//! followed, for a confined run only, by
+//! `,"confine":{"fs":F,"network":N,"scoped":B,"allow_read":[...],"allow_write":[...],"deny_read":[...],"enforcement":E}`
+//! (paths sorted, and `,"min_abi":N` when one is required) before the closing
+//! brace: an approval of a confined run therefore never matches the same
+//! command run unconfined (or confined differently), and the targets of
+//! unconfined runs are what they always were.
+//!
 //! with the keys in exactly that order, the overlay keys sorted by Unicode
 //! code point, a literal overlay value written as a JSON string and a secret
 //! reference written as `{"secret_ref":NAME}` (never its resolved value).
@@ -31,7 +38,7 @@
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// The longest match target, in bytes, including the hash suffix of an
@@ -244,6 +251,173 @@ pub struct ProcessTarget {
     pub cwd: Option<String>,
     /// The explicit environment overlay, unresolved, in any order.
     pub env_overlay: Vec<(String, EnvValue)>,
+    /// The confinement the process runs under; `None` (or an unconfined
+    /// [`ConfineTarget`]) for none.
+    pub confine: Option<ConfineTarget>,
+}
+
+/// The filesystem part of a confinement, weakest first.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ConfineFs {
+    /// No filesystem confinement.
+    #[default]
+    None,
+    /// Write only beneath the workspace and a private temporary directory.
+    WorkspaceWrite,
+    /// Write only a private temporary directory.
+    ReadOnly,
+}
+
+impl ConfineFs {
+    /// The name used on the command line, the wire and in targets.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfineFs::None => "none",
+            ConfineFs::WorkspaceWrite => "workspace-write",
+            ConfineFs::ReadOnly => "read-only",
+        }
+    }
+}
+
+/// A confinement a policy can require: the process runs confined at least
+/// this much (see [`ConfineTarget::satisfies`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ConfineLevel {
+    /// `workspace-write` or stronger.
+    WorkspaceWrite,
+    /// `read-only`.
+    ReadOnly,
+}
+
+impl ConfineLevel {
+    /// The name used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfineLevel::WorkspaceWrite => "workspace-write",
+            ConfineLevel::ReadOnly => "read-only",
+        }
+    }
+
+    fn fs(self) -> ConfineFs {
+        match self {
+            ConfineLevel::WorkspaceWrite => ConfineFs::WorkspaceWrite,
+            ConfineLevel::ReadOnly => ConfineFs::ReadOnly,
+        }
+    }
+}
+
+impl fmt::Display for ConfineLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Policy's view of a confinement (the launcher's is
+/// `crate::confine::Confinement`; `process::governed` maps one onto the
+/// other).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct ConfineTarget {
+    /// The filesystem mode.
+    pub fs: ConfineFs,
+    /// The network is off.
+    pub network_off: bool,
+    /// Signals and abstract unix sockets are scoped to the sandbox.
+    pub scoped: bool,
+    /// Extra readable hierarchies (absolute paths).
+    pub allow_read: Vec<String>,
+    /// Extra writable hierarchies (absolute paths).
+    pub allow_write: Vec<String>,
+    /// Hierarchies that may not be read.
+    pub deny_read: Vec<String>,
+    /// The kernel may enforce less than asked (the evidence says what).
+    pub best_effort: bool,
+    /// The least Landlock ABI the launch requires.
+    pub min_abi: Option<u32>,
+}
+
+impl ConfineTarget {
+    /// Whether this is no confinement at all (it then adds nothing to the
+    /// target).
+    pub fn is_unconfined(&self) -> bool {
+        self.fs == ConfineFs::None
+            && !self.network_off
+            && !self.scoped
+            && self.allow_read.is_empty()
+            && self.allow_write.is_empty()
+            && self.deny_read.is_empty()
+            && self.min_abi.is_none()
+    }
+
+    /// Whether a process run under this confinement is confined at least
+    /// as much as `level` asks: the filesystem mode is `level` or stronger,
+    /// the network is off, the enforcement is strict (a kernel that cannot
+    /// enforce it refuses the launch), and no extra writable hierarchy was
+    /// granted. Extra readable hierarchies and read denies do not weaken
+    /// it: the confined modes already read anything readable.
+    pub fn satisfies(&self, level: ConfineLevel) -> bool {
+        self.fs >= level.fs()
+            && self.network_off
+            && !self.best_effort
+            && self.allow_write.is_empty()
+    }
+
+    fn canonical(&self) -> ConfineTarget {
+        let sorted = |v: &[String]| {
+            let mut v = v.to_vec();
+            v.sort();
+            v.dedup();
+            v
+        };
+        ConfineTarget {
+            allow_read: sorted(&self.allow_read),
+            allow_write: sorted(&self.allow_write),
+            deny_read: sorted(&self.deny_read),
+            ..self.clone()
+        }
+    }
+
+    fn serialize_into(&self, out: &mut String) {
+        let list = |out: &mut String, key: &str, v: &[String]| {
+            out.push_str(key);
+            for (i, p) in v.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                escape_into(out, p);
+            }
+            out.push(']');
+        };
+        out.push_str("{\"fs\":\"");
+        out.push_str(self.fs.as_str());
+        out.push_str(if self.network_off {
+            "\",\"network\":\"off\""
+        } else {
+            "\",\"network\":\"on\""
+        });
+        out.push_str(if self.scoped {
+            ",\"scoped\":true"
+        } else {
+            ",\"scoped\":false"
+        });
+        list(out, ",\"allow_read\":[", &self.allow_read);
+        list(out, ",\"allow_write\":[", &self.allow_write);
+        list(out, ",\"deny_read\":[", &self.deny_read);
+        out.push_str(if self.best_effort {
+            ",\"enforcement\":\"best-effort\""
+        } else {
+            ",\"enforcement\":\"strict\""
+        });
+        if let Some(abi) = self.min_abi {
+            let _ = write!(out, ",\"min_abi\":{abi}");
+        }
+        out.push('}');
+    }
 }
 
 /// Why an invocation has no match target.
@@ -334,6 +508,8 @@ pub struct CanonicalProcess {
     pub cwd: String,
     /// The unresolved overlay, sorted by key code point.
     pub env_overlay: Vec<(String, EnvValue)>,
+    /// The confinement, paths sorted; `None` when unconfined.
+    pub confine: Option<ConfineTarget>,
 }
 
 /// The serialized identity of one invocation; see the [module docs](self).
@@ -441,6 +617,11 @@ impl ProcessTarget {
                 .into_iter()
                 .map(|(_, k, v)| (k.clone(), v.clone()))
                 .collect(),
+            confine: self
+                .confine
+                .as_ref()
+                .filter(|c| !c.is_unconfined())
+                .map(ConfineTarget::canonical),
         })
     }
 
@@ -486,7 +667,12 @@ impl CanonicalProcess {
                 }
             }
         }
-        out.push_str("}}");
+        out.push('}');
+        if let Some(c) = &self.confine {
+            out.push_str(",\"confine\":");
+            c.serialize_into(&mut out);
+        }
+        out.push('}');
         out
     }
 
@@ -609,6 +795,7 @@ mod tests {
             argv: argv.iter().map(|s| (*s).to_owned()).collect(),
             cwd: None,
             env_overlay: Vec::new(),
+            confine: None,
         }
     }
 

@@ -427,3 +427,247 @@ fn aliased_call_is_decided_as_shell_like() {
         Reason::UntrustedShellRequiresApproval { rule: Some(0) }
     );
 }
+
+fn confined(fs: ConfineFs) -> ConfineTarget {
+    ConfineTarget {
+        fs,
+        network_off: true,
+        scoped: true,
+        ..ConfineTarget::default()
+    }
+}
+
+fn with_confine(p: &ProcessTarget, c: ConfineTarget) -> ProcessTarget {
+    ProcessTarget {
+        confine: Some(c),
+        ..p.clone()
+    }
+}
+
+#[test]
+fn an_unconfined_target_is_what_it_always_was() {
+    let plain = git(&["status"]);
+    let none = with_confine(&plain, ConfineTarget::default());
+    let expected = r#"{"executable":"git","argv":["status"],"cwd":".","env":{}}"#;
+    assert_eq!(plain.match_target().unwrap().as_str(), expected);
+    assert_eq!(none.match_target().unwrap().as_str(), expected);
+}
+
+#[test]
+fn the_confinement_is_part_of_the_target_in_canonical_form() {
+    let mut c = confined(ConfineFs::WorkspaceWrite);
+    c.deny_read = vec![
+        "/home/u/.ssh".into(),
+        "/etc/*".into(),
+        "/home/u/.ssh".into(),
+    ];
+    let t = with_confine(&git(&["status"]), c.clone())
+        .match_target()
+        .unwrap();
+    assert_eq!(
+        t.as_str(),
+        r#"{"executable":"git","argv":["status"],"cwd":".","env":{},"confine":{"fs":"workspace-write","network":"off","scoped":true,"allow_read":[],"allow_write":[],"deny_read":["/etc/\u002a","/home/u/.ssh"],"enforcement":"strict"}}"#
+    );
+    // Every field tells runs apart.
+    let base = with_confine(&git(&["status"]), confined(ConfineFs::ReadOnly));
+    let variants = [
+        confined(ConfineFs::WorkspaceWrite),
+        ConfineTarget {
+            network_off: false,
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            scoped: false,
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            allow_read: vec!["/opt".into()],
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            allow_write: vec!["/opt".into()],
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            deny_read: vec!["/opt".into()],
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            best_effort: true,
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            min_abi: Some(6),
+            ..confined(ConfineFs::ReadOnly)
+        },
+    ];
+    let base_target = base.match_target().unwrap();
+    for v in variants {
+        let other = with_confine(&git(&["status"]), v.clone())
+            .match_target()
+            .unwrap();
+        assert_ne!(other, base_target, "{v:?}");
+    }
+}
+
+#[test]
+fn an_approval_of_a_confined_run_never_approves_it_unconfined() {
+    let c = config(ALLOW_ALL);
+    let plain = git(&["push"]);
+    let ro = with_confine(&plain, confined(ConfineFs::ReadOnly));
+    let approval = Pattern::exact(&ro.match_target().unwrap());
+    let d = run(
+        &c,
+        &ro,
+        Provenance::Untrusted,
+        std::slice::from_ref(&approval),
+    );
+    assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
+    for other in [
+        plain.clone(),
+        with_confine(&plain, confined(ConfineFs::WorkspaceWrite)),
+        with_confine(
+            &plain,
+            ConfineTarget {
+                network_off: false,
+                ..confined(ConfineFs::ReadOnly)
+            },
+        ),
+    ] {
+        let d = run(
+            &c,
+            &other,
+            Provenance::Untrusted,
+            std::slice::from_ref(&approval),
+        );
+        assert_eq!(d.verdict, Verdict::RequireApproval, "{other:?}: {d:?}");
+    }
+}
+
+#[test]
+fn require_confinement_denies_a_weaker_run_whatever_the_approvals() {
+    let c = config(&format!(
+        "{ALLOW_ALL}\nrequire_confinement = \"workspace-write\"\n"
+    ));
+    assert_eq!(
+        c.policy.require_confinement,
+        Some(ConfineLevel::WorkspaceWrite)
+    );
+    let plain = git(&["status"]);
+    let everything = [Pattern::parse("*").unwrap()];
+    let weaker = [
+        plain.clone(),
+        with_confine(&plain, ConfineTarget::default()),
+        with_confine(
+            &plain,
+            ConfineTarget {
+                network_off: false,
+                ..confined(ConfineFs::ReadOnly)
+            },
+        ),
+        with_confine(
+            &plain,
+            ConfineTarget {
+                best_effort: true,
+                ..confined(ConfineFs::ReadOnly)
+            },
+        ),
+        with_confine(
+            &plain,
+            ConfineTarget {
+                allow_write: vec!["/".into()],
+                ..confined(ConfineFs::WorkspaceWrite)
+            },
+        ),
+        with_confine(
+            &plain,
+            ConfineTarget {
+                network_off: true,
+                ..ConfineTarget::default()
+            },
+        ),
+    ];
+    for p in weaker {
+        let d = run(&c, &p, Provenance::Trusted, &everything);
+        assert_eq!(d.verdict, Verdict::Deny, "{p:?}");
+        assert_eq!(
+            d.reason,
+            Reason::ConfinementRequired {
+                required: ConfineLevel::WorkspaceWrite
+            }
+        );
+    }
+    for fs in [ConfineFs::WorkspaceWrite, ConfineFs::ReadOnly] {
+        let p = with_confine(&plain, confined(fs));
+        let d = run(&c, &p, Provenance::Trusted, &[]);
+        assert_eq!(d.verdict, Verdict::Allow, "{fs:?}: {d:?}");
+    }
+    let strict = config(&format!(
+        "{ALLOW_ALL}\nrequire_confinement = \"read-only\"\n"
+    ));
+    let ww = with_confine(&plain, confined(ConfineFs::WorkspaceWrite));
+    assert_eq!(
+        run(&strict, &ww, Provenance::Trusted, &[]).verdict,
+        Verdict::Deny
+    );
+    // Other tools are not process runs: the requirement does not touch them.
+    assert_eq!(
+        call(&c, "fs.write", Provenance::Trusted).verdict,
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn a_rule_with_a_confinement_applies_only_to_runs_confined_that_much() {
+    let c = config(
+        r#"
+[tools]
+allow = ["process.run"]
+
+[policy]
+default_decision = "deny"
+untrusted_shell_requires_approval = false
+
+[[policy.rules]]
+tool = "process.run"
+decision = "allow"
+confinement = "read-only"
+"#,
+    );
+    let plain = git(&["status"]);
+    assert_eq!(
+        run(&c, &plain, Provenance::Trusted, &[]).verdict,
+        Verdict::Deny
+    );
+    let ro = with_confine(&plain, confined(ConfineFs::ReadOnly));
+    let d = run(&c, &ro, Provenance::Trusted, &[]);
+    assert_eq!(
+        (d.verdict, d.reason),
+        (Verdict::Allow, Reason::Rule { rule: 0 })
+    );
+    let ww = with_confine(&plain, confined(ConfineFs::WorkspaceWrite));
+    assert_eq!(
+        run(&c, &ww, Provenance::Trusted, &[]).verdict,
+        Verdict::Deny
+    );
+}
+
+#[test]
+fn a_confinement_is_refused_where_it_cannot_apply() {
+    let on_other_tool = PolicyConfig::from_toml_str(
+        "version = 1\n[[policy.rules]]\ntool = \"bash\"\ndecision = \"allow\"\nconfinement = \"read-only\"\n",
+    );
+    assert!(
+        matches!(
+            on_other_tool,
+            Err(ConfigError::ConfinementOnNonProcessRule { ref at }) if at == "policy.rules[0]"
+        ),
+        "{on_other_tool:?}"
+    );
+    let unknown =
+        PolicyConfig::from_toml_str("version = 1\n[policy]\nrequire_confinement = \"none\"\n");
+    assert!(
+        matches!(unknown, Err(ConfigError::Parse { .. })),
+        "{unknown:?}"
+    );
+}

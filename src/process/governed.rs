@@ -12,13 +12,14 @@
 use std::sync::Arc;
 
 use crate::policy::{
-    Context, Decision, EnvValue as PolicyEnvValue, MatchTarget, PROCESS_RUN, Pattern, PolicyConfig,
-    ProcessTarget, Registry, Request, Verdict, decide,
+    ConfineFs, ConfineTarget, Context, Decision, EnvValue as PolicyEnvValue, MatchTarget,
+    PROCESS_RUN, Pattern, PolicyConfig, ProcessTarget, Registry, Request, Verdict, decide,
 };
 
 use super::evidence::Evidence;
 use super::invocation::{EnvValue, Invocation};
 use super::launch::{LaunchOptions, ProcessError, Running, launch};
+use crate::confine::{Confinement, Enforcement, FsMode, Network};
 
 /// What the decision needs besides the invocation.
 #[derive(Clone, Copy, Debug)]
@@ -90,6 +91,42 @@ pub fn policy_target(invocation: &Invocation) -> ProcessTarget {
                 (k.to_owned(), value)
             })
             .collect(),
+        confine: Some(confine_target(invocation.confinement())),
+    }
+}
+
+/// Policy's view of a confinement: the same fields, paths as text. A
+/// confinement path is absolute (validated), so it starts with `/`; one that
+/// is not UTF-8 is written `bytes:` and the hex of its bytes, which no
+/// other path can be written as.
+pub fn confine_target(c: &Confinement) -> ConfineTarget {
+    let paths = |v: &[std::path::PathBuf]| {
+        v.iter()
+            .map(|p| match p.to_str() {
+                Some(s) => s.to_owned(),
+                None => {
+                    let mut out = String::from("bytes:");
+                    for b in p.as_os_str().as_encoded_bytes() {
+                        out.push_str(&format!("{b:02x}"));
+                    }
+                    out
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    ConfineTarget {
+        fs: match c.fs {
+            FsMode::ReadOnly => ConfineFs::ReadOnly,
+            FsMode::WorkspaceWrite => ConfineFs::WorkspaceWrite,
+            _ => ConfineFs::None,
+        },
+        network_off: c.network == Network::Off,
+        scoped: c.scoped,
+        allow_read: paths(&c.allow_read),
+        allow_write: paths(&c.allow_write),
+        deny_read: paths(&c.deny_read),
+        best_effort: c.enforcement == Enforcement::BestEffort,
+        min_abi: c.min_abi,
     }
 }
 

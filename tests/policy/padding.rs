@@ -179,8 +179,7 @@ prop_compose! {
             executable: executable.to_owned(),
             argv,
             cwd: cwd.map(str::to_owned),
-            env_overlay: env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-        }
+            env_overlay: env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(), confine: None }
     }
 }
 

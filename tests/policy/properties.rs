@@ -33,7 +33,7 @@ prop_compose! {
         cwd in proptest::option::of(proptest::string::string_regex(r"[ab]{1,2}(/[ab]{1,2}){0,2}").unwrap()),
         env in proptest::collection::btree_map(env_key(), env_value(), 0..4),
     ) -> ProcessTarget {
-        ProcessTarget { executable, argv, cwd, env_overlay: env.into_iter().collect() }
+        ProcessTarget { executable, argv, cwd, env_overlay: env.into_iter().collect(), confine: None }
     }
 }
 
@@ -61,6 +61,7 @@ fn decode(target: &MatchTarget) -> ProcessTarget {
         argv: v["argv"].as_array().unwrap().iter().map(s).collect(),
         cwd: Some(s(&v["cwd"])),
         env_overlay,
+        confine: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn canonical(p: &ProcessTarget) -> ProcessTarget {
         argv: c.argv,
         cwd: Some(c.cwd),
         env_overlay: c.env_overlay,
+        confine: None,
     }
 }
 
@@ -165,8 +167,7 @@ prop_compose! {
             executable: "x".into(),
             argv,
             cwd: None,
-            env_overlay: vec![("V".into(), EnvValue::Literal(value))],
-        }
+            env_overlay: vec![("V".into(), EnvValue::Literal(value))], confine: None }
     }
 }
 
@@ -225,6 +226,7 @@ fn decoded_target_matches_a_known_shape() {
         argv: vec!["*".into()],
         cwd: None,
         env_overlay: vec![("K".into(), EnvValue::SecretRef("r".into()))],
+        confine: None,
     };
     let v: Value = serde_json::from_str(p.match_target().unwrap().as_str()).unwrap();
     assert_eq!(
@@ -363,7 +365,7 @@ target = '{"executable":"x",*'
         ) {
             let config = PolicyConfig::from_toml_str(POLICY).unwrap();
             let provenance = if trusted { Provenance::Trusted } else { Provenance::Untrusted };
-            let p = ProcessTarget { executable, argv, cwd, env_overlay };
+            let p = ProcessTarget { executable, argv, cwd, env_overlay, confine: None };
             let explained = explain(&p, &config, provenance);
             match run(&p, &config, provenance) {
                 Some(ran) => {
@@ -418,8 +420,7 @@ mod toml_round_trip {
                 executable,
                 argv,
                 cwd: None,
-                env_overlay: vec![("K".into(), EnvValue::Literal(value))],
-            }
+                env_overlay: vec![("K".into(), EnvValue::Literal(value))], confine: None }
         }
     }
 
