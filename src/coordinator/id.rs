@@ -106,4 +106,13 @@ mod tests {
         assert_eq!(ok.as_str(), "r-1");
         assert!(serde_json::from_str::<RequestId>("\"../etc\"").is_err());
     }
+
+    /// Display is the id itself (the `request_id` field of every request's
+    /// log span); Debug quotes it.
+    #[test]
+    fn request_id_displays_as_itself_and_debugs_quoted() {
+        let id = RequestId::new("req-1.a_b").unwrap();
+        assert_eq!(id.to_string(), "req-1.a_b");
+        assert_eq!(format!("{id:?}"), "\"req-1.a_b\"");
+    }
 }

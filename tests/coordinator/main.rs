@@ -8,6 +8,7 @@ mod fake_node;
 
 mod forced_orders;
 mod outcomes;
+mod pinned;
 mod scenarios;
 mod stress;
 mod support;
