@@ -476,3 +476,89 @@ fn suggested_override_toml_pastes_back_and_a_decoded_paste_warns() {
     assert!(stderr.contains("warning: policy.overrides[0]"), "{stderr}");
     assert!(stderr.contains("BROAD"), "{stderr}");
 }
+
+/// A policy that requires `workspace-write` or stronger of every
+/// `process.run`, and otherwise allows (trusted).
+fn confinement_policy(dir: &std::path::Path) -> String {
+    let path = dir.join("confined.toml");
+    std::fs::write(
+        &path,
+        "version = 1\n[tools]\nallow = [\"process.run\"]\n[policy]\n\
+         default_decision = \"allow\"\nrequire_confinement = \"workspace-write\"\n",
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn explain_and_run_hold_a_process_to_the_confinement_the_policy_requires() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = confinement_policy(dir.path());
+
+    // explain: the confinement is part of the target, and decides.
+    let plain = explain_json(&["--policy", &policy, "--provenance", "trusted", "--", "true"]);
+    assert_eq!(
+        plain["target"],
+        r#"{"executable":"true","argv":[],"cwd":".","env":{}}"#
+    );
+    assert_eq!(plain["decision"], "deny");
+    assert_eq!(plain["reason"]["code"], "confinement_required");
+    let confined = explain_json(&[
+        "--policy",
+        &policy,
+        "--provenance",
+        "trusted",
+        "--confine",
+        "workspace-write",
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        confined["target"],
+        r#"{"executable":"true","argv":[],"cwd":".","env":{},"confine":{"fs":"workspace-write","network":"off","scoped":true,"allow_read":[],"allow_write":[],"deny_read":[],"enforcement":"strict"}}"#
+    );
+    assert_eq!(confined["decision"], "allow", "{confined}");
+    let network_on = explain_json(&[
+        "--policy",
+        &policy,
+        "--provenance",
+        "trusted",
+        "--confine",
+        "workspace-write",
+        "--network",
+        "on",
+        "--",
+        "true",
+    ]);
+    assert_eq!(network_on["decision"], "deny");
+
+    // run: the unconfined call is refused before anything starts.
+    let marker = dir.path().join("ran");
+    let sh = format!("touch '{}'", marker.display());
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_custodian"))
+            .arg("run")
+            .args(["--policy", &policy, "--provenance", "trusted"])
+            .args(["--workspace", dir.path().to_str().unwrap()])
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", &sh])
+            .output()
+            .unwrap()
+    };
+    let refused = run(&[]);
+    assert_eq!(refused.status.code(), Some(77), "{refused:?}");
+    assert!(!marker.exists(), "a refused call ran");
+
+    // The confined call runs (where this host can confine at all).
+    let ran = run(&["--confine", "workspace-write"]);
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    if ran.status.code() == Some(71)
+        && (stdout.contains("confinement_spawner_unavailable")
+            || stdout.contains("confinement_unsupported"))
+    {
+        eprintln!("skipped the confined run: this host cannot confine ({stdout})");
+        return;
+    }
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert!(marker.exists(), "the confined call did not run: {stdout}");
+}
