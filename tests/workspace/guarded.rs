@@ -1,4 +1,4 @@
-//! The older deleting tests (`basics`, `attacks`, `races`) remove files as
+//! The older deleting tests (`basics`, `attacks`, `races`, `mounts`) remove files as
 //! root: each module runs as a whole inside a private mount namespace where
 //! only its scratch directory is writable (`sandbox`), checked first.
 
@@ -26,4 +26,9 @@ fn attacks_in_a_private_mount_namespace() {
 #[test]
 fn races_in_a_private_mount_namespace() {
     run("races::");
+}
+
+#[test]
+fn mounts_in_a_private_mount_namespace() {
+    run("mounts::");
 }

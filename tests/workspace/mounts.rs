@@ -53,6 +53,7 @@ fn bind(from: &Path, at: &Path) -> Option<Mounted> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::mounts_in_a_private_mount_namespace"]
 async fn a_tmpfs_mounted_on_a_registered_directory_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("tmpfs").unwrap();
@@ -71,6 +72,7 @@ async fn a_tmpfs_mounted_on_a_registered_directory_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::mounts_in_a_private_mount_namespace"]
 async fn a_bind_mount_of_the_same_filesystem_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("bind").unwrap();
@@ -90,6 +92,7 @@ async fn a_bind_mount_of_the_same_filesystem_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::mounts_in_a_private_mount_namespace"]
 async fn a_bind_mount_on_an_unregistered_name_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("bind2").unwrap();
@@ -109,6 +112,7 @@ async fn a_bind_mount_on_an_unregistered_name_fails_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::mounts_in_a_private_mount_namespace"]
 async fn artifacts_are_never_created_across_a_mount() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("mk").unwrap();
