@@ -29,6 +29,7 @@
 mod id;
 mod identity;
 mod inventory;
+pub mod journal;
 mod process;
 mod resolve;
 mod result;
