@@ -35,6 +35,8 @@ mod resolve;
 mod result;
 
 #[cfg(unix)]
+mod journal_file;
+#[cfg(unix)]
 mod remove;
 #[cfg(unix)]
 mod runtime;
