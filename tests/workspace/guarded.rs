@@ -27,3 +27,8 @@ fn attacks_in_a_private_mount_namespace() {
 fn races_in_a_private_mount_namespace() {
     run("races::");
 }
+
+#[test]
+fn journal_in_a_private_mount_namespace() {
+    run("journal::");
+}

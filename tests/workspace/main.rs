@@ -7,6 +7,7 @@ mod attacks;
 mod basics;
 mod containment;
 mod guarded;
+mod journal;
 mod mounts;
 mod procs;
 mod races;
