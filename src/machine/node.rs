@@ -107,6 +107,10 @@ pub enum CleanupVerdict {
     /// Nothing is held for the request (never opened here, or already
     /// removed): nothing was touched.
     AlreadyGone,
+    /// The request belonged to an earlier run of the node that died; the
+    /// node replayed its ownership journal on start and removed everything
+    /// the journal proves.
+    Reclaimed,
     /// Cleanup failed closed for the given reason; the suspect subtree is
     /// kept and reported.
     Failed(SafeCode),
@@ -368,7 +372,9 @@ pub fn step(state: &State, input: Input) -> Transition {
             if next.fence == Fence::Cleaning && next.cleanups > 0 {
                 next.fence = Fence::Cleaned(verdict);
                 next.job = match verdict {
-                    CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone => Job::Absent,
+                    CleanupVerdict::Cleaned
+                    | CleanupVerdict::AlreadyGone
+                    | CleanupVerdict::Reclaimed => Job::Absent,
                     // Failed closed: the suspect subtree is kept and reported.
                     CleanupVerdict::Failed(_) => next.job,
                 };
