@@ -58,6 +58,7 @@ const TAG_INTENT: u8 = 2;
 const TAG_CREATED: u8 = 3;
 const TAG_CLEANUP: u8 = 4;
 const TAG_VERDICT: u8 = 5;
+const TAG_CGROUP: u8 = 6;
 
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +91,15 @@ pub enum Record {
         index: u32,
         /// Its identity, as observed through its own descriptor.
         identity: Identity,
+    },
+    /// The request's cgroup was created: `<own cgroup>/<base>/<name>` of the
+    /// node process (see `crate::contain::reopen_request_cgroup`). Written
+    /// before any process is launched into it.
+    Cgroup {
+        /// The node's base cgroup name (`custodian-<pid>`).
+        base: Vec<u8>,
+        /// The request cgroup's name (`r<n>`).
+        name: Vec<u8>,
     },
     /// The request's cleanup started: nothing more is created.
     CleanupStarted,
@@ -166,6 +176,11 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
             out.push(TAG_CREATED);
             out.extend_from_slice(&index.to_le_bytes());
             put_identity(out, identity);
+        }
+        Record::Cgroup { base, name } => {
+            out.push(TAG_CGROUP);
+            put_bytes(out, base);
+            put_bytes(out, name);
         }
         Record::CleanupStarted => out.push(TAG_CLEANUP),
         Record::Verdict { status, code } => {
@@ -329,6 +344,10 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
                 Record::Created { index, identity }
             }
         }
+        TAG_CGROUP => Record::Cgroup {
+            base: c.bytes()?,
+            name: c.bytes()?,
+        },
         TAG_CLEANUP => Record::CleanupStarted,
         TAG_VERDICT => {
             let status = *STATUSES.get(usize::from(c.u8()?))?;
@@ -396,6 +415,8 @@ pub struct Replay {
     /// they may exist on disk, unproven. Cleanup keeps them (and so the
     /// tree that holds them).
     pub suspect: u32,
+    /// The request cgroup the journal names, as `(base, name)`.
+    pub cgroup: Option<(Vec<u8>, Vec<u8>)>,
     /// Whether cleanup had started.
     pub cleanup_started: bool,
     /// The recorded verdict, if cleanup finished.
@@ -441,6 +462,7 @@ pub fn replay(read: &Read) -> Result<Replay, ReplayError> {
         request,
         inventory: None,
         suspect: 0,
+        cgroup: None,
         cleanup_started: false,
         verdict: None,
         tail: read.tail,
@@ -474,6 +496,11 @@ pub fn replay(read: &Read) -> Result<Replay, ReplayError> {
                 if inv.register(parent, name, kind, *identity)? != *index {
                     return Err(bad);
                 }
+            }
+            Record::Cgroup { base, name }
+                if out.inventory.is_some() && out.cgroup.is_none() && !out.cleanup_started =>
+            {
+                out.cgroup = Some((base.clone(), name.clone()));
             }
             Record::CleanupStarted if !out.cleanup_started => out.cleanup_started = true,
             Record::Verdict { status, code } => out.verdict = Some((*status, *code)),
@@ -518,6 +545,10 @@ mod tests {
             Record::Created {
                 index: 1,
                 identity: ident(11),
+            },
+            Record::Cgroup {
+                base: b"custodian-4242".to_vec(),
+                name: b"r7".to_vec(),
             },
             Record::Intent {
                 parent: 1,
@@ -564,6 +595,10 @@ mod tests {
         assert_eq!(inv.len(), 3);
         assert_eq!(inv.relative_path(2), "out/a.json");
         assert_eq!(rep.suspect, 0);
+        assert_eq!(
+            rep.cgroup,
+            Some((b"custodian-4242".to_vec(), b"r7".to_vec()))
+        );
         assert!(rep.cleanup_started);
         assert_eq!(
             rep.verdict,
@@ -622,7 +657,7 @@ mod tests {
     #[test]
     fn an_intent_without_identity_is_suspect() {
         let mut records = sample();
-        records.truncate(5); // the file's intent, no identity
+        records.truncate(6); // the file's intent, no identity
         let (bytes, _) = frames(&records);
         let rep = replay(&read(&bytes)).unwrap();
         assert_eq!(rep.suspect, 1);
@@ -639,8 +674,10 @@ mod tests {
             vec![s[0].clone(), s[0].clone()],                             // second open
             vec![s[0].clone(), s[2].clone()],                             // intent before the job
             vec![s[0].clone(), s[1].clone(), s[3].clone()],               // identity without intent
-            vec![s[0].clone(), s[1].clone(), s[2].clone(), s[5].clone()], // wrong index
-            vec![s[0].clone(), s[1].clone(), s[7].clone(), s[6].clone()], // after verdict
+            vec![s[0].clone(), s[1].clone(), s[2].clone(), s[6].clone()], // wrong index
+            vec![s[0].clone(), s[1].clone(), s[8].clone(), s[7].clone()], // after verdict
+            vec![s[0].clone(), s[4].clone()],                             // cgroup before the job
+            vec![s[0].clone(), s[1].clone(), s[4].clone(), s[4].clone()], // second cgroup
         ];
         for (i, c) in cases.iter().enumerate() {
             let (bytes, _) = frames(c);

@@ -612,6 +612,16 @@ impl Workspace {
                 return Prepared::Filed(failed(CleanupCode::IoError));
             }
         };
+        let cgroup = match rep.cgroup {
+            Some((base, name)) => match reopen_cgroup(&base, &name) {
+                Ok(slot) => slot,
+                Err(code) => {
+                    tracing::warn!(request = %id, "the dead run's request cgroup cannot be opened; the job is kept");
+                    return finish(failed(code));
+                }
+            },
+            None => CgroupSlot::Gone,
+        };
         Prepared::Clean(Arc::new(RequestState {
             id: id.clone(),
             cname,
@@ -623,7 +633,7 @@ impl Workspace {
                 journal: Some(journal),
             }),
             procs: Mutex::new(ProcState::default()),
-            cgroup: Mutex::new(CgroupSlot::default()),
+            cgroup: Mutex::new(cgroup),
             reclaimed: true,
         }))
     }
@@ -843,6 +853,38 @@ async fn kill_request_cgroup(
     Ok(())
 }
 
+/// The request cgroup a dead run journalled, to be killed and removed by the
+/// reclaim's cleanup before any file is removed: `Gone` when nothing of it
+/// is left.
+///
+/// # Errors
+///
+/// [`CleanupCode::ProcessBoundExceeded`] when it may hold processes but
+/// cannot be opened (or the journalled names are not cgroup names): the
+/// reclaim must keep every file.
+fn reopen_cgroup(base: &[u8], name: &[u8]) -> Result<CgroupSlot, CleanupCode> {
+    #[cfg(target_os = "linux")]
+    {
+        use crate::contain::CgroupName;
+        let as_name = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| CgroupName::new(s).ok())
+                .ok_or(CleanupCode::ProcessBoundExceeded)
+        };
+        match crate::contain::reopen_request_cgroup(&as_name(base)?, &as_name(name)?) {
+            Ok(Some(cg)) => Ok(CgroupSlot::Ready(RequestCgroup(Arc::new(cg)))),
+            Ok(None) => Ok(CgroupSlot::Gone),
+            Err(_) => Err(CleanupCode::ProcessBoundExceeded),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (base, name);
+        Ok(CgroupSlot::Gone)
+    }
+}
+
 /// After eviction (or for a request never opened here): is the directory gone?
 fn gone_check(inner: &Inner, id: &RequestId) -> CleanupResult {
     let name = CString::new(id.as_str()).expect("validated ids hold no NUL");
@@ -1055,7 +1097,7 @@ impl Job {
             });
         }
         #[cfg(target_os = "linux")]
-        let options = &self.with_request_cgroup(options);
+        let options = &self.with_request_cgroup(options)?;
         let running =
             crate::process::launch(invocation, options).map_err(WorkspaceError::Launch)?;
         p.active.push(Arc::new(running.clone()));
@@ -1065,21 +1107,43 @@ impl Job {
     /// `options`, with this request's cgroup (created on first use) as the
     /// parent of the process's cgroup when the cgroup tier may be used.
     /// Where no request cgroup can be created, the options are unchanged and
-    /// the launcher decides (`auto` falls back, `cgroup` fails).
+    /// the launcher decides (`auto` falls back, `cgroup` fails). A new
+    /// request cgroup is journalled before anything is launched into it, so
+    /// that a node started after this one died can kill what is left in it.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::Io`] if the cgroup cannot be journalled (it is then
+    /// removed, and nothing is launched).
     #[cfg(target_os = "linux")]
     fn with_request_cgroup(
         &self,
         options: &crate::process::LaunchOptions,
-    ) -> crate::process::LaunchOptions {
+    ) -> Result<crate::process::LaunchOptions, WorkspaceError> {
         use crate::contain::Containment;
         let mut options = options.clone();
         if !matches!(options.containment, Containment::Auto | Containment::Cgroup) {
-            return options;
+            return Ok(options);
         }
         let mut slot = lock(&self.state.cgroup);
         if matches!(*slot, CgroupSlot::Untried) {
             *slot = match crate::contain::request_cgroup() {
-                Ok(cg) => CgroupSlot::Ready(RequestCgroup(Arc::new(cg))),
+                Ok(cg) => {
+                    let record = Record::Cgroup {
+                        base: crate::contain::base_cgroup_name()
+                            .as_str()
+                            .as_bytes()
+                            .to_vec(),
+                        name: cg.name().as_bytes().to_vec(),
+                    };
+                    let cg = RequestCgroup(Arc::new(cg));
+                    if let Err(e) = lock(&self.state.fs).journal(&record) {
+                        *slot = CgroupSlot::Gone;
+                        drop(cg);
+                        return Err(e);
+                    }
+                    CgroupSlot::Ready(cg)
+                }
                 Err(why) => {
                     tracing::debug!(code = %why.code(), "no request cgroup");
                     CgroupSlot::Gone
@@ -1089,7 +1153,7 @@ impl Job {
         if let CgroupSlot::Ready(RequestCgroup(cg)) = &*slot {
             options.cgroup_parent = Some(cg.clone());
         }
-        options
+        Ok(options)
     }
 
     /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,
