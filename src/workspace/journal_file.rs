@@ -41,7 +41,10 @@ impl JournalFile {
         name: &CStr,
         valid_len: usize,
     ) -> Result<Self, Errno> {
-        let fd = fs::open_file_at(dir, name, OFlags::WRONLY | OFlags::APPEND, 0)?;
+        // `O_NONBLOCK`: something other than our regular file at the name
+        // (a FIFO) must not block the node's start; `ftruncate` then fails.
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::NONBLOCK;
+        let fd = fs::open_file_at(dir, name, flags, 0)?;
         fs::truncate(fd.as_fd(), valid_len as u64)?;
         Ok(JournalFile {
             file: File::from(fd),
