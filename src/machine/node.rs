@@ -595,6 +595,28 @@ mod tests {
     }
 
     #[test]
+    fn a_reclaimed_verdict_after_a_restart_is_absent_fenced_and_cached() {
+        let t = step(&State::after_restart(), Input::Cleanup);
+        assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
+        let t = step(&t.next, Input::CleanupFinished(CleanupVerdict::Reclaimed));
+        assert_eq!(t.next.job(), Job::Absent);
+        assert_eq!(t.next.cleaned(), Some(CleanupVerdict::Reclaimed));
+        let again = step(&t.next, Input::Cleanup);
+        assert_eq!(
+            again.actions,
+            [Action::Reply(Reply::Cleanup {
+                verdict: CleanupVerdict::Reclaimed,
+                cached: true
+            })]
+        );
+        let open = step(&t.next, Input::Open);
+        assert_eq!(
+            open.actions,
+            [Action::Reply(Reply::Refused(Refusal::Closed))]
+        );
+    }
+
+    #[test]
     fn after_a_restart_a_cleanup_asks_the_workspace() {
         let t = step(&State::after_restart(), Input::Cleanup);
         assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
