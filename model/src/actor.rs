@@ -365,7 +365,9 @@ impl Party {
 
 fn cleanup_result(v: CleanupVerdict) -> CleanupResult {
     match v {
-        CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone => CleanupResult::Ok,
+        CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone | CleanupVerdict::Reclaimed => {
+            CleanupResult::Ok
+        }
         _ => CleanupResult::Failed(FAILED),
     }
 }

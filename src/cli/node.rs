@@ -129,6 +129,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let workspace = Workspace::open(&config.workspace, ws_config)
         .with_context(|| format!("opening workspace {}", config.workspace.display()))?;
+    // Before serving: an edge asking about a dead run's request must find
+    // the reclaim's result, not a job directory nobody owns.
+    for (request_id, result) in workspace.reclaim().await {
+        info!(%request_id, status = ?result.status, code = ?result.code, "reclaimed at start");
+    }
     if config.containment == Containment::Subreaper {
         custodian::process::enable_subreaper().context("--containment subreaper")?;
     }

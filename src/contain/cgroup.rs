@@ -827,6 +827,58 @@ pub fn request_cgroup() -> Result<Cgroup, Unavailable> {
     Ok(cg)
 }
 
+/// The name of this process's base cgroup (`custodian-<pid>`), beneath
+/// which [`request_cgroup`] creates request cgroups (`r<n>`). A workspace
+/// journals it with the request cgroup's name so that a later process can
+/// find the request cgroup with [`reopen_request_cgroup`].
+pub fn base_cgroup_name() -> CgroupName {
+    base_name()
+}
+
+/// `openat(own, base, O_DIRECTORY | O_NOFOLLOW)` then `openat(base, name,
+/// …)`—Opens the request cgroup `<own cgroup>/<base>/<name>` that an
+/// earlier process (a node that died) created with [`request_cgroup`], to
+/// kill what is left in it and remove it. One validated component at a
+/// time below this process's own cgroup; nothing is created.
+///
+/// Returns `Ok(None)` when either directory is gone (nothing is left).
+///
+/// # Errors
+///
+/// [`Unavailable`] when the hierarchy cannot be used here, or a directory
+/// cannot be opened for another reason.
+///
+/// # Caveats
+///
+/// The process must sit in the same cgroup as the one that created it (a
+/// node restarted by the same supervisor does); from another cgroup the
+/// request cgroup is not found and `Ok(None)` is returned.
+pub fn reopen_request_cgroup(
+    base: &CgroupName,
+    name: &CgroupName,
+) -> Result<Option<Cgroup>, Unavailable> {
+    let h = hierarchy()?;
+    let path =
+        CString::new(h.own.as_os_str().as_encoded_bytes()).map_err(|_| Unavailable::NoCgroup2)?;
+    let own = open_cgroup_dir(None, &path).map_err(unavailable_from)?;
+    let base_fd = match open_cgroup_dir(Some(own.as_fd()), base.as_c_str()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(unavailable_from(e)),
+    };
+    let dir = match open_cgroup_dir(Some(base_fd.as_fd()), name.as_c_str()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(unavailable_from(e)),
+    };
+    Ok(Some(Cgroup {
+        dir: Arc::new(dir),
+        parent: Arc::new(base_fd),
+        name: name.clone(),
+        _lease: None,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,7 +48,8 @@ mod cgroup;
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{
-    Cgroup, CgroupError, CgroupName, EventsWatch, Hierarchy, process_cgroup, request_cgroup,
+    Cgroup, CgroupError, CgroupName, EventsWatch, Hierarchy, base_cgroup_name, process_cgroup,
+    reopen_request_cgroup, request_cgroup,
 };
 
 use std::fmt;

@@ -53,8 +53,9 @@
 //! | `statx` | [`stat_at`], [`stat_fd`], [`observe_at`], [`observe_fd`] | `AT_SYMLINK_NOFOLLOW \| AT_NO_AUTOMOUNT` | identity, trust, mount fence |
 //! | `getdents64` | [`list`], [`for_each_name`] | — | listings |
 //! | `renameat2` | [`Quarantine::remove`] | `RENAME_NOREPLACE` | the only way anything leaves a tree |
-//! | `unlinkat` | [`Quarantine::remove`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created, `rmdir_at` only for a cleaner's own empty quarantine or root |
+//! | `unlinkat` | [`Quarantine::remove`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created or the workspace's own journal, `rmdir_at` only for a cleaner's own empty quarantine or root |
 //! | `fchmod`, `flock`, `fcntl` | [`fchmod`], [`flock`], [`open_regular`] | — | spill roots and sessions; clearing `O_NONBLOCK` |
+//! | `ftruncate` | [`truncate`] | — | the workspace's own ownership journals (cut a torn tail before appending) |
 //! | `geteuid` | [`trusting_uid`] | — | the owner the trust rules expect |
 //!
 //! # References
@@ -66,12 +67,14 @@
 //! [getdents64(2)](https://man7.org/linux/man-pages/man2/getdents64.2.html),
 //! [path_resolution(7)](https://man7.org/linux/man-pages/man7/path_resolution.7.html).
 
+mod append;
 mod dir;
 mod remove;
 mod stat;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use append::truncate;
 pub use stat::{BirthTime, FileKind, Identity, MountId, Observed};
 
 pub(crate) use dir::{

@@ -107,6 +107,10 @@ pub enum CleanupVerdict {
     /// Nothing is held for the request (never opened here, or already
     /// removed): nothing was touched.
     AlreadyGone,
+    /// The request belonged to an earlier run of the node that died; the
+    /// node replayed its ownership journal on start and removed everything
+    /// the journal proves.
+    Reclaimed,
     /// Cleanup failed closed for the given reason; the suspect subtree is
     /// kept and reported.
     Failed(SafeCode),
@@ -368,7 +372,9 @@ pub fn step(state: &State, input: Input) -> Transition {
             if next.fence == Fence::Cleaning && next.cleanups > 0 {
                 next.fence = Fence::Cleaned(verdict);
                 next.job = match verdict {
-                    CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone => Job::Absent,
+                    CleanupVerdict::Cleaned
+                    | CleanupVerdict::AlreadyGone
+                    | CleanupVerdict::Reclaimed => Job::Absent,
                     // Failed closed: the suspect subtree is kept and reported.
                     CleanupVerdict::Failed(_) => next.job,
                 };
@@ -585,6 +591,28 @@ mod tests {
                 verdict: CleanupVerdict::AlreadyGone,
                 cached: true
             })]
+        );
+    }
+
+    #[test]
+    fn a_reclaimed_verdict_after_a_restart_is_absent_fenced_and_cached() {
+        let t = step(&State::after_restart(), Input::Cleanup);
+        assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
+        let t = step(&t.next, Input::CleanupFinished(CleanupVerdict::Reclaimed));
+        assert_eq!(t.next.job(), Job::Absent);
+        assert_eq!(t.next.cleaned(), Some(CleanupVerdict::Reclaimed));
+        let again = step(&t.next, Input::Cleanup);
+        assert_eq!(
+            again.actions,
+            [Action::Reply(Reply::Cleanup {
+                verdict: CleanupVerdict::Reclaimed,
+                cached: true
+            })]
+        );
+        let open = step(&t.next, Input::Open);
+        assert_eq!(
+            open.actions,
+            [Action::Reply(Reply::Refused(Refusal::Closed))]
         );
     }
 

@@ -390,7 +390,9 @@ impl WorkspaceLifecycle for WireClient {
     async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
         match WireClient::cleanup_workspace(self, request).await {
             Ok(report) => match report.status {
-                CleanupStatus::Cleaned | CleanupStatus::AlreadyGone => CleanupResult::Ok,
+                CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed => {
+                    CleanupResult::Ok
+                }
                 CleanupStatus::Failed => CleanupResult::Failed(
                     report
                         .code

@@ -299,6 +299,11 @@ pub enum CleanupStatus {
     /// The node holds nothing for this request (it was never opened on this
     /// node, or its job namespace is already gone): nothing was touched.
     AlreadyGone,
+    /// The request belonged to an earlier run of this node that died before
+    /// its cleanup finished; the node replayed the request's ownership
+    /// journal when it started and removed every artifact the journal
+    /// proves (see `docs/contracts/workspace-cleanup.md`, "The journal").
+    Reclaimed,
     /// Cleanup failed closed; `code` says why and the suspect subtree was
     /// kept for inspection.
     Failed,

@@ -745,6 +745,7 @@ fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupReport {
     let (status, code) = match verdict {
         CleanupVerdict::Cleaned => (CleanupStatus::Cleaned, None),
         CleanupVerdict::AlreadyGone => (CleanupStatus::AlreadyGone, None),
+        CleanupVerdict::Reclaimed => (CleanupStatus::Reclaimed, None),
         CleanupVerdict::Failed(code) => (CleanupStatus::Failed, Some(Code::from(code))),
     };
     CleanupReport {

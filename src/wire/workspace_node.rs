@@ -328,6 +328,7 @@ impl NodeWorkspace for WorkspaceNode {
         match result.status {
             CleanupStatus::Clean => CleanupVerdict::Cleaned,
             CleanupStatus::AlreadyGone => CleanupVerdict::AlreadyGone,
+            CleanupStatus::Reclaimed => CleanupVerdict::Reclaimed,
             _ => CleanupVerdict::Failed(result.safe_code().unwrap_or(codes::WORKSPACE_ERROR)),
         }
     }

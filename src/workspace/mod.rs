@@ -25,14 +25,24 @@
 //! `docs/contracts/workspace-cleanup.md`). Caller file tools resolve their
 //! paths with [`Workspace::resolve_user_path`], which never yields a path in
 //! the internal namespace.
+//!
+//! Every request's inventory is also written to an append-only ownership
+//! journal (`<internal>/journal/<id>`, format in [`journal`]): an intent
+//! before each entry is created, its identity after, the cleanup's start and
+//! verdict. A workspace opened again after its process died replays the
+//! journals without a verdict ([`Workspace::reclaim`]) and runs the same
+//! cleanup for those requests, removing only what a journal proves.
 
 mod id;
 mod identity;
 mod inventory;
+pub mod journal;
 mod process;
 mod resolve;
 mod result;
 
+#[cfg(unix)]
+mod journal_file;
 #[cfg(unix)]
 mod remove;
 #[cfg(unix)]

@@ -15,6 +15,11 @@ pub enum CleanupStatus {
     /// The request was no longer known (never opened here, or its result was
     /// evicted from the cache) and its job directory does not exist.
     AlreadyGone,
+    /// The request belonged to a node that died before its cleanup
+    /// finished; a node started again on the same workspace replayed the
+    /// request's ownership journal and removed every artifact the journal
+    /// proves (and nothing else was in the job tree).
+    Reclaimed,
     /// Cleanup failed closed; [`CleanupResult::code`] says why. Whatever was
     /// not yet removed is preserved for inspection.
     Failed,
@@ -117,11 +122,12 @@ pub struct CleanupResult {
 }
 
 impl CleanupResult {
-    /// True when nothing of the request remains (`Clean` or `AlreadyGone`).
+    /// True when nothing of the request remains (`Clean`, `AlreadyGone` or
+    /// `Reclaimed`).
     pub fn is_clean(&self) -> bool {
         matches!(
             self.status,
-            CleanupStatus::Clean | CleanupStatus::AlreadyGone
+            CleanupStatus::Clean | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed
         )
     }
 

@@ -1,7 +1,7 @@
 //! The workspace runtime: requests, artifacts, processes, cleanup (`cfg(unix)`).
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
+use super::journal::{self, Record};
+use super::journal_file::{self, JournalFile};
 use super::process::RequestProcess;
 use super::remove;
 use super::resolve::{self, ResolveError};
@@ -21,6 +23,18 @@ use crate::sync::{Abandoned, Elected, Elections};
 
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
+/// The largest journal replayed (a journal is about 80 bytes per artifact).
+const MAX_JOURNAL: u64 = 1 << 30;
+
+/// What [`Workspace::reclaim`] does with one journal.
+enum Prepared {
+    /// The journal holds a verdict: nothing to do.
+    Decided,
+    /// Decided without a cleanup (nothing proven to remove, or refused).
+    Filed(CleanupResult),
+    /// The job is proven: run the cleanup on this state.
+    Clean(Arc<RequestState>),
+}
 
 /// A workspace root held by descriptor, with its internal namespace and the
 /// requests open in it.
@@ -37,6 +51,8 @@ struct Inner {
     /// `<internal>/quarantine`: where cleanup moves entries before
     /// destroying them (one subdirectory per request being cleaned).
     quarantine: OwnedFd,
+    /// `<internal>/journal`: one ownership journal per request.
+    journals: OwnedFd,
     internal_identity: Identity,
     anchor: Anchor,
     config: WorkspaceConfig,
@@ -53,6 +69,9 @@ struct RequestState {
     procs: Mutex<ProcState>,
     /// Locked after `procs` when both are held.
     cgroup: Mutex<CgroupSlot>,
+    /// Replayed from the journal of a node that died: a clean cleanup is
+    /// reported as [`CleanupStatus::Reclaimed`].
+    reclaimed: bool,
 }
 
 /// The request's cgroup: the parent of its processes' cgroups, created on
@@ -88,6 +107,26 @@ struct FsState {
     /// The job directory; dropped when cleanup starts.
     job: Option<OwnedFd>,
     inventory: Inventory,
+    /// The request's ownership journal; `None` once an append failed (then
+    /// nothing more is created for the request).
+    journal: Option<JournalFile>,
+}
+
+impl FsState {
+    /// Appends `record` to the journal; a failed append closes the journal
+    /// for good, so no later record can follow a torn one.
+    fn journal(&mut self, record: &Record) -> Result<(), WorkspaceError> {
+        let Some(j) = self.journal.as_mut() else {
+            return Err(WorkspaceError::Io {
+                op: "append journal",
+                source: io::Error::other("the request's journal failed earlier"),
+            });
+        };
+        j.append(record).map_err(|e| {
+            self.journal = None;
+            io_err("append journal")(e)
+        })
+    }
 }
 
 #[derive(Default)]
@@ -193,11 +232,13 @@ impl Workspace {
             ensure_dir(root.as_fd(), &config.internal_name, &anchor, "internal")?;
         let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
         let (quarantine, _) = ensure_dir(internal.as_fd(), "quarantine", &anchor, "quarantine")?;
+        let (journals, _) = ensure_dir(internal.as_fd(), "journal", &anchor, "journal")?;
         Ok(Workspace {
             inner: Arc::new(Inner {
                 root,
                 jobs,
                 quarantine,
+                journals,
                 internal_identity: internal_obs.identity,
                 anchor,
                 config: config.clone(),
@@ -247,12 +288,36 @@ impl Workspace {
         }
         let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
         let jobs = self.inner.jobs.as_fd();
-        match fs::mkdir_at(jobs, cname.as_c_str(), DIR_MODE) {
-            Ok(()) => {}
+        // The journal comes first: a job directory without one is never
+        // adopted, and one left by an earlier run (awaiting reclaim, or kept
+        // with a failed verdict) is never reused.
+        let journals = self.inner.journals.as_fd();
+        let mut journal = match JournalFile::create(journals, &cname) {
+            Ok(j) => j,
             Err(e) if e == Errno::EXIST => {
                 return Err(WorkspaceError::JobExists { request: id });
             }
-            Err(e) => return Err(io_err("mkdirat job")(e)),
+            Err(e) => return Err(io_err("create journal")(e)),
+        };
+        let drop_journal = || {
+            let _ = fs::unlink_at(journals, cname.as_c_str());
+        };
+        if let Err(e) = journal.append(&Record::Open {
+            request: id.as_str().as_bytes().to_vec(),
+        }) {
+            drop_journal();
+            return Err(io_err("append journal")(e));
+        }
+        match fs::mkdir_at(jobs, cname.as_c_str(), DIR_MODE) {
+            Ok(()) => {}
+            Err(e) if e == Errno::EXIST => {
+                drop_journal();
+                return Err(WorkspaceError::JobExists { request: id });
+            }
+            Err(e) => {
+                drop_journal();
+                return Err(io_err("mkdirat job")(e));
+            }
         }
         let job = fs::open_dir_at(jobs, cname.as_c_str()).map_err(io_err("openat job"))?;
         let obs = fs::observe_fd(job.as_fd()).map_err(io_err("statx job"))?;
@@ -263,6 +328,11 @@ impl Workspace {
             });
         }
         self.inner.anchor.admit(&obs).map_err(untrusted("job"))?;
+        journal
+            .append(&Record::JobCreated {
+                identity: obs.identity,
+            })
+            .map_err(io_err("append journal"))?;
         let state = Arc::new(RequestState {
             id: id.clone(),
             cname,
@@ -271,9 +341,11 @@ impl Workspace {
                 closed: false,
                 job: Some(job),
                 inventory: Inventory::new(obs.identity),
+                journal: Some(journal),
             }),
             procs: Mutex::new(ProcState::default()),
             cgroup: Mutex::new(CgroupSlot::default()),
+            reclaimed: false,
         });
         requests.insert(id, state.clone());
         Ok(Job {
@@ -389,6 +461,208 @@ impl Workspace {
         }
     }
 
+    /// Replays every ownership journal in the workspace that holds no
+    /// verdict (left by a node that died before its cleanup finished) and
+    /// runs the same fail-closed cleanup for those requests, in this
+    /// workspace's name. Returns each replayed request's result, which is
+    /// also cached under its id like any cleanup: a later
+    /// [`Workspace::cleanup`] of the id receives it.
+    ///
+    /// A journal proves the job directory and each entry whose identity it
+    /// recorded; the cleanup removes exactly those and refuses (keeping
+    /// everything) a tree holding anything else, including an entry whose
+    /// intent was journalled but whose identity was not. A clean reclaim is
+    /// [`CleanupStatus::Reclaimed`]; a job directory whose creation the
+    /// journal does not prove is [`CleanupCode::JobNotOwned`] and kept. A
+    /// job directory with no journal at all is not looked at: it stays
+    /// refused ([`WorkspaceError::JobExists`]) as before.
+    ///
+    /// Must be called within a tokio runtime, before requests are opened.
+    ///
+    /// # Caveats
+    ///
+    /// The dead node's processes are not killed here: processes launched
+    /// by a node die with it only where their containment makes them (see
+    /// `docs/contracts/workspace-cleanup.md`, "The journal").
+    pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
+        let mut names = Vec::new();
+        let listed = fs::for_each_name(self.inner.journals.as_fd(), |n| {
+            names.push(n.to_owned());
+            Ok(())
+        });
+        if let Err(e) = listed {
+            tracing::warn!(error = %e, "listing the ownership journals failed; nothing reclaimed");
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for cname in names {
+            let Some(id) = cname.to_str().ok().and_then(|s| RequestId::new(s).ok()) else {
+                tracing::warn!("a journal not named by a request id is kept, unread");
+                continue;
+            };
+            if lock(&self.inner.requests).contains_key(&id)
+                || self.inner.elections.result(&id).is_some()
+            {
+                continue;
+            }
+            let result = match self.prepare_reclaim(&id, cname) {
+                Prepared::Decided => continue,
+                Prepared::Filed(result) => {
+                    if let Elected::Owner(guard) = self.inner.elections.elect(id.clone()) {
+                        guard.complete(result.clone());
+                    }
+                    result
+                }
+                Prepared::Clean(state) => {
+                    lock(&self.inner.requests).insert(id.clone(), state);
+                    self.cleanup_id(id.clone()).await
+                }
+            };
+            match result.safe_code() {
+                Some(code) => {
+                    tracing::warn!(request = %id, status = ?result.status, code = %code, "reclaim on restart failed closed; the job is kept")
+                }
+                None => {
+                    tracing::info!(request = %id, status = ?result.status, "reclaimed a request of a node that died")
+                }
+            }
+            out.push((id, result));
+        }
+        out
+    }
+
+    /// Reads and replays one journal; proves the job directory against it.
+    fn prepare_reclaim(&self, id: &RequestId, cname: CString) -> Prepared {
+        let journals = self.inner.journals.as_fd();
+        let failed = |code| CleanupResult::failed(code, CleanupCounts::default(), None);
+        let bytes = match journal_file::read_all(journals, &cname, MAX_JOURNAL) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(request = %id, error = %e, "reading a journal failed; the job is kept");
+                return Prepared::Filed(failed(CleanupCode::IoError));
+            }
+        };
+        let read = journal::read(&bytes);
+        if read.tail != journal::Tail::Clean {
+            tracing::info!(request = %id, tail = ?read.tail, "journal tail ignored");
+        }
+        let rep = match journal::replay(&read) {
+            Ok(rep) if rep.request == id.as_str().as_bytes() => rep,
+            Ok(_) => {
+                tracing::warn!(request = %id, "journal names another request; the job is kept");
+                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+            }
+            Err(e) => {
+                tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
+                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+            }
+        };
+        if rep.verdict.is_some() {
+            return Prepared::Decided;
+        }
+        let finish = |result: CleanupResult| {
+            self.journal_verdict(id, &cname, read.valid_len, &result);
+            Prepared::Filed(result)
+        };
+        let reclaimed_nothing = CleanupResult {
+            status: CleanupStatus::Reclaimed,
+            code: None,
+            counts: CleanupCounts::default(),
+            suspect: None,
+        };
+        let jobs = self.inner.jobs.as_fd();
+        let Some(inventory) = rep.inventory else {
+            // The job directory's creation is not proven: it was never made,
+            // or its identity record was lost.
+            return match fs::observe_at(jobs, &cname) {
+                Err(e) if e == Errno::NOENT => finish(reclaimed_nothing),
+                Ok(_) => finish(failed(CleanupCode::JobNotOwned)),
+                Err(_) => Prepared::Filed(failed(CleanupCode::IoError)),
+            };
+        };
+        let job = match fs::open_dir_at(jobs, cname.as_c_str()) {
+            Ok(fd) => fd,
+            Err(e) if e == Errno::NOENT => return finish(reclaimed_nothing),
+            Err(e) if e == Errno::LOOP || e == Errno::NOTDIR => {
+                return finish(failed(CleanupCode::IdentityReplaced));
+            }
+            Err(_) => return Prepared::Filed(failed(CleanupCode::IoError)),
+        };
+        let proven = fs::observe_fd(job.as_fd())
+            .map_err(|_| CleanupCode::IoError)
+            .and_then(|obs| {
+                self.inner
+                    .anchor
+                    .admit(&obs)
+                    .and_then(|()| {
+                        inventory
+                            .entry(JOB_ROOT)
+                            .identity
+                            .check(FileKind::Dir, &obs)
+                    })
+                    .map_err(code_of)
+            });
+        if let Err(code) = proven {
+            return finish(failed(code));
+        }
+        let journal = match JournalFile::reopen(journals, &cname, read.valid_len) {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!(request = %id, error = %e, "reopening a journal failed; the job is kept");
+                return Prepared::Filed(failed(CleanupCode::IoError));
+            }
+        };
+        let cgroup = match rep.cgroup {
+            Some((base, name)) => match reopen_cgroup(&base, &name) {
+                Ok(slot) => slot,
+                Err(code) => {
+                    tracing::warn!(request = %id, "the dead run's request cgroup cannot be opened; the job is kept");
+                    return finish(failed(code));
+                }
+            },
+            None => CgroupSlot::Gone,
+        };
+        Prepared::Clean(Arc::new(RequestState {
+            id: id.clone(),
+            cname,
+            anchor: self.inner.anchor,
+            fs: Mutex::new(FsState {
+                closed: false,
+                job: Some(job),
+                inventory,
+                journal: Some(journal),
+            }),
+            procs: Mutex::new(ProcState::default()),
+            cgroup: Mutex::new(cgroup),
+            reclaimed: true,
+        }))
+    }
+
+    /// Appends a reclaim's verdict to the journal `cname` (after its
+    /// verified prefix); a clean one's journal is then removed.
+    fn journal_verdict(&self, id: &RequestId, cname: &CStr, valid_len: usize, r: &CleanupResult) {
+        let journals = self.inner.journals.as_fd();
+        let written = JournalFile::reopen(journals, cname, valid_len)
+            .map_err(io::Error::from)
+            .and_then(|mut j| {
+                j.append(&Record::Verdict {
+                    status: r.status,
+                    code: r.code,
+                })
+            });
+        match written {
+            Ok(()) if r.is_clean() => {
+                if let Err(e) = fs::unlink_at(journals, cname) {
+                    tracing::warn!(request = %id, error = %e, "removing a reclaimed journal failed");
+                }
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(request = %id, error = %e, "journalling a reclaim verdict failed")
+            }
+        }
+    }
+
     /// Refuses new requests, then cleans every open request through
     /// [`Workspace::cleanup`] and returns each result.
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
@@ -421,12 +695,44 @@ impl std::fmt::Debug for Workspace {
     }
 }
 
-/// The work elected once per request: processes first, then the filesystem.
+/// The work elected once per request, with its verdict journalled: a clean
+/// request's journal is then removed, a failed one's kept with the verdict
+/// (its job directory is kept too, and never adopted again).
 async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     let state = lock(&inner.requests).get(id).cloned();
     let Some(state) = state else {
         return gone_check(inner, id);
     };
+    let mut result = cleanup_request(inner, id, &state).await;
+    if state.reclaimed && result.status == CleanupStatus::Clean {
+        result.status = CleanupStatus::Reclaimed;
+    }
+    let mut fs = lock(&state.fs);
+    let verdict = Record::Verdict {
+        status: result.status,
+        code: result.code,
+    };
+    match fs.journal(&verdict) {
+        Ok(()) if result.is_clean() => {
+            fs.journal = None;
+            if let Err(e) = fs::unlink_at(inner.journals.as_fd(), state.cname.as_c_str()) {
+                tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
+            }
+        }
+        Ok(()) => {}
+        Err(e) => {
+            tracing::warn!(request = %id, error = %e, "journalling the cleanup verdict failed")
+        }
+    }
+    result
+}
+
+/// Processes first, then the filesystem.
+async fn cleanup_request(
+    inner: &Arc<Inner>,
+    id: &RequestId,
+    state: &Arc<RequestState>,
+) -> CleanupResult {
     let mut counts = CleanupCounts::default();
 
     // 1. Stop every process group of this request, then wait, bounded.
@@ -457,7 +763,7 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     //    processes, processes past the bound) and see it empty before any
     //    file is removed: nothing of the request can write after this.
     #[cfg(target_os = "linux")]
-    if let Err(code) = kill_request_cgroup(&state, inner.config.cleanup_bound).await {
+    if let Err(code) = kill_request_cgroup(state, inner.config.cleanup_bound).await {
         tracing::warn!(request = %id, "request cgroup still populated; files kept");
         return CleanupResult::failed(code, counts, None);
     }
@@ -467,6 +773,11 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
         let mut fs = lock(&state.fs);
         fs.closed = true;
         fs.job = None;
+        if let Err(e) = fs.journal(&Record::CleanupStarted) {
+            // The inventory in memory is intact; only a restart would miss
+            // the record, and a restart runs this same cleanup.
+            tracing::warn!(request = %id, error = %e, "journalling the cleanup start failed");
+        }
         std::mem::take(&mut fs.inventory)
     };
     let (dirs, files) = inventory.counts();
@@ -540,6 +851,38 @@ async fn kill_request_cgroup(
         tracing::warn!(error = %e, code = e.code(), "removing the request cgroup failed");
     }
     Ok(())
+}
+
+/// The request cgroup a dead run journalled, to be killed and removed by the
+/// reclaim's cleanup before any file is removed: `Gone` when nothing of it
+/// is left.
+///
+/// # Errors
+///
+/// [`CleanupCode::ProcessBoundExceeded`] when it may hold processes but
+/// cannot be opened (or the journalled names are not cgroup names): the
+/// reclaim must keep every file.
+fn reopen_cgroup(base: &[u8], name: &[u8]) -> Result<CgroupSlot, CleanupCode> {
+    #[cfg(target_os = "linux")]
+    {
+        use crate::contain::CgroupName;
+        let as_name = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| CgroupName::new(s).ok())
+                .ok_or(CleanupCode::ProcessBoundExceeded)
+        };
+        match crate::contain::reopen_request_cgroup(&as_name(base)?, &as_name(name)?) {
+            Ok(Some(cg)) => Ok(CgroupSlot::Ready(RequestCgroup(Arc::new(cg)))),
+            Ok(None) => Ok(CgroupSlot::Gone),
+            Err(_) => Err(CleanupCode::ProcessBoundExceeded),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (base, name);
+        Ok(CgroupSlot::Gone)
+    }
 }
 
 /// After eviction (or for a request never opened here): is the directory gone?
@@ -754,7 +1097,7 @@ impl Job {
             });
         }
         #[cfg(target_os = "linux")]
-        let options = &self.with_request_cgroup(options);
+        let options = &self.with_request_cgroup(options)?;
         let running =
             crate::process::launch(invocation, options).map_err(WorkspaceError::Launch)?;
         p.active.push(Arc::new(running.clone()));
@@ -764,21 +1107,43 @@ impl Job {
     /// `options`, with this request's cgroup (created on first use) as the
     /// parent of the process's cgroup when the cgroup tier may be used.
     /// Where no request cgroup can be created, the options are unchanged and
-    /// the launcher decides (`auto` falls back, `cgroup` fails).
+    /// the launcher decides (`auto` falls back, `cgroup` fails). A new
+    /// request cgroup is journalled before anything is launched into it, so
+    /// that a node started after this one died can kill what is left in it.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::Io`] if the cgroup cannot be journalled (it is then
+    /// removed, and nothing is launched).
     #[cfg(target_os = "linux")]
     fn with_request_cgroup(
         &self,
         options: &crate::process::LaunchOptions,
-    ) -> crate::process::LaunchOptions {
+    ) -> Result<crate::process::LaunchOptions, WorkspaceError> {
         use crate::contain::Containment;
         let mut options = options.clone();
         if !matches!(options.containment, Containment::Auto | Containment::Cgroup) {
-            return options;
+            return Ok(options);
         }
         let mut slot = lock(&self.state.cgroup);
         if matches!(*slot, CgroupSlot::Untried) {
             *slot = match crate::contain::request_cgroup() {
-                Ok(cg) => CgroupSlot::Ready(RequestCgroup(Arc::new(cg))),
+                Ok(cg) => {
+                    let record = Record::Cgroup {
+                        base: crate::contain::base_cgroup_name()
+                            .as_str()
+                            .as_bytes()
+                            .to_vec(),
+                        name: cg.name().as_bytes().to_vec(),
+                    };
+                    let cg = RequestCgroup(Arc::new(cg));
+                    if let Err(e) = lock(&self.state.fs).journal(&record) {
+                        *slot = CgroupSlot::Gone;
+                        drop(cg);
+                        return Err(e);
+                    }
+                    CgroupSlot::Ready(cg)
+                }
                 Err(why) => {
                     tracing::debug!(code = %why.code(), "no request cgroup");
                     CgroupSlot::Gone
@@ -788,7 +1153,7 @@ impl Job {
         if let CgroupSlot::Ready(RequestCgroup(cg)) = &*slot {
             options.cgroup_parent = Some(cg.clone());
         }
-        options
+        Ok(options)
     }
 
     /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,
@@ -846,6 +1211,11 @@ fn create_in(
             request: state.id.clone(),
         });
     }
+    fs.journal(&Record::Intent {
+        parent: parent_index,
+        kind,
+        name: name.as_bytes().to_vec(),
+    })?;
     let fd = match kind {
         ArtifactKind::Dir => {
             fs::mkdir_at(parent, name, DIR_MODE).map_err(io_err("mkdirat artifact"))?;
@@ -868,6 +1238,13 @@ fn create_in(
     let index = fs
         .inventory
         .register(parent_index, name.as_bytes(), kind, obs.identity)?;
+    // Registered in memory first: if the record cannot be written, this
+    // run's cleanup still removes the entry; a restart would find it
+    // unproven and keep it.
+    fs.journal(&Record::Created {
+        index,
+        identity: obs.identity,
+    })?;
     Ok((index, fd))
 }
 

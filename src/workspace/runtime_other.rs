@@ -90,6 +90,11 @@ impl Workspace {
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         Vec::new()
     }
+
+    /// Nothing to reclaim: no workspace opens here.
+    pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
+        Vec::new()
+    }
 }
 
 impl Job {

@@ -6,6 +6,7 @@ mod fake_node;
 
 mod cleanup_during_open;
 mod containment;
+mod crash;
 mod e2e;
 mod node_handler;
 mod policy;

@@ -32,3 +32,8 @@ fn races_in_a_private_mount_namespace() {
 fn mounts_in_a_private_mount_namespace() {
     run("mounts::");
 }
+
+#[test]
+fn journal_in_a_private_mount_namespace() {
+    run("journal::");
+}

@@ -1,0 +1,499 @@
+//! Crash test: a real `custodian node` (the binary, over stdio) is SIGKILLed
+//! at a seeded random moment of a seeded random scenario (during an open, a
+//! write, a running process, a cleanup), then started again on the same
+//! workspace. Every request must then be reclaimed or reported, nothing
+//! outside the job trees may change, nothing the dead run's journals do not
+//! prove may be removed, a job directory without a journal is never
+//! adopted, and no process of the dead run may be left running.
+//!
+//! The restarted node's cleanup deletes as root, so the body runs in a
+//! private mount namespace where every mount but its scratch directory and
+//! the cgroup v2 hierarchy is read-only, and checks that first.
+//!
+//! Trials: `CUSTODIAN_CRASH_TRIALS` (default 100); seeds
+//! `CUSTODIAN_CRASH_SEED + trial` (default seed 0x5eed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use custodian::contain::{Hierarchy, request_cgroup};
+use custodian::coordinator::RequestId;
+use custodian::wire::{CleanupStatus, RunSpec, WireClient};
+use custodian::workspace::journal;
+
+const BIN: &str = env!("CARGO_BIN_EXE_custodian");
+const INNER: &str = "crash::sigkilled_nodes_are_reclaimed_on_restart_inner";
+const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
+
+/// Remounts every mount read-only except `$1` (the scratch dir, bound onto
+/// itself) and `$2` (the cgroup v2 mount), then runs the rest.
+const NAMESPACE_SCRIPT: &str = r#"
+set -e
+mount --bind "$1" "$1"
+for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
+  case "$m" in "$1"|"$2") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
+done
+shift 2
+exec "$@"
+"#;
+
+#[test]
+fn sigkilled_nodes_are_reclaimed_on_restart() {
+    let Ok(h) = Hierarchy::discover() else {
+        eprintln!("skipped: no cgroup v2 mounted");
+        return;
+    };
+    if request_cgroup().map(|cg| cg.remove()).is_err() {
+        eprintln!("skipped: no writable cgroup v2 here");
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let mut cmd;
+    if rustix::process::geteuid().is_root() {
+        let probe = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "true"])
+            .status();
+        if !probe.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: root without a mount namespace (unshare -m)");
+            return;
+        }
+        cmd = Command::new("unshare");
+        cmd.args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            NAMESPACE_SCRIPT,
+            "sh",
+        ])
+        .arg(scratch.path())
+        .arg(&h.mount)
+        .arg(std::env::current_exe().unwrap());
+    } else {
+        cmd = Command::new(std::env::current_exe().unwrap());
+    }
+    let out = cmd
+        .args([
+            "--exact",
+            INNER,
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCRATCH_ENV, scratch.path())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the body did not run: {text}");
+    if let Some(line) = text.lines().find(|l| l.contains("crash trials:")) {
+        eprintln!("{line}");
+    }
+}
+
+/// splitmix64: a seeded, dependency-free generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !matches!(
+            s.rfind(')')
+                .and_then(|i| s[i + 1..].trim_start().chars().next()),
+            Some('Z' | 'X') | None
+        )
+    })
+}
+
+/// Every visible mount but `scratch` and `cgroup` is read-only.
+fn only_scratch_writable(scratch: &Path, cgroup: &Path) -> Result<(), String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    // The last mount on a mount point is the visible one.
+    let mut visible = BTreeMap::new();
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        visible.insert(f[4].to_owned(), f[5].to_owned());
+    }
+    for (mount, opts) in visible {
+        let m = Path::new(&mount);
+        if m != scratch && m != cgroup && !opts.split(',').any(|o| o == "ro") {
+            return Err(format!("{mount} is writable"));
+        }
+    }
+    Ok(())
+}
+
+/// Path (relative to `root`) → (inode, contents for files).
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u64, Option<Vec<u8>>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            let body = if m.is_dir() {
+                stack.push(p.clone());
+                None
+            } else {
+                Some(std::fs::read(&p).unwrap_or_default())
+            };
+            out.insert(rel, (m.ino(), body));
+        }
+    }
+    out
+}
+
+/// Is `rel` (relative to the workspace root) workspace bookkeeping or in a
+/// job tree?
+fn internal(rel: &Path) -> bool {
+    rel.starts_with(".custodian")
+}
+
+/// Every (path relative to the root, inode) the journals under `ws` prove.
+fn proven(ws: &Path) -> BTreeSet<(PathBuf, u64)> {
+    let mut out = BTreeSet::new();
+    let Ok(rd) = std::fs::read_dir(ws.join(".custodian/journal")) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let id = e.file_name().into_string().unwrap();
+        let bytes = std::fs::read(e.path()).unwrap();
+        let Ok(rep) = journal::replay(&journal::read(&bytes)) else {
+            continue;
+        };
+        let Some(inv) = rep.inventory else { continue };
+        let base = PathBuf::from(".custodian/job").join(&id);
+        for i in 0..inv.len() as u32 {
+            let rel = inv.relative_path(i);
+            let p = if rel.is_empty() {
+                base.clone()
+            } else {
+                base.join(rel)
+            };
+            out.insert((p, inv.entry(i).identity.ino));
+        }
+    }
+    out
+}
+
+struct Node {
+    child: tokio::process::Child,
+    client: WireClient,
+}
+
+fn start_node(ws: &Path) -> Node {
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["node", "--workspace"])
+        .arg(ws)
+        .args(["--cleanup-bound", "5s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn custodian node");
+    let client = WireClient::from_parts(
+        child.stdout.take().unwrap(),
+        child.stdin.take().unwrap(),
+        1 << 20,
+    );
+    Node { child, client }
+}
+
+fn sh(script: String, timeout_ms: u64) -> RunSpec {
+    RunSpec {
+        executable: "/bin/sh".into(),
+        argv: vec!["-c".into(), script],
+        env: Default::default(),
+        cwd: None,
+        timeout_ms: Some(timeout_ms),
+        confinement: None,
+    }
+}
+
+/// The scenario the first node runs until it is killed; records which kind
+/// of operation was last started.
+async fn scenario(
+    client: WireClient,
+    ids: Vec<RequestId>,
+    seed: u64,
+    pids: PathBuf,
+    last: std::sync::Arc<std::sync::Mutex<&'static str>>,
+    kill_at: u32,
+    reached: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut rng = Rng(seed ^ 0xa5a5);
+    let mut reached = Some(reached);
+    let set = |what| *last.lock().unwrap() = what;
+    for step in 0..STEPS {
+        let id = ids[rng.below(ids.len() as u64) as usize].clone();
+        // The step the kill is aimed at: announce it, then start it.
+        if step == kill_at {
+            if let Some(tx) = reached.take() {
+                let _ = tx.send(());
+            }
+        }
+        match rng.below(10) {
+            0 | 1 => {
+                set("open");
+                let _ = client.open_workspace(&id).await;
+            }
+            2..=5 => {
+                set("write");
+                let name = match rng.below(3) {
+                    0 => format!("f{step}.txt"),
+                    1 => format!("d{}/f{step}.txt", rng.below(3)),
+                    _ => format!("d{}/e{}/f{step}.bin", rng.below(2), rng.below(2)),
+                };
+                let _ = client.write_artifact(&id, &name, "payload").await;
+            }
+            6 => {
+                set("process");
+                // A short run that leaves a setsid descendant behind.
+                let script = format!(
+                    "echo $$ >> {p}; setsid sh -c 'echo $$ >> {p}; exec sleep 60' & sleep 0.02",
+                    p = pids.display()
+                );
+                let _ = client.run_process(&id, sh(script, 10_000)).await;
+            }
+            7 => {
+                set("process");
+                // A long run, not awaited: the kill may land while it runs.
+                let script = format!("echo $$ >> {p}; exec sleep 60", p = pids.display());
+                let c = client.clone();
+                tokio::spawn(async move { c.run_process(&id, sh(script, 60_000)).await });
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            _ => {
+                set("cleanup");
+                let _ = client.cleanup_workspace(&id).await;
+            }
+        }
+    }
+    set("done");
+    if let Some(tx) = reached.take() {
+        let _ = tx.send(());
+    }
+}
+
+const STEPS: u32 = 30;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by sigkilled_nodes_are_reclaimed_on_restart in a mount namespace"]
+async fn sigkilled_nodes_are_reclaimed_on_restart_inner() {
+    let scratch = PathBuf::from(std::env::var_os(SCRATCH_ENV).expect("run by the outer test"));
+    if rustix::process::geteuid().is_root() {
+        let h = Hierarchy::discover().unwrap();
+        only_scratch_writable(&scratch, &h.mount).unwrap();
+    }
+    let trials: u64 = std::env::var("CUSTODIAN_CRASH_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let seed0: u64 = std::env::var("CUSTODIAN_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
+    let mut statuses: BTreeMap<String, u32> = BTreeMap::new();
+    let mut kill_points: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut removed_total = 0usize;
+    // Processes of a dead run still running when the node restarted.
+    let mut survivors = 0usize;
+    for trial in 0..trials {
+        let seed = seed0 + trial;
+        let mut rng = Rng(seed);
+        let dir = scratch.join(format!("t{trial}"));
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("result.txt"), b"user result").unwrap();
+        std::fs::write(ws.join("src/main.rs"), b"fn main() {}").unwrap();
+        std::fs::create_dir(dir.join("outside")).unwrap();
+        std::fs::write(dir.join("outside/keep.txt"), b"outside").unwrap();
+        let pids = dir.join("pids");
+        std::fs::write(&pids, b"").unwrap();
+        let ids: Vec<RequestId> = (0..3)
+            .map(|i| RequestId::new(&format!("r{i}")).unwrap())
+            .collect();
+
+        // 1. The first node runs the scenario and is SIGKILLed at a seeded
+        //    moment.
+        let mut first = start_node(&ws);
+        let last = std::sync::Arc::new(std::sync::Mutex::new("start"));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let kill_at = rng.below(u64::from(STEPS)) as u32;
+        let run = tokio::spawn(scenario(
+            first.client.clone(),
+            ids.clone(),
+            seed,
+            pids.clone(),
+            last.clone(),
+            kill_at,
+            tx,
+        ));
+        let _ = tokio::time::timeout(Duration::from_secs(30), rx).await;
+        // Somewhere inside (or just after) the aimed-at step.
+        let window = if trial % 2 == 0 { 300 } else { 3000 };
+        tokio::time::sleep(Duration::from_micros(rng.below(window))).await;
+        first.child.start_kill().unwrap();
+        first.child.wait().await.unwrap();
+        run.abort();
+        let _ = run.await;
+        *kill_points.entry(*last.lock().unwrap()).or_default() += 1;
+        drop(first);
+
+        let listed = std::fs::read_to_string(&pids).unwrap();
+        survivors += listed
+            .lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .filter(|&p| alive(p))
+            .count();
+        // What the dead run left, and what its journals prove.
+        let before = snapshot(&dir);
+        let proof = proven(&ws);
+        // A job directory nobody journalled: never adopted.
+        std::fs::create_dir_all(ws.join(".custodian/job/foreign")).unwrap();
+        std::fs::write(ws.join(".custodian/job/foreign/x.txt"), b"not ours").unwrap();
+
+        // 2. The restarted node reclaims; the edge asks about every request.
+        let second = start_node(&ws);
+        let mut failed = BTreeSet::new();
+        for id in &ids {
+            let report =
+                tokio::time::timeout(Duration::from_secs(30), second.client.cleanup_workspace(id))
+                    .await
+                    .expect("answered")
+                    .expect("reported");
+            let job = ws.join(".custodian/job").join(id.as_str());
+            let key = match report.status {
+                CleanupStatus::Reclaimed | CleanupStatus::AlreadyGone | CleanupStatus::Cleaned => {
+                    assert!(
+                        !job.exists(),
+                        "seed {seed}: {id} {report:?} but its job is there"
+                    );
+                    format!("{:?}", report.status).to_lowercase()
+                }
+                CleanupStatus::Failed => {
+                    let code = report.code.as_ref().map(|c| c.as_str().to_owned());
+                    // A reclaim fails only for a reason the dead run left:
+                    // an entry in the job tree its journal does not prove.
+                    let rel = job.strip_prefix(&ws).unwrap().to_path_buf();
+                    let unproven = before.iter().any(|(p, (ino, _))| {
+                        p.strip_prefix("ws").is_ok_and(|r| {
+                            r.starts_with(&rel) && !proof.contains(&(r.to_path_buf(), *ino))
+                        })
+                    });
+                    assert!(
+                        unproven,
+                        "seed {seed}: {id} failed {code:?} although its journal proves its whole tree"
+                    );
+                    failed.insert(rel);
+                    format!("failed:{}", code.unwrap_or_default())
+                }
+                other => panic!("seed {seed}: unexpected status {other:?}"),
+            };
+            *statuses.entry(key).or_default() += 1;
+        }
+        let foreign = second
+            .client
+            .cleanup_workspace(&RequestId::new("foreign").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(foreign.status, CleanupStatus::Failed, "seed {seed}");
+        assert_eq!(
+            std::fs::read(ws.join(".custodian/job/foreign/x.txt")).unwrap(),
+            b"not ours",
+            "seed {seed}: a job directory without a journal was adopted"
+        );
+
+        // 3. No process of the dead run is left running.
+        let listed = std::fs::read_to_string(&pids).unwrap();
+        for pid in listed.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            assert!(
+                !alive(pid),
+                "seed {seed}: process {pid} of the dead run survived the reclaim"
+            );
+        }
+
+        // 4. Nothing outside the job trees changed; every removal is proven;
+        //    a failed request's job tree is kept whole.
+        let after = snapshot(&dir);
+        for (p, v) in &before {
+            let in_ws = p.strip_prefix("ws").ok();
+            match in_ws {
+                Some(rel) if internal(rel) => {
+                    if rel.starts_with(".custodian/job") {
+                        if let Some(kept) = failed.iter().find(|f| rel.starts_with(f)) {
+                            assert_eq!(
+                                after.get(p),
+                                Some(v),
+                                "seed {seed}: {p:?} in the kept {kept:?} changed"
+                            );
+                        }
+                        if !after.contains_key(p) {
+                            assert!(
+                                proof.contains(&(rel.to_path_buf(), v.0)),
+                                "seed {seed}: {p:?} removed without a journal proving it"
+                            );
+                            removed_total += 1;
+                        }
+                    }
+                }
+                _ if p == Path::new("pids") => {}
+                _ => assert_eq!(
+                    after.get(p),
+                    Some(v),
+                    "seed {seed}: {p:?} outside the job trees changed"
+                ),
+            }
+        }
+        for p in after.keys() {
+            let outside = p.strip_prefix("ws").map_or(true, |rel| !internal(rel));
+            if outside {
+                assert!(
+                    before.contains_key(p),
+                    "seed {seed}: {p:?} appeared outside the job trees"
+                );
+            }
+        }
+
+        // 5. The restarted node shuts down cleanly.
+        let Node { mut child, client } = second;
+        drop(client);
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "seed {seed}");
+        let _ = std::fs::remove_dir_all(ws.join(".custodian/job/foreign"));
+    }
+    println!(
+        "crash trials: {trials} (seeds {seed0}..{}), kill points {kill_points:?}, results {statuses:?}, {removed_total} proven entries removed, {survivors} processes of dead runs killed by the reclaim, 0 leaks, 0 unproven removals",
+        seed0 + trials
+    );
+}

@@ -1,0 +1,235 @@
+//! The ownership journal and reclaim on restart: a "dead node" is a
+//! workspace dropped with its requests open (nothing cleaned); a restart is
+//! a second `Workspace::open` on the same root.
+
+use std::fs;
+use std::path::PathBuf;
+
+use custodian::workspace::journal::{self, Tail};
+use custodian::workspace::{
+    CleanupCode, CleanupStatus, Workspace, WorkspaceConfig, WorkspaceError,
+};
+
+use crate::{Fixture, assert_only_removed, inventoried, populate};
+
+fn journal_path(fx: &Fixture, id: &str) -> PathBuf {
+    fx.root().join(".custodian/journal").join(id)
+}
+
+fn restart(fx: &Fixture) -> Workspace {
+    Workspace::open(fx.root(), WorkspaceConfig::default()).expect("reopen workspace")
+}
+
+/// The journal of an open request replays to exactly its inventory.
+#[test]
+fn the_journal_replays_to_the_inventory() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("req-j").unwrap();
+    populate(&job);
+    job.create_dir("empty").unwrap();
+    let bytes = fs::read(journal_path(&fx, "req-j")).unwrap();
+    let read = journal::read(&bytes);
+    assert_eq!(read.tail, Tail::Clean);
+    let rep = journal::replay(&read).unwrap();
+    assert_eq!(rep.request, b"req-j");
+    assert_eq!(rep.suspect, 0);
+    assert!(!rep.cleanup_started);
+    let inv = rep.inventory.expect("job proven");
+    let live = job.inventory();
+    assert_eq!(inv.len(), live.len());
+    for i in 0..live.len() as u32 {
+        assert_eq!(inv.relative_path(i), live.relative_path(i));
+        assert_eq!(inv.entry(i), live.entry(i));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_dead_nodes_request_is_reclaimed_on_restart() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("dead-1").unwrap();
+    populate(&job);
+    let gone = inventoried(&fx, &job);
+    drop(job);
+    let before = fx.snapshot();
+    let ws = restart(&fx);
+    let results = ws.reclaim().await;
+    assert_eq!(results.len(), 1, "{results:?}");
+    let (id, r) = &results[0];
+    assert_eq!(id.as_str(), "dead-1");
+    assert_eq!(r.status, CleanupStatus::Reclaimed, "{r:?}");
+    assert_eq!((r.counts.files_removed, r.counts.dirs_removed), (3, 3));
+    assert_only_removed(&before, &fx.snapshot(), &gone);
+    assert!(
+        !journal_path(&fx, "dead-1").exists(),
+        "a clean journal is removed"
+    );
+    // An edge asking later gets the typed result, never job_exists.
+    let again = ws.cleanup("dead-1").await.unwrap();
+    assert_eq!(again.status, CleanupStatus::Reclaimed);
+    assert!(matches!(
+        ws.open_request("dead-1"),
+        Err(WorkspaceError::AlreadyCleaned { .. })
+    ));
+    // Nothing is left to reclaim.
+    assert!(restart(&fx).reclaim().await.is_empty());
+}
+
+/// The journal cut at every byte offset of its last record (the identity of
+/// `top.txt`): that file is unproven, so the reclaim keeps the whole tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_torn_identity_record_keeps_its_entry_and_the_tree() {
+    let probe = Fixture::new();
+    let job = probe.ws.open_request("torn").unwrap();
+    populate(&job);
+    let full = fs::read(journal_path(&probe, "torn")).unwrap();
+    let last = journal::OVERHEAD + 43; // a Created frame
+    for cut in (full.len() - last)..full.len() {
+        let fx = Fixture::new();
+        let job = fx.ws.open_request("torn").unwrap();
+        populate(&job);
+        drop(job);
+        let path = journal_path(&fx, "torn");
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), full.len());
+        fs::write(&path, &bytes[..cut]).unwrap();
+        let before = fx.snapshot();
+        let results = restart(&fx).reclaim().await;
+        let r = &results[0].1;
+        assert_eq!(r.status, CleanupStatus::Failed, "cut {cut}: {r:?}");
+        assert_eq!(r.code, Some(CleanupCode::UnregisteredEntry), "cut {cut}");
+        assert_eq!(r.counts.files_removed + r.counts.dirs_removed, 0);
+        assert_only_removed(&before, &fx.snapshot(), &Default::default());
+        assert!(fx.job_dir("torn").join("top.txt").is_file());
+    }
+}
+
+/// A flipped bit in the first artifact's identity: nothing after it is
+/// trusted, the tree is kept whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_corrupt_record_keeps_everything() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("flip").unwrap();
+    populate(&job);
+    drop(job);
+    let path = journal_path(&fx, "flip");
+    let mut bytes = fs::read(&path).unwrap();
+    let read = journal::read(&bytes);
+    // Open, JobCreated, Intent(a), Created(a): flip a bit inside Created(a).
+    let mut frames = Vec::new();
+    let mut at = 0;
+    for r in &read.records {
+        let mut one = Vec::new();
+        journal::encode(r, &mut one);
+        frames.push(at);
+        at += one.len();
+    }
+    bytes[frames[3] + 12] ^= 0x10;
+    fs::write(&path, &bytes).unwrap();
+    let before = fx.snapshot();
+    let ws = restart(&fx);
+    let r = &ws.reclaim().await[0].1;
+    assert_eq!(r.status, CleanupStatus::Failed, "{r:?}");
+    assert_eq!(r.code, Some(CleanupCode::UnregisteredEntry));
+    assert_only_removed(&before, &fx.snapshot(), &Default::default());
+    // The verdict is journalled after the verified prefix: not replayed again.
+    assert!(restart(&fx).reclaim().await.is_empty());
+    assert!(matches!(
+        ws.open_request("flip"),
+        Err(WorkspaceError::AlreadyCleaned { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_job_directory_without_a_journal_is_never_adopted() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("orphan").unwrap();
+    populate(&job);
+    drop(job);
+    fs::remove_file(journal_path(&fx, "orphan")).unwrap();
+    let before = fx.snapshot();
+    let ws = restart(&fx);
+    assert!(ws.reclaim().await.is_empty());
+    assert!(matches!(
+        ws.open_request("orphan"),
+        Err(WorkspaceError::JobExists { .. })
+    ));
+    let r = ws.cleanup("orphan").await.unwrap();
+    assert_eq!(r.code, Some(CleanupCode::JobNotOwned), "{r:?}");
+    assert_only_removed(&before, &fx.snapshot(), &Default::default());
+}
+
+/// A journal ending in an intent whose entry exists on disk: the entry is
+/// suspect and never deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn an_intent_without_identity_is_suspect_and_kept() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("intent").unwrap();
+    populate(&job);
+    drop(job);
+    let path = journal_path(&fx, "intent");
+    let mut bytes = fs::read(&path).unwrap();
+    journal::encode(
+        &journal::Record::Intent {
+            parent: 0,
+            kind: custodian::workspace::ArtifactKind::File,
+            name: b"late.txt".to_vec(),
+        },
+        &mut bytes,
+    );
+    fs::write(&path, &bytes).unwrap();
+    fs::write(fx.job_dir("intent").join("late.txt"), b"maybe ours").unwrap();
+    let before = fx.snapshot();
+    let r = &restart(&fx).reclaim().await[0].1;
+    assert_eq!(r.status, CleanupStatus::Failed, "{r:?}");
+    assert_only_removed(&before, &fx.snapshot(), &Default::default());
+
+    // The same intent with nothing on disk: the rest is reclaimed.
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("intent").unwrap();
+    populate(&job);
+    let gone = inventoried(&fx, &job);
+    drop(job);
+    let path = journal_path(&fx, "intent");
+    let mut bytes = fs::read(&path).unwrap();
+    journal::encode(
+        &journal::Record::Intent {
+            parent: 0,
+            kind: custodian::workspace::ArtifactKind::File,
+            name: b"late.txt".to_vec(),
+        },
+        &mut bytes,
+    );
+    fs::write(&path, &bytes).unwrap();
+    let before = fx.snapshot();
+    let r = &restart(&fx).reclaim().await[0].1;
+    assert_eq!(r.status, CleanupStatus::Reclaimed, "{r:?}");
+    assert_only_removed(&before, &fx.snapshot(), &gone);
+}
+
+/// A cleanup that failed closed journals its verdict; a restart does not
+/// run it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_recorded_verdict_is_not_replayed() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("failed").unwrap();
+    populate(&job);
+    fs::write(fx.job_dir("failed").join("planted"), b"x").unwrap();
+    let r = job.cleanup().await;
+    assert_eq!(r.code, Some(CleanupCode::UnregisteredEntry), "{r:?}");
+    let bytes = fs::read(journal_path(&fx, "failed")).unwrap();
+    let rep = journal::replay(&journal::read(&bytes)).unwrap();
+    assert!(rep.cleanup_started);
+    assert_eq!(
+        rep.verdict,
+        Some((CleanupStatus::Failed, Some(CleanupCode::UnregisteredEntry)))
+    );
+    let before = fx.snapshot();
+    assert!(restart(&fx).reclaim().await.is_empty());
+    assert_only_removed(&before, &fx.snapshot(), &Default::default());
+}
