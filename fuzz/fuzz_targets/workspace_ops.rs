@@ -61,6 +61,11 @@ fn snapshot(root: &Path, skip: &Path) -> BTreeMap<PathBuf, (u32, u64, u64, Vec<u
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
+        // The workspace's ownership journals: it appends to them and removes
+        // a clean request's (the journal's own tests check them).
+        if dir.ends_with(".custodian/journal") {
+            continue;
+        }
         for e in fs::read_dir(&dir).unwrap().flatten() {
             let p = e.path();
             if p == skip {
