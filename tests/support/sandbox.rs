@@ -15,14 +15,15 @@ use std::process::Command;
 pub const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
 
 /// Remounts every mount read-only except `$1` (the scratch dir, bound onto
-/// itself), then runs the body.
+/// itself) and `$2` (a mount the body needs writable, e.g. the cgroup v2
+/// hierarchy; empty for none), then runs the body.
 const NAMESPACE_SCRIPT: &str = r#"
 set -e
 mount --bind "$1" "$1"
 for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
-  case "$m" in "$1") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
+  case "$m" in "$1"|"$2") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
 done
-shift 1
+shift 2
 exec "$@"
 "#;
 
@@ -39,7 +40,17 @@ pub fn is_root() -> bool {
 ///
 /// If the body fails or did not run.
 pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
-    let text = run_in_namespace(&["--exact", inner], base)?;
+    run_guarded_keeping(inner, base, None)
+}
+
+/// [`run_guarded`], also keeping the mount at `keep` writable (the body
+/// checks with [`scratch_keeping`]).
+///
+/// # Panics
+///
+/// If the body fails or did not run.
+pub fn run_guarded_keeping(inner: &str, base: &Path, keep: Option<&Path>) -> Option<String> {
+    let text = run_in_namespace(&["--exact", inner], base, keep)?;
     assert!(text.contains("1 passed"), "the body did not run: {text}");
     Some(text)
 }
@@ -51,7 +62,7 @@ pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
 ///
 /// If any of them fails, or none ran.
 pub fn run_guarded_filter(filter: &str, base: &Path) -> Option<String> {
-    let text = run_in_namespace(&[filter], base)?;
+    let text = run_in_namespace(&[filter], base, None)?;
     assert!(
         text.contains("test result: ok.") && !text.contains(" 0 passed"),
         "the bodies did not run: {text}"
@@ -59,7 +70,7 @@ pub fn run_guarded_filter(filter: &str, base: &Path) -> Option<String> {
     Some(text)
 }
 
-fn run_in_namespace(select: &[&str], base: &Path) -> Option<String> {
+fn run_in_namespace(select: &[&str], base: &Path, keep: Option<&Path>) -> Option<String> {
     let scratch = tempfile::tempdir_in(base).expect("scratch dir");
     let exe = std::env::current_exe().expect("test binary");
     let mut test_args: Vec<&str> = select.to_vec();
@@ -84,6 +95,7 @@ fn run_in_namespace(select: &[&str], base: &Path) -> Option<String> {
             "sh",
         ])
         .arg(scratch.path())
+        .arg(keep.unwrap_or(Path::new("")))
         .arg(&exe);
     } else {
         cmd = Command::new(&exe);
@@ -122,9 +134,19 @@ pub fn tempdir() -> tempfile::TempDir {
 ///
 /// If not run by [`run_guarded`], or if another mount is writable.
 pub fn scratch() -> PathBuf {
+    scratch_keeping(None)
+}
+
+/// [`scratch`] for a body run by [`run_guarded_keeping`]: the mount at
+/// `keep` may be writable too.
+///
+/// # Panics
+///
+/// As [`scratch`].
+pub fn scratch_keeping(keep: Option<&Path>) -> PathBuf {
     let scratch = PathBuf::from(std::env::var_os(SCRATCH_ENV).expect("run by run_guarded"));
     if is_root() {
-        only_scratch_writable(&scratch).unwrap();
+        only_writable(&scratch, keep).unwrap();
     }
     scratch
 }
@@ -133,6 +155,12 @@ pub fn scratch() -> PathBuf {
 /// is read-only (of mounts stacked on one mount point, the last listed is
 /// the visible one).
 pub fn only_scratch_writable(scratch: &Path) -> Result<(), String> {
+    only_writable(scratch, None)
+}
+
+/// [`only_scratch_writable`], except that the mount at `keep` may be
+/// writable too.
+pub fn only_writable(scratch: &Path, keep: Option<&Path>) -> Result<(), String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
     let mut visible = std::collections::BTreeMap::new();
     for line in info.lines() {
@@ -141,7 +169,7 @@ pub fn only_scratch_writable(scratch: &Path) -> Result<(), String> {
     }
     for (mount, opts) in visible {
         let m = Path::new(&mount);
-        if m.starts_with(scratch) {
+        if m.starts_with(scratch) || Some(m) == keep {
             continue;
         }
         if !opts.split(',').any(|o| o == "ro") {

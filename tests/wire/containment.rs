@@ -6,8 +6,6 @@
 //! where every visible mount is read-only except its scratch directory and
 //! the cgroup v2 hierarchy, and checks that first.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use custodian::contain::{Hierarchy, request_cgroup};
@@ -17,19 +15,6 @@ use custodian::wire::{CleanupVerdict, NodeWorkspace, RunSpec, WorkspaceNode};
 use custodian::workspace::{Workspace, WorkspaceConfig};
 
 const INNER: &str = "containment::node_cleans_a_request_whose_setsid_writer_is_dead_first_inner";
-const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
-
-/// Remounts every mount read-only except `$1` (the scratch dir, bound onto
-/// itself) and `$2` (the cgroup v2 mount), then runs the rest.
-const NAMESPACE_SCRIPT: &str = r#"
-set -e
-mount --bind "$1" "$1"
-for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
-  case "$m" in "$1"|"$2") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
-done
-shift 2
-exec "$@"
-"#;
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -39,23 +24,6 @@ fn alive(pid: u32) -> bool {
             Some('Z' | 'X') | None
         )
     })
-}
-
-/// Every visible mount but `scratch` and `cgroup` is read-only.
-fn only_scratch_writable(scratch: &Path, cgroup: &Path) -> Result<(), String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
-    let mut visible = std::collections::BTreeMap::new();
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        visible.insert(f[4].to_owned(), f[5].to_owned());
-    }
-    for (mount, opts) in visible {
-        let m = Path::new(&mount);
-        if m != scratch && m != cgroup && !opts.split(',').any(|o| o == "ro") {
-            return Err(format!("{mount} is writable"));
-        }
-    }
-    Ok(())
 }
 
 #[test]
@@ -68,55 +36,14 @@ fn node_cleans_a_request_whose_setsid_writer_is_dead_first() {
         eprintln!("skipped: no writable cgroup v2 here");
         return;
     }
-    let probe = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot create a mount namespace (unshare -m)");
-        return;
-    }
-    let scratch = tempfile::tempdir().unwrap();
-    let out = Command::new("unshare")
-        .args([
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            NAMESPACE_SCRIPT,
-            "sh",
-        ])
-        .arg(scratch.path())
-        .arg(&h.mount)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            INNER,
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCRATCH_ENV, scratch.path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("1 passed"),
-        "the inner test did not run: {text}"
-    );
+    crate::sandbox::run_guarded_keeping(INNER, &std::env::temp_dir(), Some(&h.mount));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by node_cleans_a_request_whose_setsid_writer_is_dead_first in a mount namespace"]
 async fn node_cleans_a_request_whose_setsid_writer_is_dead_first_inner() {
-    let scratch = PathBuf::from(std::env::var_os(SCRATCH_ENV).expect("run by the outer test"));
     let h = Hierarchy::discover().unwrap();
-    only_scratch_writable(&scratch, &h.mount).unwrap();
+    let scratch = crate::sandbox::scratch_keeping(Some(&h.mount));
 
     let root = scratch.join("ws");
     std::fs::create_dir(&root).unwrap();

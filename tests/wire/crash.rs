@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use custodian::contain::{Hierarchy, request_cgroup};
@@ -26,19 +26,6 @@ use custodian::workspace::journal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");
 const INNER: &str = "crash::sigkilled_nodes_are_reclaimed_on_restart_inner";
-const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
-
-/// Remounts every mount read-only except `$1` (the scratch dir, bound onto
-/// itself) and `$2` (the cgroup v2 mount), then runs the rest.
-const NAMESPACE_SCRIPT: &str = r#"
-set -e
-mount --bind "$1" "$1"
-for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
-  case "$m" in "$1"|"$2") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
-done
-shift 2
-exec "$@"
-"#;
 
 #[test]
 fn sigkilled_nodes_are_reclaimed_on_restart() {
@@ -50,50 +37,11 @@ fn sigkilled_nodes_are_reclaimed_on_restart() {
         eprintln!("skipped: no writable cgroup v2 here");
         return;
     }
-    let scratch = tempfile::tempdir().unwrap();
-    let mut cmd;
-    if rustix::process::geteuid().is_root() {
-        let probe = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "true"])
-            .status();
-        if !probe.is_ok_and(|s| s.success()) {
-            eprintln!("skipped: root without a mount namespace (unshare -m)");
-            return;
-        }
-        cmd = Command::new("unshare");
-        cmd.args([
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            NAMESPACE_SCRIPT,
-            "sh",
-        ])
-        .arg(scratch.path())
-        .arg(&h.mount)
-        .arg(std::env::current_exe().unwrap());
-    } else {
-        cmd = Command::new(std::env::current_exe().unwrap());
-    }
-    let out = cmd
-        .args([
-            "--exact",
-            INNER,
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCRATCH_ENV, scratch.path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("1 passed"), "the body did not run: {text}");
+    let Some(text) =
+        crate::sandbox::run_guarded_keeping(INNER, &std::env::temp_dir(), Some(&h.mount))
+    else {
+        return;
+    };
     if let Some(line) = text.lines().find(|l| l.contains("crash trials:")) {
         eprintln!("{line}");
     }
@@ -123,24 +71,6 @@ fn alive(pid: u32) -> bool {
             Some('Z' | 'X') | None
         )
     })
-}
-
-/// Every visible mount but `scratch` and `cgroup` is read-only.
-fn only_scratch_writable(scratch: &Path, cgroup: &Path) -> Result<(), String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
-    // The last mount on a mount point is the visible one.
-    let mut visible = BTreeMap::new();
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        visible.insert(f[4].to_owned(), f[5].to_owned());
-    }
-    for (mount, opts) in visible {
-        let m = Path::new(&mount);
-        if m != scratch && m != cgroup && !opts.split(',').any(|o| o == "ro") {
-            return Err(format!("{mount} is writable"));
-        }
-    }
-    Ok(())
 }
 
 /// Path (relative to `root`) → (inode, contents for files).
@@ -307,11 +237,8 @@ const STEPS: u32 = 30;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by sigkilled_nodes_are_reclaimed_on_restart in a mount namespace"]
 async fn sigkilled_nodes_are_reclaimed_on_restart_inner() {
-    let scratch = PathBuf::from(std::env::var_os(SCRATCH_ENV).expect("run by the outer test"));
-    if rustix::process::geteuid().is_root() {
-        let h = Hierarchy::discover().unwrap();
-        only_scratch_writable(&scratch, &h.mount).unwrap();
-    }
+    let h = Hierarchy::discover().unwrap();
+    let scratch = crate::sandbox::scratch_keeping(Some(&h.mount));
     let trials: u64 = std::env::var("CUSTODIAN_CRASH_TRIALS")
         .ok()
         .and_then(|s| s.parse().ok())

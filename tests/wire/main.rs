@@ -12,3 +12,5 @@ mod node_handler;
 mod policy;
 mod race;
 mod read_order;
+#[path = "../support/sandbox.rs"]
+mod sandbox;
