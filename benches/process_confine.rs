@@ -9,7 +9,8 @@
 //!
 //! Variants: unconfined (cgroup tier), network off only (seccomp + Landlock
 //! TCP), `read-only` with the network on (Landlock filesystem + scopes,
-//! private TMPDIR), `read-only` (and network off), `workspace-write` with a `deny_read` of `$HOME/.ssh` (the read
+//! private TMPDIR), `read-only` (and network off), `workspace-write` (and
+//! network off), the same with a `deny_read` of `$HOME/.ssh` (the read
 //! grant is then split into one rule per sibling on the way down from `/`).
 
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ fn main() {
     let opts = LaunchOptions::new(&ws);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
-    let variants: [(&str, Confinement); 5] = [
+    let variants: [(&str, Confinement); 6] = [
         ("unconfined", Confinement::none()),
         (
             "network off",
@@ -68,6 +69,7 @@ fn main() {
             Confinement::read_only().with_network(Network::On),
         ),
         ("read-only", Confinement::read_only()),
+        ("workspace-write", Confinement::workspace_write()),
         (
             "workspace-write + deny $HOME/.ssh",
             Confinement::workspace_write().with_deny_read(ssh),
