@@ -48,8 +48,8 @@ mod cgroup;
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{
-    Cgroup, CgroupError, CgroupName, EventsWatch, Hierarchy, base_cgroup_name, process_cgroup,
-    reopen_request_cgroup, request_cgroup,
+    Cgroup, CgroupError, CgroupName, DeadBases, EventsWatch, Hierarchy, base_cgroup_name,
+    process_cgroup, remove_dead_bases, reopen_request_cgroup, request_cgroup,
 };
 
 use std::fmt;
