@@ -14,3 +14,5 @@ mod race;
 mod read_order;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
+mod spawn;
+mod ssh;
