@@ -111,3 +111,29 @@ fn help_states_the_output_and_every_exit_code() {
         assert!(help.contains(code), "{code:?} missing from:\n{help}");
     }
 }
+
+#[test]
+fn an_existing_socket_path_is_never_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let taken = dir.path().join("node.sock");
+    std::fs::write(&taken, b"someone's file").unwrap();
+    let out = node(
+        &[
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--socket",
+            taken.to_str().unwrap(),
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("already exists; refusing to replace it"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&taken).unwrap(), b"someone's file");
+}
