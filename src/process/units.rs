@@ -19,7 +19,7 @@
 //! | `GB` | 1000³ (and `TB`, `PB`, `EB` likewise) |
 //!
 //! A bare prefix (`64K`) is binary, as in GNU coreutils; the crate alone
-//! reads it as decimal, so [`parse_size`] rewrites it to `64Ki` first. A
+//! reads it as decimal, so [`parse_size()`] rewrites it to `64Ki` first. A
 //! fraction is rounded to the nearest byte (`1.5MiB` is 1572864, `0.1KiB`
 //! is 102).
 

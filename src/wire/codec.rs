@@ -19,7 +19,7 @@
 //!   hands the bytes on and serde_json refuses them while decoding.
 //! - a stream ending inside a frame is `truncated_frame`. Both codecs return
 //!   the unterminated rest as a last frame at end of stream, so
-//!   [`FrameCodec::decode_eof`] reports it as [`FrameError::Truncated`]
+//!   `FrameCodec::decode_eof` reports it as [`FrameError::Truncated`]
 //!   instead.
 
 use std::io;
