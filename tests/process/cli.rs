@@ -495,3 +495,51 @@ fn every_subcommand_help_states_its_output_and_exit_codes() {
         }
     }
 }
+
+/// The private `TMPDIR` of a filesystem confinement lives beneath the
+/// embedding process's `TMPDIR` when that is set, else on the `/dev/shm`
+/// tmpfs (when the host has one), and is gone once the run has settled.
+#[test]
+fn confined_private_tmp_follows_tmpdir_or_uses_dev_shm() {
+    let _quiet = crate::common::quiet_host();
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let run = |tmpdir: Option<&std::path::Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_custodian"));
+        cmd.args(["run", "--confine", "read-only", "--", "sh", "-c"])
+            .arg("echo \"$TMPDIR\"; echo t > \"$TMPDIR/t\" && echo wrote");
+        match tmpdir {
+            Some(dir) => cmd.env("TMPDIR", dir),
+            None => cmd.env_remove("TMPDIR"),
+        };
+        let out = cmd.output().unwrap();
+        let ev = json(&out);
+        let text = ev["stdout"]["text"].as_str().unwrap().to_owned();
+        let (path, rest) = text.split_once('\n').unwrap();
+        assert_eq!(rest, "wrote\n", "{ev}");
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{path} outlived the run"
+        );
+        path.to_owned()
+    };
+    let chosen = tempfile::tempdir().unwrap();
+    let path = run(Some(chosen.path()));
+    assert!(
+        path.starts_with(&format!("{}/custodian-tmp-", chosen.path().display())),
+        "{path}"
+    );
+    let shm_is_tmpfs = Command::new("stat")
+        .args(["-f", "-c", "%T", "/dev/shm"])
+        .output()
+        .is_ok_and(|o| o.stdout == b"tmpfs\n");
+    let path = run(None);
+    if shm_is_tmpfs {
+        assert!(path.starts_with("/dev/shm/custodian-tmp-"), "{path}");
+    } else {
+        eprintln!("note: /dev/shm is not a tmpfs here; the private TMPDIR was {path}");
+        assert!(path.starts_with("/tmp/custodian-tmp-"), "{path}");
+    }
+}
