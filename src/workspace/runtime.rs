@@ -571,18 +571,26 @@ impl Workspace {
         if read.tail != journal::Tail::Clean {
             tracing::info!(request = %id, tail = ?read.tail, "journal tail ignored");
         }
-        let rep = match journal::replay(&read) {
-            Ok(rep) if rep.request == id.as_str().as_bytes() => rep,
-            Ok(_) => {
-                tracing::warn!(request = %id, "journal names another request; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
-            }
-            Err(e) => {
-                tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+        // No complete record: the run died between creating the journal
+        // (`O_EXCL`) and completing its `Open` record, which precedes the
+        // job directory's `mkdirat`. It proves nothing, as below when the
+        // job directory's identity is missing.
+        let rep = if read.records.is_empty() {
+            None
+        } else {
+            match journal::replay(&read) {
+                Ok(rep) if rep.request == id.as_str().as_bytes() => Some(rep),
+                Ok(_) => {
+                    tracing::warn!(request = %id, "journal names another request; the job is kept");
+                    return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+                }
+                Err(e) => {
+                    tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
+                    return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+                }
             }
         };
-        if rep.verdict.is_some() {
+        if rep.as_ref().is_some_and(|rep| rep.verdict.is_some()) {
             return Prepared::Decided;
         }
         let finish = |result: CleanupResult| {
@@ -596,7 +604,8 @@ impl Workspace {
             suspect: None,
         };
         let jobs = self.inner.jobs.as_fd();
-        let Some(inventory) = rep.inventory else {
+        let Some((rep, inventory)) = rep.and_then(|mut rep| rep.inventory.take().map(|i| (rep, i)))
+        else {
             // The job directory's creation is not proven: it was never made,
             // or its identity record was lost.
             return match fs::observe_at(jobs, &cname) {
