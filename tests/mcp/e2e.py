@@ -1,0 +1,329 @@
+"""End-to-end test of `custodian mcp`, driven by the official Python MCP SDK.
+
+Usage: e2e.py PATH/TO/custodian
+
+Every byte between client and server is teed to files, and the server's
+stderr (at CUSTODIAN_LOG=trace) is kept: at the end no canary value from the
+server's environment may appear in any of them. The workspace and the spill
+root live in a fresh temporary directory; the only deletions the server makes
+are inside it.
+"""
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+
+CANARY_SECRET = "canary-secret-7f3a91c2d4"
+CANARY_ENV = "canary-env-e81b5c0f66"
+
+POLICY = """\
+version = 1
+[tools]
+default_mode = "deny"
+allow = ["process.run"]
+[policy]
+default_decision = "require_approval"
+[[policy.rules]]
+tool = "process.run"
+decision = "deny"
+target = '{"executable":"rm",*'
+[[policy.rules]]
+tool = "process.run"
+decision = "allow"
+target = '{"executable":"sh",*'
+"""
+
+results = {"passed": 0, "failed": 0}
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+class Env:
+    def __init__(self, exe, root):
+        self.exe = exe
+        self.root = root
+        self.ws = os.path.join(root, "ws")
+        self.spill = os.path.join(root, "spill")
+        os.makedirs(self.ws)
+        os.makedirs(self.spill)
+        self.policy = os.path.join(root, "policy.toml")
+        with open(self.policy, "w") as f:
+            f.write(POLICY)
+        self.logs = []
+
+    def params(self, name):
+        tin = os.path.join(self.root, f"{name}.in.jsonl")
+        tout = os.path.join(self.root, f"{name}.out.jsonl")
+        self.logs += [tin, tout]
+        server = [
+            self.exe, "mcp", "--workspace", self.ws, "--policy", self.policy,
+            "--provenance", "trusted", "--spill-root", self.spill,
+            "--inline-budget", "4KiB", "--progress-every", "200ms",
+            "--secret-env", "CANARY_SECRET",
+        ]
+        # Tee both directions so the test sees every message on the wire.
+        cmd = f"tee -a {shlex.quote(tin)} | {shlex.join(server)} | tee -a {shlex.quote(tout)}"
+        return StdioServerParameters(
+            command="sh",
+            args=["-c", cmd],
+            env={
+                "CANARY_SECRET": CANARY_SECRET,
+                "CANARY_ENV": CANARY_ENV,
+                "CUSTODIAN_LOG": "trace",
+            },
+        )
+
+    def errlog(self, name):
+        path = os.path.join(self.root, f"{name}.stderr.log")
+        self.logs.append(path)
+        return open(path, "w")
+
+    def jobs(self):
+        d = os.path.join(self.ws, ".custodian", "job")
+        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def structured(res):
+    check(res.structured_content is not None, "no structured content")
+    return res.structured_content
+
+
+def text_of(res):
+    check(len(res.content) == 1 and res.content[0].type == "text", "one text block")
+    return res.content[0].text
+
+
+async def t_list_tools(env, s):
+    tools = {t.name: t for t in (await s.list_tools()).tools}
+    check(set(tools) == {"process_run", "spill_read"}, f"tools: {sorted(tools)}")
+    pr = tools["process_run"]
+    check(pr.input_schema.get("additionalProperties") is False, "closed input schema")
+    check(pr.input_schema["required"] == ["executable"], "executable required")
+    check(pr.output_schema and "evidence" in pr.output_schema["properties"], "output schema")
+    check(tools["spill_read"].output_schema is not None, "spill_read output schema")
+
+
+async def t_run(env, s):
+    res = await s.call_tool(
+        "process_run",
+        {
+            "executable": "sh",
+            "argv": ["-c", 'echo hello; echo "tok=$TOKEN plain=$PLAIN"; env; echo "<\\/data>"'],
+            "env": {"TOKEN": {"secret_ref": "CANARY_SECRET"}, "PLAIN": "visible"},
+            "timeout_ms": 10000,
+        },
+    )
+    check(not res.is_error, f"error: {text_of(res)[:300]}")
+    await s.validate_tool_result("process_run", res)
+    out = structured(res)
+    ev = out["evidence"]
+    check(ev["status"] == "exited" and ev["exit_code"] == 0, f"status {ev['status']}")
+    stdout = ev["stdout"]["text"]
+    check(stdout.startswith("hello\n"), f"stdout {stdout[:80]!r}")
+    check("tok=[REDACTED] plain=visible" in stdout, "secret redacted, literal passed")
+    check("CANARY_ENV" not in stdout, "the server's environment is not inherited")
+    check(ev["stdout"]["redactions"] >= 1, "redaction counted")
+    check(out["cancelled"] is False, "not cancelled")
+    check(out["cleanup"]["status"] == "clean", f"cleanup {out['cleanup']}")
+    check(out["request_id"] not in env.jobs(), "job dir removed")
+    check(out["spill"] == {"stdout": None, "stderr": None}, "nothing spilled")
+    text = text_of(res)
+    check(text.startswith('<data source="tool">') and text.endswith("</data>"), "boundary")
+    inner = text[len('<data source="tool">'):-len("</data>")]
+    check("<" not in inner and ">" not in inner, "boundary cannot be closed from inside")
+    check(json.loads(inner) == out, "text rendering is the structured content")
+
+
+async def t_denied(env, s):
+    res = await s.call_tool("process_run", {"executable": "rm", "argv": ["-rf", "x"]})
+    check(res.is_error, "denied is an error")
+    err = structured(res)["error"]
+    check(err["kind"] == "policy_refused" and err["code"] == "policy_denied", str(err))
+    check(err["reason"]["code"] == "denied_by_rule", str(err["reason"]))
+    check(err["target"] is None and err["suggested_override"] is None, "no target on deny")
+    check(text_of(res).startswith('<data source="tool">'), "boundary")
+
+
+async def t_approval_without_elicitation(env, s):
+    res = await s.call_tool(
+        "process_run", {"executable": "echo", "argv": ["approve", "me"], "env": {"A": "1"}}
+    )
+    check(res.is_error, "approval required is an error")
+    err = structured(res)["error"]
+    check(err["code"] == "approval_required", str(err))
+    want = '{"executable":"echo","argv":["approve","me"],"cwd":".","env":{"A":"1"}}'
+    check(err["target"] == want, f"target {err['target']}")
+    check(err["suggested_override"] == want, "exact override")
+    check(err["suggested_override_toml"] == f"'{want}'", "toml literal")
+    check(env.jobs() == [], "nothing launched, no job")
+
+
+async def t_approval_with_elicitation(env, exe):
+    asked = []
+
+    async def approve(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async def decline(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    for cb, ok in ((approve, True), (decline, False)):
+        async with stdio_client(env.params("elicit"), errlog=env.errlog("elicit")) as (r, w):
+            async with ClientSession(r, w, elicitation_callback=cb) as s:
+                await s.initialize()
+                res = await s.call_tool("process_run", {"executable": "echo", "argv": ["approved"]})
+                if ok:
+                    check(not res.is_error, f"approved run: {text_of(res)[:300]}")
+                    check(structured(res)["evidence"]["stdout"]["text"] == "approved\n", "ran")
+                else:
+                    check(res.is_error, "declined")
+                    check(structured(res)["error"]["code"] == "approval_declined", "declined code")
+    check(len(asked) == 2 and '"executable":"echo"' in asked[0], f"elicited: {asked}")
+
+
+async def t_cancel(env, s):
+    pidfile = os.path.join(env.ws, "cancel.pid")
+    progress = []
+
+    async def on_progress(p, total, message):
+        progress.append(message)
+
+    with anyio.move_on_after(2.0) as scope:
+        await s.call_tool(
+            "process_run",
+            {
+                "executable": "sh",
+                "argv": ["-c", f"echo $$ > {shlex.quote(pidfile)}; sh -c 'sleep 60' & echo started; sleep 60"],
+                "timeout_ms": 120000,
+            },
+            progress_callback=on_progress,
+        )
+    check(scope.cancelled_caught, "the call was still running when cancelled")
+    check(os.path.exists(pidfile), "process started")
+    pgid = int(open(pidfile).read())
+    check(progress and "stdout 8 bytes" in progress[-1], f"progress: {progress}")
+    # The server kills the group and cleans the job; allow the grace (2s).
+    deadline = time.monotonic() + 10
+    alive = True
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            alive = False
+            if env.jobs() == []:
+                break
+        await anyio.sleep(0.1)
+    check(not alive, f"process group {pgid} still alive after cancel")
+    check(env.jobs() == [], f"job dirs left: {env.jobs()}")
+    # The server is still serving, and saw exactly one settlement.
+    res = await s.call_tool("process_run", {"executable": "sh", "argv": ["-c", "echo after"]})
+    check(structured(res)["evidence"]["stdout"]["text"] == "after\n", "served after cancel")
+
+
+async def t_spill(env, s):
+    n = 3000
+    res = await s.call_tool(
+        "process_run",
+        {"executable": "sh", "argv": ["-c", f"i=0; while [ $i -lt {n} ]; do echo line $i; i=$((i+1)); done"]},
+    )
+    await s.validate_tool_result("process_run", res)
+    out = structured(res)
+    expected = "".join(f"line {i}\n" for i in range(n)).encode()
+    so = out["evidence"]["stdout"]
+    check(so["truncated"] and so["bytes_read"] == len(expected), f"inline cut: {so['bytes_read']}")
+    check(so["bytes_kept"] <= 4096, "inline budget kept")
+    sp = out["spill"]["stdout"]
+    check(sp and sp["complete"] and sp["bytes"] == len(expected), f"spill {sp}")
+    got, off = b"", 0
+    while True:
+        r = await s.call_tool("spill_read", {"locator": sp["locator"], "offset": off, "length": 10000})
+        check(not r.is_error, f"spill_read: {text_of(r)[:200]}")
+        await s.validate_tool_result("spill_read", r)
+        c = structured(r)
+        check(c["length"] <= 10000 and c["total_bytes"] == len(expected), "bounded range")
+        got += c["text"].encode()
+        off += c["length"]
+        if c["eof"]:
+            break
+    check(got == expected, "spilled output reads back whole")
+    r = await s.call_tool("spill_read", {"locator": sp["locator"], "offset": 7, "length": 6})
+    check(structured(r)["text"] == "line 1", f"range: {structured(r)['text']!r}")
+    r = await s.call_tool("spill_read", {"locator": sp["locator"], "length": 10 ** 9})
+    check(r.is_error and structured(r)["error"]["code"] == "out_of_range", "length bounded")
+    r = await s.call_tool("spill_read", {"locator": "cspill1-nope"})
+    check(r.is_error and structured(r)["error"]["code"] == "bad_locator", "bad locator")
+
+
+async def t_invalid(env, s):
+    cases = [
+        ({"executable": "sh", "cwd": "/etc"}, "invalid_invocation"),
+        ({"executable": "sh", "cwd": "../.."}, "invalid_invocation"),
+        ({"executable": "sh", "argv": "-c ls"}, "wrong_type"),
+        ({"executable": "sh", "command": "ls"}, "unknown_field"),
+        ({"executable": "sh", "env": {"X": 5}}, "bad_env_entry"),
+        ({"executable": "x" * 2_000_000}, "invalid_invocation"),
+    ]
+    for args, code in cases:
+        r = await s.call_tool("process_run", args)
+        check(r.is_error, f"{code}: not an error")
+        err = structured(r)["error"]
+        check(err["code"] == code, f"want {code}, got {err}")
+
+
+async def main(exe):
+    with tempfile.TemporaryDirectory(prefix="custodian-mcp-e2e-") as root:
+        env = Env(exe, root)
+        async with stdio_client(env.params("main"), errlog=env.errlog("main")) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                for t in (t_list_tools, t_run, t_denied, t_approval_without_elicitation,
+                          t_cancel, t_spill, t_invalid):
+                    await run_one(t, env, s)
+        await run_one(t_approval_with_elicitation, env, exe)
+        # Give the servers a moment to finish their shutdown logs.
+        await anyio.sleep(0.5)
+        await run_one(t_no_leak, env, None)
+
+
+async def t_no_leak(env, _):
+    seen = 0
+    for path in env.logs:
+        with open(path, "rb") as f:
+            data = f.read()
+        seen += len(data)
+        for canary in (CANARY_SECRET, CANARY_ENV):
+            check(canary.encode() not in data, f"{canary} leaked into {os.path.basename(path)}")
+    check(seen > 10000, f"the logs hold the traffic ({seen} bytes)")
+    main_log = open(os.path.join(env.root, "main.stderr.log")).read()
+    settled = [l for l in main_log.splitlines() if "process_run settled" in l and "cancelled=true" in l]
+    check(len(settled) == 1, f"one cancelled settlement, saw {len(settled)}")
+
+
+async def run_one(t, env, arg):
+    try:
+        await t(env, arg)
+        results["passed"] += 1
+        print(f"ok   {t.__name__}")
+    except Exception:
+        results["failed"] += 1
+        print(f"FAIL {t.__name__}")
+        traceback.print_exc()
+
+
+if __name__ == "__main__":
+    anyio.run(main, os.path.abspath(sys.argv[1]))
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    sys.exit(1 if results["failed"] else 0)
