@@ -1,6 +1,8 @@
 """End-to-end test of `custodian mcp`, driven by the official Python MCP SDK.
 
-Usage: e2e.py PATH/TO/custodian
+Usage: tests/mcp/run.sh PYTHON PATH/TO/custodian (as root it runs this
+script in a private mount namespace where only its scratch directory is
+writable; this script checks that first).
 
 Every byte between client and server is teed to files, and the server's
 stderr (at CUSTODIAN_LOG=trace) is kept: at the end no canary value from the
@@ -23,6 +25,10 @@ from mcp.client.stdio import stdio_client
 
 CANARY_SECRET = "canary-secret-7f3a91c2d4"
 CANARY_ENV = "canary-env-e81b5c0f66"
+# A literal overlay value the client sends: it is the client's own, so it may
+# come back to it (in the output of a process that prints it, or in a match
+# target), but it must never reach the server's log.
+CANARY_LITERAL = "canary-literal-5d2e0a"
 
 POLICY = """\
 version = 1
@@ -120,7 +126,7 @@ async def t_run(env, s):
         {
             "executable": "sh",
             "argv": ["-c", 'echo hello; echo "tok=$TOKEN plain=$PLAIN"; env; echo "<\\/data>"'],
-            "env": {"TOKEN": {"secret_ref": "CANARY_SECRET"}, "PLAIN": "visible"},
+            "env": {"TOKEN": {"secret_ref": "CANARY_SECRET"}, "PLAIN": CANARY_LITERAL},
             "timeout_ms": 10000,
         },
     )
@@ -131,7 +137,7 @@ async def t_run(env, s):
     check(ev["status"] == "exited" and ev["exit_code"] == 0, f"status {ev['status']}")
     stdout = ev["stdout"]["text"]
     check(stdout.startswith("hello\n"), f"stdout {stdout[:80]!r}")
-    check("tok=[REDACTED] plain=visible" in stdout, "secret redacted, literal passed")
+    check(f"tok=[REDACTED] plain={CANARY_LITERAL}" in stdout, "secret redacted, literal passed")
     check("CANARY_ENV" not in stdout, "the server's environment is not inherited")
     check(ev["stdout"]["redactions"] >= 1, "redaction counted")
     check(out["cancelled"] is False, "not cancelled")
@@ -283,8 +289,28 @@ async def t_invalid(env, s):
         check(err["code"] == code, f"want {code}, got {err}")
 
 
+def only_scratch_writable(scratch):
+    """As root: every visible mount but the scratch directory (and the cgroup
+    v2 hierarchy) must be read-only before anything may delete."""
+    visible = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split(" ")
+            visible[fields[4]] = fields[5]
+    for mount, opts in visible.items():
+        if mount == scratch or mount.startswith(scratch + "/") or mount == "/sys/fs/cgroup":
+            continue
+        if "ro" not in opts.split(","):
+            sys.exit(f"refusing to run: {mount} is writable (run through tests/mcp/run.sh)")
+
+
 async def main(exe):
-    with tempfile.TemporaryDirectory(prefix="custodian-mcp-e2e-") as root:
+    scratch = os.environ.get("CUSTODIAN_TEST_SCRATCH")
+    if os.geteuid() == 0:
+        if not scratch:
+            sys.exit("refusing to run as root outside tests/mcp/run.sh")
+        only_scratch_writable(os.path.realpath(scratch))
+    with tempfile.TemporaryDirectory(prefix="custodian-mcp-e2e-", dir=scratch) as root:
         env = Env(exe, root)
         async with stdio_client(env.params("main"), errlog=env.errlog("main")) as (r, w):
             async with ClientSession(r, w) as s:
@@ -306,6 +332,8 @@ async def t_no_leak(env, _):
         seen += len(data)
         for canary in (CANARY_SECRET, CANARY_ENV):
             check(canary.encode() not in data, f"{canary} leaked into {os.path.basename(path)}")
+        if path.endswith(".stderr.log"):
+            check(CANARY_LITERAL.encode() not in data, f"overlay value logged in {path}")
     check(seen > 10000, f"the logs hold the traffic ({seen} bytes)")
     main_log = open(os.path.join(env.root, "main.stderr.log")).read()
     settled = [l for l in main_log.splitlines() if "process_run settled" in l and "cancelled=true" in l]
