@@ -281,12 +281,16 @@ async def t_invalid(env, s):
         ({"executable": "sh", "command": "ls"}, "unknown_field"),
         ({"executable": "sh", "env": {"X": 5}}, "bad_env_entry"),
         ({"executable": "x" * 2_000_000}, "invalid_invocation"),
+        ({"executable": "sh", "env": {"X": {"secret_ref": "UNKNOWN"}}}, "env"),
+        ({"executable": "sh", "cwd": ".custodian/job"}, "internal_path"),
+        ({"executable": "sh", "cwd": "no/such/dir"}, "bad_cwd"),
     ]
     for args, code in cases:
         r = await s.call_tool("process_run", args)
         check(r.is_error, f"{code}: not an error")
         err = structured(r)["error"]
         check(err["code"] == code, f"want {code}, got {err}")
+    check(env.jobs() == [], f"a refused launch left job dirs: {env.jobs()}")
 
 
 def only_scratch_writable(scratch):
