@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use rmcp::ServerHandler;
 use rmcp::model::{
     BooleanSchema, CallToolRequestParams, CallToolResult, ElicitRequestParams, ElicitationAction,
     ElicitationSchema, ErrorData, Implementation, ListToolsResult, PaginatedRequestParams,
     PrimitiveSchemaDefinition, ProgressNotificationParam, ServerCapabilities, ServerInfo, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{Peer, ServerHandler};
 use serde_json::{Value, json};
 
 use super::input::{self, InputError, RunDefaults};
@@ -113,8 +113,13 @@ impl CustodianServer {
     }
 
     /// Policy's answer: `None` to launch, or the refusal to return.
-    async fn admit(&self, inv: &Invocation, peer: &Peer<RoleServer>) -> Option<CallToolResult> {
+    async fn admit(
+        &self,
+        inv: &Invocation,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<CallToolResult> {
         let config = self.inner.policy.as_ref()?;
+        let (peer, ct) = (&context.peer, &context.ct);
         let registry = Registry::new();
         let mut gate = Gate {
             registry: &registry,
@@ -152,17 +157,26 @@ impl CustodianServer {
         );
         let mut schema = ElicitationSchema::new(props);
         schema.required = Some(vec!["approve".to_owned()]);
-        let asked = peer
-            .create_elicitation(ElicitRequestParams::FormElicitationParams {
-                meta: None,
-                message: format!(
-                    "custodian: policy requires an approval to run this exact process \
-                     (match target): {}",
-                    target.as_str()
-                ),
-                requested_schema: schema,
-            })
-            .await;
+        let ask = peer.create_elicitation(ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!(
+                "custodian: policy requires an approval to run this exact process \
+                 (match target): {}",
+                target.as_str()
+            ),
+            requested_schema: schema,
+        });
+        // A call cancelled while the user is asked launches nothing.
+        let asked = tokio::select! {
+            r = ask => r,
+            () = ct.cancelled() => {
+                return Some(output::error(
+                    "policy_refused",
+                    "cancelled",
+                    "the call was cancelled before it was approved; nothing was launched",
+                ));
+            }
+        };
         let approved = match asked {
             Ok(r) => {
                 r.action == ElicitationAction::Accept
@@ -205,7 +219,7 @@ impl CustodianServer {
             Ok(v) => v.invocation,
             Err(e) => return invalid(&e),
         };
-        if let Some(refused) = self.admit(&inv, &context.peer).await {
+        if let Some(refused) = self.admit(&inv, &context).await {
             return refused;
         }
         let ct = context.ct.clone();

@@ -199,6 +199,28 @@ async def t_approval_with_elicitation(env, exe):
                     check(structured(res)["error"]["code"] == "approval_declined", "declined code")
     check(len(asked) == 2 and '"executable":"echo"' in asked[0], f"elicited: {asked}")
 
+    # Cancelled while the user is being asked: nothing launches.
+    marker = os.path.join(env.ws, "launched-without-approval")
+
+    async def hang(context, params):
+        asked.append(params.message)
+        # Approves, but only after the call was cancelled.
+        await anyio.sleep(2.5)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async with stdio_client(env.params("elicit"), errlog=env.errlog("elicit-cancel")) as (r, w):
+        async with ClientSession(r, w, elicitation_callback=hang) as s:
+            await s.initialize()
+            with anyio.move_on_after(1.5) as scope:
+                await s.call_tool("process_run", {"executable": "touch", "argv": [marker]})
+            check(scope.cancelled_caught, "the call was waiting for the approval")
+            check(len(asked) == 3, "the user was asked")
+            res = await s.call_tool("process_run", {"executable": "sh", "argv": ["-c", "echo still"]})
+            check(structured(res)["evidence"]["stdout"]["text"] == "still\n", "served after")
+            await anyio.sleep(2.5)
+            check(not os.path.exists(marker), "a call cancelled before approval launched")
+            check(env.jobs() == [], f"job dirs left: {env.jobs()}")
+
 
 async def t_cancel(env, s):
     pidfile = os.path.join(env.ws, "cancel.pid")
