@@ -464,6 +464,121 @@ mod tests {
         })
     }
 
+    /// A `process_run` call close to valid: each field well-typed most of
+    /// the time, with hostile values (escaping cwds, NULs, huge strings,
+    /// wrong types, unknown fields) mixed in.
+    fn arb_call() -> impl Strategy<Value = Value> {
+        let string = prop_oneof![
+            4 => "[a-z./_-]{0,12}".prop_map(Value::String),
+            1 => (0usize..1_200_000).prop_map(|n| Value::String("a".repeat(n))),
+            1 => ".{0,12}".prop_map(Value::String),
+            1 => arb_json(),
+        ];
+        let cwd = prop_oneof![
+            3 => "[a-z]{1,4}(/[a-z.]{1,4}){0,3}".prop_map(Value::String),
+            1 => prop_oneof![
+                Just("/"), Just("/etc"), Just(".."), Just("a/../.."), Just("./../x"),
+                Just("a/./b/../../.."), Just(""), Just("a\0"), Just("C:\\x"),
+            ]
+            .prop_map(|s| Value::String(s.replace("\\0", "\0"))),
+            1 => arb_json(),
+        ];
+        let env_value = prop_oneof![
+            3 => ".{0,8}".prop_map(Value::String),
+            2 => "[A-Z]{1,6}".prop_map(|r| json!({"secret_ref": r})),
+            1 => arb_json(),
+        ];
+        let env = prop_oneof![
+            4 => prop::collection::btree_map("[A-Z_=]{0,6}", env_value, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            1 => arb_json(),
+        ];
+        let argv = prop_oneof![
+            4 => prop::collection::vec(string.clone(), 0..6).prop_map(Value::Array),
+            1 => arb_json(),
+        ];
+        let timeout = prop_oneof![
+            3 => (0u64..100_000).prop_map(|n| json!(n)),
+            1 => any::<i64>().prop_map(|n| json!(n)),
+            1 => arb_json(),
+        ];
+        (
+            prop::option::weighted(0.9, string),
+            prop::option::of(argv),
+            prop::option::of(cwd),
+            prop::option::of(env),
+            prop::option::of(timeout),
+            prop::option::weighted(0.1, ("[a-z_]{1,10}", arb_json())),
+        )
+            .prop_map(|(exe, argv, cwd, env, timeout, extra)| {
+                let mut m = Map::new();
+                let fields = [
+                    ("executable", exe),
+                    ("argv", argv),
+                    ("cwd", cwd),
+                    ("env", env),
+                    ("timeout_ms", timeout),
+                ];
+                for (k, v) in fields {
+                    if let Some(v) = v {
+                        m.insert(k.to_owned(), v);
+                    }
+                }
+                if let Some((k, v)) = extra {
+                    m.insert(k, v);
+                }
+                Value::Object(m)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Near-valid calls: an accepted one launches exactly what was
+        /// asked (argv as given, a relative non-escaping cwd, the timeout),
+        /// a refused one gets a short typed error that quotes no value.
+        #[test]
+        fn near_valid_calls(v in arb_call()) {
+            let m = v.as_object().unwrap();
+            match process_run(Some(m), DEFAULTS) {
+                Ok(ok) => {
+                    let inv = &ok.invocation;
+                    prop_assert!(m.keys().all(|k| ["executable", "argv", "cwd", "env", "timeout_ms"].contains(&k.as_str())));
+                    prop_assert_eq!(Some(inv.executable()), m["executable"].as_str());
+                    let argv: Vec<&str> = m.get("argv").and_then(Value::as_array)
+                        .map(|a| a.iter().map(|x| x.as_str().unwrap()).collect()).unwrap_or_default();
+                    prop_assert_eq!(inv.args(), &argv[..]);
+                    if let Some(cwd) = inv.cwd() {
+                        prop_assert!(!cwd.as_str().starts_with('/'));
+                        prop_assert!(!cwd.as_str().split('/').any(|c| c == ".."));
+                    }
+                    let want = m.get("timeout_ms").and_then(Value::as_u64).map_or(DEFAULTS.timeout, Duration::from_millis);
+                    prop_assert_eq!(inv.timeout(), want);
+                    prop_assert_eq!(inv.env().len(), m.get("env").and_then(Value::as_object).map_or(0, Map::len));
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    prop_assert!(text.len() < 512, "{}", text);
+                    if let Some(env) = m.get("env").and_then(Value::as_object) {
+                        // Tokens that could be the error's own words
+                        // (`executable`, `JSON`) prove nothing.
+                        let telling = |t: &str| {
+                            t.len() >= 4 && t != "JSON" && t.chars().any(|c| c.is_ascii_uppercase())
+                        };
+                        for (k, v) in env {
+                            if telling(k) {
+                                prop_assert!(!text.contains(k.as_str()), "key in {}", text);
+                            }
+                            if let Some(v) = v.as_str().filter(|v| telling(v)) {
+                                prop_assert!(!text.contains(v), "value in {}", text);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
