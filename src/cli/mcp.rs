@@ -52,6 +52,8 @@ pub(crate) struct Args {
     /// How processes are contained: `auto`, `cgroup`, `group`, `subreaper`.
     #[arg(long, value_name = "TIER", default_value = "auto", value_parser = containment)]
     containment: Containment,
+    #[command(flatten)]
+    confine: super::run::ConfineArgs,
     /// Bytes per stream kept inline in a result; a larger stream is spilled.
     #[arg(long, value_name = "SIZE", default_value = "16KiB", value_parser = size)]
     inline_budget: usize,
@@ -131,6 +133,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
     config.policy = policy;
     config.provenance = args.provenance.into();
     config.containment = args.containment;
+    config.confinement = args.confine.confinement();
     config.spill = SpillConfig {
         root: args.spill_root,
         ..SpillConfig::default()

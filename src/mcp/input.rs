@@ -107,12 +107,15 @@ impl InputError {
 }
 
 /// What `process_run` needs besides the arguments.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RunDefaults {
     /// The timeout when the call names none.
     pub timeout: Duration,
     /// The capture budget per stream: everything up to it can be spilled.
     pub capture: usize,
+    /// The confinement every process runs under (the operator's choice;
+    /// a call cannot change it). It is part of the policy's match target.
+    pub confinement: crate::confine::Confinement,
 }
 
 /// A validated `process_run` call.
@@ -195,7 +198,7 @@ fn integer(
 /// An [`InputError`]; nothing is launched.
 pub fn process_run(
     args: Option<&Map<String, Value>>,
-    defaults: RunDefaults,
+    defaults: &RunDefaults,
 ) -> Result<ProcessRunInput, InputError> {
     let map = object(args, &["executable", "argv", "cwd", "env", "timeout_ms"])?;
     let executable = string(
@@ -238,7 +241,8 @@ pub fn process_run(
         .with_budget(OutputBudget {
             stdout: defaults.capture,
             stderr: defaults.capture,
-        });
+        })
+        .with_confinement(defaults.confinement.clone());
     if let Some(v) = map.get("cwd") {
         spec = spec.with_cwd(string(v, "cwd", None)?);
     }
@@ -327,14 +331,17 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    const DEFAULTS: RunDefaults = RunDefaults {
-        timeout: Duration::from_secs(30),
-        capture: 1024,
-    };
+    fn defaults() -> RunDefaults {
+        RunDefaults {
+            timeout: Duration::from_secs(30),
+            capture: 1024,
+            confinement: crate::confine::Confinement::default(),
+        }
+    }
 
     fn run(v: Value) -> Result<ProcessRunInput, InputError> {
         match v {
-            Value::Object(m) => process_run(Some(&m), DEFAULTS),
+            Value::Object(m) => process_run(Some(&m), &defaults()),
             _ => Err(InputError::NotAnObject),
         }
     }
@@ -540,7 +547,7 @@ mod tests {
         #[test]
         fn near_valid_calls(v in arb_call()) {
             let m = v.as_object().unwrap();
-            match process_run(Some(m), DEFAULTS) {
+            match process_run(Some(m), &defaults()) {
                 Ok(ok) => {
                     let inv = &ok.invocation;
                     prop_assert!(m.keys().all(|k| ["executable", "argv", "cwd", "env", "timeout_ms"].contains(&k.as_str())));
@@ -552,7 +559,7 @@ mod tests {
                         prop_assert!(!cwd.as_str().starts_with('/'));
                         prop_assert!(!cwd.as_str().split('/').any(|c| c == ".."));
                     }
-                    let want = m.get("timeout_ms").and_then(Value::as_u64).map_or(DEFAULTS.timeout, Duration::from_millis);
+                    let want = m.get("timeout_ms").and_then(Value::as_u64).map_or(defaults().timeout, Duration::from_millis);
                     prop_assert_eq!(inv.timeout(), want);
                     prop_assert_eq!(inv.env().len(), m.get("env").and_then(Value::as_object).map_or(0, Map::len));
                 }
@@ -595,7 +602,7 @@ mod tests {
                 }
             }
             let args = v.as_object();
-            match process_run(args, DEFAULTS) {
+            match process_run(args, &defaults()) {
                 Ok(ok) => {
                     let m = args.unwrap();
                     prop_assert!(m.keys().all(|k| ["executable", "argv", "cwd", "env", "timeout_ms"].contains(&k.as_str())));

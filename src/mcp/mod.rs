@@ -71,6 +71,10 @@ pub struct McpConfig {
     pub provenance: Provenance,
     /// How processes are contained.
     pub containment: Containment,
+    /// What every process may touch while it runs (default: nothing
+    /// confined). Part of the policy's match target, so an approval of a
+    /// call binds its confinement too.
+    pub confinement: crate::confine::Confinement,
     /// The spill store and its startup sweep.
     pub spill: SpillConfig,
     /// Bytes per stream kept inline in a result.
@@ -109,6 +113,7 @@ impl McpConfig {
             policy: None,
             provenance: Provenance::Untrusted,
             containment: Containment::Auto,
+            confinement: crate::confine::Confinement::default(),
             spill: SpillConfig::default(),
             inline_budget: DEFAULT_INLINE_BUDGET,
             spill_cap: DEFAULT_SPILL_CAP,
@@ -195,6 +200,7 @@ where
             defaults: input::RunDefaults {
                 timeout: config.default_timeout,
                 capture: config.spill_cap,
+                confinement: config.confinement,
             },
             inline_budget: config.inline_budget,
         }),

@@ -215,7 +215,7 @@ impl CustodianServer {
         args: Option<&serde_json::Map<String, Value>>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let inv = match input::process_run(args, self.inner.defaults) {
+        let inv = match input::process_run(args, &self.inner.defaults) {
             Ok(v) => v.invocation,
             Err(e) => return invalid(&e),
         };

@@ -68,7 +68,7 @@ class Env:
             f.write(POLICY)
         self.logs = []
 
-    def params(self, name):
+    def params(self, name, extra=()):
         tin = os.path.join(self.root, f"{name}.in.jsonl")
         tout = os.path.join(self.root, f"{name}.out.jsonl")
         self.logs += [tin, tout]
@@ -76,7 +76,7 @@ class Env:
             self.exe, "mcp", "--workspace", self.ws, "--policy", self.policy,
             "--provenance", "trusted", "--spill-root", self.spill,
             "--inline-budget", "4KiB", "--progress-every", "200ms",
-            "--secret-env", "CANARY_SECRET",
+            "--secret-env", "CANARY_SECRET", *extra,
         ]
         # Tee both directions so the test sees every message on the wire.
         cmd = f"tee -a {shlex.quote(tin)} | {shlex.join(server)} | tee -a {shlex.quote(tout)}"
@@ -87,6 +87,9 @@ class Env:
                 "CANARY_SECRET": CANARY_SECRET,
                 "CANARY_ENV": CANARY_ENV,
                 "CUSTODIAN_LOG": "trace",
+                # The SDK passes only a few variables on; the server's temp
+                # dir (private TMPDIRs, default spill roots) is the scratch.
+                "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
             },
         )
 
@@ -135,6 +138,7 @@ async def t_run(env, s):
     out = structured(res)
     ev = out["evidence"]
     check(ev["status"] == "exited" and ev["exit_code"] == 0, f"status {ev['status']}")
+    print(f"     containment tier: {ev['descendants']['tier']} ({ev['descendants'].get('fallback_reason')})")
     stdout = ev["stdout"]["text"]
     check(stdout.startswith("hello\n"), f"stdout {stdout[:80]!r}")
     check(f"tok=[REDACTED] plain={CANARY_LITERAL}" in stdout, "secret redacted, literal passed")
@@ -324,7 +328,8 @@ def only_scratch_writable(scratch):
             fields = line.split(" ")
             visible[fields[4]] = fields[5]
     for mount, opts in visible.items():
-        if mount == scratch or mount.startswith(scratch + "/") or mount == "/sys/fs/cgroup":
+        keep = os.environ.get("CUSTODIAN_TEST_KEEP") or None
+        if mount == scratch or mount.startswith(scratch + "/") or mount == keep:
             continue
         if "ro" not in opts.split(","):
             sys.exit(f"refusing to run: {mount} is writable (run through tests/mcp/run.sh)")
@@ -344,10 +349,50 @@ async def main(exe):
                 for t in (t_list_tools, t_run, t_denied, t_approval_without_elicitation,
                           t_cancel, t_spill, t_invalid):
                     await run_one(t, env, s)
+        # Plant an expired spill file: the next server's startup sweep must
+        # remove it, and keep the recent ones.
+        session = os.path.join(env.spill, "mcp")
+        recent = sorted(os.listdir(session))
+        expired = os.path.join(session, "ab" * 16 + ".spill")
+        with open(expired, "w") as f:
+            f.write("old output")
+        os.chmod(expired, 0o1600)  # the spill store's file mode (a marker)
+        old = time.time() - 60 * 86400
+        os.utime(expired, (old, old))
+        env.expired, env.recent = expired, recent
         await run_one(t_approval_with_elicitation, env, exe)
+        await run_one(t_startup_sweep, env, None)
+        await run_one(t_confined, env, exe)
         # Give the servers a moment to finish their shutdown logs.
         await anyio.sleep(0.5)
         await run_one(t_no_leak, env, None)
+
+
+async def t_confined(env, exe):
+    async with stdio_client(env.params("confined", ["--confine", "read-only"]), errlog=env.errlog("confined")) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            res = await s.call_tool(
+                "process_run", {"executable": "sh", "argv": ["-c", "echo hi > written"]}
+            )
+            out = structured(res)
+            if res.is_error and out["error"]["code"].startswith("confinement_"):
+                print(f"skipped t_confined: {out['error']['code']} on this kernel")
+                return
+            check(not res.is_error, f"confined run: {text_of(res)[:300]}")
+            ev = out["evidence"]
+            check(ev["confinement"] is not None, "the evidence reports the confinement")
+            check(ev["exit_code"] != 0, "writing the workspace was refused")
+            check(ev["stderr"]["text"] != "", "the shell said why")
+            check(not os.path.exists(os.path.join(env.ws, "written")), "nothing written")
+
+
+async def t_startup_sweep(env, _):
+    check(env.recent, "t_spill left a spill file")
+    check(not os.path.exists(env.expired), "the startup sweep removed the expired spill file")
+    session = os.path.dirname(env.expired)
+    left = set(os.listdir(session))
+    check(set(env.recent) <= left, f"recent spill files kept: {env.recent} vs {sorted(left)}")
 
 
 async def t_no_leak(env, _):

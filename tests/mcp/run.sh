@@ -21,8 +21,9 @@ if ! unshare -m --propagation private true; then
   echo "running as root and cannot create a mount namespace (unshare -m): refusing to run a deleting test" >&2
   exit 1
 fi
-keep=""
-[ -d /sys/fs/cgroup ] && keep=/sys/fs/cgroup
+# The cgroup v2 hierarchy stays writable (the cgroup containment tier).
+keep=$(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break } }' /proc/self/mountinfo)
+export CUSTODIAN_TEST_KEEP="$keep"
 # Same remount script as tests/support/sandbox.rs.
 unshare -m --propagation private sh -c '
 set -e
