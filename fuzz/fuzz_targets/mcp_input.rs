@@ -20,8 +20,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let defaults = RunDefaults {
         timeout: Duration::from_secs(30),
         capture: 4096,
+        confinement: custodian::confine::Confinement::default(),
     };
-    match input::process_run(args, defaults) {
+    match input::process_run(args, &defaults) {
         Ok(ok) => {
             let m = args.expect("accepted without arguments");
             assert!(m.keys().all(|k| KNOWN.contains(&k.as_str())));
