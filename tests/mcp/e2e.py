@@ -208,6 +208,7 @@ async def t_approval_with_elicitation(env, exe):
 
     async def hang(context, params):
         asked.append(params.message)
+        being_asked.set()
         # Approves, but only after the call was cancelled.
         await anyio.sleep(2.5)
         return types.ElicitResult(action="accept", content={"approve": True})
@@ -215,13 +216,21 @@ async def t_approval_with_elicitation(env, exe):
     async with stdio_client(env.params("elicit"), errlog=env.errlog("elicit-cancel")) as (r, w):
         async with ClientSession(r, w, elicitation_callback=hang) as s:
             await s.initialize()
-            with anyio.move_on_after(1.5) as scope:
-                await s.call_tool("process_run", {"executable": "touch", "argv": [marker]})
-            check(scope.cancelled_caught, "the call was waiting for the approval")
+            being_asked = anyio.Event()
+
+            async def cancel_when_asked(scope):
+                await being_asked.wait()
+                scope.cancel()
+
+            with anyio.move_on_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(cancel_when_asked, tg.cancel_scope)
+                    await s.call_tool("process_run", {"executable": "touch", "argv": [marker]})
+            check(being_asked.is_set(), "the call was waiting for the approval")
             check(len(asked) == 3, "the user was asked")
             res = await s.call_tool("process_run", {"executable": "sh", "argv": ["-c", "echo still"]})
             check(structured(res)["evidence"]["stdout"]["text"] == "still\n", "served after")
-            await anyio.sleep(2.5)
+            await anyio.sleep(3.5)
             check(not os.path.exists(marker), "a call cancelled before approval launched")
             check(env.jobs() == [], f"job dirs left: {env.jobs()}")
 
@@ -233,17 +242,29 @@ async def t_cancel(env, s):
     async def on_progress(p, total, message):
         progress.append(message)
 
-    with anyio.move_on_after(2.0) as scope:
-        await s.call_tool(
-            "process_run",
-            {
-                "executable": "sh",
-                "argv": ["-c", f"echo $$ > {shlex.quote(pidfile)}; sh -c 'sleep 60' & echo started; sleep 60"],
-                "timeout_ms": 120000,
-            },
-            progress_callback=on_progress,
-        )
-    check(scope.cancelled_caught, "the call was still running when cancelled")
+    cancelled = []
+
+    async def cancel_when_running(scope):
+        # Cancel once the process runs and a progress report has seen its
+        # first output: mid-run, whatever the machine's load.
+        while not (os.path.exists(pidfile) and any("stdout 8 bytes" in m for m in progress)):
+            await anyio.sleep(0.05)
+        cancelled.append(True)
+        scope.cancel()
+
+    with anyio.move_on_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_when_running, tg.cancel_scope)
+            await s.call_tool(
+                "process_run",
+                {
+                    "executable": "sh",
+                    "argv": ["-c", f"echo $$ > {shlex.quote(pidfile)}; sh -c 'sleep 60' & echo started; sleep 60"],
+                    "timeout_ms": 120000,
+                },
+                progress_callback=on_progress,
+            )
+    check(cancelled, "the call was still running when cancelled")
     check(os.path.exists(pidfile), "process started")
     pgid = int(open(pidfile).read())
     check(progress and "stdout 8 bytes" in progress[-1], f"progress: {progress}")
