@@ -25,8 +25,9 @@ Example client entry (the `mcpServers` map most clients read):
                          \"--policy\", \"/path/to/policy.toml\"]}
 
 Exit status: 0 the client closed the session (every request still open was
-cleaned up); 1 the workspace, the policy or the spill store could not be
-opened, or the session failed.";
+cleaned up); 65/66 the --policy file is invalid / not readable; 1 the
+workspace or the spill store could not be opened, a budget is out of range,
+or the session failed.";
 
 /// Arguments of `custodian mcp`.
 #[derive(Debug, clap::Args)]
