@@ -162,7 +162,9 @@ impl Lifecycle {
                         cancelled = true;
                         running.cancel();
                     }
-                    _ = tick.tick() => {
+                    // No progress for a cancelled call: the client has
+                    // forgotten its token.
+                    _ = tick.tick(), if !cancelled => {
                         let (stdout_bytes, stderr_bytes) = running.bytes_captured();
                         on_progress(Progress {
                             stdout_bytes,

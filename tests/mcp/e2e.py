@@ -401,6 +401,7 @@ async def t_confined(env, exe):
                 print(f"skipped t_confined: {out['error']['code']} on this kernel")
                 return
             check(not res.is_error, f"confined run: {text_of(res)[:300]}")
+            await s.validate_tool_result("process_run", res)
             ev = out["evidence"]
             check(ev["confinement"] is not None, "the evidence reports the confinement")
             check(ev["exit_code"] != 0, "writing the workspace was refused")
