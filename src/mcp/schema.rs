@@ -80,7 +80,7 @@ pub fn process_run_output() -> Value {
             }
         ]
     });
-    json!({
+    let success = json!({
         "type": "object",
         "additionalProperties": false,
         "required": ["request_id", "cancelled", "evidence", "spill", "cleanup"],
@@ -102,8 +102,38 @@ pub fn process_run_output() -> Value {
                     "counts": { "type": "object" }
                 }
             }
-        },
+        }
+    });
+    json!({
+        "type": "object",
+        "description": "The run (`evidence`, `spill`, `cleanup`), or, on a tool error, `error`.",
+        "oneOf": [success, error_shape()],
         "$defs": defs
+    })
+}
+
+/// The structured content of every tool error (`isError: true`): a
+/// refusal, an invalid input, a failed launch or read. Policy refusals add
+/// the `custodian.policy.explain/1` fields.
+fn error_shape() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["kind", "code", "message"],
+                "properties": {
+                    "kind": { "enum": ["invalid_input", "policy_refused", "launch_failed", "spill"] },
+                    "code": { "type": "string" },
+                    "message": { "type": "string" },
+                    "target": { "type": ["string", "null"] },
+                    "suggested_override": { "type": ["string", "null"] },
+                    "suggested_override_toml": { "type": ["string", "null"] }
+                }
+            }
+        }
     })
 }
 
@@ -123,7 +153,7 @@ pub fn spill_read_input() -> Value {
 
 /// The output schema of `spill_read`.
 pub fn spill_read_output() -> Value {
-    json!({
+    let success = json!({
         "type": "object",
         "additionalProperties": false,
         "required": ["locator", "offset", "length", "total_bytes", "eof", "text"],
@@ -135,5 +165,10 @@ pub fn spill_read_output() -> Value {
             "eof": { "type": "boolean" },
             "text": { "type": "string", "description": "The bytes, UTF-8 (a character cut by the range edge shows as U+FFFD)." }
         }
+    });
+    json!({
+        "type": "object",
+        "description": "The range, or, on a tool error, `error`.",
+        "oneOf": [success, error_shape()]
     })
 }

@@ -119,7 +119,9 @@ async def t_list_tools(env, s):
     pr = tools["process_run"]
     check(pr.input_schema.get("additionalProperties") is False, "closed input schema")
     check(pr.input_schema["required"] == ["executable"], "executable required")
-    check(pr.output_schema and "evidence" in pr.output_schema["properties"], "output schema")
+    success = pr.output_schema["oneOf"][0]
+    check("evidence" in success["properties"], "output schema: the run")
+    check(pr.output_schema["oneOf"][1]["required"] == ["error"], "output schema: the error")
     check(tools["spill_read"].output_schema is not None, "spill_read output schema")
 
 
@@ -158,6 +160,7 @@ async def t_run(env, s):
 async def t_denied(env, s):
     res = await s.call_tool("process_run", {"executable": "rm", "argv": ["-rf", "x"]})
     check(res.is_error, "denied is an error")
+    await s.validate_tool_result("process_run", res)
     err = structured(res)["error"]
     check(err["kind"] == "policy_refused" and err["code"] == "policy_denied", str(err))
     check(err["reason"]["code"] == "denied_by_rule", str(err["reason"]))
@@ -170,6 +173,7 @@ async def t_approval_without_elicitation(env, s):
         "process_run", {"executable": "echo", "argv": ["approve", "me"], "env": {"A": "1"}}
     )
     check(res.is_error, "approval required is an error")
+    await s.validate_tool_result("process_run", res)
     err = structured(res)["error"]
     check(err["code"] == "approval_required", str(err))
     want = '{"executable":"echo","argv":["approve","me"],"cwd":".","env":{"A":"1"}}'
@@ -316,7 +320,9 @@ async def t_spill(env, s):
     check(structured(r)["text"] == "line 1", f"range: {structured(r)['text']!r}")
     r = await s.call_tool("spill_read", {"locator": sp["locator"], "length": 10 ** 9})
     check(r.is_error and structured(r)["error"]["code"] == "out_of_range", "length bounded")
+    await s.validate_tool_result("spill_read", r)
     r = await s.call_tool("spill_read", {"locator": "cspill1-nope"})
+    await s.validate_tool_result("spill_read", r)
     check(r.is_error and structured(r)["error"]["code"] == "bad_locator", "bad locator")
 
 
@@ -335,6 +341,7 @@ async def t_invalid(env, s):
     for args, code in cases:
         r = await s.call_tool("process_run", args)
         check(r.is_error, f"{code}: not an error")
+        await s.validate_tool_result("process_run", r)
         err = structured(r)["error"]
         check(err["code"] == code, f"want {code}, got {err}")
     check(env.jobs() == [], f"a refused launch left job dirs: {env.jobs()}")
