@@ -172,3 +172,117 @@ pub fn spill_read_output() -> Value {
         "oneOf": [success, error_shape()]
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::policy::{Context, Provenance, StateMode};
+    use crate::process::env::Secrets;
+    use crate::process::evidence::{Evidence, InvocationIdentity, Tier};
+    use crate::process::{Invocation, InvocationSpec};
+
+    fn validator(schema: &Value) -> jsonschema::Validator {
+        jsonschema::validator_for(schema).expect("a valid JSON Schema")
+    }
+
+    fn errors(v: &jsonschema::Validator, value: &Value) -> Vec<String> {
+        v.iter_errors(value).map(|e| e.to_string()).collect()
+    }
+
+    fn evidence() -> Evidence {
+        let inv = Invocation::validate(InvocationSpec::new("echo").with_args(["hi"])).unwrap();
+        let id = InvocationIdentity::new(&inv, Path::new("/bin/echo"), &Secrets::new(vec![]));
+        Evidence::internal_failure(
+            id,
+            SystemTime::now(),
+            Duration::from_millis(1),
+            None,
+            Tier::Cgroup,
+        )
+    }
+
+    #[test]
+    fn every_schema_compiles() {
+        for s in [
+            process_run_input(),
+            process_run_output(),
+            spill_read_input(),
+            spill_read_output(),
+        ] {
+            validator(&s);
+        }
+    }
+
+    #[test]
+    fn results_and_errors_match_the_output_schemas() {
+        let run = validator(&process_run_output());
+        let (ev, spill) = crate::mcp::output::fit_evidence(&evidence(), 16, None);
+        let ok = json!({
+            "request_id": "mcp-1-2-3",
+            "cancelled": true,
+            "evidence": ev,
+            "spill": spill,
+            "cleanup": { "status": "clean", "code": null, "counts": {} },
+        });
+        assert_eq!(errors(&run, &ok), Vec::<String>::new());
+        let invalid = crate::mcp::output::error("invalid_input", "wrong_type", "m");
+        let invalid = invalid.structured_content.unwrap();
+        assert_eq!(errors(&run, &invalid), Vec::<String>::new());
+        let decision = crate::policy::decide(
+            &crate::policy::Registry::new(),
+            &crate::policy::PolicyConfig::from_toml_str(
+                "version = 1\n[tools]\nallow = [\"process.run\"]\n",
+            )
+            .unwrap(),
+            &crate::policy::Request {
+                tool: crate::policy::PROCESS_RUN,
+                process: Some(&crate::process::governed::policy_target(
+                    &Invocation::validate(InvocationSpec::new("ls")).unwrap(),
+                )),
+                context: Context {
+                    provenance: Provenance::Trusted,
+                    state_mode: StateMode::Local,
+                },
+                approvals: &[],
+            },
+        );
+        let ctx = Context {
+            provenance: Provenance::Trusted,
+            state_mode: StateMode::Local,
+        };
+        for approval in [false, true] {
+            let refused = crate::mcp::output::policy_refusal(ctx, &decision, approval);
+            assert_eq!(refused.is_error, Some(true));
+            let v = refused.structured_content.unwrap();
+            assert_eq!(errors(&run, &v), Vec::<String>::new(), "{v}");
+        }
+        // Neither shape admits a mixture.
+        let mut both = ok.clone();
+        both["error"] = json!({"kind": "spill", "code": "x", "message": "m"});
+        assert!(!errors(&run, &both).is_empty());
+        let read = validator(&spill_read_output());
+        let range = json!({"locator": "l", "offset": 0, "length": 1, "total_bytes": 1, "eof": true, "text": "a"});
+        assert_eq!(errors(&read, &range), Vec::<String>::new());
+        assert!(!errors(&read, &json!({"text": "a"})).is_empty());
+    }
+
+    #[test]
+    fn the_input_schema_refuses_what_validation_refuses() {
+        let v = validator(&process_run_input());
+        for bad in [
+            json!({}),
+            json!({"executable": "x", "shell": "ls"}),
+            json!({"executable": "x", "argv": "a b"}),
+            json!({"executable": "x", "env": {"A": 1}}),
+            json!({"executable": "x", "env": {"A": {"secret_ref": "a", "b": 1}}}),
+            json!({"executable": "x", "timeout_ms": 0}),
+        ] {
+            assert!(!errors(&v, &bad).is_empty(), "{bad}");
+        }
+        let good = json!({"executable": "x", "argv": ["a"], "cwd": "s", "env": {"A": "1", "B": {"secret_ref": "t"}}, "timeout_ms": 5});
+        assert_eq!(errors(&v, &good), Vec::<String>::new());
+    }
+}
