@@ -291,6 +291,11 @@ impl CustodianServer {
             Ok(l) => l,
             Err(_) => return output::error("spill", "bad_locator", "not a spill locator"),
         };
+        // Only what this server spilled: a shared root may hold other
+        // tools' sessions.
+        if loc.session() != output::SPILL_SESSION {
+            return output::error("spill", "foreign_session", "not an output of process_run");
+        }
         let bytes = match store.read(&loc) {
             Ok(b) => b,
             Err(e) => {
