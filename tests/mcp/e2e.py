@@ -14,6 +14,7 @@ are inside it.
 import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -394,6 +395,7 @@ async def main(exe):
         await run_one(t_approval_with_elicitation, env, exe)
         await run_one(t_startup_sweep, env, None)
         await run_one(t_confined, env, exe)
+        await run_one(t_disconnect, env, exe)
         # Give the servers a moment to finish their shutdown logs.
         await anyio.sleep(0.5)
         await run_one(t_no_leak, env, None)
@@ -425,6 +427,49 @@ async def t_startup_sweep(env, _):
     session = os.path.dirname(env.expired)
     left = set(os.listdir(session))
     check(set(env.recent) <= left, f"recent spill files kept: {env.recent} vs {sorted(left)}")
+
+
+async def t_disconnect(env, exe):
+    """A client that goes away mid-run (stdin closed, no cancellation) leaves
+    nothing running and no job behind; the server exits 0."""
+    pidfile = os.path.join(env.ws, "disconnect.pid")
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "process_run",
+            "arguments": {"executable": "sh", "argv": ["-c", f"echo $$ > {shlex.quote(pidfile)}; sleep 60"]}}},
+    ]
+    server = subprocess.Popen(
+        [exe, "mcp", "--workspace", env.ws, "--spill-root", env.spill],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=env.errlog("disconnect"),
+    )
+    server.stdin.write("".join(json.dumps(l) + "\n" for l in lines).encode())
+    server.stdin.flush()
+    deadline = time.monotonic() + 20
+    while not os.path.exists(pidfile) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    check(os.path.exists(pidfile), "the process started")
+    await anyio.sleep(0.2)
+    pgid = int(open(pidfile).read())
+    server.stdin.close()
+    rc = await anyio.to_thread.run_sync(lambda: server.wait(timeout=30))
+    check(rc == 0, f"server exit status {rc}")
+    # Killed descendants are reaped by init, a moment after they died.
+    deadline = time.monotonic() + 10
+    alive = True
+    while alive and time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+            await anyio.sleep(0.05)
+        except ProcessLookupError:
+            alive = False
+    if alive:
+        print(subprocess.run(["ps", "-o", "pid,ppid,pgid,stat,cmd", "-g", str(pgid)], capture_output=True, text=True).stdout)
+    check(not alive, f"process group {pgid} outlived its client")
+    check(env.jobs() == [], f"job dirs left: {env.jobs()}")
 
 
 async def t_no_leak(env, _):
