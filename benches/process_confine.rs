@@ -2,13 +2,15 @@
 //! through custodian, unconfined vs confined, interleaved in the same run
 //! so the machine's drift hits every variant alike.
 //!
-//! Run: `cargo bench -p custodian --bench process_confine`. The last
+//! Run: `cargo bench -p custodian --bench process_confine`
+//! (`CONFINE_ROUNDS=N` for more rounds on a noisy machine). The last
 //! column is the p50 of `launch()` alone (spawn latency: plan, build,
 //! clone, the child's confinement calls, until `execve` returned).
 //!
 //! Variants: unconfined (cgroup tier), network off only (seccomp + Landlock
 //! TCP), `read-only` with the network on (Landlock filesystem + scopes,
-//! private TMPDIR), `read-only` (and network off), `workspace-write` with a `deny_read` of `$HOME/.ssh` (the read
+//! private TMPDIR), `read-only` (and network off), `workspace-write` (and
+//! network off), the same with a `deny_read` of `$HOME/.ssh` (the read
 //! grant is then split into one rule per sibling on the way down from `/`).
 
 use std::time::{Duration, Instant};
@@ -16,7 +18,8 @@ use std::time::{Duration, Instant};
 use custodian::confine::{Confinement, Network};
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
 
-const N: usize = 200;
+/// Rounds unless `CONFINE_ROUNDS` says otherwise.
+const DEFAULT_ROUNDS: usize = 200;
 
 /// One launch + settle: (`launch()` alone, launch through settled).
 fn once(
@@ -42,6 +45,11 @@ fn main() {
         println!("no Landlock on this kernel: nothing to compare");
         return;
     }
+    let n: usize = std::env::var("CONFINE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 20)
+        .unwrap_or(DEFAULT_ROUNDS);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -50,7 +58,7 @@ fn main() {
     let opts = LaunchOptions::new(&ws);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
-    let variants: [(&str, Confinement); 5] = [
+    let variants: [(&str, Confinement); 6] = [
         ("unconfined", Confinement::none()),
         (
             "network off",
@@ -61,6 +69,7 @@ fn main() {
             Confinement::read_only().with_network(Network::On),
         ),
         ("read-only", Confinement::read_only()),
+        ("workspace-write", Confinement::workspace_write()),
         (
             "workspace-write + deny $HOME/.ssh",
             Confinement::workspace_write().with_deny_read(ssh),
@@ -69,9 +78,9 @@ fn main() {
     for (_, c) in &variants {
         once(&rt, &opts, c); // warm-up
     }
-    let mut samples = vec![Vec::with_capacity(N); variants.len()];
-    let mut spawns = vec![Vec::with_capacity(N); variants.len()];
-    for round in 0..N {
+    let mut samples = vec![Vec::with_capacity(n); variants.len()];
+    let mut spawns = vec![Vec::with_capacity(n); variants.len()];
+    for round in 0..n {
         for k in 0..variants.len() {
             let i = (round + k) % variants.len();
             let (spawn, total) = once(&rt, &opts, &variants[i].1);
@@ -80,26 +89,30 @@ fn main() {
         }
     }
     println!(
-        "launch + settle of /bin/true, {N} rounds interleaved, Landlock ABI {}",
+        "launch + settle of /bin/true, {n} rounds interleaved, Landlock ABI {}",
         custodian::confine::landlock_abi()
     );
     println!(
-        "{:<36} {:>10} {:>10} {:>10} {:>10} {:>14}",
-        "variant", "total ms", "p50 us", "p95 us", "vs none", "launch() p50"
+        "{:<36} {:>10} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "variant", "total ms", "p50 us", "p95 us", "vs none", "p50 ratio", "launch() p50"
     );
     let total = |v: &[Duration]| v.iter().sum::<Duration>().as_secs_f64();
     let base = total(&samples[0]);
+    let mut base_p50 = samples[0].clone();
+    base_p50.sort();
+    let base_p50 = base_p50[n / 2].as_secs_f64();
     for (((name, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
         s.sort();
         sp.sort();
         println!(
-            "{:<36} {:>10.1} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us",
+            "{:<36} {:>10.1} {:>10.0} {:>10.0} {:>9.3}x {:>9.3}x {:>11.0} us",
             name,
             total(&s) * 1e3,
-            s[N / 2].as_secs_f64() * 1e6,
-            s[N * 95 / 100].as_secs_f64() * 1e6,
+            s[n / 2].as_secs_f64() * 1e6,
+            s[n * 95 / 100].as_secs_f64() * 1e6,
             total(&s) / base,
-            sp[N / 2].as_secs_f64() * 1e6,
+            s[n / 2].as_secs_f64() / base_p50,
+            sp[n / 2].as_secs_f64() * 1e6,
         );
     }
 }

@@ -753,15 +753,7 @@ fn with_base<T>(
         Some(pair) => pair.clone(),
         None => {
             let own = Arc::new(open_own(h)?);
-            let name = base_name();
-            match rustix::fs::mkdirat(&*own, name.as_c_str(), Mode::from_raw_mode(0o755)) {
-                // A leftover of an earlier process with our pid: reuse it.
-                Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(unavailable_from(e)),
-            }
-            let dir = Arc::new(
-                open_cgroup_dir(Some(own.as_fd()), name.as_c_str()).map_err(unavailable_from)?,
-            );
+            let dir = Arc::new(open_locked_base(&own)?);
             base.dir = Some((own.clone(), dir.clone()));
             (own, dir)
         }
@@ -802,6 +794,131 @@ fn with_base<T>(
             Err(why)
         }
     }
+}
+
+/// Creates (or reuses) this process's base cgroup beneath `own`, opens it
+/// and takes a shared `flock` on it for as long as the descriptor lives: the
+/// proof, for [`remove_dead_bases`] in another process, that the base is in
+/// use even where that process cannot see our pid (another pid namespace).
+/// A sweeper may hold its exclusive lock for the moment it removes a base
+/// whose pid it saw dead; the lock is then retried, and a base removed
+/// meanwhile is created again.
+fn open_locked_base(own: &OwnedFd) -> Result<OwnedFd, Unavailable> {
+    let name = base_name();
+    for _ in 0..100 {
+        match rustix::fs::mkdirat(own, name.as_c_str(), Mode::from_raw_mode(0o755)) {
+            // A leftover of an earlier process with our pid: reuse it.
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(unavailable_from(e)),
+        }
+        let dir = match open_cgroup_dir(Some(own.as_fd()), name.as_c_str()) {
+            Ok(fd) => fd,
+            // Removed by a sweeper between our mkdir and open.
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(unavailable_from(e)),
+        };
+        match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK | Errno::INTR) => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+            Err(e) => return Err(unavailable_from(e)),
+        }
+        // Locked: still the directory under that name (a sweeper that held
+        // the lock may have removed it)?
+        let linked = rustix::fs::statat(own, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW);
+        let ours = rustix::fs::fstat(&dir);
+        match (linked, ours) {
+            (Ok(a), Ok(b)) if a.st_ino == b.st_ino && a.st_dev == b.st_dev => return Ok(dir),
+            (Err(Errno::NOENT), _) | (Ok(_), Ok(_)) => continue,
+            (Err(e), _) | (_, Err(e)) => return Err(unavailable_from(e)),
+        }
+    }
+    Err(Unavailable::SetupFailed)
+}
+
+/// What [`remove_dead_bases`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadBases {
+    /// Base cgroups of dead custodian processes removed (with their empty
+    /// children).
+    pub removed: u32,
+    /// Base cgroups of dead custodian processes kept: still populated (a
+    /// process of theirs is alive) or not removable here.
+    pub kept: u32,
+}
+
+/// `kill(pid, 0)`, `openat(O_DIRECTORY | O_NOFOLLOW)`, `flock(LOCK_EX |
+/// LOCK_NB)`, `unlinkat(AT_REMOVEDIR)`—Removes the base cgroups
+/// `custodian-<pid>` that custodian processes which have died left beside
+/// this process's own base (a SIGKILLed node, an embedder that exited while
+/// it held one), each with its empty request and process cgroups.
+///
+/// A base counts as dead only when both proofs hold: no process with that
+/// pid exists here (`ESRCH`), **and** no process holds the shared lock that
+/// every custodian process takes on its own base while it uses it (that
+/// covers a live one in another pid namespace sharing this cgroup). The
+/// kernel refuses to remove a cgroup that still holds a task or a child, so
+/// a base with a live process beneath (a dead node's escaped process, left
+/// for the reclaim of its journal) is kept and counted. Nothing is killed.
+///
+/// # Errors
+///
+/// [`Unavailable`] when the cgroup tier cannot be used here.
+///
+/// # Caveats
+///
+/// A base left by a version without the lock, whose pid a live process
+/// (any) has since taken, is kept until that pid is free again.
+///
+/// # References
+///
+/// [cgroups(7)](https://man7.org/linux/man-pages/man7/cgroups.7.html),
+/// [flock(2)](https://man7.org/linux/man-pages/man2/flock.2.html),
+/// [kill(2)](https://man7.org/linux/man-pages/man2/kill.2.html)
+#[doc(alias = "flock")]
+pub fn remove_dead_bases() -> Result<DeadBases, Unavailable> {
+    let h = hierarchy()?;
+    let own = open_own(h)?;
+    let mine = std::process::id();
+    let mut out = DeadBases::default();
+    for (name, dir) in child_dirs(&own) {
+        let Some(pid) = name
+            .to_str()
+            .ok()
+            .and_then(|n| n.strip_prefix("custodian-"))
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid as u32 == mine {
+            continue;
+        }
+        let alive = match rustix::process::Pid::from_raw(pid) {
+            Some(p) => !matches!(rustix::process::test_kill_process(p), Err(Errno::SRCH)),
+            None => true,
+        };
+        if alive {
+            continue;
+        }
+        if rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
+        }
+        let removed = remove_children(&dir, 0).and_then(|()| {
+            match rustix::fs::unlinkat(&own, name.as_c_str(), AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(e) => Err(io_err("rmdir")(e)),
+            }
+        });
+        match removed {
+            Ok(()) => out.removed += 1,
+            Err(_) => out.kept += 1,
+        }
+    }
+    Ok(out)
 }
 
 /// A fresh cgroup `custodian-<pid>/p<n>` for one governed process.

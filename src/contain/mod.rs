@@ -26,8 +26,12 @@
 //! ```
 //!
 //! The base is created on first use and removed, best effort, whenever its
-//! last child is removed. Names come from a process-wide counter, so
-//! concurrent launches never collide.
+//! last child is removed; while it is in use its process holds a shared
+//! `flock` on it. A base whose process died (SIGKILL) outlives it:
+//! [`remove_dead_bases`], called by the workspace's reclaim when a node
+//! starts, removes those whose pid is gone and whose lock nobody holds.
+//! Names come from a process-wide counter, so concurrent launches never
+//! collide.
 //!
 //! [`Containment`] is what the embedder asks for; [`Unavailable`] says,
 //! with a safe code, why the cgroup tier cannot be used here.
@@ -48,8 +52,8 @@ mod cgroup;
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{
-    Cgroup, CgroupError, CgroupName, EventsWatch, Hierarchy, base_cgroup_name, process_cgroup,
-    reopen_request_cgroup, request_cgroup,
+    Cgroup, CgroupError, CgroupName, DeadBases, EventsWatch, Hierarchy, base_cgroup_name,
+    process_cgroup, remove_dead_bases, reopen_request_cgroup, request_cgroup,
 };
 
 use std::fmt;

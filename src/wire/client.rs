@@ -1,7 +1,9 @@
 //! The edge side: a pipelined client over any `AsyncRead + AsyncWrite`.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::io;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +15,7 @@ use super::codec::{FrameReader, decode_response, encode_request};
 use super::message::{
     CleanupReport, CleanupStatus, Code, ProcessSummary, Request, Response, RunSpec,
 };
+use super::transport::{NodeTransport, SpawnError};
 use crate::coordinator::{
     OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle,
 };
@@ -67,6 +70,15 @@ impl Inner {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fails every waiting call with [`WireError::Disconnected`]. Closing
+    /// under the lock: a call that registers after this sees `closed` and
+    /// fails instead of waiting forever.
+    fn close(&self) {
+        let mut p = self.pending();
+        p.closed = true;
+        p.waiters.clear();
     }
 }
 
@@ -144,15 +156,119 @@ impl WireClient {
                     Err(e) => warn!(error = %e, "undecodable response from the node"),
                 }
             }
-            // Closing under the lock: a call that registers after this sees
-            // `closed` and fails instead of waiting forever.
             if let Some(inner) = reader_inner.upgrade() {
-                let mut p = inner.pending();
-                p.closed = true;
-                p.waiters.clear();
+                inner.close();
             }
         });
         WireClient { inner }
+    }
+
+    /// Starts a node through a command — `ssh -T host custodian node
+    /// --workspace DIR`, a container exec, or the node binary itself — and
+    /// speaks the wire over the command's stdin and stdout.
+    ///
+    /// `program` is spawned with `args` as its argument vector: no shell is
+    /// added on this side. (A remote-login command may add one on the far
+    /// side: `ssh` joins its remote command into one string that the remote
+    /// user's shell parses, so quote what goes there.) The command inherits
+    /// this process's environment (ssh needs `HOME`, `SSH_AUTH_SOCK`, …) and
+    /// its stderr, where the node's own log lines arrive; it runs in a
+    /// process group of its own, so a terminal's Ctrl-C reaches the edge
+    /// (which can still send its cleanups) and not the transport. Neither
+    /// the environment nor the arguments are ever logged or put in an
+    /// error.
+    ///
+    /// How the failure modes reach the edge (`docs/contracts/edge-node-wire.md`,
+    /// *Remote nodes*):
+    ///
+    /// - **The transport dies** (the local command is killed, the network
+    ///   or the remote login goes away) and **the node dies** (killed,
+    ///   OOM): every pending and later call fails with
+    ///   [`WireError::Disconnected`] — at the latest
+    ///   [`EXIT_GRACE`](super::transport::EXIT_GRACE) after the command
+    ///   exited, even if something keeps its stdout open — and the
+    ///   coordinator's cleanup through this client is
+    ///   `Failed(`[`CODE_NODE_UNREACHABLE`]`)`. A node whose stdin closed
+    ///   cleans up every request it held on its own; a killed node leaves
+    ///   its journals for the next start.
+    /// - **The node restarts and reclaims**: a client from a new
+    ///   `spawn_node` on the same workspace asks `cleanup_workspace` for a
+    ///   request of the dead connection and gets `reclaimed` (the restarted
+    ///   node cleaned it from its journal), `already_gone` (the old node
+    ///   had cleaned it when its stdin closed) or `failed` with the
+    ///   reclaim's code — mapped to a successful cleanup or to
+    ///   `Failed(code)` like any answer.
+    ///
+    /// # Errors
+    ///
+    /// [`SpawnError::Start`] when the command cannot be started; a command
+    /// that starts but cannot reach its node exits, and the client's calls
+    /// then fail with [`WireError::Disconnected`].
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use custodian::coordinator::RequestId;
+    /// use custodian::wire::{CleanupStatus, DEFAULT_MAX_FRAME, WireClient};
+    ///
+    /// let (client, transport) = WireClient::spawn_node(
+    ///     "ssh",
+    ///     ["-T", "-o", "BatchMode=yes", "build-host", "custodian", "node", "--workspace", "/srv/ws"],
+    ///     DEFAULT_MAX_FRAME,
+    /// )?;
+    /// let id = RequestId::new("req-42")?;
+    /// client.open_workspace(&id).await?;
+    /// client.write_artifact(&id, "notes/plan.txt", "draft").await?;
+    /// let report = client.cleanup_workspace(&id).await?;
+    /// assert_eq!(report.status, CleanupStatus::Cleaned);
+    /// // The graceful end: the node's stdin closes, it cleans up whatever
+    /// // is still open, exits, and the ssh command with it.
+    /// drop(client);
+    /// let status = transport.wait().await?;
+    /// # let _ = status;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spawn_node<I, S>(
+        program: impl AsRef<OsStr>,
+        args: I,
+        max_frame: usize,
+    ) -> Result<(WireClient, NodeTransport), SpawnError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let program = program.as_ref();
+        let start_error = |source| SpawnError::Start {
+            program: program.to_string_lossy().into_owned(),
+            source,
+        };
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .map_err(start_error)?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            // Both were asked for as pipes; without them there is no wire.
+            let _ = child.start_kill();
+            return Err(start_error(io::Error::other("no stdio pipes")));
+        };
+        let client = Self::from_parts(stdout, stdin, max_frame);
+        let inner = Arc::downgrade(&client.inner);
+        let transport = NodeTransport::watch(child, move || {
+            if let Some(inner) = inner.upgrade() {
+                inner.close();
+            }
+        });
+        Ok((client, transport))
     }
 
     /// Sends one request and waits for its answer.

@@ -26,6 +26,13 @@
 //! still ends in that one cleanup, and the node refuses an open that
 //! arrives after the request's cancel or cleanup (`machine::node`).
 //!
+//! A node on another machine or in a container is started through a
+//! command the operator already trusts — `ssh -T host custodian node
+//! --workspace DIR`, a container exec — with [`WireClient::spawn_node`],
+//! which speaks the wire over the command's stdio; the transport's death,
+//! the node's death and its restart reach the edge as
+//! [`WireError::Disconnected`] and the restarted node's `reclaimed` answer.
+//!
 //! Cleanup results carry identity, status and a safe code only: never a raw
 //! path, an environment value or captured output. The full contract is
 //! `docs/contracts/edge-node-wire.md`.
@@ -34,6 +41,7 @@ mod client;
 pub mod codec;
 pub mod message;
 mod node;
+pub mod transport;
 #[cfg(unix)]
 mod workspace_node;
 
@@ -48,5 +56,6 @@ pub use message::{
 pub use node::{
     Admitted, CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step,
 };
+pub use transport::{NodeTransport, SpawnError};
 #[cfg(unix)]
 pub use workspace_node::{NodePolicy, WorkspaceNode, codes as node_codes};

@@ -33,7 +33,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -507,7 +507,7 @@ impl<W: NodeWorkspace> Node<W> {
         let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let writer = tokio::spawn(super::codec::write_lines(write, rx));
         let permits = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
-        let mut frames = FrameReader::new(BufReader::new(read), self.config.max_frame);
+        let mut frames = FrameReader::new(read, self.config.max_frame);
         let result = loop {
             let permit = Arc::clone(&permits)
                 .acquire_owned()

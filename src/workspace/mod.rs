@@ -44,6 +44,8 @@ mod result;
 #[cfg(unix)]
 mod journal_file;
 #[cfg(unix)]
+mod leftovers;
+#[cfg(unix)]
 mod remove;
 #[cfg(unix)]
 mod runtime;

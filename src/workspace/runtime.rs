@@ -13,6 +13,7 @@ use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
 use super::journal::{self, Record};
 use super::journal_file::{self, JournalFile};
+use super::leftovers;
 use super::process::RequestProcess;
 use super::remove;
 use super::resolve::{self, ResolveError};
@@ -477,13 +478,21 @@ impl Workspace {
     /// job directory with no journal at all is not looked at: it stays
     /// refused ([`WorkspaceError::JobExists`]) as before.
     ///
+    /// Entries that a dead run's cleanup had moved out of the tree into the
+    /// job's quarantine but not destroyed (it was killed in between) are
+    /// destroyed too, each only if it is an inode the journal registered;
+    /// anything else there is kept. Then, on Linux, the empty base cgroups
+    /// that dead custodian processes left beside this process's own are
+    /// removed ([`crate::contain::remove_dead_bases`]).
+    ///
     /// Must be called within a tokio runtime, before requests are opened.
     ///
     /// # Caveats
     ///
-    /// The dead node's processes are not killed here: processes launched
-    /// by a node die with it only where their containment makes them (see
-    /// `docs/contracts/workspace-cleanup.md`, "The journal").
+    /// The dead node's processes are killed only where they ran in the
+    /// request cgroup its journal names (the cgroup tier, and this process
+    /// in the same cgroup as the dead one); see
+    /// `docs/contracts/workspace-cleanup.md`, "Reclaim on restart".
     pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
         let mut names = Vec::new();
         let listed = fs::for_each_name(self.inner.journals.as_fd(), |n| {
@@ -528,6 +537,22 @@ impl Workspace {
             }
             out.push((id, result));
         }
+        // After the journals: the reclaim's cleanups removed the request
+        // cgroups of the dead runs, so their bases may now be empty.
+        #[cfg(target_os = "linux")]
+        match crate::contain::remove_dead_bases() {
+            Ok(d) if d.removed + d.kept > 0 => {
+                tracing::info!(
+                    removed = d.removed,
+                    kept = d.kept,
+                    "base cgroups of dead custodian processes"
+                );
+            }
+            Ok(_) => {}
+            Err(why) => {
+                tracing::debug!(code = %why.code(), "no cgroup tier: no dead base cgroups to remove")
+            }
+        }
         out
     }
 
@@ -546,18 +571,26 @@ impl Workspace {
         if read.tail != journal::Tail::Clean {
             tracing::info!(request = %id, tail = ?read.tail, "journal tail ignored");
         }
-        let rep = match journal::replay(&read) {
-            Ok(rep) if rep.request == id.as_str().as_bytes() => rep,
-            Ok(_) => {
-                tracing::warn!(request = %id, "journal names another request; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
-            }
-            Err(e) => {
-                tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+        // No complete record: the run died between creating the journal
+        // (`O_EXCL`) and completing its `Open` record, which precedes the
+        // job directory's `mkdirat`. It proves nothing, as below when the
+        // job directory's identity is missing.
+        let rep = if read.records.is_empty() {
+            None
+        } else {
+            match journal::replay(&read) {
+                Ok(rep) if rep.request == id.as_str().as_bytes() => Some(rep),
+                Ok(_) => {
+                    tracing::warn!(request = %id, "journal names another request; the job is kept");
+                    return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+                }
+                Err(e) => {
+                    tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
+                    return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+                }
             }
         };
-        if rep.verdict.is_some() {
+        if rep.as_ref().is_some_and(|rep| rep.verdict.is_some()) {
             return Prepared::Decided;
         }
         let finish = |result: CleanupResult| {
@@ -571,7 +604,8 @@ impl Workspace {
             suspect: None,
         };
         let jobs = self.inner.jobs.as_fd();
-        let Some(inventory) = rep.inventory else {
+        let Some((rep, inventory)) = rep.and_then(|mut rep| rep.inventory.take().map(|i| (rep, i)))
+        else {
             // The job directory's creation is not proven: it was never made,
             // or its identity record was lost.
             return match fs::observe_at(jobs, &cname) {
@@ -580,6 +614,17 @@ impl Workspace {
                 Err(_) => Prepared::Filed(failed(CleanupCode::IoError)),
             };
         };
+        // A node killed inside its removal pass can leave registered
+        // entries in the job's quarantine: out of the tree, not destroyed.
+        let swept = leftovers::destroy_proven(
+            self.inner.quarantine.as_fd(),
+            &cname,
+            &inventory,
+            self.inner.anchor,
+        );
+        if swept != leftovers::Swept::default() {
+            tracing::info!(request = %id, files = swept.files, dirs = swept.dirs, kept = swept.kept, "quarantine leftovers of the dead run");
+        }
         let job = match fs::open_dir_at(jobs, cname.as_c_str()) {
             Ok(fd) => fd,
             Err(e) if e == Errno::NOENT => return finish(reclaimed_nothing),

@@ -5,6 +5,7 @@
 mod fake_node;
 
 mod cleanup_during_open;
+mod cli;
 mod containment;
 mod crash;
 mod e2e;
@@ -14,3 +15,5 @@ mod race;
 mod read_order;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
+mod spawn;
+mod ssh;

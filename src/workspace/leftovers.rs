@@ -1,0 +1,120 @@
+//! What a killed cleanup left in its quarantine.
+//!
+//! The removal protocol ([`fs::Quarantine`]) moves each registered entry out
+//! of the job tree into `<internal>/quarantine/<job>/q<n>` and only then
+//! destroys it. A node killed between the move and the destruction leaves
+//! the entry there: out of the tree, so the next pass counts it missing,
+//! but not gone. The reclaim after a restart hands each such leftover to
+//! the same protocol again, which destroys it only if it is still an inode
+//! the journal's inventory registered; anything else is kept and logged.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::identity::Anchor;
+use super::inventory::Inventory;
+use crate::fs::{self, Errno, FileKind, Removal};
+
+/// What [`destroy_proven`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Swept {
+    pub files: u64,
+    pub dirs: u64,
+    /// Entries left in the quarantine: not proven by the inventory, or not
+    /// removable now.
+    pub kept: u64,
+}
+
+/// Destroys every entry of `<qroot>/<job_name>` that `inv` registered (same
+/// kind, device, inode, birth time and mount, admitted by `anchor`), then
+/// removes that directory if nothing was kept. Never follows a symlink,
+/// never descends: a quarantined directory must already be empty.
+pub(crate) fn destroy_proven(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    inv: &Inventory,
+    anchor: Anchor,
+) -> Swept {
+    let mut out = Swept::default();
+    let dir = match fs::open_dir_at(qroot, job_name) {
+        Ok(fd) => fd,
+        // The usual case: no cleanup of this job was interrupted there.
+        Err(Errno::NOENT) => return out,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open a job's quarantine; its leftovers are kept");
+            out.kept = 1;
+            return out;
+        }
+    };
+    match fs::observe_fd(dir.as_fd()) {
+        Ok(obs) if obs.kind == FileKind::Dir && anchor.admit(&obs).is_ok() => {}
+        _ => {
+            tracing::warn!("a job's quarantine is not a plain directory here; it is kept");
+            out.kept = 1;
+            return out;
+        }
+    }
+    let mut names: Vec<CString> = Vec::new();
+    if fs::for_each_name(dir.as_fd(), |n| {
+        names.push(n.to_owned());
+        Ok(())
+    })
+    .is_err()
+    {
+        out.kept = 1;
+        return out;
+    }
+    if names.is_empty() {
+        let _ = fs::rmdir_at(qroot, job_name);
+        return out;
+    }
+    let by_ino: HashMap<u64, u32> = (0..inv.len() as u32)
+        .map(|i| (inv.entry(i).identity.ino, i))
+        .collect();
+    // A second descriptor of the same directory: the protocol moves each
+    // leftover to a fresh name there before it identifies and destroys it.
+    let mut quarantine = match fs::open_dir_at(qroot, job_name) {
+        Ok(fd) => fs::Quarantine::new(fd),
+        Err(_) => {
+            out.kept = names.len() as u64;
+            return out;
+        }
+    };
+    for name in names {
+        let obs = match fs::observe_at(dir.as_fd(), &name) {
+            Ok(obs) => obs,
+            Err(Errno::NOENT) => continue,
+            Err(_) => {
+                out.kept += 1;
+                continue;
+            }
+        };
+        let Some(&i) = by_ino.get(&obs.identity.ino) else {
+            out.kept += 1;
+            continue;
+        };
+        let entry = inv.entry(i);
+        let kind = entry.kind.file_kind();
+        let identity = entry.identity;
+        let removal = quarantine.remove(dir.as_fd(), &name, kind, |seen| {
+            let obs = seen.observed();
+            anchor.admit(&obs).and_then(|()| identity.check(kind, &obs))
+        });
+        match removal {
+            Ok(Removal::Destroyed) if kind == FileKind::Dir => out.dirs += 1,
+            Ok(Removal::Destroyed) => out.files += 1,
+            Ok(Removal::Missing) => {}
+            Ok(_) | Err(_) => out.kept += 1,
+        }
+    }
+    if out.kept == 0 {
+        let _ = fs::rmdir_at(qroot, job_name);
+    } else {
+        tracing::warn!(
+            kept = out.kept,
+            "entries not proven by the journal are kept in a job's quarantine"
+        );
+    }
+    out
+}
