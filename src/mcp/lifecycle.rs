@@ -40,27 +40,39 @@ pub struct Outcome {
     pub cancelled: bool,
 }
 
-/// Why nothing ran. The request's cleanup has run, if it was opened.
+/// Why a call produced no evidence.
 #[derive(Debug, thiserror::Error)]
-#[error("{source}")]
-pub struct LaunchFailed {
-    /// The workspace or launcher error (carries no environment value).
-    #[source]
-    pub source: WorkspaceError,
-    /// The request's cleanup, when the request was opened.
-    pub cleanup: Option<CleanupResult>,
+#[non_exhaustive]
+pub enum LaunchFailed {
+    /// The request could not be opened or the launcher refused; nothing is
+    /// running. The request's cleanup has run if it was opened.
+    #[error("{source}")]
+    Refused {
+        /// The workspace or launcher error (carries no environment value).
+        #[source]
+        source: WorkspaceError,
+        /// The request's cleanup, when the request was opened.
+        cleanup: Option<CleanupResult>,
+    },
+    /// The call's task failed (a panic). Its request stays open until the
+    /// workspace closes, whose cleanup kills and removes what it holds.
+    #[error("the call's task failed; the request is cleaned up when the server stops")]
+    TaskFailed,
 }
 
 impl LaunchFailed {
     /// A stable code: the launcher's for a refused launch, else the
-    /// workspace error's kind.
+    /// workspace error's kind, or `internal` for a failed task.
     pub fn code(&self) -> &'static str {
-        match &self.source {
-            WorkspaceError::Launch(e) => e.code(),
-            WorkspaceError::InternalPath(_) => "internal_path",
-            WorkspaceError::Closed => "workspace_closed",
-            WorkspaceError::Io { .. } => "io_error",
-            _ => "workspace_error",
+        match self {
+            LaunchFailed::Refused { source, .. } => match source {
+                WorkspaceError::Launch(e) => e.code(),
+                WorkspaceError::InternalPath(_) => "internal_path",
+                WorkspaceError::Closed => "workspace_closed",
+                WorkspaceError::Io { .. } => "io_error",
+                _ => "workspace_error",
+            },
+            LaunchFailed::TaskFailed => "internal",
         }
     }
 }
@@ -135,14 +147,14 @@ impl Lifecycle {
             let job = this
                 .workspace
                 .open_request(&id)
-                .map_err(|source| LaunchFailed {
+                .map_err(|source| LaunchFailed::Refused {
                     source,
                     cleanup: None,
                 })?;
             let running = match job.launch(invocation, &this.launch) {
                 Ok(r) => r,
                 Err(source) => {
-                    return Err(LaunchFailed {
+                    return Err(LaunchFailed::Refused {
                         source,
                         cleanup: Some(this.cleanup(&id).await),
                     });
@@ -190,10 +202,7 @@ impl Lifecycle {
             Ok(r) => r,
             // The task panicked: the workspace's close still cleans the
             // request; say so rather than propagate the panic.
-            Err(_) => Err(LaunchFailed {
-                source: WorkspaceError::Closed,
-                cleanup: None,
-            }),
+            Err(_) => Err(LaunchFailed::TaskFailed),
         }
     }
 

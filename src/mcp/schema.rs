@@ -125,7 +125,7 @@ fn error_shape() -> Value {
                 "type": "object",
                 "required": ["kind", "code", "message"],
                 "properties": {
-                    "kind": { "enum": ["invalid_input", "policy_refused", "launch_failed", "spill"] },
+                    "kind": { "enum": ["invalid_input", "policy_refused", "launch_failed", "spill", "internal"] },
                     "code": { "type": "string" },
                     "message": { "type": "string" },
                     "target": { "type": ["string", "null"] },

@@ -253,7 +253,13 @@ impl CustodianServer {
             .await;
         let outcome = match outcome {
             Ok(o) => o,
-            Err(e) => return output::error("launch_failed", e.code(), &e.to_string()),
+            Err(e) => {
+                let kind = match e {
+                    super::lifecycle::LaunchFailed::TaskFailed => "internal",
+                    _ => "launch_failed",
+                };
+                return output::error(kind, e.code(), &e.to_string());
+            }
         };
         let (evidence, spill) = output::fit_evidence(
             &outcome.evidence,
