@@ -36,6 +36,8 @@ pub mod coordinator;
 pub mod error;
 mod fs;
 pub mod machine;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod policy;
 pub mod process;
 pub mod spill;

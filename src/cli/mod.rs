@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "mcp")]
+mod mcp;
 mod node;
 mod policy;
 mod run;
@@ -41,6 +43,9 @@ enum Command {
     /// Inspect process.run policy decisions.
     #[command(subcommand)]
     Policy(policy::Command),
+    /// Serve governed process_run and spill_read to an MCP client on stdio.
+    #[cfg(feature = "mcp")]
+    Mcp(mcp::Args),
 }
 
 impl Cli {
@@ -50,6 +55,8 @@ impl Cli {
             Command::Spill(cmd) => spill::main(cmd),
             Command::Node(args) => node::main(args),
             Command::Policy(cmd) => policy::main(cmd),
+            #[cfg(feature = "mcp")]
+            Command::Mcp(args) => mcp::main(args),
         }
     }
 }

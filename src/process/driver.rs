@@ -159,6 +159,7 @@ pub(crate) fn spawn(
         cancel: Notify::new(),
         cancelled: AtomicBool::new(false),
         done,
+        captured: Default::default(),
     });
     let fault = invocation.fault();
     let setup = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -709,12 +710,14 @@ impl Driver {
                     }
                     Some(Wake::Read(which, Ok(n))) if n > 0 => {
                         fault::hit(self.fault, FaultPoint::Capture);
-                        let (cap, buf) = match which {
-                            Stream::Stdout => (self.out.as_mut(), &mut out_buf),
-                            Stream::Stderr => (self.err.as_mut(), &mut err_buf),
+                        let (cap, buf, slot) = match which {
+                            Stream::Stdout => (self.out.as_mut(), &mut out_buf, 0),
+                            Stream::Stderr => (self.err.as_mut(), &mut err_buf, 1),
                         };
                         if let Some(cap) = cap {
                             cap.push(&buf[..n]);
+                            self.shared.captured[slot]
+                                .store(cap.bytes_read(), std::sync::atomic::Ordering::Relaxed);
                         }
                         buf.clear();
                         None
