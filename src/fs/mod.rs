@@ -78,11 +78,11 @@ pub(crate) use append::truncate;
 pub use stat::{BirthTime, FileKind, Identity, MountId, Observed};
 
 pub(crate) use dir::{
-    Access, Entry, WalkError, create_file, fchmod, flock, for_each_name, list, mkdir_at,
+    Access, Entry, WalkError, create_file, dup, fchmod, flock, for_each_name, list, mkdir_at,
     mkdir_configured, open_configured_dir, open_dir_at, open_dir_path, open_file_at, open_parent,
     open_regular, rmdir_at, unlink_at,
 };
-pub(crate) use remove::{Quarantine, Removal};
+pub(crate) use remove::{Quarantine, Removal, Settled};
 pub(crate) use rustix::fs::{FlockOperation, OFlags};
 pub(crate) use rustix::io::Errno;
 pub(crate) use stat::{

@@ -65,6 +65,11 @@ use super::stat::{FileKind, Stat, nlink_fd, stat_fd};
 pub(crate) enum Removal<E> {
     /// The registered inode was destroyed (its link removed, verified).
     Destroyed,
+    /// Only from [`Quarantine::remove_file`]: the file was moved out of the
+    /// tree and identified as the registered one; it is destroyed by the
+    /// next `remove_file` or by [`Quarantine::flush`], and the verdict comes
+    /// through [`Quarantine::settled`].
+    Pending,
     /// Nothing had the name: nothing of ours is left there.
     Missing,
     /// What held the name is not the registered entry (`None`: not even of
@@ -84,12 +89,52 @@ pub(crate) enum Removal<E> {
     Tampered,
 }
 
+/// The verdict on a file [`Quarantine::remove_file`] accepted
+/// ([`Removal::Pending`]), once its quarantine name has been destroyed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// A link of the registered inode was removed, proven by its descriptor.
+    Destroyed,
+    /// What was destroyed under the quarantine name was not the registered
+    /// inode (or nothing was): see [`Removal::Tampered`].
+    Tampered,
+    /// An unexpected `errno` while destroying or proving.
+    Failed(Errno),
+}
+
+/// A file moved out of the tree and identified as the registered one, not
+/// destroyed yet.
+struct Pending {
+    tag: usize,
+    /// Its name in the quarantine.
+    qname: CString,
+    /// The pinned inode (`O_PATH`).
+    fd: OwnedFd,
+    /// What `statx` of `fd` showed when it was identified.
+    seen: Stat,
+}
+
+/// Descriptors of destroyed inodes are closed this many at a time.
+const SPENT_BATCH: usize = 16;
+
 /// A cleaner-private directory, on the same mount as what it removes, that
 /// every entry passes through on its way out (see the module docs).
 pub(crate) struct Quarantine {
     dir: OwnedFd,
     next: u64,
     name: Vec<u8>,
+    pending: Option<Pending>,
+    settled: Vec<(usize, Settled)>,
+    /// Pinned descriptors whose proof is done, closed together.
+    spent: Vec<OwnedFd>,
+}
+
+/// How the move into the quarantine went.
+enum Moved {
+    /// Under this quarantine name.
+    To(CString),
+    /// Over the pending file's quarantine name, which held it until then.
+    Over(Pending),
 }
 
 impl Quarantine {
@@ -100,16 +145,25 @@ impl Quarantine {
             dir,
             next: 0,
             name: Vec::with_capacity(24),
+            pending: None,
+            settled: Vec::new(),
+            spent: Vec::with_capacity(SPENT_BATCH),
         }
+    }
+
+    /// The quarantine directory itself.
+    pub(crate) fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
     }
 
     /// `renameat2(parent, name, q, qname, RENAME_NOREPLACE)`, `openat(q, qname,
     /// O_PATH | O_NOFOLLOW)`, `statx`, `unlinkat(q, qname, …)`, `statx`—
     /// Removes the entry `name` of `parent` if, once moved out of the tree,
-    /// it is the registered `kind` entry that `verify` accepts.
+    /// it is the registered `kind` entry that `verify` accepts, and proves it.
     ///
     /// `kind` must be [`FileKind::Dir`] or [`FileKind::File`]; a directory
-    /// must be empty.
+    /// must be empty. Settles any file still pending from
+    /// [`remove_file`](Self::remove_file) first.
     ///
     /// # Errors
     ///
@@ -131,61 +185,34 @@ impl Quarantine {
         kind: FileKind,
         verify: impl FnOnce(&Stat) -> Result<(), E>,
     ) -> Result<Removal<E>, Errno> {
-        // 1. Out of the tree, under a name nobody else chose.
-        let qname = loop {
-            self.name.clear();
-            write!(self.name, "q{:x}\0", self.next).expect("writing to a Vec");
-            self.next += 1;
-            let qname = CStr::from_bytes_with_nul(&self.name).expect("one trailing NUL");
-            let q = self.dir.as_fd();
-            match rustix::fs::renameat_with(parent, name, q, qname, RenameFlags::NOREPLACE) {
-                Ok(()) => break qname.to_owned(),
-                // Left by an earlier cleanup: take the next name.
-                Err(Errno::EXIST) => continue,
-                Err(Errno::NOENT) => return Ok(Removal::Missing),
-                Err(Errno::BUSY | Errno::XDEV) => return Ok(Removal::Mount),
-                Err(e) => return Err(e),
-            }
+        self.flush();
+        if kind == FileKind::File {
+            let r = self.remove_file(usize::MAX, parent, name, verify)?;
+            self.flush();
+            let Some(&(usize::MAX, verdict)) = self.settled.last() else {
+                return Ok(r);
+            };
+            self.settled.pop();
+            return match verdict {
+                Settled::Destroyed => Ok(Removal::Destroyed),
+                Settled::Tampered => Ok(Removal::Tampered),
+                Settled::Failed(e) => Err(e),
+            };
+        }
+        let qname = match self.move_out(parent, name, false)? {
+            Ok(Moved::To(q)) => q,
+            Ok(Moved::Over(_)) => unreachable!("no file is pending"),
+            Err(r) => return Ok(r),
         };
+        let (pinned, seen) = match self.pin(parent, name, &qname)? {
+            Ok(p) => p,
+            Err(r) => return Ok(r),
+        };
+        if let Some(r) = self.accept(parent, name, &qname, &seen, kind, verify)? {
+            return Ok(r);
+        }
         let q = self.dir.as_fd();
-        // 2. Pin and identify what arrived.
-        let pinned = match rustix::fs::openat(
-            q,
-            &qname,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            // Taken out of the quarantine before we looked: nothing was
-            // destroyed, but the tree was changed under us.
-            Err(Errno::NOENT) => return Ok(Removal::Tampered),
-            Err(e) => {
-                // Unidentified: it goes back where it came from if it can.
-                let _ = self.put_back::<E>(parent, name, &qname, None);
-                return Err(e);
-            }
-        };
-        let seen = match stat_fd(pinned.as_fd()) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = self.put_back::<E>(parent, name, &qname, None);
-                return Err(e);
-            }
-        };
-        if seen.kind() != kind {
-            return self.put_back(parent, name, &qname, None);
-        }
-        if let Err(why) = verify(&seen) {
-            return self.put_back(parent, name, &qname, Some(why));
-        }
-        // 3. Destroy the registered inode's quarantine name.
-        let links_before = seen.nlink;
-        let gone = if kind == FileKind::Dir {
-            rmdir_at(q, &qname)
-        } else {
-            unlink_at(q, &qname)
-        };
-        match gone {
+        match rmdir_at(q, &qname) {
             Ok(()) => {}
             Err(Errno::NOTEMPTY | Errno::EXIST) => {
                 return match self.put_back::<E>(parent, name, &qname, None)? {
@@ -197,18 +224,208 @@ impl Quarantine {
             Err(Errno::NOENT) => return Ok(Removal::Tampered),
             Err(e) => return Err(e),
         }
-        // 4. Prove that the link removed was one of the registered inode.
-        let links_after = nlink_fd(pinned.as_fd())?;
-        let expected = if kind == FileKind::Dir {
-            0
-        } else {
-            links_before.saturating_sub(1)
-        };
-        if links_after == expected {
-            Ok(Removal::Destroyed)
-        } else {
-            Ok(Removal::Tampered)
+        let verdict = prove(&pinned, &seen, FileKind::Dir);
+        self.spend(pinned);
+        match verdict {
+            Settled::Destroyed => Ok(Removal::Destroyed),
+            Settled::Tampered => Ok(Removal::Tampered),
+            Settled::Failed(e) => Err(e),
         }
+    }
+
+    /// `renameat2(parent, name, q, qname, flags)`, `openat(q, qname, O_PATH |
+    /// O_NOFOLLOW)`, `statx`—Moves the file `name` of `parent` out of the
+    /// tree and, if it is the registered regular file `verify` accepts,
+    /// leaves it pending in the quarantine ([`Removal::Pending`]).
+    ///
+    /// A pending file is destroyed by the next call's rename, which moves the
+    /// next file over its quarantine name (the one rename does the unlink's
+    /// work), or by [`flush`](Self::flush); either way its held descriptor
+    /// must then show the link gone, and the verdict is queued under `tag`
+    /// for [`settled`](Self::settled). Call `flush` before acting on the
+    /// verdicts of a batch; a `Quarantine` dropped with a file pending
+    /// destroys it unreported.
+    ///
+    /// # Errors
+    ///
+    /// As [`remove`](Self::remove).
+    ///
+    /// # References
+    ///
+    /// [rename(2)](https://man7.org/linux/man-pages/man2/rename.2.html),
+    /// [open(2)](https://man7.org/linux/man-pages/man2/open.2.html) (`O_PATH`),
+    /// [statx(2)](https://man7.org/linux/man-pages/man2/statx.2.html)
+    #[doc(alias = "renameat2")]
+    pub(crate) fn remove_file<E>(
+        &mut self,
+        tag: usize,
+        parent: BorrowedFd<'_>,
+        name: &CStr,
+        verify: impl FnOnce(&Stat) -> Result<(), E>,
+    ) -> Result<Removal<E>, Errno> {
+        let (qname, over) = match self.move_out(parent, name, true)? {
+            Ok(Moved::To(q)) => (q, None),
+            Ok(Moved::Over(p)) => {
+                let q = p.qname.clone();
+                (q, Some(p))
+            }
+            Err(r) => return Ok(r),
+        };
+        let pinned = self.pin(parent, name, &qname);
+        if let Some(prev) = over {
+            // The rename replaced `prev`'s name. If what arrived is `prev`
+            // itself (another link to it had the name), the rename did
+            // nothing at all, whatever the link count says.
+            let again = matches!(&pinned, Ok(Ok((_, seen))) if seen.same_object(&prev.seen));
+            let verdict = if again {
+                Settled::Tampered
+            } else {
+                prove(&prev.fd, &prev.seen, FileKind::File)
+            };
+            self.settled.push((prev.tag, verdict));
+            self.spend(prev.fd);
+        }
+        let (fd, seen) = match pinned? {
+            Ok(p) => p,
+            Err(r) => return Ok(r),
+        };
+        if let Some(r) = self.accept(parent, name, &qname, &seen, FileKind::File, verify)? {
+            return Ok(r);
+        }
+        self.pending = Some(Pending {
+            tag,
+            qname,
+            fd,
+            seen,
+        });
+        Ok(Removal::Pending)
+    }
+
+    /// `unlinkat(q, qname, 0)`, `statx`—Destroys the pending file, if any,
+    /// and queues its verdict.
+    #[doc(alias = "unlinkat")]
+    pub(crate) fn flush(&mut self) {
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        let verdict = match unlink_at(self.dir.as_fd(), &p.qname) {
+            Ok(()) => prove(&p.fd, &p.seen, FileKind::File),
+            // Taken out of the quarantine, or exchanged with a directory:
+            // the registered inode no longer has the name.
+            Err(Errno::NOENT | Errno::ISDIR | Errno::PERM) => Settled::Tampered,
+            Err(e) => Settled::Failed(e),
+        };
+        self.settled.push((p.tag, verdict));
+        self.spend(p.fd);
+    }
+
+    /// The verdicts on files [`remove_file`](Self::remove_file) accepted,
+    /// in the order they were destroyed.
+    pub(crate) fn settled(&mut self) -> std::vec::Drain<'_, (usize, Settled)> {
+        self.settled.drain(..)
+    }
+
+    /// Step 1: moves whatever holds `name` *now* out of the tree. With
+    /// `over` and a file pending, onto the pending file's name (destroying
+    /// it); otherwise under a fresh name, never replacing anything.
+    fn move_out<E>(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        name: &CStr,
+        over: bool,
+    ) -> Result<Result<Moved, Removal<E>>, Errno> {
+        if let (true, Some(p)) = (over, &self.pending) {
+            let q = self.dir.as_fd();
+            match rustix::fs::renameat_with(parent, name, q, &p.qname, RenameFlags::empty()) {
+                Ok(()) => {
+                    let p = self.pending.take().expect("checked above");
+                    return Ok(Ok(Moved::Over(p)));
+                }
+                Err(Errno::NOENT) => return Ok(Err(Removal::Missing)),
+                // Not a file over a file (a directory arrived, or one sits
+                // at the pending name), or a mount: settle the pending file
+                // on its own and take the careful path.
+                Err(_) => self.flush(),
+            }
+        }
+        loop {
+            self.name.clear();
+            write!(self.name, "q{:x}\0", self.next).expect("writing to a Vec");
+            self.next += 1;
+            let qname = CStr::from_bytes_with_nul(&self.name).expect("one trailing NUL");
+            let q = self.dir.as_fd();
+            match rustix::fs::renameat_with(parent, name, q, qname, RenameFlags::NOREPLACE) {
+                Ok(()) => return Ok(Ok(Moved::To(qname.to_owned()))),
+                // Left by an earlier cleanup: take the next name.
+                Err(Errno::EXIST) => continue,
+                Err(Errno::NOENT) => return Ok(Err(Removal::Missing)),
+                Err(Errno::BUSY | Errno::XDEV) => return Ok(Err(Removal::Mount)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Step 2: pins what arrived at `qname` and describes it; what cannot
+    /// be identified goes back to `parent/name`.
+    #[allow(clippy::type_complexity)]
+    fn pin<E>(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        name: &CStr,
+        qname: &CStr,
+    ) -> Result<Result<(OwnedFd, Stat), Removal<E>>, Errno> {
+        let q = self.dir.as_fd();
+        let pinned = match rustix::fs::openat(
+            q,
+            qname,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // Taken out of the quarantine before we looked: nothing was
+            // destroyed, but the tree was changed under us.
+            Err(Errno::NOENT) => return Ok(Err(Removal::Tampered)),
+            Err(e) => {
+                // Unidentified: it goes back where it came from if it can.
+                let _ = self.put_back::<E>(parent, name, qname, None);
+                return Err(e);
+            }
+        };
+        match stat_fd(pinned.as_fd()) {
+            Ok(s) => Ok(Ok((pinned, s))),
+            Err(e) => {
+                let _ = self.put_back::<E>(parent, name, qname, None);
+                Err(e)
+            }
+        }
+    }
+
+    /// Step 2, continued: what arrived must be the registered `kind` entry
+    /// `verify` accepts; anything else goes back (`Some`).
+    fn accept<E>(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        name: &CStr,
+        qname: &CStr,
+        seen: &Stat,
+        kind: FileKind,
+        verify: impl FnOnce(&Stat) -> Result<(), E>,
+    ) -> Result<Option<Removal<E>>, Errno> {
+        if seen.kind() != kind {
+            return self.put_back(parent, name, qname, None).map(Some);
+        }
+        if let Err(why) = verify(seen) {
+            return self.put_back(parent, name, qname, Some(why)).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Closes proven descriptors a batch at a time.
+    fn spend(&mut self, fd: OwnedFd) {
+        if self.spent.len() >= SPENT_BATCH {
+            self.spent.clear();
+        }
+        self.spent.push(fd);
     }
 
     /// `renameat2(q, qname, parent, name, RENAME_NOREPLACE)`: puts a foreign
@@ -232,5 +449,28 @@ impl Quarantine {
             Err(Errno::EXIST | Errno::NOENT) => Ok(Removal::Kept(why, qname.to_owned())),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Drop for Quarantine {
+    fn drop(&mut self) {
+        // A verified file is not left lying in the quarantine.
+        self.flush();
+    }
+}
+
+/// Step 4: `statx(fd, STATX_NLINK)` must show that the unlink (or the
+/// rename over the name) removed a link of *that* inode: 0 for a directory,
+/// one less than when it was identified for a file.
+fn prove(fd: &OwnedFd, seen: &Stat, kind: FileKind) -> Settled {
+    let expected = if kind == FileKind::Dir {
+        0
+    } else {
+        seen.nlink.saturating_sub(1)
+    };
+    match nlink_fd(fd.as_fd()) {
+        Ok(n) if n == expected => Settled::Destroyed,
+        Ok(_) => Settled::Tampered,
+        Err(e) => Settled::Failed(e),
     }
 }

@@ -17,8 +17,8 @@ use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
 use super::store::MARK;
 use crate::fs::{
-    self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Stat as Meta, Untrusted,
-    WalkError,
+    self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Settled, Stat as Meta,
+    Untrusted, WalkError,
 };
 
 /// Where to look for prior per-process default roots.
@@ -607,28 +607,70 @@ impl Sweeper<'_> {
             return false;
         }
         let mut remaining = 0u64;
+        let mut cancelled = false;
         for (i, f) in entries.iter().enumerate() {
             if i % 1024 == 1023 && self.cancelled() {
                 self.report.skip(SkipReason::Cancelled);
-                return false;
+                cancelled = true;
+                break;
             }
-            if !self.sweep_file(root, dir.as_fd(), &meta, &path, f) {
+            if !self.sweep_file(root, dir.as_fd(), &meta, &path, i, f) {
                 remaining += 1;
             }
+            remaining += self.settle(&path, entries, false);
         }
-        if remaining > 0 || self.dry_run || self.cancelled() {
+        // Nothing is left pending in the quarantine past its session.
+        remaining += self.settle(&path, entries, true);
+        if cancelled || remaining > 0 || self.dry_run || self.cancelled() {
             return false;
         }
         self.prune(root, dir.as_fd(), &e.name, &meta, &path)
     }
 
-    /// Handles one entry of a session dir; returns `true` if it is gone.
+    /// Takes the verdicts on the expired files whose destruction was
+    /// pending (`flush`: destroys the last one first) and returns how many
+    /// of them are not gone.
+    fn settle(&mut self, dpath: &Path, entries: &[Entry], flush: bool) -> u64 {
+        let Some((q, _)) = self.quarantine.as_mut() else {
+            return 0;
+        };
+        if flush {
+            q.flush();
+        }
+        let verdicts: Vec<(usize, Settled)> = q.settled().collect();
+        let mut left = 0;
+        for (i, verdict) in verdicts {
+            let p = || dpath.join(std::ffi::OsStr::from_bytes(entries[i].name.to_bytes()));
+            match verdict {
+                Settled::Destroyed => self.report.files_deleted += 1,
+                Settled::Tampered => {
+                    self.tampered::<()>(&p(), &Removal::Tampered);
+                    left += 1;
+                }
+                Settled::Failed(err) => {
+                    self.report.skip(SkipReason::Error);
+                    self.warn(
+                        "unlink_failed",
+                        &p(),
+                        format!("cannot delete expired file: {err}"),
+                    );
+                    left += 1;
+                }
+            }
+        }
+        left
+    }
+
+    /// Handles entry `index` of a session dir; returns `true` if it is gone
+    /// (or, for an expired file moved out and identified, pending
+    /// destruction: its verdict comes through [`Self::settle`]).
     fn sweep_file(
         &mut self,
         root: &OpenRoot,
         dir: BorrowedFd<'_>,
         dmeta: &Meta,
         dpath: &Path,
+        index: usize,
         f: &Entry,
     ) -> bool {
         let reason = match f.kind {
@@ -691,7 +733,7 @@ impl Sweeper<'_> {
         };
         // Out of the session dir first; destroyed only if what arrived is
         // still the expired spill file checked above.
-        let removal = q.remove(dir, &f.name, Kind::File, |seen| {
+        let removal = q.remove_file(index, dir, &f.name, |seen| {
             (seen.same_object(&m)
                 && seen.ino == f.ino
                 && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
@@ -700,6 +742,8 @@ impl Sweeper<'_> {
         });
         let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
         match removal {
+            // Destroyed by the next file's move or the session's flush.
+            Ok(Removal::Pending) => true,
             Ok(Removal::Destroyed) => {
                 self.report.files_deleted += 1;
                 true
