@@ -10,6 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::escape;
@@ -133,6 +134,9 @@ pub fn sweep_spill_roots_until(
         dangerous: dangerous_identities(&plan.protected),
         quarantine: None,
         can_remove: true,
+        quarantine2: None,
+        quarantine2_name: None,
+        helper: None,
     };
     s.run(plan);
     s.report
@@ -163,6 +167,182 @@ struct Sweeper<'a> {
     /// `false` once creating the current root's quarantine failed: nothing
     /// more is removed in that root.
     can_remove: bool,
+    /// The current root's second quarantine, for the second thread (out of
+    /// here while that thread holds it), and its name in the root.
+    quarantine2: Option<fs::Quarantine>,
+    quarantine2_name: Option<CString>,
+    /// The second thread, once a session had enough expired files.
+    helper: Option<Helper>,
+}
+
+/// A session's expired files are split between two threads when there are
+/// at least this many (fewer are not worth the hand-off).
+const SPLIT_MIN: usize = 4;
+
+/// An expired spill file found in place, to be removed.
+struct Expired {
+    /// Its position in the session dir's listing.
+    index: usize,
+    name: CString,
+    /// `d_ino` from the listing.
+    ino: u64,
+    /// What `statx` showed in place.
+    meta: Meta,
+}
+
+/// What the in-place look at one entry found.
+enum Check {
+    /// Vanished since the listing.
+    Gone,
+    /// Stays: fresh, or not ours to delete (counted in the report).
+    Stays,
+    /// An expired spill file of ours.
+    Expired(Meta),
+}
+
+/// What became of one expired file.
+enum Outcome {
+    Deleted,
+    /// Gone before we moved it (a concurrent sweep).
+    Gone,
+    Mount,
+    /// Not what was checked once out of the tree (put back or kept), or the
+    /// destroyed name proved not to be the checked inode's.
+    Tampered(&'static str, CString),
+    Failed(Errno, CString),
+}
+
+/// Moves each of `files` (named in `dir`) out through `q` and destroys it
+/// if it is still the expired spill file checked in place; the outcomes by
+/// listing position. Stops early once `stop` is set.
+fn remove_files(
+    q: &mut fs::Quarantine,
+    dir: BorrowedFd<'_>,
+    files: &[Expired],
+    cutoff: (i64, u32),
+    stop: Option<&AtomicBool>,
+) -> Vec<(usize, Outcome)> {
+    let mut out = Vec::with_capacity(files.len());
+    let settle = |q: &mut fs::Quarantine, out: &mut Vec<(usize, Outcome)>| {
+        for (pos, verdict) in q.settled() {
+            let f = &files[pos];
+            out.push((
+                f.index,
+                match verdict {
+                    Settled::Destroyed => Outcome::Deleted,
+                    Settled::Tampered => Outcome::Tampered(
+                        "the unlinked name was not the checked inode",
+                        f.name.clone(),
+                    ),
+                    Settled::Failed(e) => Outcome::Failed(e, f.name.clone()),
+                },
+            ));
+        }
+    };
+    for (pos, f) in files.iter().enumerate() {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break;
+        }
+        // Out of the session dir first; destroyed only if what arrived is
+        // still the expired spill file checked in place.
+        let m = &f.meta;
+        let removal = q.remove_file(pos, dir, &f.name, |seen| {
+            (seen.same_object(m) && seen.ino == f.ino && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
+                .then_some(())
+                .ok_or(())
+        });
+        let outcome = match removal {
+            // Destroyed by the next file's move or the flush below.
+            Ok(Removal::Pending) => None,
+            Ok(Removal::Destroyed) => Some(Outcome::Deleted),
+            // Deleted by a concurrent sweep: the outcome we wanted.
+            Ok(Removal::Missing) => Some(Outcome::Gone),
+            Ok(Removal::Mount) => Some(Outcome::Mount),
+            Ok(Removal::Restored(_) | Removal::NotEmpty(false)) => Some(Outcome::Tampered(
+                "changed during removal; put back",
+                f.name.clone(),
+            )),
+            Ok(Removal::Kept(..) | Removal::NotEmpty(true)) => Some(Outcome::Tampered(
+                "changed during removal; kept in the sweep's quarantine",
+                f.name.clone(),
+            )),
+            Ok(Removal::Tampered) => Some(Outcome::Tampered(
+                "the unlinked name was not the checked inode",
+                f.name.clone(),
+            )),
+            Err(e) => Some(Outcome::Failed(e, f.name.clone())),
+        };
+        settle(q, &mut out);
+        if let Some(o) = outcome {
+            out.push((f.index, o));
+        }
+    }
+    // Nothing is left pending in the quarantine past its session.
+    q.flush();
+    settle(q, &mut out);
+    out
+}
+
+/// Half of a session's expired files for the second thread, with that
+/// thread's quarantine and its own descriptor of the session dir.
+struct Job {
+    q: fs::Quarantine,
+    dir: OwnedFd,
+    files: Vec<Expired>,
+    cutoff: (i64, u32),
+}
+
+/// The sweep's second thread: removes the second half of a session's
+/// expired files through its own quarantine while the sweeping thread
+/// removes the first half.
+struct Helper {
+    jobs: Option<mpsc::Sender<Box<Job>>>,
+    done: mpsc::Receiver<(fs::Quarantine, Vec<(usize, Outcome)>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Helper {
+    fn start() -> Helper {
+        let (jobs, inbox) = mpsc::channel::<Box<Job>>();
+        let (reply, done) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("custodian-sweep".into())
+            .spawn(move || {
+                for mut job in inbox {
+                    let out =
+                        remove_files(&mut job.q, job.dir.as_fd(), &job.files, job.cutoff, None);
+                    if reply.send((job.q, out)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok();
+        Helper {
+            jobs: Some(jobs),
+            done,
+            thread,
+        }
+    }
+
+    /// Hands `job` to the thread: how many files it took, or the job back
+    /// when the thread is not there.
+    fn send(&self, job: Box<Job>) -> Result<usize, Box<Job>> {
+        let n = job.files.len();
+        match (&self.thread, &self.jobs) {
+            (Some(_), Some(jobs)) => jobs.send(job).map(|()| n).map_err(|e| e.0),
+            _ => Err(job),
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Counts quarantine directories made by this process, so that concurrent
@@ -606,52 +786,110 @@ impl Sweeper<'_> {
             );
             return false;
         }
+        // Phase 1, in place: which entries are expired spill files of ours.
         let mut remaining = 0u64;
         let mut cancelled = false;
+        let mut expired = Vec::new();
         for (i, f) in entries.iter().enumerate() {
             if i % 1024 == 1023 && self.cancelled() {
                 self.report.skip(SkipReason::Cancelled);
                 cancelled = true;
                 break;
             }
-            if !self.sweep_file(root, dir.as_fd(), &meta, &path, i, f) {
-                remaining += 1;
+            match self.sweep_file(dir.as_fd(), &meta, &path, f) {
+                Check::Gone => {}
+                Check::Stays => remaining += 1,
+                Check::Expired(m) => expired.push(Expired {
+                    index: i,
+                    name: f.name.clone(),
+                    ino: f.ino,
+                    meta: m,
+                }),
             }
-            remaining += self.settle(&path, entries, false);
         }
-        // Nothing is left pending in the quarantine past its session.
-        remaining += self.settle(&path, entries, true);
+        // Phase 2: out through the quarantine, split over two threads when
+        // there are enough; outcomes are applied in entry order.
+        if !cancelled && !expired.is_empty() {
+            remaining += self.remove_expired(root, dir.as_fd(), &path, expired);
+        }
         if cancelled || remaining > 0 || self.dry_run || self.cancelled() {
             return false;
         }
         self.prune(root, dir.as_fd(), &e.name, &meta, &path)
     }
 
-    /// Takes the verdicts on the expired files whose destruction was
-    /// pending (`flush`: destroys the last one first) and returns how many
-    /// of them are not gone.
-    fn settle(&mut self, dpath: &Path, entries: &[Entry], flush: bool) -> u64 {
-        let Some((q, _)) = self.quarantine.as_mut() else {
-            return 0;
-        };
-        if flush {
-            q.flush();
+    /// Removes the `expired` files of the session dir `dir` (at `dpath`)
+    /// and returns how many of them are not gone.
+    fn remove_expired(
+        &mut self,
+        root: &OpenRoot,
+        dir: BorrowedFd<'_>,
+        dpath: &Path,
+        mut expired: Vec<Expired>,
+    ) -> u64 {
+        let cutoff = self.cutoff;
+        if self.quarantine(root).is_none() {
+            self.report.skip(SkipReason::Error);
+            return expired.len() as u64;
         }
-        let verdicts: Vec<(usize, Settled)> = q.settled().collect();
-        let mut left = 0;
-        for (i, verdict) in verdicts {
-            let p = || dpath.join(std::ffi::OsStr::from_bytes(entries[i].name.to_bytes()));
-            match verdict {
-                Settled::Destroyed => self.report.files_deleted += 1,
-                Settled::Tampered => {
-                    self.tampered::<()>(&p(), &Removal::Tampered);
+        let mut second = None;
+        if expired.len() >= SPLIT_MIN {
+            if let (Some(q), Ok(dir)) = (self.second_quarantine(root), fs::dup(dir)) {
+                let files = expired.split_off(expired.len() / 2);
+                let job = Box::new(Job {
+                    q,
+                    dir,
+                    files,
+                    cutoff,
+                });
+                match self.helper().send(job) {
+                    Ok(n) => second = Some(n),
+                    // No second thread: all of it here.
+                    Err(job) => {
+                        expired.extend(job.files);
+                        self.quarantine2 = Some(job.q);
+                    }
+                }
+            }
+        }
+        let (q, _) = self.quarantine.as_mut().expect("opened above");
+        let mut outcomes = remove_files(q, dir, &expired, cutoff, None);
+        if second.is_some() {
+            match self.helper.as_ref().and_then(|h| h.done.recv().ok()) {
+                Some((q2, more)) => {
+                    self.quarantine2 = Some(q2);
+                    outcomes.extend(more);
+                }
+                // The helper is gone (it panicked) and took its half's
+                // quarantine with it: those files stay for the next sweep.
+                None => {
+                    self.helper = None;
+                    self.can_remove = false;
+                }
+            }
+        }
+        outcomes.sort_by_key(|(i, _)| *i);
+        // Files a stopped thread never reached stay too.
+        let mut left = (expired.len() + second.unwrap_or(0)).saturating_sub(outcomes.len()) as u64;
+        for (_, outcome) in outcomes {
+            let p = |name: &CString| dpath.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            match outcome {
+                Outcome::Deleted => self.report.files_deleted += 1,
+                Outcome::Gone => {}
+                Outcome::Mount => {
+                    self.report.skip(SkipReason::MountPoint);
                     left += 1;
                 }
-                Settled::Failed(err) => {
+                Outcome::Tampered(what, name) => {
+                    self.report.skip(SkipReason::IdentityChanged);
+                    self.warn("tampered", &p(&name), what.into());
+                    left += 1;
+                }
+                Outcome::Failed(err, name) => {
                     self.report.skip(SkipReason::Error);
                     self.warn(
                         "unlink_failed",
-                        &p(),
+                        &p(&name),
                         format!("cannot delete expired file: {err}"),
                     );
                     left += 1;
@@ -661,18 +899,10 @@ impl Sweeper<'_> {
         left
     }
 
-    /// Handles entry `index` of a session dir; returns `true` if it is gone
-    /// (or, for an expired file moved out and identified, pending
-    /// destruction: its verdict comes through [`Self::settle`]).
-    fn sweep_file(
-        &mut self,
-        root: &OpenRoot,
-        dir: BorrowedFd<'_>,
-        dmeta: &Meta,
-        dpath: &Path,
-        index: usize,
-        f: &Entry,
-    ) -> bool {
+    /// Handles one entry of a session dir in place: skipped (`Stays`),
+    /// vanished (`Gone`), kept because fresh (`Stays`), or an expired spill
+    /// file of ours (`Expired`, with what `statx` showed).
+    fn sweep_file(&mut self, dir: BorrowedFd<'_>, dmeta: &Meta, dpath: &Path, f: &Entry) -> Check {
         let reason = match f.kind {
             Some(Kind::Dir) => Some(SkipReason::NestedDir),
             Some(Kind::Symlink) => Some(SkipReason::Symlink),
@@ -682,19 +912,18 @@ impl Sweeper<'_> {
         };
         if let Some(r) = reason {
             self.report.skip(r);
-            return false;
+            return Check::Stays;
         }
-        // The identity re-check: this `statx` is the last call before the
-        // unlink and must show the very inode `getdents` listed, a regular
-        // file, on the session dir's mount.
+        // The identity check in place: this `statx` must show the very inode
+        // `getdents` listed, a regular file, on the session dir's mount.
         let m = match fs::stat_at(dir, &f.name) {
             Ok(m) => m,
-            Err(Errno::NOENT) => return true,
+            Err(Errno::NOENT) => return Check::Gone,
             Err(err) => {
                 self.report.skip(SkipReason::Error);
                 let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
                 self.warn("stat_failed", &p, format!("{err}"));
-                return false;
+                return Check::Stays;
             }
         };
         let reason = match m.kind() {
@@ -714,59 +943,42 @@ impl Sweeper<'_> {
                 let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
                 self.warn("file_skipped", &p, format!("{r:?}"));
             }
-            return false;
+            return Check::Stays;
         }
         if (m.mtime_sec, m.mtime_nsec) >= self.cutoff {
             self.report.files_kept += 1;
-            return false;
+            return Check::Stays;
         }
         if self.dry_run {
             self.report.files_deleted += 1;
             let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
             self.report.would_delete.push(escape::escape_path(&p));
-            return false;
+            return Check::Stays;
         }
-        let cutoff = self.cutoff;
-        let Some(q) = self.quarantine(root) else {
-            self.report.skip(SkipReason::Error);
-            return false;
-        };
-        // Out of the session dir first; destroyed only if what arrived is
-        // still the expired spill file checked above.
-        let removal = q.remove_file(index, dir, &f.name, |seen| {
-            (seen.same_object(&m)
-                && seen.ino == f.ino
-                && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
-                .then_some(())
-                .ok_or(())
-        });
-        let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-        match removal {
-            // Destroyed by the next file's move or the session's flush.
-            Ok(Removal::Pending) => true,
-            Ok(Removal::Destroyed) => {
-                self.report.files_deleted += 1;
-                true
+        Check::Expired(m)
+    }
+
+    /// The second thread, started on first use.
+    fn helper(&mut self) -> &mut Helper {
+        self.helper.get_or_insert_with(Helper::start)
+    }
+
+    /// The current root's second quarantine (for the second thread), taken
+    /// out of the sweeper while that thread uses it.
+    fn second_quarantine(&mut self, root: &OpenRoot) -> Option<fs::Quarantine> {
+        if !self.can_remove {
+            return None;
+        }
+        if let Some(q) = self.quarantine2.take() {
+            return Some(q);
+        }
+        match open_quarantine(root, self.uid) {
+            Ok((q, name)) => {
+                self.quarantine2_name = Some(name);
+                Some(q)
             }
-            // Deleted by a concurrent sweep: the outcome we wanted.
-            Ok(Removal::Missing) => true,
-            Ok(Removal::Mount) => {
-                self.report.skip(SkipReason::MountPoint);
-                false
-            }
-            Ok(r) => {
-                self.tampered(&p(), &r);
-                false
-            }
-            Err(err) => {
-                self.report.skip(SkipReason::Error);
-                self.warn(
-                    "unlink_failed",
-                    &p(),
-                    format!("cannot delete expired file: {err}"),
-                );
-                false
-            }
+            // The first thread's own quarantine is enough.
+            Err(_) => None,
         }
     }
 
@@ -812,6 +1024,10 @@ impl Sweeper<'_> {
     fn close_quarantine(&mut self, root: &OpenRoot) {
         if let Some((q, name)) = self.quarantine.take() {
             drop(q);
+            let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+        }
+        drop(self.quarantine2.take());
+        if let Some(name) = self.quarantine2_name.take() {
             let _ = fs::rmdir_at(root.fd.as_fd(), &name);
         }
     }
