@@ -200,6 +200,60 @@ enum Check {
     Expired(Meta),
 }
 
+/// What a look at one entry of a session dir in place found; [`look`]
+/// has no other effect, so either thread can take it.
+enum Look {
+    /// Not ours to delete, for this reason.
+    Skip(SkipReason),
+    /// Vanished since the listing.
+    Gone,
+    StatFailed(Errno),
+    /// A spill file of ours, not expired.
+    Fresh,
+    /// An expired spill file of ours, as `statx` showed it.
+    Expired(Meta),
+}
+
+/// `statx` of entry `f` of the session dir `dir` (whose own `statx` is
+/// `dmeta`), in place: the identity check must show the very inode
+/// `getdents` listed, a regular file, on the session dir's mount, with the
+/// store's mark.
+fn look(dir: BorrowedFd<'_>, dmeta: &Meta, f: &Entry, cutoff: (i64, u32)) -> Look {
+    let reason = match f.kind {
+        Some(Kind::Dir) => Some(SkipReason::NestedDir),
+        Some(Kind::Symlink) => Some(SkipReason::Symlink),
+        Some(Kind::Special) => Some(SkipReason::SpecialFile),
+        _ if !is_spill_file_name(f.name.to_bytes()) => Some(SkipReason::UnrelatedFile),
+        _ => None,
+    };
+    if let Some(r) = reason {
+        return Look::Skip(r);
+    }
+    let m = match fs::stat_at(dir, &f.name) {
+        Ok(m) => m,
+        Err(Errno::NOENT) => return Look::Gone,
+        Err(err) => return Look::StatFailed(err),
+    };
+    let reason = match m.kind() {
+        Kind::Symlink => Some(SkipReason::Symlink),
+        Kind::Dir => Some(SkipReason::NestedDir),
+        Kind::Special => Some(SkipReason::SpecialFile),
+        // A bind-mounted file shows the mounted inode: fence it first.
+        Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
+        Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
+        // Not created by the store (no ownership mark): not ours.
+        Kind::File if m.mode & MARK == 0 => Some(SkipReason::UnrelatedFile),
+        Kind::File => None,
+    };
+    if let Some(r) = reason {
+        return Look::Skip(r);
+    }
+    if (m.mtime_sec, m.mtime_nsec) >= cutoff {
+        return Look::Fresh;
+    }
+    Look::Expired(m)
+}
+
 /// What became of one expired file.
 enum Outcome {
     Deleted,
@@ -214,13 +268,12 @@ enum Outcome {
 
 /// Moves each of `files` (named in `dir`) out through `q` and destroys it
 /// if it is still the expired spill file checked in place; the outcomes by
-/// listing position. Stops early once `stop` is set.
+/// listing position.
 fn remove_files(
     q: &mut fs::Quarantine,
     dir: BorrowedFd<'_>,
     files: &[Expired],
     cutoff: (i64, u32),
-    stop: Option<&AtomicBool>,
 ) -> Vec<(usize, Outcome)> {
     let mut out = Vec::with_capacity(files.len());
     let settle = |q: &mut fs::Quarantine, out: &mut Vec<(usize, Outcome)>| {
@@ -240,9 +293,6 @@ fn remove_files(
         }
     };
     for (pos, f) in files.iter().enumerate() {
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-            break;
-        }
         // Out of the session dir first; destroyed only if what arrived is
         // still the expired spill file checked in place.
         let m = &f.meta;
@@ -283,21 +333,94 @@ fn remove_files(
     out
 }
 
-/// Half of a session's expired files for the second thread, with that
-/// thread's quarantine and its own descriptor of the session dir.
+/// The second half of a session dir's entries for the second thread, with
+/// what it needs to look at them and remove the expired ones: its own
+/// descriptors, and its quarantine (or what it takes to create one).
 struct Job {
-    q: fs::Quarantine,
+    /// The second thread's quarantine in this root, once created, and the
+    /// name of one it created.
+    q: Option<fs::Quarantine>,
+    root: OwnedFd,
+    root_meta: Meta,
+    uid: u32,
     dir: OwnedFd,
-    files: Vec<Expired>,
+    dmeta: Meta,
+    entries: Vec<Entry>,
+    /// Listing position of `entries[0]`.
+    base: usize,
     cutoff: (i64, u32),
 }
 
-/// The sweep's second thread: removes the second half of a session's
-/// expired files through its own quarantine while the sweeping thread
-/// removes the first half.
+/// What the second thread found and did with a [`Job`].
+struct Done {
+    /// Its quarantine, and the name of the one it created for this job.
+    q: Option<(fs::Quarantine, Option<CString>)>,
+    /// One per entry.
+    looks: Vec<Look>,
+    entries: Vec<Entry>,
+    outcomes: Vec<(usize, Outcome)>,
+    /// Creating its quarantine failed: it removed nothing.
+    quarantine_failed: Option<Errno>,
+}
+
+impl Job {
+    fn run(self) -> Done {
+        let Job {
+            q,
+            root,
+            root_meta,
+            uid,
+            dir,
+            dmeta,
+            entries,
+            base,
+            cutoff,
+        } = self;
+        let mut looks = Vec::with_capacity(entries.len());
+        let mut expired = Vec::new();
+        for (i, f) in entries.iter().enumerate() {
+            let found = look(dir.as_fd(), &dmeta, f, cutoff);
+            if let Look::Expired(m) = &found {
+                expired.push(Expired {
+                    index: base + i,
+                    name: f.name.clone(),
+                    ino: f.ino,
+                    meta: *m,
+                });
+            }
+            looks.push(found);
+        }
+        let mut done = Done {
+            q: q.map(|q| (q, None)),
+            looks,
+            entries,
+            outcomes: Vec::new(),
+            quarantine_failed: None,
+        };
+        if expired.is_empty() {
+            return done;
+        }
+        if done.q.is_none() {
+            match open_quarantine_in(root.as_fd(), &root_meta, uid) {
+                Ok((q, name)) => done.q = Some((q, Some(name))),
+                Err(e) => {
+                    done.quarantine_failed = Some(e);
+                    return done;
+                }
+            }
+        }
+        let (q, _) = done.q.as_mut().expect("set above");
+        done.outcomes = remove_files(q, dir.as_fd(), &expired, cutoff);
+        done
+    }
+}
+
+/// The sweep's second thread: looks at the second half of a session dir's
+/// entries and removes the expired ones through its own quarantine while
+/// the sweeping thread does the first half.
 struct Helper {
     jobs: Option<mpsc::Sender<Box<Job>>>,
-    done: mpsc::Receiver<(fs::Quarantine, Vec<(usize, Outcome)>)>,
+    done: mpsc::Receiver<Box<Done>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -308,10 +431,8 @@ impl Helper {
         let thread = std::thread::Builder::new()
             .name("custodian-sweep".into())
             .spawn(move || {
-                for mut job in inbox {
-                    let out =
-                        remove_files(&mut job.q, job.dir.as_fd(), &job.files, job.cutoff, None);
-                    if reply.send((job.q, out)).is_err() {
+                for job in inbox {
+                    if reply.send(Box::new(job.run())).is_err() {
                         break;
                     }
                 }
@@ -324,12 +445,10 @@ impl Helper {
         }
     }
 
-    /// Hands `job` to the thread: how many files it took, or the job back
-    /// when the thread is not there.
-    fn send(&self, job: Box<Job>) -> Result<usize, Box<Job>> {
-        let n = job.files.len();
+    /// Hands `job` to the thread, or gives it back when there is none.
+    fn send(&self, job: Box<Job>) -> Result<(), Box<Job>> {
         match (&self.thread, &self.jobs) {
-            (Some(_), Some(jobs)) => jobs.send(job).map(|()| n).map_err(|e| e.0),
+            (Some(_), Some(jobs)) => jobs.send(job).map_err(|e| e.0),
             _ => Err(job),
         }
     }
@@ -786,7 +905,35 @@ impl Sweeper<'_> {
             );
             return false;
         }
-        // Phase 1, in place: which entries are expired spill files of ours.
+        // Enough entries: the second half goes to the second thread, which
+        // looks at each in place and removes the expired ones through its
+        // own quarantine while this thread does the same with the first.
+        let mut sent = None;
+        if !self.dry_run && self.can_remove && entries.len() >= SPLIT_MIN {
+            if let (Ok(rootfd), Ok(dirfd)) = (fs::dup(root.fd.as_fd()), fs::dup(dir.as_fd())) {
+                let base = entries.len() / 2;
+                let job = Box::new(Job {
+                    q: self.quarantine2.take(),
+                    root: rootfd,
+                    root_meta: root.meta,
+                    uid: self.uid,
+                    dir: dirfd,
+                    dmeta: meta,
+                    entries: entries.split_off(base),
+                    base,
+                    cutoff: self.cutoff,
+                });
+                match self.helper().send(job) {
+                    Ok(()) => sent = Some(base),
+                    // No second thread: all of it here.
+                    Err(job) => {
+                        entries.extend(job.entries);
+                        self.quarantine2 = job.q;
+                    }
+                }
+            }
+        }
+        // In place: which entries are expired spill files of ours.
         let mut remaining = 0u64;
         let mut cancelled = false;
         let mut expired = Vec::new();
@@ -796,7 +943,8 @@ impl Sweeper<'_> {
                 cancelled = true;
                 break;
             }
-            match self.sweep_file(dir.as_fd(), &meta, &path, f) {
+            let found = look(dir.as_fd(), &meta, f, self.cutoff);
+            match self.apply(found, &path, f) {
                 Check::Gone => {}
                 Check::Stays => remaining += 1,
                 Check::Expired(m) => expired.push(Expired {
@@ -807,10 +955,12 @@ impl Sweeper<'_> {
                 }),
             }
         }
-        // Phase 2: out through the quarantine, split over two threads when
-        // there are enough; outcomes are applied in entry order.
+        // Then out through the quarantine.
         if !cancelled && !expired.is_empty() {
             remaining += self.remove_expired(root, dir.as_fd(), &path, expired);
+        }
+        if let Some(base) = sent {
+            remaining += self.second_half(root, &path, base);
         }
         if cancelled || remaining > 0 || self.dry_run || self.cancelled() {
             return false;
@@ -825,52 +975,23 @@ impl Sweeper<'_> {
         root: &OpenRoot,
         dir: BorrowedFd<'_>,
         dpath: &Path,
-        mut expired: Vec<Expired>,
+        expired: Vec<Expired>,
     ) -> u64 {
         let cutoff = self.cutoff;
-        if self.quarantine(root).is_none() {
+        let Some(q) = self.quarantine(root) else {
             self.report.skip(SkipReason::Error);
             return expired.len() as u64;
-        }
-        let mut second = None;
-        if expired.len() >= SPLIT_MIN {
-            if let (Some(q), Ok(dir)) = (self.second_quarantine(root), fs::dup(dir)) {
-                let files = expired.split_off(expired.len() / 2);
-                let job = Box::new(Job {
-                    q,
-                    dir,
-                    files,
-                    cutoff,
-                });
-                match self.helper().send(job) {
-                    Ok(n) => second = Some(n),
-                    // No second thread: all of it here.
-                    Err(job) => {
-                        expired.extend(job.files);
-                        self.quarantine2 = Some(job.q);
-                    }
-                }
-            }
-        }
-        let (q, _) = self.quarantine.as_mut().expect("opened above");
-        let mut outcomes = remove_files(q, dir, &expired, cutoff, None);
-        if second.is_some() {
-            match self.helper.as_ref().and_then(|h| h.done.recv().ok()) {
-                Some((q2, more)) => {
-                    self.quarantine2 = Some(q2);
-                    outcomes.extend(more);
-                }
-                // The helper is gone (it panicked) and took its half's
-                // quarantine with it: those files stay for the next sweep.
-                None => {
-                    self.helper = None;
-                    self.can_remove = false;
-                }
-            }
-        }
-        outcomes.sort_by_key(|(i, _)| *i);
-        // Files a stopped thread never reached stay too.
-        let mut left = (expired.len() + second.unwrap_or(0)).saturating_sub(outcomes.len()) as u64;
+        };
+        let outcomes = remove_files(q, dir, &expired, cutoff);
+        // Files never reached (none today) stay too.
+        let unreached = expired.len().saturating_sub(outcomes.len()) as u64;
+        unreached + self.outcomes(dpath, outcomes)
+    }
+
+    /// Applies the outcomes of removals, in listing order; returns how many
+    /// files are not gone.
+    fn outcomes(&mut self, dpath: &Path, outcomes: Vec<(usize, Outcome)>) -> u64 {
+        let mut left = 0;
         for (_, outcome) in outcomes {
             let p = |name: &CString| dpath.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
             match outcome {
@@ -899,87 +1020,92 @@ impl Sweeper<'_> {
         left
     }
 
-    /// Handles one entry of a session dir in place: skipped (`Stays`),
-    /// vanished (`Gone`), kept because fresh (`Stays`), or an expired spill
-    /// file of ours (`Expired`, with what `statx` showed).
-    fn sweep_file(&mut self, dir: BorrowedFd<'_>, dmeta: &Meta, dpath: &Path, f: &Entry) -> Check {
-        let reason = match f.kind {
-            Some(Kind::Dir) => Some(SkipReason::NestedDir),
-            Some(Kind::Symlink) => Some(SkipReason::Symlink),
-            Some(Kind::Special) => Some(SkipReason::SpecialFile),
-            _ if !is_spill_file_name(f.name.to_bytes()) => Some(SkipReason::UnrelatedFile),
-            _ => None,
+    /// Waits for the second thread's half of the session at `dpath` (its
+    /// entries from listing position `base` on) and applies what it found
+    /// and did, after the first half; returns how many entries stay.
+    fn second_half(&mut self, root: &OpenRoot, dpath: &Path, base: usize) -> u64 {
+        let Some(done) = self.helper.as_ref().and_then(|h| h.done.recv().ok()) else {
+            // The thread is gone (it panicked) with its half's quarantine:
+            // those entries stay for the next sweep.
+            self.helper = None;
+            self.can_remove = false;
+            self.report.skip(SkipReason::Error);
+            return 1;
         };
-        if let Some(r) = reason {
-            self.report.skip(r);
-            return Check::Stays;
+        let Done {
+            q,
+            looks,
+            entries,
+            outcomes,
+            quarantine_failed,
+        } = *done;
+        if let Some((q, name)) = q {
+            self.quarantine2 = Some(q);
+            if name.is_some() {
+                self.quarantine2_name = name;
+            }
         }
-        // The identity check in place: this `statx` must show the very inode
-        // `getdents` listed, a regular file, on the session dir's mount.
-        let m = match fs::stat_at(dir, &f.name) {
-            Ok(m) => m,
-            Err(Errno::NOENT) => return Check::Gone,
-            Err(err) => {
+        let mut remaining = 0;
+        let mut expired = 0u64;
+        for (found, f) in looks.into_iter().zip(&entries) {
+            match self.apply(found, dpath, f) {
+                Check::Gone => {}
+                Check::Stays => remaining += 1,
+                Check::Expired(_) => expired += 1,
+            }
+        }
+        if let Some(err) = quarantine_failed {
+            self.can_remove = false;
+            self.warn(
+                "quarantine_failed",
+                &root.path,
+                format!("cannot create the sweep's quarantine; removing nothing here: {err}"),
+            );
+            for _ in 0..expired {
                 self.report.skip(SkipReason::Error);
-                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-                self.warn("stat_failed", &p, format!("{err}"));
-                return Check::Stays;
             }
-        };
-        let reason = match m.kind() {
-            Kind::Symlink => Some(SkipReason::Symlink),
-            Kind::Dir => Some(SkipReason::NestedDir),
-            Kind::Special => Some(SkipReason::SpecialFile),
-            // A bind-mounted file shows the mounted inode: fence it first.
-            Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
-            Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
-            // Not created by the store (no ownership mark): not ours.
-            Kind::File if m.mode & MARK == 0 => Some(SkipReason::UnrelatedFile),
-            Kind::File => None,
-        };
-        if let Some(r) = reason {
-            self.report.skip(r);
-            if matches!(r, SkipReason::MountPoint | SkipReason::IdentityChanged) {
-                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-                self.warn("file_skipped", &p, format!("{r:?}"));
+            return remaining + expired;
+        }
+        debug_assert!(outcomes.iter().all(|(i, _)| *i >= base));
+        let unreached = expired.saturating_sub(outcomes.len() as u64);
+        remaining + unreached + self.outcomes(dpath, outcomes)
+    }
+
+    /// Counts what [`look`] found at entry `f` of the session dir at
+    /// `dpath` in the report: gone, stays, or an expired spill file of ours
+    /// (in a dry run: listed, and it stays).
+    fn apply(&mut self, found: Look, dpath: &Path, f: &Entry) -> Check {
+        let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+        match found {
+            Look::Skip(r) => {
+                self.report.skip(r);
+                if matches!(r, SkipReason::MountPoint | SkipReason::IdentityChanged) {
+                    self.warn("file_skipped", &p(), format!("{r:?}"));
+                }
+                Check::Stays
             }
-            return Check::Stays;
+            Look::Gone => Check::Gone,
+            Look::StatFailed(err) => {
+                self.report.skip(SkipReason::Error);
+                self.warn("stat_failed", &p(), format!("{err}"));
+                Check::Stays
+            }
+            Look::Fresh => {
+                self.report.files_kept += 1;
+                Check::Stays
+            }
+            Look::Expired(_) if self.dry_run => {
+                self.report.files_deleted += 1;
+                self.report.would_delete.push(escape::escape_path(&p()));
+                Check::Stays
+            }
+            Look::Expired(m) => Check::Expired(m),
         }
-        if (m.mtime_sec, m.mtime_nsec) >= self.cutoff {
-            self.report.files_kept += 1;
-            return Check::Stays;
-        }
-        if self.dry_run {
-            self.report.files_deleted += 1;
-            let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-            self.report.would_delete.push(escape::escape_path(&p));
-            return Check::Stays;
-        }
-        Check::Expired(m)
     }
 
     /// The second thread, started on first use.
     fn helper(&mut self) -> &mut Helper {
         self.helper.get_or_insert_with(Helper::start)
-    }
-
-    /// The current root's second quarantine (for the second thread), taken
-    /// out of the sweeper while that thread uses it.
-    fn second_quarantine(&mut self, root: &OpenRoot) -> Option<fs::Quarantine> {
-        if !self.can_remove {
-            return None;
-        }
-        if let Some(q) = self.quarantine2.take() {
-            return Some(q);
-        }
-        match open_quarantine(root, self.uid) {
-            Ok((q, name)) => {
-                self.quarantine2_name = Some(name);
-                Some(q)
-            }
-            // The first thread's own quarantine is enough.
-            Err(_) => None,
-        }
     }
 
     /// Reports an entry that was not what the sweep checked once it was out
@@ -1127,13 +1253,21 @@ impl Sweeper<'_> {
 }
 
 fn open_quarantine(root: &OpenRoot, uid: u32) -> Result<(fs::Quarantine, CString), Errno> {
+    open_quarantine_in(root.fd.as_fd(), &root.meta, uid)
+}
+
+fn open_quarantine_in(
+    root: BorrowedFd<'_>,
+    root_meta: &Meta,
+    uid: u32,
+) -> Result<(fs::Quarantine, CString), Errno> {
     let n = QUARANTINES.fetch_add(1, Ordering::Relaxed);
     let name = CString::new(format!(".sweep-{}-{n}", std::process::id())).expect("no NUL");
-    fs::mkdir_at(root.fd.as_fd(), &name, 0o700)?;
-    let fd = fs::open_dir_at(root.fd.as_fd(), &name)?;
+    fs::mkdir_at(root, &name, 0o700)?;
+    let fd = fs::open_dir_at(root, &name)?;
     let m = fs::stat_fd(fd.as_fd())?;
-    if !m.on_mount_of(&root.meta) || m.trusted_dir_for(uid).is_err() {
-        let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+    if !m.on_mount_of(root_meta) || m.trusted_dir_for(uid).is_err() {
+        let _ = fs::rmdir_at(root, &name);
         return Err(Errno::XDEV);
     }
     Ok((fs::Quarantine::new(fd), name))
