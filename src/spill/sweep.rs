@@ -1,6 +1,14 @@
 //! The ctx-free sweep mechanics: [`sweep_spill_roots`] and
 //! [`discover_default_roots`]. No service, no runtime, no clock: the caller
 //! passes the cutoff.
+//!
+//! A session dir with at least `SPLIT_MIN` entries is swept by two threads:
+//! the second takes the second half of the listing on its own descriptors
+//! (the in-place `statx` and the removal of what expired, through its own
+//! quarantine, `.sweep-<pid>-<n>` like the first's), and hands back what it
+//! found and did; the sweeping thread applies both halves to the report in
+//! listing order, so the report and the warnings are those of a sequential
+//! sweep. The removal protocol is `crate::fs`'s, per file, in either thread.
 
 use std::collections::HashSet;
 use std::ffi::CString;
