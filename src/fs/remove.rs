@@ -311,6 +311,12 @@ impl Quarantine {
             Err(r) => return Ok(r),
         };
         let pinned = self.pin(parent, name, &qname);
+        let accepted = match &pinned {
+            Ok(Ok((_, seen))) => {
+                Some(self.accept(parent, name, &qname, seen, FileKind::File, verify))
+            }
+            _ => None,
+        };
         if let Some(prev) = over {
             // The rename replaced `prev`'s name. If what arrived is `prev`
             // itself (another link to it had the name), the rename did
@@ -328,7 +334,7 @@ impl Quarantine {
             Ok(p) => p,
             Err(r) => return Ok(r),
         };
-        if let Some(r) = self.accept(parent, name, &qname, &seen, FileKind::File, verify)? {
+        if let Some(r) = accepted.expect("pinned")? {
             return Ok(r);
         }
         self.pending = Some(Pending {
