@@ -1,25 +1,35 @@
 //! What the tamper-evident removal protocol costs per entry, and whether
-//! io_uring batching pays for it.
+//! io_uring batching, a rename onto the last quarantine name, batched
+//! closes or a second thread pay for it.
 //!
 //! On a tree of 100 directories × 100 files (10,100 entries + the root),
-//! built fresh (then `sync`) for every round, median of the rounds:
+//! built fresh (then `sync`) for every round, median of the rounds, wall and
+//! process CPU time:
 //!
 //! - `plain`: `unlinkat` per file, `rmdir` per directory (what `rm -rf` and
-//!   `remove_dir_all` do);
+//!   `remove_dir_all` do); `plain_2t`: the same over two threads;
 //! - `protocol`: per entry `renameat2(RENAME_NOREPLACE)` into a quarantine,
 //!   `openat(O_PATH | O_NOFOLLOW)`, `statx` (identity), `unlinkat`, `statx`
-//!   (`nlink`), `close` — the six calls of `crate::fs::Quarantine::remove`;
+//!   (`nlink`), `close`; `protocol_2t`: over two threads, one quarantine
+//!   each;
 //! - `unproven`: `renameat2`, `statx` by name, `unlinkat` — the move and the
 //!   check without the descriptor that proves the destruction;
 //! - `same_dir`: the six calls, the quarantine name in the entry's own
 //!   directory (what a same-directory rename would cost);
-//! - `uring`: the same six steps, each submitted for a whole directory at
-//!   once through one io_uring (six `io_uring_enter`s per directory instead
-//!   of six calls per entry).
+//! - `one_name`: the six calls, one quarantine name reused;
+//! - `held`: the six calls, a directory's descriptors closed at its end;
+//! - `overwrite`: five calls, each file renamed onto the previous one's
+//!   quarantine name (the rename does the unlink; what `crate::fs::Quarantine`
+//!   does); `overwrite_held`: with batched closes; `overwrite_2t`: that over
+//!   two threads (what the cleaners do);
+//! - `uring`: the six steps, each submitted for a whole directory at once
+//!   through one io_uring (six `io_uring_enter`s per directory).
 //!
 //! ```text
 //! cargo bench --bench removal_protocol                       # the temp dir
 //! REMOVAL_BENCH_DIR=/dev/shm cargo bench --bench removal_protocol
+//! REMOVAL_BENCH_ONLY=plain,overwrite_2t cargo bench --bench removal_protocol
+//! cargo bench --bench removal_protocol -- --calls            # µs per call
 //! ```
 
 // io_uring submission entries carry raw pointers to names and `statx`
