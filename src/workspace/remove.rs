@@ -221,46 +221,92 @@ fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
 /// Pass 1: every name present must be registered and unchanged.
 struct Verify {
     seen: Vec<bool>,
+    buf: Vec<std::mem::MaybeUninit<u8>>,
+    names: Vec<fs::Entry>,
+    /// The second thread's `statx` of the second half of a long listing.
+    helper: Option<Looker>,
+}
+
+/// A directory listing is looked at (`statx`) by two threads from this
+/// many names on.
+const LOOK_SPLIT_MIN: usize = 16;
+
+/// The verify pass's second thread: `statx` of the second half of a long
+/// listing, on its own descriptor; the verdicts stay with the walk.
+struct Looker {
+    jobs: mpsc::Sender<(OwnedFd, Vec<std::ffi::CString>)>,
+    done: mpsc::Receiver<Vec<Result<Observed, Errno>>>,
+}
+
+fn observe_all<'a>(
+    dir: BorrowedFd<'_>,
+    names: impl Iterator<Item = &'a CStr>,
+) -> Vec<Result<Observed, Errno>> {
+    names.map(|n| fs::observe_at(dir, n)).collect()
+}
+
+impl Verify {
+    /// `statx` of every listed name, the second half by the second thread
+    /// when the listing is long.
+    fn observe(&self, fd: BorrowedFd<'_>) -> Vec<Result<Observed, Errno>> {
+        let n = self.names.len();
+        let all = || observe_all(fd, self.names.iter().map(|e| e.name.as_c_str()));
+        let Some(h) = self.helper.as_ref().filter(|_| n >= LOOK_SPLIT_MIN) else {
+            return all();
+        };
+        let Ok(dup) = fs::dup(fd) else {
+            return all();
+        };
+        let mid = n / 2;
+        let second: Vec<_> = self.names[mid..].iter().map(|e| e.name.clone()).collect();
+        if h.jobs.send((dup, second)).is_err() {
+            return all();
+        }
+        let mut obs = observe_all(fd, self.names[..mid].iter().map(|e| e.name.as_c_str()));
+        match h.done.recv() {
+            Ok(rest) => obs.extend(rest),
+            Err(_) => obs.extend(observe_all(
+                fd,
+                self.names[mid..].iter().map(|e| e.name.as_c_str()),
+            )),
+        }
+        obs
+    }
 }
 
 impl Visit for Verify {
     fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        let mut failure = None;
-        let listed = fs::for_each_name(fd, |name| {
+        // `fd` was just opened by the walk: its offset is at the start.
+        if let Err(e) = fs::list(fd, &mut self.buf, &mut self.names) {
+            return Err(io_fail(ctx, dir, &e));
+        }
+        let observed = self.observe(fd);
+        for (entry, obs) in self.names.iter().zip(observed) {
+            let name = entry.name.as_c_str();
             let found = ctx.tree.child(ctx.inv, dir, name.to_bytes());
-            let obs = match fs::observe_at(fd, name) {
+            let obs = match obs {
                 Ok(o) => o,
                 // Vanished between listing and looking: nothing to judge.
-                Err(e) if e == Errno::NOENT => return Ok(()),
+                Err(e) if e == Errno::NOENT => continue,
                 Err(e) => {
-                    failure = Some(ctx.fail_name(CleanupCode::IoError, dir, name));
                     tracing::warn!(error = %e, "workspace cleanup: statx failed");
-                    return Err(());
+                    return Err(ctx.fail_name(CleanupCode::IoError, dir, name));
                 }
             };
-            let verdict = match found {
-                Some(c) => ctx.check(c, &obs).map(|()| c),
-                None => Err(match ctx.anchor.admit(&obs) {
-                    Err(m) => ctx.fail_name(code_of(m), dir, name),
-                    Ok(()) => ctx.fail_name(CleanupCode::UnregisteredEntry, dir, name),
-                }),
-            };
-            match verdict {
-                Ok(c) => {
+            match found {
+                Some(c) => {
+                    ctx.check(c, &obs)?;
                     self.seen[c as usize] = true;
-                    Ok(())
                 }
-                Err(f) => {
-                    failure = Some(f);
-                    Err(())
+                None => {
+                    return Err(match ctx.anchor.admit(&obs) {
+                        Err(m) => ctx.fail_name(code_of(m), dir, name),
+                        Ok(()) => ctx.fail_name(CleanupCode::UnregisteredEntry, dir, name),
+                    });
                 }
             }
-        });
-        match listed {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(())) => Err(failure.expect("set before stopping")),
-            Err(e) => Err(io_fail(ctx, dir, &e)),
         }
+        Ok(())
     }
 
     fn leave(&mut self, _: &mut Ctx<'_>, _: BorrowedFd<'_>, _: u32) -> Result<(), Fail> {
@@ -548,9 +594,33 @@ pub(crate) fn clean_job(
     let mut out = FsOutcome::default();
     let mut verify = Verify {
         seen: vec![false; inv.len()],
+        buf: vec![std::mem::MaybeUninit::uninit(); 64 * 1024],
+        names: Vec::new(),
+        helper: None,
     };
     verify.seen[JOB_ROOT as usize] = true;
-    match walk(&mut ctx, &mut verify) {
+    // A second thread for the `statx`s where a directory lists enough names.
+    let looks = live as usize >= LOOK_SPLIT_MIN;
+    let verified = std::thread::scope(|scope| {
+        if looks {
+            let (jobs, inbox) = mpsc::channel::<(OwnedFd, Vec<std::ffi::CString>)>();
+            let (reply, done) = mpsc::channel();
+            scope.spawn(move || {
+                for (dir, names) in inbox {
+                    let obs = observe_all(dir.as_fd(), names.iter().map(|n| n.as_c_str()));
+                    if reply.send(obs).is_err() {
+                        break;
+                    }
+                }
+            });
+            verify.helper = Some(Looker { jobs, done });
+        }
+        let r = walk(&mut ctx, &mut verify);
+        // Ends the thread's loop; the scope joins it.
+        verify.helper = None;
+        r
+    });
+    match verified {
         Ok(true) => {}
         Ok(false) => {
             out.missing = live;
