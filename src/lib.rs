@@ -35,13 +35,32 @@ pub mod contain;
 pub mod coordinator;
 pub mod error;
 mod fs;
+pub mod id;
 pub mod machine;
 pub mod policy;
 pub mod process;
+pub mod runtime;
 pub mod spill;
 pub mod sync;
 pub mod wire;
 pub mod workspace;
+
+pub use coordinator::{Completion, ProcessVerdict};
+pub use id::{RequestId, RequestIdError};
+pub use runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
+
+/// What an embedder touches, in one import: `use custodian::prelude::*;`.
+pub mod prelude {
+    pub use crate::contain::Containment;
+    pub use crate::coordinator::{Completion, Limits, ProcessVerdict};
+    pub use crate::id::{RequestId, RequestIdError};
+    pub use crate::machine::request::{Delivery, Status as RequestStatus};
+    pub use crate::process::evidence::{Status as ProcessStatus, Verdict as DescendantVerdict};
+    pub use crate::process::{Evidence, Invocation, InvocationSpec};
+    pub use crate::runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
+    pub use crate::spill::{Locator, SpillConfig};
+    pub use crate::workspace::{CleanupResult, CleanupStatus, WorkspaceConfig};
+}
 
 /// Thin wrappers over crate-private mechanisms, for `benches/` only. Not
 /// part of the API: no stability, no semver.

@@ -202,6 +202,11 @@ pub struct OpenRefused;
 /// A caller's handle on one request. Cheap to clone; dropping every clone
 /// before the request ended counts as a caller disconnect (the request is
 /// still cancelled and cleaned up, with nothing written).
+///
+/// Give the executor an [`ExecutorHandle`] ([`RequestHandle::executor`]),
+/// not a clone of this handle: a clone held by the executor keeps the
+/// request alive, so the caller going away would only end it at its
+/// timeout.
 #[derive(Clone, Debug)]
 pub struct RequestHandle {
     tx: mpsc::UnboundedSender<Input>,
@@ -243,6 +248,20 @@ impl RequestObserver {
 }
 
 impl RequestHandle {
+    /// The executor's capability on this request, which does not keep it
+    /// alive: see [`ExecutorHandle`].
+    pub fn executor(&self) -> ExecutorHandle {
+        ExecutorHandle {
+            tx: self.tx.downgrade(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The request's tracing span (`request`, with its `request_id`).
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
     /// A view of the request that does not keep it alive.
     pub fn observer(&self) -> RequestObserver {
         RequestObserver {
@@ -354,6 +373,82 @@ impl RequestHandle {
     }
 }
 
+/// The executor's capability on a request: report its own outcome, announce
+/// its workspace, and learn that it must stop. It does **not** keep the
+/// request alive: once every [`RequestHandle`] (the caller's side) is gone,
+/// the request is a caller disconnect whatever executor handles remain, so
+/// an executor that outlives its caller can never hide the disconnect.
+///
+/// Get one with [`RequestHandle::executor`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ExecutorHandle {
+    tx: mpsc::WeakUnboundedSender<Input>,
+    shared: Arc<Shared>,
+}
+
+impl ExecutorHandle {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.shared.id
+    }
+
+    /// The request's tracing span; the executor's own spans (a process's)
+    /// nest under it.
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
+    /// Reports a terminal candidate, as [`RequestHandle::candidate`]. If
+    /// every caller handle is gone the request is already finalizing as a
+    /// disconnect, and the candidate would only have been a duplicate: it is
+    /// dropped.
+    pub fn candidate(&self, candidate: Candidate) {
+        if let Some(tx) = self.tx.upgrade() {
+            let _ = self
+                .shared
+                .send(&tx, Input::Event(Event::Candidate(candidate)));
+        }
+    }
+
+    /// Announces the workspace, as [`RequestHandle::workspace_opening`].
+    ///
+    /// # Errors
+    ///
+    /// [`OpenRefused`] when the request's cleanup has started or was decided
+    /// without a workspace (every caller gone included): do not open it.
+    pub async fn workspace_opening(&self) -> Result<(), OpenRefused> {
+        // Held only for the announcement: a caller that drops its last
+        // handle meanwhile is seen as soon as this one goes too.
+        let Some(tx) = self.tx.upgrade() else {
+            return Err(OpenRefused);
+        };
+        RequestHandle {
+            tx,
+            shared: Arc::clone(&self.shared),
+        }
+        .workspace_opening()
+        .await
+    }
+
+    /// Resolves once the request asked its executor to stop; see
+    /// [`RequestHandle::cancelled`].
+    pub async fn cancelled(&self) {
+        self.shared.cancel.wait_async().await;
+    }
+
+    /// Whether the request asked its executor to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_settled()
+    }
+
+    /// A read-only view of the request.
+    pub fn observer(&self) -> RequestObserver {
+        RequestObserver {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
 /// Drives requests end to end. Cheap to clone; every request gets its own
 /// actor task on the current tokio runtime.
 #[derive(Debug)]
@@ -406,14 +501,29 @@ where
         &self.sink
     }
 
+    /// The default limits of the requests [`Coordinator::start`] begins.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// Starts driving a request; its deadlines are frozen now.
     ///
     /// # Panics
     ///
     /// Panics if called outside a tokio runtime.
     pub fn start(&self, id: RequestId) -> RequestHandle {
+        self.start_with(id, self.limits)
+    }
+
+    /// Starts driving a request under its own `limits` instead of the
+    /// coordinator's defaults; its deadlines are frozen now.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn start_with(&self, id: RequestId, limits: Limits) -> RequestHandle {
         let now = Instant::now();
-        let request_deadline = now + self.limits.request_timeout;
+        let request_deadline = now + limits.request_timeout;
         let shared = Arc::new(Shared {
             id: id.clone(),
             done: SettleOnce::new(),
@@ -429,7 +539,8 @@ where
             this: self.clone(),
             shared: Arc::clone(&shared),
             request_deadline,
-            cleanup_deadline: request_deadline + self.limits.cleanup_grace,
+            cleanup_deadline: request_deadline + limits.cleanup_grace,
+            terminal_write_timeout: limits.terminal_write_timeout,
             internal: itx,
             in_flight: 0,
             ready: VecDeque::new(),
@@ -454,6 +565,7 @@ struct Actor<L, P, S> {
     shared: Arc<Shared>,
     request_deadline: Instant,
     cleanup_deadline: Instant,
+    terminal_write_timeout: Duration,
     /// Answers of action tasks come back here; the actor holds a sender so
     /// this channel never closes.
     internal: mpsc::UnboundedSender<Answer>,
@@ -650,7 +762,7 @@ where
                             Err(_) => Event::Candidate(Candidate::TerminalWriteFailed),
                         })
                     },
-                    Instant::now() + self.this.limits.terminal_write_timeout,
+                    Instant::now() + self.terminal_write_timeout,
                     failed,
                     failed,
                 );
@@ -668,11 +780,19 @@ where
                     | Phase::Cleaning { .. }
                     | Phase::Writing { .. } => request::Delivery::CallerGone,
                 };
+                let cleanup = if counters.cleanups.load(Ordering::SeqCst) > 0 {
+                    self.this.lifecycle.cleanup_detail(&id)
+                } else {
+                    None
+                };
+                let processes = self.this.processes.process_verdicts(&id);
                 let completion = Completion {
                     request_id: id,
                     result,
                     delivery,
                     stop_unconfirmed: self.stop_unconfirmed,
+                    cleanup,
+                    processes,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");

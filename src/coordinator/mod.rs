@@ -53,15 +53,14 @@
 
 mod driver;
 mod hooks;
-mod id;
 
+pub use crate::id::{RequestId, RequestIdError};
 pub use driver::{
     CODE_CANCEL_ABORTED, CODE_CANCEL_DEADLINE_EXCEEDED, CODE_CLEANUP_ABORTED,
-    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, Limits, OpenRefused, Record,
-    RequestHandle, RequestObserver,
+    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, Limits, OpenRefused,
+    Record, RequestHandle, RequestObserver,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,
-    TerminalSink, TerminalWriteError, WorkspaceLifecycle,
+    ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
 };
-pub use id::{InvalidRequestId, RequestId};

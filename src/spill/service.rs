@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use tokio::task::JoinHandle;
 
 use super::config::SpillConfig;
+use super::locator::Locator;
 use super::report::{SpillWarning, SweepReport, TracingSink, WarningSink};
 use super::store::{SpillStore, StoreError};
 use super::sweep::{Discovery, SweepPlan, sweep_spill_roots_until};
@@ -128,9 +129,43 @@ impl SpillService {
         })
     }
 
-    /// The store, available from activation on.
+    /// The store, available from activation on. Its methods make blocking
+    /// filesystem calls; from async code use [`SpillService::write`] and
+    /// [`SpillService::read`].
     pub fn store(&self) -> &Arc<SpillStore> {
         &self.store
+    }
+
+    /// Spills `bytes` under `session` ([`SpillStore::write`]) on tokio's
+    /// blocking pool, so the async runtime never waits on the disk.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpillStore::write`]; [`StoreError::Io`] if the blocking task
+    /// died.
+    pub async fn write(&self, session: &str, bytes: Vec<u8>) -> Result<Locator, StoreError> {
+        let store = Arc::clone(&self.store);
+        let session = session.to_owned();
+        let root = store.root().to_owned();
+        tokio::task::spawn_blocking(move || store.write(&session, &bytes))
+            .await
+            .map_err(|e| joined(root, "write task", e))?
+    }
+
+    /// Reads the spilled result behind `locator` ([`SpillStore::read`]) on
+    /// tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpillStore::read`]; [`StoreError::Io`] if the blocking task
+    /// died.
+    pub async fn read(&self, locator: &Locator) -> Result<Vec<u8>, StoreError> {
+        let store = Arc::clone(&self.store);
+        let locator = locator.clone();
+        let root = store.root().to_owned();
+        tokio::task::spawn_blocking(move || store.read(&locator))
+            .await
+            .map_err(|e| joined(root, "read task", e))?
     }
 
     /// Awaits the sweep and returns its report (`None` when cleanup is
@@ -151,6 +186,15 @@ impl SpillService {
                 r
             }
         })
+    }
+}
+
+/// A blocking task that died (panicked or was cancelled at shutdown).
+fn joined(path: PathBuf, op: &'static str, e: tokio::task::JoinError) -> StoreError {
+    StoreError::Io {
+        path,
+        op,
+        source: std::io::Error::other(e),
     }
 }
 

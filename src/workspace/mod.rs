@@ -33,7 +33,6 @@
 //! journals without a verdict ([`Workspace::reclaim`]) and runs the same
 //! cleanup for those requests, removing only what a journal proves.
 
-mod id;
 mod identity;
 mod inventory;
 pub mod journal;
@@ -57,7 +56,7 @@ use std::io;
 use std::time::Duration;
 
 pub use crate::fs::{BirthTime, FileKind, Identity, MountId, Observed};
-pub use id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
+pub use crate::id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
 pub use identity::{Anchor, Mismatch};
 pub use inventory::{ArtifactKind, Entry, Inventory, InventoryError, JOB_ROOT};
 pub use process::{RequestProcess, SettledFuture};

@@ -433,6 +433,19 @@ impl Workspace {
         Ok(self.cleanup_id(id).await)
     }
 
+    /// The result of request `id`'s cleanup, if it finished and is still
+    /// cached (a later [`Workspace::cleanup`] of the id returns the same).
+    pub fn cleanup_result(&self, id: &RequestId) -> Option<CleanupResult> {
+        match self.inner.elections.result(id)? {
+            Ok(r) => Some(r),
+            Err(Abandoned) => Some(CleanupResult::failed(
+                CleanupCode::Abandoned,
+                CleanupCounts::default(),
+                None,
+            )),
+        }
+    }
+
     async fn cleanup_id(&self, id: RequestId) -> CleanupResult {
         let waiter = match self.inner.elections.elect(id.clone()) {
             Elected::Owner(guard) => {

@@ -86,6 +86,11 @@ impl Workspace {
         ))
     }
 
+    /// No cleanup result is ever cached here.
+    pub fn cleanup_result(&self, _id: &RequestId) -> Option<CleanupResult> {
+        None
+    }
+
     /// Nothing is ever open here.
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         Vec::new()
