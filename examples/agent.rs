@@ -68,9 +68,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ok_task = tokio::spawn(work(ok.executor(), tool("echo", &["done"])));
 
     // 2. Outlives its own one-second limit.
-    let short = Limits {
+    let short = RequestLimits {
         request_timeout: Duration::from_secs(1),
-        ..Limits::default()
+        ..RequestLimits::default()
     };
     let slow = runtime.start_with(RequestId::new("req-timeout")?, short)?;
     let slow_task = tokio::spawn(work(slow.executor(), tool("sleep", &["60"])));

@@ -52,10 +52,10 @@ pub use runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeE
 /// What an embedder touches, in one import: `use custodian::prelude::*;`.
 pub mod prelude {
     pub use crate::contain::Containment;
-    pub use crate::coordinator::{Completion, Limits, ProcessVerdict};
+    pub use crate::coordinator::{Completion, ProcessVerdict, RequestLimits};
     pub use crate::id::{RequestId, RequestIdError};
-    pub use crate::machine::request::{Delivery, Status as RequestStatus};
-    pub use crate::process::evidence::{Status as ProcessStatus, Verdict as DescendantVerdict};
+    pub use crate::machine::request::{Delivery, RequestStatus};
+    pub use crate::process::evidence::ProcessStatus;
     pub use crate::process::{Evidence, Invocation, InvocationSpec};
     pub use crate::runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
     pub use crate::spill::{Locator, SpillConfig};

@@ -128,7 +128,7 @@ fn code(i: u8) -> SafeCode {
 }
 
 fn req_event(e: ReqEvent) -> request::Event {
-    use request::{Candidate as C, CleanupResult as R, Event as E};
+    use request::{Candidate as C, CleanupOutcome as R, Event as E};
     match e {
         ReqEvent::Success => E::Candidate(C::Success),
         ReqEvent::ExecutorError(i) => E::Candidate(C::ExecutorError { code: code(i) }),
@@ -180,7 +180,7 @@ struct ReqOracle {
 
 impl ReqOracle {
     fn check(&mut self, before: &request::State, e: request::Event, tr: &request::Transition) {
-        use request::{Action, Candidate, CleanupReport, Event, Status};
+        use request::{Action, Candidate, CleanupReport, Event, RequestStatus};
         let after = &tr.next;
         assert!(tr.actions.len() <= 2, "{:?}", tr.actions);
         if e == Event::WorkspaceOpening && request::accepts_workspace(before) {
@@ -230,7 +230,7 @@ impl ReqOracle {
                     }
                     assert_eq!(Some(r.primary()), self.first);
                     if matches!(cleanup, CleanupReport::Failed { .. }) {
-                        assert_ne!(r.status(), Status::Succeeded);
+                        assert_ne!(r.status(), RequestStatus::Succeeded);
                     }
                     if r.primary() != Candidate::Success
                         || !matches!(cleanup, CleanupReport::Failed { .. })
@@ -343,7 +343,7 @@ fuzz_target!(|input: Input| {
         2 => process::Tier::Cgroup,
         _ => process::Tier::DirectChild,
     };
-    let limits = process::Limits {
+    let limits = process::ProcessLimits {
         timeout: Duration::from_secs(10),
         grace: Duration::from_secs(2),
         drain: Duration::from_secs(1),

@@ -14,7 +14,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::RequestId;
 use super::hooks::{Completion, ProcessControl, TerminalSink, WorkspaceLifecycle};
 use crate::error::SafeCode;
-use crate::machine::request::{self, Action, Candidate, CleanupResult, Event, Phase, State};
+use crate::machine::request::{self, Action, Candidate, CleanupOutcome, Event, Phase, State};
 use crate::sync::{Commit, CommitLog, SettleOnce};
 
 /// The code recorded when the cleanup did not finish by the request's
@@ -33,7 +33,7 @@ pub const CODE_CANCEL_ABORTED: SafeCode = SafeCode::new("cancel_aborted");
 /// How long a request may run and finalize. Both deadlines are frozen when
 /// the request starts and never extended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub struct RequestLimits {
     /// From start to the `Timeout` candidate.
     pub request_timeout: Duration,
     /// From the request deadline to the cleanup deadline: cancel and cleanup
@@ -44,9 +44,9 @@ pub struct Limits {
     pub terminal_write_timeout: Duration,
 }
 
-impl Default for Limits {
+impl Default for RequestLimits {
     fn default() -> Self {
-        Limits {
+        RequestLimits {
             request_timeout: Duration::from_secs(300),
             cleanup_grace: Duration::from_secs(30),
             terminal_write_timeout: Duration::from_secs(10),
@@ -456,7 +456,7 @@ pub struct Coordinator<L, P, S> {
     lifecycle: Arc<L>,
     processes: Arc<P>,
     sink: Arc<S>,
-    limits: Limits,
+    limits: RequestLimits,
 }
 
 impl<L, P, S> Clone for Coordinator<L, P, S> {
@@ -477,7 +477,7 @@ where
     S: TerminalSink,
 {
     /// A coordinator over the given seams.
-    pub fn new(lifecycle: Arc<L>, processes: Arc<P>, sink: Arc<S>, limits: Limits) -> Self {
+    pub fn new(lifecycle: Arc<L>, processes: Arc<P>, sink: Arc<S>, limits: RequestLimits) -> Self {
         Coordinator {
             lifecycle,
             processes,
@@ -502,7 +502,7 @@ where
     }
 
     /// The default limits of the requests [`Coordinator::start`] begins.
-    pub fn limits(&self) -> Limits {
+    pub fn limits(&self) -> RequestLimits {
         self.limits
     }
 
@@ -521,7 +521,7 @@ where
     /// # Panics
     ///
     /// Panics if called outside a tokio runtime.
-    pub fn start_with(&self, id: RequestId, limits: Limits) -> RequestHandle {
+    pub fn start_with(&self, id: RequestId, limits: RequestLimits) -> RequestHandle {
         let now = Instant::now();
         let request_deadline = now + limits.request_timeout;
         let shared = Arc::new(Shared {
@@ -742,10 +742,10 @@ where
                         ))
                     },
                     self.cleanup_deadline,
-                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                    Answer::Event(Event::CleanupFinished(CleanupOutcome::Failed(
                         CODE_CLEANUP_DEADLINE_EXCEEDED,
                     ))),
-                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                    Answer::Event(Event::CleanupFinished(CleanupOutcome::Failed(
                         CODE_CLEANUP_ABORTED,
                     ))),
                 );

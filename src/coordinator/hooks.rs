@@ -11,7 +11,7 @@ use std::future::Future;
 
 use super::RequestId;
 use crate::error::SafeCode;
-use crate::machine::request::{CleanupResult, Delivery, FinalResult};
+use crate::machine::request::{CleanupOutcome, Delivery, FinalResult};
 
 /// The optional workspace lifecycle of a request's executor.
 ///
@@ -32,7 +32,8 @@ use crate::machine::request::{CleanupResult, Delivery, FinalResult};
 pub trait WorkspaceLifecycle: Send + Sync + 'static {
     /// Removes everything the request owns (its processes and registered
     /// artifacts) and reports how that went, as a safe code on failure.
-    fn cleanup_workspace(&self, request: &RequestId) -> impl Future<Output = CleanupResult> + Send;
+    fn cleanup_workspace(&self, request: &RequestId)
+    -> impl Future<Output = CleanupOutcome> + Send;
 
     /// The detail of the request's cleanup (status, counts, safe code) for
     /// its [`Completion`], if this lifecycle keeps one. Called once, when
@@ -70,7 +71,7 @@ pub struct ProcessVerdict {
     pub pid: u32,
     /// How it ended; `None` if it had not settled when the request
     /// completed (the cleanup then reports it unsettled and fails closed).
-    pub status: Option<crate::process::evidence::Status>,
+    pub status: Option<crate::process::evidence::ProcessStatus>,
     /// The root's exit code, if it exited.
     pub exit_code: Option<i32>,
     /// The signal that ended the root, if one did.
@@ -142,8 +143,8 @@ pub struct NoWorkspace;
 pub const CODE_NO_WORKSPACE_LIFECYCLE: SafeCode = SafeCode::new("no_workspace_lifecycle");
 
 impl WorkspaceLifecycle for NoWorkspace {
-    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupResult {
-        CleanupResult::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
+    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupOutcome {
+        CleanupOutcome::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
     }
 }
 
@@ -186,13 +187,13 @@ pub struct Completion {
 /// per request; a clean or already-gone job is `Ok`, a fail-closed cleanup
 /// carries its safe code.
 impl WorkspaceLifecycle for crate::workspace::Workspace {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         match self.cleanup(request.as_str()).await {
             Ok(r) if r.status == crate::workspace::CleanupStatus::Failed => {
-                CleanupResult::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
+                CleanupOutcome::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
             }
-            Ok(_) => CleanupResult::Ok,
-            Err(_) => CleanupResult::Failed(SafeCode::new("invalid_request_id")),
+            Ok(_) => CleanupOutcome::Ok,
+            Err(_) => CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
         }
     }
 

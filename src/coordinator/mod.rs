@@ -28,7 +28,7 @@
 //!
 //! An action's hook is polled once where the action is executed; if it is
 //! not ready at once, it goes on in its own task, bounded by the request's
-//! frozen deadlines ([`Limits`]), and reports back through a channel. Either
+//! frozen deadlines ([`RequestLimits`]), and reports back through a channel. Either
 //! way its answer is committed after the external inputs already queued. A
 //! missed deadline or a panicking hook becomes a typed answer, so no request
 //! can hang.
@@ -57,8 +57,8 @@ mod hooks;
 pub use crate::id::{RequestId, RequestIdError};
 pub use driver::{
     CODE_CANCEL_ABORTED, CODE_CANCEL_DEADLINE_EXCEEDED, CODE_CLEANUP_ABORTED,
-    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, Limits, OpenRefused,
-    Record, RequestHandle, RequestObserver,
+    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, OpenRefused, Record,
+    RequestHandle, RequestLimits, RequestObserver,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,

@@ -44,8 +44,8 @@ use crate::confine::build::{Prepared, PrivateTmp};
 use crate::confine::{ConfineError, ConfinementReport};
 use crate::contain::{Containment, Unavailable};
 use crate::machine::process::{
-    self as m, Action, Cause, Descendants, Event, ExitStatus, Limits, Phase, Probe, Signal, Stream,
-    StreamEnd, Summary, Tier, Timer,
+    self as m, Action, Cause, Descendants, Event, ExitStatus, Phase, Probe, ProcessLimits, Signal,
+    Stream, StreamEnd, Summary, Tier, Timer,
 };
 
 /// Size of one pipe read.
@@ -385,7 +385,7 @@ fn start_driver(
     let secrets = env.secrets();
     let budget = invocation.budget();
     let tun = invocation.tunables();
-    let limits = Limits {
+    let limits = ProcessLimits {
         timeout: invocation.timeout(),
         grace: tun.grace,
         drain: tun.drain,
@@ -1156,12 +1156,10 @@ impl Driver {
             Some(ExitStatus::Signal(s)) => (None, Some(s)),
             None => (None, None),
         };
-        let status = match summary.status() {
-            _ if self.internal_error => evidence::Status::InternalError,
-            m::Status::Exited => evidence::Status::Exited,
-            m::Status::Signaled => evidence::Status::Signaled,
-            m::Status::TimedOut => evidence::Status::TimedOut,
-            m::Status::Cancelled => evidence::Status::Cancelled,
+        let status = if self.internal_error {
+            m::ProcessStatus::InternalError
+        } else {
+            summary.status()
         };
         Evidence {
             version: evidence::EVIDENCE_VERSION,

@@ -39,7 +39,7 @@ pub struct Evidence {
     /// What ran.
     pub invocation: InvocationIdentity,
     /// How it ended.
-    pub status: Status,
+    pub status: ProcessStatus,
     /// The root's exit code, if it exited.
     pub exit_code: Option<i32>,
     /// The signal that ended the root, if one did.
@@ -99,24 +99,9 @@ impl InvocationIdentity {
     }
 }
 
-/// How the invocation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Status {
-    /// The root exited on its own with `exit_code`.
-    Exited,
-    /// The root was ended by a signal custodian did not send (`signal`).
-    Signaled,
-    /// The timeout passed; custodian escalated.
-    TimedOut,
-    /// The embedding runtime cancelled; custodian escalated.
-    Cancelled,
-    /// custodian failed internally (a bug) after the launch; it killed the
-    /// group at once and reaped the root. What was captured until then may
-    /// be missing.
-    InternalError,
-}
+/// How the invocation ended (the one process status of the crate, decided
+/// by the process machine).
+pub use crate::machine::process::ProcessStatus;
 
 /// When things happened: a wall-clock start, then monotonic offsets from it
 /// in microseconds, and the durations derived from them.
@@ -439,7 +424,7 @@ impl Evidence {
         Evidence {
             version: EVIDENCE_VERSION,
             invocation,
-            status: Status::InternalError,
+            status: ProcessStatus::InternalError,
             exit_code: None,
             signal: None,
             timings: Timings::new(
@@ -580,7 +565,7 @@ mod tests {
         Evidence {
             version: EVIDENCE_VERSION,
             invocation: InvocationIdentity::new(&inv, Path::new("/bin/sh"), &secrets),
-            status: Status::TimedOut,
+            status: ProcessStatus::TimedOut,
             exit_code: None,
             signal: Some(15),
             timings: Timings::new(
@@ -843,7 +828,7 @@ mod tests {
         let v = validator();
         let mut variants = vec![sample()];
         let mut exited = sample();
-        exited.status = Status::Exited;
+        exited.status = ProcessStatus::Exited;
         exited.exit_code = Some(0);
         exited.signal = None;
         exited.escalation.clear();
@@ -857,7 +842,7 @@ mod tests {
         exited.descendants = Descendants::new(Verdict::Terminated, Tier::Subreaper, vec![]);
         variants.push(exited);
         let mut cut = sample();
-        cut.status = Status::Cancelled;
+        cut.status = ProcessStatus::Cancelled;
         cut.stdout.state = StreamState::CutAtDeadline;
         cut.escalation.push(EscalationStep::new(
             EscalationAction::CloseStreams,

@@ -14,7 +14,7 @@ use crate::coordinator::{
 };
 use crate::error::SafeCode;
 use crate::id::RequestId;
-use crate::machine::request::{CleanupResult as CleanupAnswer, FinalResult};
+use crate::machine::request::{CleanupOutcome, FinalResult};
 use crate::process::Running;
 use crate::spill::Locator;
 use crate::workspace::{CleanupResult, CleanupStatus, Job, Workspace};
@@ -123,11 +123,11 @@ impl ProcessControl for Hooks {
 }
 
 impl WorkspaceLifecycle for Hooks {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupAnswer {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         info!("cleanup started");
         let result = match self.workspace.cleanup(request.as_str()).await {
             Ok(r) => r,
-            Err(_) => return CleanupAnswer::Failed(SafeCode::new("invalid_request_id")),
+            Err(_) => return CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
         };
         let c = &result.counts;
         let code = result.safe_code();
@@ -143,9 +143,9 @@ impl WorkspaceLifecycle for Hooks {
             "cleanup finished"
         );
         let answer = if result.status == CleanupStatus::Failed {
-            CleanupAnswer::Failed(code.unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
+            CleanupOutcome::Failed(code.unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
         } else {
-            CleanupAnswer::Ok
+            CleanupOutcome::Ok
         };
         if let Some(entry) = self.entry(request) {
             *lock(&entry.cleanup) = Some(result);

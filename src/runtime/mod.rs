@@ -7,7 +7,7 @@
 //! A [`Runtime`] is built from one [`RuntimeConfig`]: the workspace root
 //! (held by descriptor, the base of every process's cwd, never passed
 //! twice), the spill store, the run policy, the containment asked of every
-//! process, and the default per-request [`Limits`]. It owns a
+//! process, and the default per-request [`RequestLimits`]. It owns a
 //! [`Workspace`], a [`SpillService`] and a [`Coordinator`] whose hooks are
 //! the runtime's own table of requests.
 //!
@@ -71,7 +71,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::contain::Containment;
-use crate::coordinator::{Coordinator, Limits};
+use crate::coordinator::{Coordinator, RequestLimits};
 use crate::id::RequestId;
 use crate::policy::{PolicyConfig, Provenance, Registry};
 use crate::process::ProcessError;
@@ -112,7 +112,7 @@ pub struct RuntimeConfig {
     pub containment: Containment,
     /// The default limits of a request ([`Runtime::start_with`] overrides
     /// them per request).
-    pub limits: Limits,
+    pub limits: RequestLimits,
     /// The children's baseline environment.
     pub baseline: Baseline,
     /// Resolves secret references in an invocation's overlay.
@@ -131,7 +131,7 @@ impl RuntimeConfig {
             spill: None,
             policy: None,
             containment: Containment::Auto,
-            limits: Limits::default(),
+            limits: RequestLimits::default(),
             baseline: Baseline::from_parent(),
             secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
         }
@@ -167,7 +167,7 @@ impl RuntimeConfig {
 
     /// Replaces the default request limits.
     #[must_use]
-    pub fn with_limits(mut self, limits: Limits) -> Self {
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
         self.limits = limits;
         self
     }
@@ -374,7 +374,11 @@ impl Runtime {
     /// # Panics
     ///
     /// Panics if called outside a tokio runtime.
-    pub fn start_with(&self, id: RequestId, limits: Limits) -> Result<Request, RuntimeError> {
+    pub fn start_with(
+        &self,
+        id: RequestId,
+        limits: RequestLimits,
+    ) -> Result<Request, RuntimeError> {
         let entry = self.inner.hooks.insert(&id)?;
         let handle = self.inner.coordinator.start_with(id, limits);
         Ok(Request::new(handle, entry, Arc::clone(&self.inner)))
@@ -426,7 +430,7 @@ impl Runtime {
 }
 
 impl Inner {
-    fn coordinator_limits(&self) -> Limits {
+    fn coordinator_limits(&self) -> RequestLimits {
         self.coordinator.limits()
     }
 

@@ -17,7 +17,7 @@ use crate::coordinator::{
     OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle,
 };
 use crate::error::SafeCode;
-use crate::machine::request::CleanupResult;
+use crate::machine::request::CleanupOutcome;
 
 /// Why a wire call failed.
 #[derive(Debug, thiserror::Error)]
@@ -387,23 +387,23 @@ fn intern(code: &Code) -> SafeCode {
 /// answer arrived (the node's cleanup is idempotent: a request it never
 /// opened is `already_gone`).
 impl WorkspaceLifecycle for WireClient {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         match WireClient::cleanup_workspace(self, request).await {
             Ok(report) => match report.status {
                 CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed => {
-                    CleanupResult::Ok
+                    CleanupOutcome::Ok
                 }
-                CleanupStatus::Failed => CleanupResult::Failed(
+                CleanupStatus::Failed => CleanupOutcome::Failed(
                     report
                         .code
                         .as_ref()
                         .map_or(CODE_REMOTE_CLEANUP_FAILED, intern),
                 ),
             },
-            Err(WireError::Disconnected) => CleanupResult::Failed(CODE_NODE_UNREACHABLE),
-            Err(WireError::Refused { code }) => CleanupResult::Failed(intern(&code)),
+            Err(WireError::Disconnected) => CleanupOutcome::Failed(CODE_NODE_UNREACHABLE),
+            Err(WireError::Refused { code }) => CleanupOutcome::Failed(intern(&code)),
             Err(WireError::Unexpected | WireError::PolicyRefused { .. }) => {
-                CleanupResult::Failed(CODE_REMOTE_CLEANUP_FAILED)
+                CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
             }
         }
     }

@@ -395,7 +395,10 @@ async fn a_silent_setsid_escapee_keeps_the_group_tier_unconfirmed() {
     let escaped = running(escapee);
     kill_pid(escapee);
     assert!(escaped, "the escapee should be invisible to group signals");
-    assert_eq!(ev.status, custodian::process::evidence::Status::Exited);
+    assert_eq!(
+        ev.status,
+        custodian::process::evidence::ProcessStatus::Exited
+    );
     assert_group_confirmed_empty(&ev);
     assert_no_leftovers(r.pgid());
 }

@@ -28,7 +28,7 @@ fn scratch() -> PathBuf {
     sandbox::scratch_keeping(keep.as_deref())
 }
 
-fn fixture(limits: Limits) -> Fixture {
+fn fixture(limits: RequestLimits) -> Fixture {
     let dir = tempfile::tempdir_in(scratch()).unwrap();
     let root = dir.path().join("ws");
     std::fs::create_dir(&root).unwrap();
@@ -47,10 +47,10 @@ fn fixture(limits: Limits) -> Fixture {
     }
 }
 
-fn limits(timeout: Duration) -> Limits {
-    Limits {
+fn limits(timeout: Duration) -> RequestLimits {
+    RequestLimits {
         request_timeout: timeout,
-        ..Limits::default()
+        ..RequestLimits::default()
     }
 }
 
