@@ -1,5 +1,12 @@
 //! custodian owns the lifecycle of what an agent runtime's tools create.
 //!
+//! **Start here:** an embedder needs [`Runtime`] (one per workspace) and,
+//! per request, a [`Request`] (the caller's side) and its [`Executor`] (the
+//! side doing the work); `use custodian::prelude::*` brings them and the
+//! types they return. The modules below are the mechanisms the runtime is
+//! built from, public for embedders that need one of them alone (a node
+//! across the wire, a bare governed launch).
+//!
 //! # Theory of operation
 //!
 //! An agent runtime launches processes for tools, writes files for requests
@@ -27,8 +34,9 @@
 //!
 //! Dependencies point one way: `machine`, `sync` and `policy` depend on
 //! nothing else in the crate; `process`, `spill` and `workspace` build on
-//! them; `coordinator` drives a request end to end; `wire` and the CLI sit on
-//! top. See `docs/architecture.md`.
+//! them; `coordinator` drives a request end to end; [`runtime`] puts a
+//! request's job, processes, spills and finish behind one facade; `wire` and
+//! the CLI sit on top. See `docs/architecture.md`.
 
 pub mod confine;
 pub mod contain;
@@ -61,6 +69,11 @@ pub mod prelude {
     pub use crate::spill::{Locator, SpillConfig};
     pub use crate::workspace::{CleanupResult, CleanupStatus, WorkspaceConfig};
 }
+
+/// The README's library snippet, compiled with the doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;
 
 /// Thin wrappers over crate-private mechanisms, for `benches/` only. Not
 /// part of the API: no stability, no semver.

@@ -451,6 +451,57 @@ impl ExecutorHandle {
 
 /// Drives requests end to end. Cheap to clone; every request gets its own
 /// actor task on the current tokio runtime.
+///
+/// [`Runtime`](crate::Runtime) builds one over its own hooks; build one
+/// directly to drive a request whose workspace, processes or endpoint live
+/// elsewhere (a node across the wire, an endpoint of your own).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use custodian::RequestId;
+/// use custodian::coordinator::{
+///     Coordinator, NoProcesses, RequestLimits, TerminalSink, TerminalWriteError,
+/// };
+/// use custodian::machine::request::{Candidate, Delivery, FinalResult, RequestStatus};
+/// use custodian::workspace::{Workspace, WorkspaceConfig};
+///
+/// /// The endpoint: here it only prints the terminal result.
+/// struct Print;
+/// impl TerminalSink for Print {
+///     async fn write_terminal(
+///         &self,
+///         request: &RequestId,
+///         result: &FinalResult,
+///     ) -> Result<(), TerminalWriteError> {
+///         println!("{request}: {:?}", result.status());
+///         Ok(())
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// let workspace = Workspace::open(dir.path(), WorkspaceConfig::default())?;
+/// let coordinator = Coordinator::new(
+///     Arc::new(workspace.clone()),
+///     Arc::new(NoProcesses),
+///     Arc::new(Print),
+///     RequestLimits::default(),
+/// );
+/// let request = coordinator.start(RequestId::new("req-1")?);
+/// let executor = request.executor();
+/// executor.workspace_opening().await?; // announce, then open
+/// workspace.open_request("req-1")?.create_file("result.json")?;
+/// executor.candidate(Candidate::Success);
+///
+/// let completion = request.finished().await;
+/// assert_eq!(completion.result.status(), RequestStatus::Succeeded);
+/// assert_eq!(completion.delivery, Delivery::Acknowledged);
+/// assert_eq!(completion.cleanup.unwrap().counts.files_removed, 1);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Coordinator<L, P, S> {
     lifecycle: Arc<L>,

@@ -71,6 +71,28 @@ impl std::fmt::Debug for ServiceOptions {
 ///
 /// Dropping the service without disposing asks the sweep to stop early
 /// but cannot wait for it; call `dispose` for the quiescence guarantee.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::spill::{Locator, SpillConfig, SpillService};
+///
+/// let dir = tempfile::tempdir()?;
+/// let config = SpillConfig {
+///     root: Some(dir.path().join("spill")),
+///     ..SpillConfig::default()
+/// };
+/// let service = SpillService::activate(&config)?; // the sweep starts now
+/// let locator = service.write("session-1", b"a large tool result".to_vec()).await?;
+/// // The locator is opaque text the caller keeps.
+/// let again = Locator::parse(&locator.to_string())?;
+/// assert_eq!(service.read(&again).await?, b"a large tool result");
+/// let report = service.dispose().await; // no sweep I/O after this
+/// assert!(report.is_some());
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct SpillService {
     store: Arc<SpillStore>,

@@ -72,6 +72,38 @@ impl Inner {
 
 /// An edge-side connection to one node. Cheap to clone; calls may be issued
 /// concurrently and are pipelined (answers are matched by `seq`).
+///
+/// # Examples
+///
+/// An edge and a node in one process, over an in-memory pipe:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use custodian::RequestId;
+/// use custodian::process::LaunchOptions;
+/// use custodian::wire::{DEFAULT_MAX_FRAME, Node, NodeConfig, WireClient, WorkspaceNode};
+/// use custodian::workspace::{Workspace, WorkspaceConfig};
+///
+/// let dir = tempfile::tempdir()?;
+/// let workspace = Workspace::open(dir.path(), WorkspaceConfig::default())?;
+/// let launch = LaunchOptions::new(dir.path());
+/// let node = Node::new(
+///     WorkspaceNode::new(workspace, launch, Duration::from_secs(30)),
+///     NodeConfig::default(),
+/// );
+/// let (edge_io, node_io) = tokio::io::duplex(64 * 1024);
+/// tokio::spawn(async move { node.serve_to_end(node_io).await });
+///
+/// let client = WireClient::new(edge_io, DEFAULT_MAX_FRAME);
+/// let id = RequestId::new("req-1")?;
+/// client.open_workspace(&id).await?;
+/// assert_eq!(client.write_artifact(&id, "notes.txt", "hello").await?, 5);
+/// let report = client.cleanup_workspace(&id).await?;
+/// assert_eq!(report.request_id, id);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct WireClient {
     inner: Arc<Inner>,

@@ -39,7 +39,32 @@ enum Prepared {
 /// A workspace root held by descriptor, with its internal namespace and the
 /// requests open in it.
 ///
-/// Cheap to clone; every clone is the same workspace.
+/// Cheap to clone; every clone is the same workspace. Embedders usually
+/// reach it through [`Runtime`](crate::Runtime), which opens a request's
+/// job and cleans it up for them.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::io::Write;
+/// use custodian::workspace::{CleanupStatus, Workspace, WorkspaceConfig};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("user.txt"), "not the request's")?;
+/// let workspace = Workspace::open(dir.path(), WorkspaceConfig::default())?;
+/// let job = workspace.open_request("req-1")?;
+/// job.create_file("out/result.json")?.write_all(b"{}")?;
+///
+/// let result = workspace.cleanup("req-1").await?;
+/// assert_eq!(result.status, CleanupStatus::Clean);
+/// assert_eq!((result.counts.files_removed, result.counts.dirs_removed), (1, 2));
+/// assert!(dir.path().join("user.txt").exists());
+/// // Every later caller receives the same result; nothing runs twice.
+/// assert_eq!(job.cleanup().await, result);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Workspace {
     inner: Arc<Inner>,
