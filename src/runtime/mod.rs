@@ -85,8 +85,11 @@ pub use request::{Executor, Request};
 
 use hooks::{Acknowledge, Hooks};
 
-/// The policy every process launched through a [`Runtime`] must pass
-/// (`process.run`); without one, every launch is allowed.
+/// The policy every process launched through a [`Runtime`] (or served by a
+/// [`WorkspaceNode`](crate::wire::WorkspaceNode)) must pass as
+/// `process.run`; without one, every launch is allowed. It holds no
+/// approvals beyond the file's `policy.overrides`: a caller cannot approve
+/// for it.
 #[derive(Clone, Debug)]
 pub struct RunPolicy {
     /// The validated policy file.

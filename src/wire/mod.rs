@@ -49,4 +49,4 @@ pub use node::{
     Admitted, CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step,
 };
 #[cfg(unix)]
-pub use workspace_node::{NodePolicy, WorkspaceNode, codes as node_codes};
+pub use workspace_node::{WorkspaceNode, codes as node_codes};
