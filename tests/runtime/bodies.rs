@@ -318,3 +318,69 @@ async fn a_request_id_runs_once_at_a_time_and_limits_are_per_request() {
         RequestStatus::Succeeded
     );
 }
+
+#[test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+fn the_request_span_holds_the_process_spans_and_the_lifecycle_events() {
+    let (recorder, seen) = crate::tracing_events::Recorder::new();
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    tracing::subscriber::with_default(recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let runtime = Runtime::open(RuntimeConfig::new(dir.path())).unwrap();
+            let request = runtime.start(RequestId::new("traced-1").unwrap()).unwrap();
+            let executor = request.executor();
+            executor.open_workspace().await.unwrap();
+            let inv = Invocation::validate(InvocationSpec::new("true").with_env(
+                "API_KEY_NAME",
+                EnvValue::Literal("literal-env-value".into()),
+            ))
+            .unwrap();
+            executor.run(inv).await.unwrap();
+            executor.succeed();
+            request.finished().await;
+            // The settle event is logged by its own task: let it run.
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+        });
+    });
+    let seen = seen.lock().unwrap();
+    let request_span = seen
+        .spans
+        .iter()
+        .find(|s| s.1 == "request")
+        .expect("a request span")
+        .0;
+    let process = seen
+        .spans
+        .iter()
+        .find(|s| s.1 == "process")
+        .expect("a process span");
+    assert_eq!(
+        process.2,
+        Some(request_span),
+        "the process span nests in the request's"
+    );
+    let in_span = |span: &str, message: &str| {
+        seen.events
+            .iter()
+            .any(|e| e.0 == Some(span) && e.1.contains(message))
+    };
+    assert!(in_span("process", "launched"));
+    assert!(in_span("process", "settled"));
+    assert!(in_span("request", "cleanup started"));
+    assert!(in_span("request", "cleanup finished"));
+    let fields = seen
+        .events
+        .iter()
+        .map(|e| e.2.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(fields.contains("files_removed"), "{fields}");
+    assert!(!fields.contains("API_KEY_NAME"), "{fields}");
+    assert!(!fields.contains("literal-env-value"), "{fields}");
+}
