@@ -159,6 +159,10 @@ pub enum WorkspaceError {
     /// The launcher refused to start the process.
     #[error(transparent)]
     Launch(#[from] crate::process::ProcessError),
+    /// A launch's `LaunchOptions::workspace` names another directory than
+    /// this workspace's root.
+    #[error("the launch options name another workspace root")]
+    RootMismatch,
     /// The workspace has been closed.
     #[error("workspace is closed")]
     Closed,

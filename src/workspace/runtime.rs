@@ -5,6 +5,7 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -79,6 +80,9 @@ struct Inner {
     /// `<internal>/journal`: one ownership journal per request.
     journals: OwnedFd,
     internal_identity: Identity,
+    /// The root's identity: a launch's `LaunchOptions::workspace` must name
+    /// this directory.
+    root_identity: Identity,
     anchor: Anchor,
     config: WorkspaceConfig,
     requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
@@ -265,6 +269,7 @@ impl Workspace {
                 quarantine,
                 journals,
                 internal_identity: internal_obs.identity,
+                root_identity: root_obs.identity,
                 anchor,
                 config: config.clone(),
                 requests: Mutex::new(HashMap::new()),
@@ -1115,14 +1120,24 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`WorkspaceError::InternalPath`] if the invocation's cwd is in the
-    /// internal namespace; [`WorkspaceError::RequestClosed`] once cleanup
-    /// started; [`WorkspaceError::Launch`] if the launcher refuses.
+    /// [`WorkspaceError::RootMismatch`] if `options.workspace` is not this
+    /// workspace's root (the process's cwd would be outside the workspace
+    /// this request belongs to); [`WorkspaceError::InternalPath`] if the
+    /// invocation's cwd is in the internal namespace;
+    /// [`WorkspaceError::RequestClosed`] once cleanup started;
+    /// [`WorkspaceError::Launch`] if the launcher refuses.
     pub fn launch(
         &self,
         invocation: crate::process::Invocation,
         options: &crate::process::LaunchOptions,
     ) -> Result<crate::process::Running, WorkspaceError> {
+        // The root was given twice (here and in the options): they must be
+        // the same directory, compared by identity, not by spelling.
+        let root = &self.ws.inner.root_identity;
+        match std::fs::metadata(&options.workspace) {
+            Ok(m) if m.is_dir() && m.dev() == root.dev && m.ino() == root.ino => {}
+            _ => return Err(WorkspaceError::RootMismatch),
+        }
         if let Some(cwd) = invocation.cwd().filter(|c| !c.as_str().is_empty()) {
             self.ws
                 .resolve_user_path(cwd.as_str())

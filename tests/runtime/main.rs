@@ -13,6 +13,7 @@ mod sandbox;
 
 mod bodies;
 mod ids;
+mod root;
 mod tracing_events;
 
 /// Runs every body of `bodies::` in the namespace.
