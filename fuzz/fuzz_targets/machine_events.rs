@@ -77,7 +77,7 @@ struct NodeOracle {
 
 impl NodeOracle {
     fn check(&mut self, before: &node::State, input: node::Input, tr: &node::Transition) {
-        use node::{Action, Job};
+        use node::{Action, JobState};
         let after = &tr.next;
         assert!(tr.actions.len() <= 3, "{:?}", tr.actions);
         if !before.accepting() {
@@ -99,11 +99,11 @@ impl NodeOracle {
                 Action::StartCleanup => {
                     self.cleanups_started += 1;
                     assert_eq!(self.cleanups_started, 1, "a second cleanup started");
-                    assert_ne!(after.job(), Job::Opening, "cleanup raced an open");
+                    assert_ne!(after.job(), JobState::Opening, "cleanup raced an open");
                 }
                 Action::Open => {
-                    assert!(matches!(before.job(), Job::Absent | Job::Unknown));
-                    assert_eq!(after.job(), Job::Opening);
+                    assert!(matches!(before.job(), JobState::Absent | JobState::Unknown));
+                    assert_eq!(after.job(), JobState::Opening);
                 }
                 Action::Proceed => assert!(before.is_open()),
                 Action::CancelProcesses | Action::AwaitCleanup | Action::Reply(_) => {}

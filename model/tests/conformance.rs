@@ -27,7 +27,7 @@ mod scenarios;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
-use custodian::coordinator::Record;
+use custodian::coordinator::TransitionRecord;
 use custodian::machine::request::{CleanupOutcome, Event, Phase, State};
 use custodian_model::request::{Act, Real, RequestModel, Sys};
 use stateright::{Expectation, Model};
@@ -108,7 +108,7 @@ struct Replay {
     edges: BTreeSet<Edge>,
 }
 
-fn replay(model: &M, logs: &[Vec<Record>], out: &mut Replay) {
+fn replay(model: &M, logs: &[Vec<TransitionRecord>], out: &mut Replay) {
     let properties: Vec<_> = model
         .properties()
         .into_iter()

@@ -56,7 +56,7 @@ impl Default for RequestLimits {
 
 /// One committed transition, as recorded in a request's event log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+pub struct TransitionRecord {
     /// Position in the log, from 0.
     pub index: u32,
     /// The `now` passed to the step function.
@@ -105,7 +105,7 @@ struct Shared {
     /// whoever commits; a handle commits `WorkspaceOpening` itself only
     /// while nothing sent is pending, so never ahead of an input it sent
     /// earlier (see [`CommitLog`]).
-    commits: CommitLog<State, Record>,
+    commits: CommitLog<State, TransitionRecord>,
     counters: Counters,
     /// Settled when the request asked to cancel its executor (the first
     /// candidate's `CancelProcesses`), before the cancel hook is called: the
@@ -123,7 +123,7 @@ impl Shared {
         index: usize,
         event: Event,
         now: std::time::Instant,
-    ) -> Commit<State, Record, (State, Vec<Action>)> {
+    ) -> Commit<State, TransitionRecord, (State, Vec<Action>)> {
         let before = *before;
         let request::Transition { next, actions } = request::step(&before, event, now);
         debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
@@ -132,7 +132,7 @@ impl Shared {
         }
         Commit {
             next,
-            record: Record {
+            record: TransitionRecord {
                 index: u32::try_from(index).unwrap_or(u32::MAX),
                 at: now,
                 before,
@@ -172,7 +172,7 @@ impl Shared {
         self.commits.state()
     }
 
-    fn log(&self) -> Vec<Record> {
+    fn log(&self) -> Vec<TransitionRecord> {
         self.commits.log()
     }
 }
@@ -237,7 +237,7 @@ impl RequestObserver {
     }
 
     /// Every committed transition so far, in order.
-    pub fn log(&self) -> Vec<Record> {
+    pub fn log(&self) -> Vec<TransitionRecord> {
         self.shared.log()
     }
 
@@ -352,7 +352,7 @@ impl RequestHandle {
     }
 
     /// Every committed transition so far, in order.
-    pub fn log(&self) -> Vec<Record> {
+    pub fn log(&self) -> Vec<TransitionRecord> {
         self.shared.log()
     }
 

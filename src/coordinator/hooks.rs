@@ -77,9 +77,9 @@ pub struct ProcessVerdict {
     /// The signal that ended the root, if one did.
     pub signal: Option<i32>,
     /// What is known about its descendants (`None` if not settled).
-    pub descendants: Option<crate::process::evidence::Verdict>,
+    pub descendants: Option<crate::process::evidence::DescendantVerdict>,
     /// The containment tier it ran in (`None` if not settled).
-    pub tier: Option<crate::process::evidence::Tier>,
+    pub tier: Option<crate::process::evidence::ContainmentTier>,
 }
 
 impl ProcessVerdict {

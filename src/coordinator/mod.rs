@@ -7,7 +7,7 @@
 //! deadline, a caller disconnect, or the answer of an action — is committed
 //! through [`step`](crate::machine::request::step) from the request's
 //! committed [`State`](crate::machine::request::State), recorded in the
-//! request's event log ([`Record`]: before, event, after, actions) under the
+//! request's event log ([`TransitionRecord`]: before, event, after, actions) under the
 //! same lock, and the actions the step returned are executed exactly as
 //! returned:
 //!
@@ -57,8 +57,8 @@ mod hooks;
 pub use crate::id::{RequestId, RequestIdError};
 pub use driver::{
     CODE_CANCEL_ABORTED, CODE_CANCEL_DEADLINE_EXCEEDED, CODE_CLEANUP_ABORTED,
-    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, OpenRefused, Record,
-    RequestHandle, RequestLimits, RequestObserver,
+    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, OpenRefused,
+    RequestHandle, RequestLimits, RequestObserver, TransitionRecord,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,

@@ -89,7 +89,7 @@ fn stale_reserved_registration_is_denied_at_decision_time() {
         ToolDescriptor {
             id: "process.exec".into(),
             group: tool::Group::Plugin,
-            tier: tool::Tier::Basic,
+            tier: tool::ToolTier::Basic,
             state_changing: false,
         },
     )]);

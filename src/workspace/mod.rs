@@ -60,7 +60,7 @@ pub use crate::id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
 pub use identity::{Anchor, Mismatch};
 pub use inventory::{ArtifactKind, Entry, Inventory, InventoryError, JOB_ROOT};
 pub use process::{RequestProcess, SettledFuture};
-pub use resolve::ResolveError;
+pub use resolve::UserPathError;
 pub use result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 pub use runtime::{ArtifactDir, Job, Workspace};
 
@@ -155,7 +155,7 @@ pub enum WorkspaceError {
     /// A caller path was refused (absolute, escaping, or in the internal
     /// namespace).
     #[error("path refused: {0}")]
-    InternalPath(#[from] ResolveError),
+    InternalPath(#[from] UserPathError),
     /// The launcher refused to start the process.
     #[error(transparent)]
     Launch(#[from] crate::process::ProcessError),

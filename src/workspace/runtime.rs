@@ -16,7 +16,7 @@ use super::journal::{self, Record};
 use super::journal_file::{self, JournalFile};
 use super::process::RequestProcess;
 use super::remove;
-use super::resolve::{self, ResolveError};
+use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
 use crate::fs::{self, Errno, FileKind, Identity, Observed};
@@ -399,8 +399,8 @@ impl Workspace {
     ///
     /// # Errors
     ///
-    /// [`ResolveError`] for empty, absolute, escaping or internal paths.
-    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, ResolveError> {
+    /// [`UserPathError`] for empty, absolute, escaping or internal paths.
+    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, UserPathError> {
         resolve::resolve(&self.inner.config.internal_name, path)
     }
 
@@ -429,7 +429,7 @@ impl Workspace {
             if obs.identity.dev == self.inner.internal_identity.dev
                 && obs.identity.ino == self.inner.internal_identity.ino
             {
-                return Err(WorkspaceError::InternalPath(ResolveError::Internal));
+                return Err(WorkspaceError::InternalPath(UserPathError::Internal));
             }
             cur = Some(fd);
         }

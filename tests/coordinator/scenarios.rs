@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{Record, RequestLimits};
+use custodian::coordinator::{RequestLimits, TransitionRecord};
 use custodian::machine::request::{Candidate, CleanupReport, Delivery, RequestStatus};
 
 use crate::support::{Fakes, Gate, check_log, coordinator, id, settle};
@@ -70,7 +70,7 @@ pub async fn run_order(
     order: &[Stimulus],
     opened: bool,
     write_fails: bool,
-) -> Vec<Record> {
+) -> Vec<TransitionRecord> {
     let ctx = format!("{name}: opened={opened} write_fails={write_fails} order={order:?}");
     let r = id(name);
     let h = co.start(r.clone());
@@ -313,7 +313,7 @@ pub fn family_i() -> Vec<Stimulus> {
 
 /// Runs every order of an announcement family (C or I), starting without a
 /// workspace.
-pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<Record>> {
+pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<TransitionRecord>> {
     let mut logs = Vec::new();
     for (n, order) in permutations(family).into_iter().enumerate() {
         let name = format!("{tag}-{n}");
@@ -323,7 +323,7 @@ pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<Record
 }
 
 /// Runs every order of family C.
-pub async fn run_family_c() -> Vec<Vec<Record>> {
+pub async fn run_family_c() -> Vec<Vec<TransitionRecord>> {
     run_announcements(&family_c(), "c").await
 }
 
@@ -331,7 +331,7 @@ pub async fn run_family_c() -> Vec<Vec<Record>> {
 /// fails in every other order (so both delivery paths race every
 /// interleaving of the rest); without one, `ReleaseCleanup` is dropped from
 /// the family (no cleanup is ever started) and both write variants run.
-pub async fn run_family(family: &[Stimulus], tag: &str) -> Vec<Vec<Record>> {
+pub async fn run_family(family: &[Stimulus], tag: &str) -> Vec<Vec<TransitionRecord>> {
     let mut logs = Vec::new();
     for (n, order) in permutations(family).into_iter().enumerate() {
         let name = format!("{tag}-open-{n}");
@@ -406,7 +406,7 @@ pub struct Totals {
 }
 
 /// Runs `n` requests concurrently; returns the totals and every log.
-pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<Record>>) {
+pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<TransitionRecord>>) {
     let limits = RequestLimits {
         request_timeout: Duration::from_secs(60),
         cleanup_grace: Duration::from_secs(60),

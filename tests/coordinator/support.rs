@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use custodian::coordinator::{
-    Coordinator, ProcessControl, Record, RequestHandle, RequestId, RequestLimits, TerminalSink,
-    TerminalWriteError, WorkspaceLifecycle,
+    Coordinator, ProcessControl, RequestHandle, RequestId, RequestLimits, TerminalSink,
+    TerminalWriteError, TransitionRecord, WorkspaceLifecycle,
 };
 use custodian::error::SafeCode;
 use custodian::machine::request::{Action, CleanupOutcome, Event, FinalResult, Phase, step};
@@ -186,7 +186,7 @@ pub struct LogFacts {
 /// at most once and never before a started cleanup finished, and exactly
 /// one publication precedes completion. `ctx` is printed on failure (it
 /// carries the stress seed).
-pub fn check_log(log: &[Record], ctx: &str) -> LogFacts {
+pub fn check_log(log: &[TransitionRecord], ctx: &str) -> LogFacts {
     let mut facts = LogFacts::default();
     for (i, r) in log.iter().enumerate() {
         assert_eq!(r.index as usize, i, "{ctx}: log index");

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use custodian::process::evidence::{
-    EscalationAction, EscalationReason, ProcessStatus, Verdict, VerdictReason,
+    DescendantVerdict, EscalationAction, EscalationReason, ProcessStatus, VerdictReason,
 };
 use custodian::process::{launch, run};
 
@@ -72,7 +72,7 @@ async fn grandchild_holding_stdout_and_ignoring_term_is_killed() {
     let ev = r.settled().await;
     let grandchild: u32 = ev.stdout.text.trim().parse().unwrap();
     assert!(!alive(grandchild), "grandchild {grandchild} survived");
-    assert_ne!(ev.descendants.verdict, Verdict::Terminated);
+    assert_ne!(ev.descendants.verdict, DescendantVerdict::Terminated);
     assert_no_leftovers(r.pgid());
 }
 
@@ -96,7 +96,10 @@ async fn background_sleep_holding_stdout_returns_within_the_drain_bound() {
         serde_json::to_value(ev.stdout.state).unwrap(),
         serde_json::json!("held_open")
     );
-    assert_eq!(ev.descendants.verdict, Verdict::UnconfirmedOrEscaped);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped
+    );
     assert!(
         ev.descendants
             .reasons
@@ -121,7 +124,10 @@ async fn setsid_escapee_is_never_reported_terminated() {
         escaped,
         "the escapee should have outlived the group signals"
     );
-    assert_eq!(ev.descendants.verdict, Verdict::UnconfirmedOrEscaped);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped
+    );
     assert!(
         ev.descendants
             .reasons
@@ -149,7 +155,10 @@ async fn double_fork_holding_stdout_is_unconfirmed_and_stopped() {
     let orphan: u32 = ev.stdout.text.lines().next().unwrap().parse().unwrap();
     assert!(!alive(orphan), "double-forked {orphan} survived");
     assert_eq!(ev.status, ProcessStatus::Exited);
-    assert_eq!(ev.descendants.verdict, Verdict::UnconfirmedOrEscaped);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped
+    );
     assert_no_leftovers(r.pgid());
 }
 
@@ -276,7 +285,7 @@ fn shutting_the_runtime_down_still_settles_and_stops_the_group() {
     drop(rt);
     let ev = r.try_settled().expect("settled by the driver's drop");
     assert_eq!(ev.status, ProcessStatus::Cancelled);
-    assert_ne!(ev.descendants.verdict, Verdict::Terminated);
+    assert_ne!(ev.descendants.verdict, DescendantVerdict::Terminated);
     // Killed and reaped by the drop itself: no zombie, no live member.
     assert_no_leftovers(pid);
 }

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use custodian::process::evidence::{EscalationReason, Tier, Verdict, VerdictReason};
+use custodian::process::evidence::{
+    ContainmentTier, DescendantVerdict, EscalationReason, VerdictReason,
+};
 use custodian::process::{Evidence, launch};
 
 use crate::common::*;
@@ -171,10 +173,14 @@ fn json(out: &Output) -> serde_json::Value {
 
 /// The group tier's verdict is never `terminated`, and says why.
 fn assert_group_tier_unconfirmed(ev: &Evidence) {
-    assert_eq!(ev.descendants.tier, Tier::PinnedProcessGroup, "{ev:?}");
+    assert_eq!(
+        ev.descendants.tier,
+        ContainmentTier::PinnedProcessGroup,
+        "{ev:?}"
+    );
     assert_eq!(
         ev.descendants.verdict,
-        Verdict::UnconfirmedOrEscaped,
+        DescendantVerdict::UnconfirmedOrEscaped,
         "{ev:?}"
     );
     assert!(!ev.descendants.reasons.is_empty(), "{ev:?}");
