@@ -19,7 +19,7 @@
 //!
 //! Run: `cargo bench --bench runtime_throughput` (prints a table);
 //! `RUNTIME_BENCH_WORKERS` changes the worker count from 2,
-//! `RUNTIME_BENCH_BLOCKS` the rounds from 3. Everything it creates lives in
+//! `RUNTIME_BENCH_BLOCKS` the rounds from 5. Everything it creates lives in
 //! a temporary directory of its own.
 
 use std::path::{Path, PathBuf};
@@ -158,7 +158,7 @@ fn main() {
             .unwrap_or(d)
     };
     let workers = env("RUNTIME_BENCH_WORKERS", 2);
-    let blocks = env("RUNTIME_BENCH_BLOCKS", 3);
+    let blocks = env("RUNTIME_BENCH_BLOCKS", 5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -180,7 +180,7 @@ fn main() {
         "{:<14} {:>11} {:>9} {:>11} {:>10} {:>10} {:>8}",
         "path", "concurrency", "requests", "requests/s", "wall", "cpu", "vs anchor"
     );
-    for (concurrency, block) in [(1, 100), (100, 1_000), (1_000, 2_000)] {
+    for (concurrency, block) in [(1, 60), (100, 500), (1_000, 1_000)] {
         // Warm up: the cgroup base, allocators, the blocking pool.
         rt.block_on(drive(concurrency, concurrency, || {
             facade_request(auto.clone())

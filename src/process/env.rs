@@ -237,6 +237,12 @@ pub trait AsyncSecretResolver: Send + Sync {
     fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a>;
 }
 
+impl fmt::Debug for dyn AsyncSecretResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AsyncSecretResolver")
+    }
+}
+
 /// Adapts a sync [`SecretResolver`] to [`AsyncSecretResolver`]: each lookup
 /// runs on tokio's blocking pool (inline when called outside a runtime), so
 /// a resolver that blocks never stalls the async runtime.

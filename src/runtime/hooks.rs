@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tracing::{info, warn};
+use tracing::info;
 
 use super::RuntimeError;
 use crate::coordinator::{
@@ -95,14 +95,11 @@ impl ProcessControl for Hooks {
         for p in &list {
             let _ = p.settled().await;
         }
-        // Whatever outlived its process's settlement dies with the
-        // request's cgroup (the cleanup checks it empty again).
-        let job = lock(&entry.job).clone();
-        if let Some(job) = job {
-            if !job.kill_processes().await {
-                warn!("request cgroup still populated after cancel");
-            }
-        }
+        // Whatever outlived its process's settlement (an escapee of a group
+        // tier) is left to the cleanup, which always follows when a job was
+        // opened: it kills the request's cgroup and sees it empty before it
+        // removes any file, so killing it here too would only double the
+        // wait.
     }
 
     fn process_verdicts(&self, request: &RequestId) -> Vec<ProcessVerdict> {

@@ -299,12 +299,6 @@ struct Inner {
     secrets: Arc<dyn AsyncSecretResolver>,
 }
 
-impl std::fmt::Debug for dyn AsyncSecretResolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AsyncSecretResolver")
-    }
-}
-
 impl Runtime {
     /// Opens the workspace at `config.workspace_root` (creating its internal
     /// namespace) and activates the spill store if configured (its startup
@@ -442,17 +436,6 @@ impl Inner {
             .spill_store
             .clone()
             .ok_or(RuntimeError::SpillDisabled)?;
-        let locator = locator.clone();
-        let root = store.root().to_owned();
-        tokio::task::spawn_blocking(move || store.read(&locator))
-            .await
-            .map_err(|e| {
-                RuntimeError::Spill(StoreError::Io {
-                    path: root,
-                    op: "read task",
-                    source: std::io::Error::other(e),
-                })
-            })?
-            .map_err(RuntimeError::Spill)
+        Ok(crate::spill::read_on_pool(store, locator.clone()).await?)
     }
 }

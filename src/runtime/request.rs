@@ -16,7 +16,7 @@ use crate::policy::{Context, StateMode, Verdict};
 use crate::process::env::resolve_overlay;
 use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
 use crate::process::{Evidence, Invocation, Running};
-use crate::spill::{Locator, MAX_SESSION_LEN, StoreError};
+use crate::spill::{Locator, MAX_SESSION_LEN};
 use crate::workspace::Job;
 
 /// The caller's side of a request: cancel it, wait for its [`Completion`].
@@ -311,16 +311,7 @@ impl Executor {
         // alphabet, never a leading dot).
         let id = self.id().as_str();
         let session = id[..id.len().min(MAX_SESSION_LEN)].to_owned();
-        let root = store.root().to_owned();
-        let locator = tokio::task::spawn_blocking(move || store.write(&session, &bytes))
-            .await
-            .map_err(|e| {
-                RuntimeError::Spill(StoreError::Io {
-                    path: root,
-                    op: "write task",
-                    source: std::io::Error::other(e),
-                })
-            })??;
+        let locator = crate::spill::write_on_pool(store, session, bytes).await?;
         lock(&self.entry.spills).push(locator.clone());
         Ok(locator)
     }

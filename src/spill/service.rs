@@ -166,12 +166,7 @@ impl SpillService {
     /// As [`SpillStore::write`]; [`StoreError::Io`] if the blocking task
     /// died.
     pub async fn write(&self, session: &str, bytes: Vec<u8>) -> Result<Locator, StoreError> {
-        let store = Arc::clone(&self.store);
-        let session = session.to_owned();
-        let root = store.root().to_owned();
-        tokio::task::spawn_blocking(move || store.write(&session, &bytes))
-            .await
-            .map_err(|e| joined(root, "write task", e))?
+        write_on_pool(Arc::clone(&self.store), session.to_owned(), bytes).await
     }
 
     /// Reads the spilled result behind `locator` ([`SpillStore::read`]) on
@@ -182,12 +177,7 @@ impl SpillService {
     /// As [`SpillStore::read`]; [`StoreError::Io`] if the blocking task
     /// died.
     pub async fn read(&self, locator: &Locator) -> Result<Vec<u8>, StoreError> {
-        let store = Arc::clone(&self.store);
-        let locator = locator.clone();
-        let root = store.root().to_owned();
-        tokio::task::spawn_blocking(move || store.read(&locator))
-            .await
-            .map_err(|e| joined(root, "read task", e))?
+        read_on_pool(Arc::clone(&self.store), locator.clone()).await
     }
 
     /// Awaits the sweep and returns its report (`None` when cleanup is
@@ -209,6 +199,29 @@ impl SpillService {
             }
         })
     }
+}
+
+/// [`SpillStore::write`] on tokio's blocking pool.
+pub(crate) async fn write_on_pool(
+    store: Arc<SpillStore>,
+    session: String,
+    bytes: Vec<u8>,
+) -> Result<Locator, StoreError> {
+    let root = store.root().to_owned();
+    tokio::task::spawn_blocking(move || store.write(&session, &bytes))
+        .await
+        .map_err(|e| joined(root, "write task", e))?
+}
+
+/// [`SpillStore::read`] on tokio's blocking pool.
+pub(crate) async fn read_on_pool(
+    store: Arc<SpillStore>,
+    locator: Locator,
+) -> Result<Vec<u8>, StoreError> {
+    let root = store.root().to_owned();
+    tokio::task::spawn_blocking(move || store.read(&locator))
+        .await
+        .map_err(|e| joined(root, "read task", e))?
 }
 
 /// A blocking task that died (panicked or was cancelled at shutdown).
