@@ -88,7 +88,7 @@ struct Config {
     process_timeout: Duration,
     cleanup_bound: Duration,
     containment: Containment,
-    policy: Option<custodian::wire::NodePolicy>,
+    policy: Option<custodian::RunPolicy>,
 }
 
 impl Args {
@@ -101,7 +101,7 @@ impl Args {
         }
         let policy = match &self.policy {
             None => None,
-            Some(path) => Some(custodian::wire::NodePolicy {
+            Some(path) => Some(custodian::RunPolicy {
                 config: super::policy::load_policy(path)
                     .map_err(|_| anyhow::anyhow!("--policy {} refused", path.display()))?,
                 provenance: self.provenance.into(),

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use custodian::policy::{
-    Context, Decision, EnvValue, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry,
-    Request, StateMode, decide,
+    Context, Decision, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry, Request,
+    StateMode, TargetEnvValue, decide,
 };
 
 /// Exit code for a policy file that does not validate (`EX_DATAERR`).
@@ -298,10 +298,10 @@ pub(crate) fn process_target(
     let (executable, argv) = command.split_first()?;
     let literals = env
         .iter()
-        .map(|(k, v)| (k.clone(), EnvValue::Literal(v.clone())));
+        .map(|(k, v)| (k.clone(), TargetEnvValue::Literal(v.clone())));
     let secrets = env_secret
         .iter()
-        .map(|(k, r)| (k.clone(), EnvValue::SecretRef(r.clone())));
+        .map(|(k, r)| (k.clone(), TargetEnvValue::SecretRef(r.clone())));
     Some(ProcessTarget {
         executable: executable.clone(),
         argv: argv.to_vec(),

@@ -352,7 +352,8 @@ pub(crate) fn main(args: Args) -> ExitCode {
     };
     match outcome {
         Ok(evidence) => {
-            let internal = evidence.status == custodian::process::evidence::Status::InternalError;
+            let internal =
+                evidence.status == custodian::process::evidence::ProcessStatus::InternalError;
             match (out.json(&evidence.to_json()), internal) {
                 (false, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
                 // custodian failed after the launch (the group was killed,

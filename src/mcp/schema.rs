@@ -181,7 +181,7 @@ mod tests {
     use super::*;
     use crate::policy::{Context, Provenance, StateMode};
     use crate::process::env::Secrets;
-    use crate::process::evidence::{Evidence, InvocationIdentity, Tier};
+    use crate::process::evidence::{ContainmentTier, Evidence, InvocationIdentity};
     use crate::process::{Invocation, InvocationSpec};
 
     fn validator(schema: &Value) -> jsonschema::Validator {
@@ -200,7 +200,7 @@ mod tests {
             SystemTime::now(),
             Duration::from_millis(1),
             None,
-            Tier::Cgroup,
+            ContainmentTier::Cgroup,
         )
     }
 

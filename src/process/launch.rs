@@ -312,13 +312,18 @@ impl Running {
 ///
 /// # Examples
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::process::evidence::ProcessStatus;
 /// use custodian::process::{Invocation, InvocationSpec, LaunchOptions, launch};
+///
+/// let workspace = tempfile::tempdir()?; // the base of the child's cwd
 /// let inv = Invocation::validate(InvocationSpec::new("sleep").with_args(["30"]))?;
-/// let running = launch(inv, &LaunchOptions::new("."))?;
-/// running.cancel();
+/// let running = launch(inv, &LaunchOptions::new(workspace.path()))?;
+/// running.cancel(); // TERM to the group, the grace, then KILL
 /// let evidence = running.settled().await;
+/// assert_eq!(evidence.status, ProcessStatus::Cancelled);
 /// println!("{}", evidence.to_json());
 /// # Ok(()) }
 /// ```

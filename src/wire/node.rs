@@ -182,7 +182,10 @@ fn forgettable_now(input: Input, next: &decide::State, actions: &[Action]) -> bo
             .any(|a| matches!(a, Action::Reply(Reply::Cleanup { cached: false, .. }))),
         Input::Cancel => {
             next.fence() == decide::Fence::Cancelled
-                && matches!(next.job(), decide::Job::Absent | decide::Job::Unknown)
+                && matches!(
+                    next.job(),
+                    decide::JobState::Absent | decide::JobState::Unknown
+                )
         }
         Input::Open | Input::OpenFinished { .. } | Input::Work | Input::CleanupFinished(_) => false,
     }
@@ -467,11 +470,13 @@ impl<W: NodeWorkspace> Node<W> {
     /// cleanup has not started.
     pub fn open_requests(&self) -> Vec<RequestId> {
         self.table.keys_where(|s| {
-            matches!(s.job(), decide::Job::Present | decide::Job::Opening)
-                && matches!(
-                    s.fence(),
-                    decide::Fence::Accepting | decide::Fence::Cancelled
-                )
+            matches!(
+                s.job(),
+                decide::JobState::Present | decide::JobState::Opening
+            ) && matches!(
+                s.fence(),
+                decide::Fence::Accepting | decide::Fence::Cancelled
+            )
         })
     }
 
