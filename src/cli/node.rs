@@ -16,7 +16,7 @@ use custodian::contain::Containment;
 use custodian::process::LaunchOptions;
 use custodian::wire::codec::encode_line;
 use custodian::wire::{Code, Node, NodeConfig, Response, ResponseFrame, VERSION, WorkspaceNode};
-use custodian::workspace::{Workspace, WorkspaceConfig};
+use custodian::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
@@ -33,7 +33,8 @@ Exit codes:
      --process-timeout, a --policy file refused (its error is printed
      first), the workspace cannot be opened, the socket path exists or
      cannot be bound, --containment subreaper unavailable, or reading stdin
-     failed; the cause is printed on stderr
+     failed, or another owner held the workspace for longer than
+     --lock-wait; the cause is printed on stderr
   2  the command line could not be parsed";
 
 /// Arguments of `custodian node`.
@@ -57,6 +58,11 @@ pub(crate) struct Args {
     /// How long cleanup waits for a request's processes to settle.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     cleanup_bound: Duration,
+    /// How long to wait for another owner of the workspace (a previous node
+    /// still cleaning up after its transport died) to exit before giving
+    /// up; `0s` gives up at once.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    lock_wait: Duration,
     /// How processes are contained: `auto` (a cgroup v2 per process, under
     /// one per request, where possible), `cgroup` (or refuse to launch),
     /// `group`, `subreaper`.
@@ -87,6 +93,7 @@ struct Config {
     node: NodeConfig,
     process_timeout: Duration,
     cleanup_bound: Duration,
+    lock_wait: Duration,
     containment: Containment,
     policy: Option<custodian::RunPolicy>,
 }
@@ -116,6 +123,7 @@ impl Args {
             },
             process_timeout: self.process_timeout,
             cleanup_bound: self.cleanup_bound,
+            lock_wait: self.lock_wait,
             containment: self.containment,
             policy,
         })
@@ -139,12 +147,36 @@ pub(crate) fn main(args: Args) -> ExitCode {
     }
 }
 
+/// Opens the workspace as its only owner, waiting up to `wait` for a
+/// previous owner (a node whose transport died, still cleaning up) to exit.
+async fn open_owned(
+    root: &Path,
+    config: WorkspaceConfig,
+    wait: Duration,
+) -> Result<Workspace, WorkspaceError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut told = false;
+    loop {
+        match Workspace::open(root, config.clone()) {
+            Err(WorkspaceError::Locked) if tokio::time::Instant::now() < deadline => {
+                if !told {
+                    info!("the workspace has another owner; waiting for it to exit");
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
     let ws_config = WorkspaceConfig {
         cleanup_bound: config.cleanup_bound,
         ..WorkspaceConfig::default()
     };
-    let workspace = Workspace::open(&config.workspace, ws_config)
+    let workspace = open_owned(&config.workspace, ws_config, config.lock_wait)
+        .await
         .with_context(|| format!("opening workspace {}", config.workspace.display()))?;
     // Before serving: an edge asking about a dead run's request must find
     // the reclaim's result, not a job directory nobody owns.

@@ -168,6 +168,11 @@ pub enum WorkspaceError {
     /// The workspace has been closed.
     #[error("workspace is closed")]
     Closed,
+    /// Another [`Workspace`] holds this workspace open (another node, or
+    /// another `open` in this process): one owner per workspace, so that a
+    /// reclaim never adopts the journals of requests that are alive.
+    #[error("the workspace is held open by another owner")]
+    Locked,
     /// The artifact could not be registered.
     #[error(transparent)]
     Inventory(#[from] InventoryError),

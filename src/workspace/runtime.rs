@@ -20,7 +20,7 @@ use super::remove;
 use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
-use crate::fs::{self, Errno, FileKind, Identity, Observed};
+use crate::fs::{self, Errno, FileKind, FlockOperation, Identity, Observed};
 use crate::sync::{Abandoned, Elected, Elections};
 
 const DIR_MODE: u32 = 0o700;
@@ -80,6 +80,9 @@ struct Inner {
     quarantine: OwnedFd,
     /// `<internal>/journal`: one ownership journal per request.
     journals: OwnedFd,
+    /// `<internal>` itself, holding the exclusive `flock` that makes this
+    /// the workspace's only owner while it lives.
+    _owner: OwnedFd,
     internal_identity: Identity,
     /// The root's identity: a launch's `LaunchOptions::workspace` must name
     /// this directory.
@@ -242,12 +245,18 @@ impl Workspace {
     /// without following symlinks, and must stay on the root's device and
     /// mount.
     ///
+    /// The returned value (and its clones) is the workspace's only owner
+    /// while it lives: it holds an exclusive `flock(2)` on the internal
+    /// namespace, which the kernel drops when the last clone is dropped or
+    /// the process dies.
+    ///
     /// # Errors
     ///
     /// [`WorkspaceError::InvalidInternalName`] for a bad namespace name,
     /// [`WorkspaceError::Io`] if the root cannot be opened,
     /// [`WorkspaceError::Untrusted`] if a namespace component is a symlink,
-    /// another mount, or not a directory.
+    /// another mount, or not a directory, [`WorkspaceError::Locked`] while
+    /// another owner (in this process or another) has it open.
     pub fn open(root: impl AsRef<Path>, config: WorkspaceConfig) -> Result<Self, WorkspaceError> {
         if validate_name(&config.internal_name).is_err() {
             return Err(WorkspaceError::InvalidInternalName);
@@ -260,6 +269,15 @@ impl Workspace {
         };
         let (internal, internal_obs) =
             ensure_dir(root.as_fd(), &config.internal_name, &anchor, "internal")?;
+        // One owner per workspace: a reclaim adopts every journal without a
+        // verdict, which is right only if no other owner is alive to write
+        // one. The kernel drops the lock with the last descriptor, so a
+        // killed owner never holds it.
+        match fs::flock(internal.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return Err(WorkspaceError::Locked),
+            Err(e) => return Err(io_err("lock the internal namespace")(e)),
+        }
         let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
         let (quarantine, _) = ensure_dir(internal.as_fd(), "quarantine", &anchor, "quarantine")?;
         let (journals, _) = ensure_dir(internal.as_fd(), "journal", &anchor, "journal")?;
@@ -269,6 +287,7 @@ impl Workspace {
                 jobs,
                 quarantine,
                 journals,
+                _owner: internal,
                 internal_identity: internal_obs.identity,
                 root_identity: root_obs.identity,
                 anchor,

@@ -137,3 +137,66 @@ fn an_existing_socket_path_is_never_replaced() {
     );
     assert_eq!(std::fs::read(&taken).unwrap(), b"someone's file");
 }
+
+/// One owner per workspace: a second node is refused (exit 1) while the
+/// first serves, or waits (`--lock-wait`) and serves once the first has
+/// exited — never reclaiming the live node's requests.
+#[test]
+fn a_second_node_waits_for_the_first_or_is_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws = ws.path().to_str().unwrap();
+    let spawn = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["node", "--workspace", ws])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("CUSTODIAN_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn(&[]);
+    let mut first_in = first.stdin.take().unwrap();
+    first_in.write_all(OPEN).unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(first.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("workspace_opened"), "{line}");
+
+    let refused = node(&["--workspace", ws, "--lock-wait", "0s"], OPEN, &[]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let err = String::from_utf8(refused.stderr).unwrap();
+    assert!(err.contains("held open by another owner"), "{err}");
+    assert!(refused.stdout.is_empty(), "the refused node answered");
+    assert!(
+        std::path::Path::new(ws).join(".custodian/job/r1").is_dir(),
+        "the live node's job was touched"
+    );
+
+    let mut second = spawn(&["--lock-wait", "20s"]);
+    let mut second_in = second.stdin.take().unwrap();
+    second_in
+        .write_all(b"{\"v\":1,\"seq\":1,\"op\":\"open_workspace\",\"request_id\":\"r2\"}\n")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        second.try_wait().unwrap().is_none(),
+        "the second node gave up"
+    );
+    drop(first_in);
+    assert!(first.wait().unwrap().success());
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(second.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("workspace_opened"), "{line}");
+    drop(second_in);
+    assert!(second.wait().unwrap().success());
+}

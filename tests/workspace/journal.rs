@@ -16,8 +16,8 @@ fn journal_path(fx: &Fixture, id: &str) -> PathBuf {
     fx.root().join(".custodian/journal").join(id)
 }
 
-fn restart(fx: &Fixture) -> Workspace {
-    Workspace::open(fx.root(), WorkspaceConfig::default()).expect("reopen workspace")
+fn restart(fx: &mut Fixture) -> Workspace {
+    fx.restart()
 }
 
 /// The journal of an open request replays to exactly its inventory.
@@ -46,13 +46,13 @@ fn the_journal_replays_to_the_inventory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
 async fn a_dead_nodes_request_is_reclaimed_on_restart() {
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     let job = fx.ws.open_request("dead-1").unwrap();
     populate(&job);
     let gone = inventoried(&fx, &job);
     drop(job);
     let before = fx.snapshot();
-    let ws = restart(&fx);
+    let ws = restart(&mut fx);
     let results = ws.reclaim().await;
     assert_eq!(results.len(), 1, "{results:?}");
     let (id, r) = &results[0];
@@ -72,7 +72,8 @@ async fn a_dead_nodes_request_is_reclaimed_on_restart() {
         Err(WorkspaceError::AlreadyCleaned { .. })
     ));
     // Nothing is left to reclaim.
-    assert!(restart(&fx).reclaim().await.is_empty());
+    drop(ws);
+    assert!(restart(&mut fx).reclaim().await.is_empty());
 }
 
 /// The journal cut at every byte offset of its last record (the identity of
@@ -86,7 +87,7 @@ async fn a_torn_identity_record_keeps_its_entry_and_the_tree() {
     let full = fs::read(journal_path(&probe, "torn")).unwrap();
     let last = journal::OVERHEAD + 43; // a Created frame
     for cut in (full.len() - last)..full.len() {
-        let fx = Fixture::new();
+        let mut fx = Fixture::new();
         let job = fx.ws.open_request("torn").unwrap();
         populate(&job);
         drop(job);
@@ -95,7 +96,7 @@ async fn a_torn_identity_record_keeps_its_entry_and_the_tree() {
         assert_eq!(bytes.len(), full.len());
         fs::write(&path, &bytes[..cut]).unwrap();
         let before = fx.snapshot();
-        let results = restart(&fx).reclaim().await;
+        let results = restart(&mut fx).reclaim().await;
         let r = &results[0].1;
         assert_eq!(r.status, CleanupStatus::Failed, "cut {cut}: {r:?}");
         assert_eq!(r.code, Some(CleanupCode::UnregisteredEntry), "cut {cut}");
@@ -110,7 +111,7 @@ async fn a_torn_identity_record_keeps_its_entry_and_the_tree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
 async fn a_corrupt_record_keeps_everything() {
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     let job = fx.ws.open_request("flip").unwrap();
     populate(&job);
     drop(job);
@@ -129,29 +130,36 @@ async fn a_corrupt_record_keeps_everything() {
     bytes[frames[3] + 12] ^= 0x10;
     fs::write(&path, &bytes).unwrap();
     let before = fx.snapshot();
-    let ws = restart(&fx);
+    let ws = restart(&mut fx);
     let r = &ws.reclaim().await[0].1;
     assert_eq!(r.status, CleanupStatus::Failed, "{r:?}");
     assert_eq!(r.code, Some(CleanupCode::UnregisteredEntry));
     assert_only_removed(&before, &fx.snapshot(), &Default::default());
-    // The verdict is journalled after the verified prefix: not replayed again.
-    assert!(restart(&fx).reclaim().await.is_empty());
     assert!(matches!(
         ws.open_request("flip"),
         Err(WorkspaceError::AlreadyCleaned { .. })
+    ));
+    // The verdict is journalled after the verified prefix: not replayed again.
+    drop(ws);
+    let ws = restart(&mut fx);
+    assert!(ws.reclaim().await.is_empty());
+    // The next owner refuses the id too: its kept job directory is there.
+    assert!(matches!(
+        ws.open_request("flip"),
+        Err(WorkspaceError::JobExists { .. })
     ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
 async fn a_job_directory_without_a_journal_is_never_adopted() {
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     let job = fx.ws.open_request("orphan").unwrap();
     populate(&job);
     drop(job);
     fs::remove_file(journal_path(&fx, "orphan")).unwrap();
     let before = fx.snapshot();
-    let ws = restart(&fx);
+    let ws = restart(&mut fx);
     assert!(ws.reclaim().await.is_empty());
     assert!(matches!(
         ws.open_request("orphan"),
@@ -167,7 +175,7 @@ async fn a_job_directory_without_a_journal_is_never_adopted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
 async fn an_intent_without_identity_is_suspect_and_kept() {
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     let job = fx.ws.open_request("intent").unwrap();
     populate(&job);
     drop(job);
@@ -184,12 +192,12 @@ async fn an_intent_without_identity_is_suspect_and_kept() {
     fs::write(&path, &bytes).unwrap();
     fs::write(fx.job_dir("intent").join("late.txt"), b"maybe ours").unwrap();
     let before = fx.snapshot();
-    let r = &restart(&fx).reclaim().await[0].1;
+    let r = &restart(&mut fx).reclaim().await[0].1;
     assert_eq!(r.status, CleanupStatus::Failed, "{r:?}");
     assert_only_removed(&before, &fx.snapshot(), &Default::default());
 
     // The same intent with nothing on disk: the rest is reclaimed.
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     let job = fx.ws.open_request("intent").unwrap();
     populate(&job);
     let gone = inventoried(&fx, &job);
@@ -206,7 +214,7 @@ async fn an_intent_without_identity_is_suspect_and_kept() {
     );
     fs::write(&path, &bytes).unwrap();
     let before = fx.snapshot();
-    let r = &restart(&fx).reclaim().await[0].1;
+    let r = &restart(&mut fx).reclaim().await[0].1;
     assert_eq!(r.status, CleanupStatus::Reclaimed, "{r:?}");
     assert_only_removed(&before, &fx.snapshot(), &gone);
 }
@@ -216,7 +224,7 @@ async fn an_intent_without_identity_is_suspect_and_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
 async fn a_recorded_verdict_is_not_replayed() {
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     let job = fx.ws.open_request("failed").unwrap();
     populate(&job);
     fs::write(fx.job_dir("failed").join("planted"), b"x").unwrap();
@@ -229,8 +237,9 @@ async fn a_recorded_verdict_is_not_replayed() {
         rep.verdict,
         Some((CleanupStatus::Failed, Some(CleanupCode::UnregisteredEntry)))
     );
+    drop(job);
     let before = fx.snapshot();
-    assert!(restart(&fx).reclaim().await.is_empty());
+    assert!(restart(&mut fx).reclaim().await.is_empty());
     assert_only_removed(&before, &fx.snapshot(), &Default::default());
 }
 
@@ -243,13 +252,13 @@ async fn a_recorded_verdict_is_not_replayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
 async fn an_empty_journal_proves_nothing_and_fails_nothing() {
-    let fx = Fixture::new();
+    let mut fx = Fixture::new();
     fs::write(journal_path(&fx, "torn"), b"").unwrap();
     fs::write(journal_path(&fx, "beside"), b"").unwrap();
     fs::create_dir(fx.job_dir("beside")).unwrap();
     fs::write(fx.job_dir("beside").join("x.txt"), b"not proven").unwrap();
     let before = fx.snapshot();
-    let ws = restart(&fx);
+    let ws = restart(&mut fx);
     let mut results = ws.reclaim().await;
     results.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     let outcome: Vec<_> = results
@@ -273,4 +282,34 @@ async fn an_empty_journal_proves_nothing_and_fails_nothing() {
     );
     assert!(fx.job_dir("beside").join("x.txt").exists());
     assert_only_removed(&before, &fx.snapshot(), &Default::default());
+}
+
+/// One owner per workspace: while one `Workspace` (a live node) has the
+/// root open, a second open is refused `Locked`, so its reclaim can never
+/// adopt the journals of requests that are alive; once the first owner is
+/// gone, the next open succeeds and reclaims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_second_owner_is_refused_while_the_first_lives() {
+    let mut fx = Fixture::new();
+    let job = fx.ws.open_request("alive").unwrap();
+    populate(&job);
+    let gone = inventoried(&fx, &job);
+    let before = fx.snapshot();
+    assert!(matches!(
+        Workspace::open(fx.root(), WorkspaceConfig::default()),
+        Err(WorkspaceError::Locked)
+    ));
+    // A clone is the same owner, with the same live request.
+    let clone = fx.ws.clone();
+    assert!(matches!(
+        clone.open_request("alive"),
+        Err(WorkspaceError::AlreadyOpen { .. })
+    ));
+    assert_eq!(before, fx.snapshot(), "the refused open changed nothing");
+    drop((job, clone));
+    let results = restart(&mut fx).reclaim().await;
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0].1.status, CleanupStatus::Reclaimed);
+    assert_only_removed(&before, &fx.snapshot(), &gone);
 }

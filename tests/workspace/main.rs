@@ -74,6 +74,31 @@ impl Fixture {
         self.tmp.path().join("ws")
     }
 
+    /// A node dying and another starting on the same root: this fixture's
+    /// workspace goes first, and its ownership lock with it, as a killed
+    /// process's would (every `Job` and clone of it must be dropped
+    /// already; a task of the old owner that is still finishing is waited
+    /// for, like `custodian node --lock-wait`); then the root is opened
+    /// again and the new owner returned.
+    pub fn restart(&mut self) -> Workspace {
+        let park = sandbox::tempdir();
+        let parked = Workspace::open(park.path(), WorkspaceConfig::default()).expect("park");
+        drop(std::mem::replace(&mut self.ws, parked));
+        // A cleanup task of the old owner may still be finishing.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        self.ws = loop {
+            match Workspace::open(self.root(), WorkspaceConfig::default()) {
+                Err(custodian::workspace::WorkspaceError::Locked)
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.expect("reopen workspace"),
+            }
+        };
+        self.ws.clone()
+    }
+
     pub fn job_dir(&self, id: &str) -> PathBuf {
         self.root().join(".custodian/job").join(id)
     }
