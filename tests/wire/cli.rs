@@ -138,6 +138,14 @@ fn an_existing_socket_path_is_never_replaced() {
     assert_eq!(std::fs::read(&taken).unwrap(), b"someone's file");
 }
 
+/// Reads a node's first answer: its `open_workspace` succeeded.
+fn assert_opened(node: &mut std::process::Child) {
+    let mut line = String::new();
+    let stdout = node.stdout.as_mut().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+    assert!(line.contains("workspace_opened"), "{line}");
+}
+
 /// One owner per workspace: a second node is refused (exit 1) while the
 /// first serves, or waits (`--lock-wait`) and serves once the first has
 /// exited — never reclaiming the live node's requests.
@@ -160,13 +168,7 @@ fn a_second_node_waits_for_the_first_or_is_refused() {
     let mut first = spawn(&[]);
     let mut first_in = first.stdin.take().unwrap();
     first_in.write_all(OPEN).unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(first.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert!(line.contains("workspace_opened"), "{line}");
+    assert_opened(&mut first);
 
     let refused = node(&["--workspace", ws, "--lock-wait", "0s"], OPEN, &[]);
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
@@ -190,13 +192,7 @@ fn a_second_node_waits_for_the_first_or_is_refused() {
     );
     drop(first_in);
     assert!(first.wait().unwrap().success());
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(second.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert!(line.contains("workspace_opened"), "{line}");
+    assert_opened(&mut second);
     drop(second_in);
     assert!(second.wait().unwrap().success());
 }
