@@ -571,6 +571,10 @@ impl Workspace {
         if read.tail != journal::Tail::Clean {
             tracing::info!(request = %id, tail = ?read.tail, "journal tail ignored");
         }
+        let jobs = self.inner.jobs.as_fd();
+        if read.records.is_empty() && !matches!(read.tail, journal::Tail::Corrupt { .. }) {
+            return self.reclaim_unopened(id, &cname);
+        }
         let rep = match journal::replay(&read) {
             Ok(rep) if rep.request == id.as_str().as_bytes() => rep,
             Ok(_) => {
@@ -595,7 +599,6 @@ impl Workspace {
             counts: CleanupCounts::default(),
             suspect: None,
         };
-        let jobs = self.inner.jobs.as_fd();
         let Some(inventory) = rep.inventory else {
             // The job directory's creation is not proven: it was never made,
             // or its identity record was lost.
@@ -672,6 +675,32 @@ impl Workspace {
             cgroup: Mutex::new(cgroup),
             reclaimed: true,
         }))
+    }
+
+    /// A journal holding no complete record (empty, or its `Open` frame
+    /// torn): the dead run was killed between creating it (`O_EXCL`) and
+    /// finishing its first `write(2)`. The job directory is made only after
+    /// that record, so the run created nothing else: with no job directory
+    /// the request is reclaimed (there is nothing to remove) and the journal
+    /// is unlinked, so the id is not refused forever; a job directory there
+    /// is not this journal's and is kept (`job_not_owned`), the journal too.
+    fn reclaim_unopened(&self, id: &RequestId, cname: &CStr) -> Prepared {
+        let failed = |code| CleanupResult::failed(code, CleanupCounts::default(), None);
+        match fs::observe_at(self.inner.jobs.as_fd(), cname) {
+            Err(e) if e == Errno::NOENT => {
+                if let Err(e) = fs::unlink_at(self.inner.journals.as_fd(), cname) {
+                    tracing::warn!(request = %id, error = %e, "removing an unopened request's journal failed");
+                }
+                Prepared::Filed(CleanupResult {
+                    status: CleanupStatus::Reclaimed,
+                    code: None,
+                    counts: CleanupCounts::default(),
+                    suspect: None,
+                })
+            }
+            Ok(_) => Prepared::Filed(failed(CleanupCode::JobNotOwned)),
+            Err(_) => Prepared::Filed(failed(CleanupCode::IoError)),
+        }
     }
 
     /// Appends a reclaim's verdict to the journal `cname` (after its

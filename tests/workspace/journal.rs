@@ -233,3 +233,53 @@ async fn a_recorded_verdict_is_not_replayed() {
     assert!(restart(&fx).reclaim().await.is_empty());
     assert_only_removed(&before, &fx.snapshot(), &Default::default());
 }
+
+/// A node killed between creating a request's journal and completing its
+/// first record (`Open`, written before the job directory is made): every
+/// cut of that frame, from the empty file on. With no job directory there
+/// is nothing to remove: `reclaimed`, and the journal is removed so the id
+/// is not refused forever. A job directory under that name is not the
+/// journal's: kept, `job_not_owned`, journal kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_journal_killed_before_its_open_record_holds_nothing() {
+    let mut open = Vec::new();
+    journal::encode(
+        &journal::Record::Open {
+            request: b"unopened".to_vec(),
+        },
+        &mut open,
+    );
+    for cut in 0..open.len() {
+        for planted in [false, true] {
+            let fx = Fixture::new();
+            let journals = fx.root().join(".custodian/journal");
+            fs::create_dir_all(&journals).unwrap();
+            let path = journal_path(&fx, "unopened");
+            fs::write(&path, &open[..cut]).unwrap();
+            if planted {
+                fs::create_dir(fx.job_dir("unopened")).unwrap();
+                fs::write(fx.job_dir("unopened").join("x"), b"not ours").unwrap();
+            }
+            let before = fx.snapshot();
+            let ws = restart(&fx);
+            let results = ws.reclaim().await;
+            assert_eq!(results.len(), 1, "cut {cut}: {results:?}");
+            let r = &results[0].1;
+            assert_only_removed(&before, &fx.snapshot(), &Default::default());
+            if planted {
+                assert_eq!(r.status, CleanupStatus::Failed, "cut {cut}: {r:?}");
+                assert_eq!(r.code, Some(CleanupCode::JobNotOwned), "cut {cut}");
+                assert_eq!(fs::read(&path).unwrap(), &open[..cut], "cut {cut}");
+            } else {
+                assert_eq!(r.status, CleanupStatus::Reclaimed, "cut {cut}: {r:?}");
+                assert!(!path.exists(), "cut {cut}: the journal is kept");
+                assert_eq!(
+                    ws.cleanup("unopened").await.unwrap().status,
+                    CleanupStatus::Reclaimed
+                );
+                assert!(restart(&fx).reclaim().await.is_empty(), "cut {cut}");
+            }
+        }
+    }
+}
