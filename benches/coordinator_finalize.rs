@@ -24,19 +24,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use custodian::coordinator::{
-    Coordinator, Limits, ProcessControl, RequestId, TerminalSink, TerminalWriteError,
+    Coordinator, ProcessControl, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
     WorkspaceLifecycle,
 };
 use custodian::error::SafeCode;
-use custodian::machine::request::{Candidate, CleanupResult, FinalResult};
+use custodian::machine::request::{Candidate, CleanupOutcome, FinalResult};
 use custodian::wire::{
     CleanupVerdict, Node, NodeConfig, NodeWorkspace, ProcessSummary, RunSpec, WireClient,
 };
 
 struct NoopLifecycle;
 impl WorkspaceLifecycle for NoopLifecycle {
-    async fn cleanup_workspace(&self, _: &RequestId) -> CleanupResult {
-        CleanupResult::Ok
+    async fn cleanup_workspace(&self, _: &RequestId) -> CleanupOutcome {
+        CleanupOutcome::Ok
     }
 }
 
@@ -211,7 +211,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let limits = Limits::default();
+    let limits = RequestLimits::default();
     let direct = Coordinator::new(
         Arc::new(NoopLifecycle),
         Arc::new(NoopProcesses),

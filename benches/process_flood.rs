@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use custodian::process::LaunchOptions;
 use custodian::process::capture::{StreamCapture, StreamState};
 use custodian::process::env::{Redactor, SecretValue, Secrets};
-use custodian::process::evidence::Status;
+use custodian::process::evidence::ProcessStatus;
 use custodian::process::invocation::{Invocation, InvocationSpec, OutputBudget};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -142,7 +142,12 @@ fn measure(mode: &str) {
         let evidence = rt
             .block_on(async { custodian::process::run(inv, &options).await })
             .expect("launch");
-        assert_eq!(evidence.status, Status::Exited, "{}", evidence.to_json());
+        assert_eq!(
+            evidence.status,
+            ProcessStatus::Exited,
+            "{}",
+            evidence.to_json()
+        );
         got = evidence.stdout.bytes_read;
         kept = evidence.stdout.bytes_kept;
         assert!(kept <= BUDGET as u64);

@@ -105,7 +105,7 @@ fn custodian_once(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, parts: &mu
 
 #[derive(Default)]
 struct Breakdown {
-    tier: Option<custodian::process::evidence::Tier>,
+    tier: Option<custodian::process::evidence::ContainmentTier>,
     launch: Vec<f64>,
     exit: Vec<f64>,
     settle: Vec<f64>,

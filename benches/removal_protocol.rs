@@ -1,25 +1,35 @@
 //! What the tamper-evident removal protocol costs per entry, and whether
-//! io_uring batching pays for it.
+//! io_uring batching, a rename onto the last quarantine name, batched
+//! closes or a second thread pay for it.
 //!
 //! On a tree of 100 directories × 100 files (10,100 entries + the root),
-//! built fresh (then `sync`) for every round, median of the rounds:
+//! built fresh (then `sync`) for every round, median of the rounds, wall and
+//! process CPU time:
 //!
 //! - `plain`: `unlinkat` per file, `rmdir` per directory (what `rm -rf` and
-//!   `remove_dir_all` do);
+//!   `remove_dir_all` do); `plain_2t`: the same over two threads;
 //! - `protocol`: per entry `renameat2(RENAME_NOREPLACE)` into a quarantine,
 //!   `openat(O_PATH | O_NOFOLLOW)`, `statx` (identity), `unlinkat`, `statx`
-//!   (`nlink`), `close` — the six calls of `crate::fs::Quarantine::remove`;
+//!   (`nlink`), `close`; `protocol_2t`: over two threads, one quarantine
+//!   each;
 //! - `unproven`: `renameat2`, `statx` by name, `unlinkat` — the move and the
 //!   check without the descriptor that proves the destruction;
 //! - `same_dir`: the six calls, the quarantine name in the entry's own
 //!   directory (what a same-directory rename would cost);
-//! - `uring`: the same six steps, each submitted for a whole directory at
-//!   once through one io_uring (six `io_uring_enter`s per directory instead
-//!   of six calls per entry).
+//! - `one_name`: the six calls, one quarantine name reused;
+//! - `held`: the six calls, a directory's descriptors closed at its end;
+//! - `overwrite`: five calls, each file renamed onto the previous one's
+//!   quarantine name (the rename does the unlink; what `crate::fs::Quarantine`
+//!   does); `overwrite_held`: with batched closes; `overwrite_2t`: that over
+//!   two threads (what the cleaners do);
+//! - `uring`: the six steps, each submitted for a whole directory at once
+//!   through one io_uring (six `io_uring_enter`s per directory).
 //!
 //! ```text
 //! cargo bench --bench removal_protocol                       # the temp dir
 //! REMOVAL_BENCH_DIR=/dev/shm cargo bench --bench removal_protocol
+//! REMOVAL_BENCH_ONLY=plain,overwrite_2t cargo bench --bench removal_protocol
+//! cargo bench --bench removal_protocol -- --calls            # µs per call
 //! ```
 
 // io_uring submission entries carry raw pointers to names and `statx`
@@ -265,6 +275,282 @@ fn protocol(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
     }
 }
 
+/// The six calls over two threads, each with its own quarantine, the
+/// directories split between them.
+fn protocol_2t(tree: &OwnedFd, qs: &[OwnedFd; 2], files: &[Vec<u64>], dirs: &[u64]) {
+    std::thread::scope(|sc| {
+        for t in 0..2 {
+            let q = &qs[t];
+            sc.spawn(move || {
+                let mut k = 0;
+                for d in (t..DIRS).step_by(2) {
+                    let dfd = open_dir(tree.as_fd(), &name('d', d));
+                    for f in 0..FILES {
+                        sync_one(
+                            dfd.as_fd(),
+                            &name('f', f),
+                            q.as_fd(),
+                            &name('q', k),
+                            files[d][f],
+                            false,
+                        );
+                        k += 1;
+                    }
+                    drop(dfd);
+                    sync_one(
+                        tree.as_fd(),
+                        &name('d', d),
+                        q.as_fd(),
+                        &name('q', k),
+                        dirs[d],
+                        true,
+                    );
+                    k += 1;
+                }
+            });
+        }
+    });
+}
+
+/// Plain unlinking over two threads (for scale only).
+fn plain_2t(tree: &OwnedFd) {
+    std::thread::scope(|sc| {
+        for t in 0..2 {
+            sc.spawn(move || {
+                for d in (t..DIRS).step_by(2) {
+                    let dfd = open_dir(tree.as_fd(), &name('d', d));
+                    for f in 0..FILES {
+                        rustix::fs::unlinkat(&dfd, name('f', f).as_c_str(), AtFlags::empty())
+                            .unwrap();
+                    }
+                    drop(dfd);
+                    rustix::fs::unlinkat(tree, name('d', d).as_c_str(), AtFlags::REMOVEDIR)
+                        .unwrap();
+                }
+            });
+        }
+    });
+}
+
+/// Five calls: the next entry's rename replaces the previous (verified)
+/// quarantine name, which does the unlink. `hold`: the descriptors of a
+/// directory's entries are closed together at its end.
+fn overwrite_dirs(
+    tree: &OwnedFd,
+    q: &OwnedFd,
+    files: &[Vec<u64>],
+    dirs: &[u64],
+    which: impl Iterator<Item = usize>,
+    hold: bool,
+) {
+    let mut fds = Vec::with_capacity(FILES);
+    for (k, d) in which.enumerate() {
+        let dfd = open_dir(tree.as_fd(), &name('d', d));
+        let mut prev: Option<OwnedFd> = None;
+        for f in 0..FILES {
+            rustix::fs::renameat_with(
+                &dfd,
+                name('f', f).as_c_str(),
+                q,
+                c"slot",
+                RenameFlags::empty(),
+            )
+            .unwrap();
+            if let Some(p) = prev.take() {
+                let s = rustix::fs::statx(&p, c"", AtFlags::EMPTY_PATH, StatxFlags::NLINK).unwrap();
+                assert_eq!(s.stx_nlink, 0);
+                if hold {
+                    fds.push(p);
+                }
+            }
+            let fd = rustix::fs::openat(
+                q,
+                c"slot",
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            let s = rustix::fs::statx(
+                &fd,
+                c"",
+                AtFlags::EMPTY_PATH,
+                StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+            )
+            .unwrap();
+            assert_eq!(s.stx_ino, files[d][f]);
+            prev = Some(fd);
+        }
+        rustix::fs::unlinkat(q, c"slot", AtFlags::empty()).unwrap();
+        drop(prev);
+        fds.clear();
+        drop(dfd);
+        sync_one(
+            tree.as_fd(),
+            &name('d', d),
+            q.as_fd(),
+            &name('q', k),
+            dirs[d],
+            true,
+        );
+    }
+}
+
+fn overwrite_2t(tree: &OwnedFd, qs: &[OwnedFd; 2], files: &[Vec<u64>], dirs: &[u64]) {
+    std::thread::scope(|sc| {
+        for t in 0..2 {
+            let q = &qs[t];
+            sc.spawn(move || overwrite_dirs(tree, q, files, dirs, (t..DIRS).step_by(2), true));
+        }
+    });
+}
+
+/// The six calls, the descriptors of a directory's entries closed together
+/// at its end.
+fn held(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
+    let mut k = 0;
+    let mut fds = Vec::with_capacity(FILES);
+    for d in 0..DIRS {
+        let dfd = open_dir(tree.as_fd(), &name('d', d));
+        for f in 0..FILES {
+            let qn = name('q', k);
+            rustix::fs::renameat_with(
+                &dfd,
+                name('f', f).as_c_str(),
+                q,
+                &qn,
+                RenameFlags::NOREPLACE,
+            )
+            .unwrap();
+            let fd = rustix::fs::openat(
+                q,
+                &qn,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            let s = rustix::fs::statx(
+                &fd,
+                c"",
+                AtFlags::EMPTY_PATH,
+                StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+            )
+            .unwrap();
+            assert_eq!(s.stx_ino, files[d][f]);
+            rustix::fs::unlinkat(q, &qn, AtFlags::empty()).unwrap();
+            let s = rustix::fs::statx(&fd, c"", AtFlags::EMPTY_PATH, StatxFlags::NLINK).unwrap();
+            assert_eq!(s.stx_nlink, 0);
+            fds.push(fd);
+            k += 1;
+        }
+        fds.clear();
+        drop(dfd);
+        sync_one(
+            tree.as_fd(),
+            &name('d', d),
+            q.as_fd(),
+            &name('q', k),
+            dirs[d],
+            true,
+        );
+        k += 1;
+    }
+}
+
+/// The six calls, each timed: where a protocol removal's time goes.
+fn protocol_timed(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>]) -> [Duration; 7] {
+    let mut t = [Duration::ZERO; 7];
+    let mut k = 0;
+    let mut lap = |i: usize, s: &mut Instant| {
+        let n = Instant::now();
+        t[i] += n - *s;
+        *s = n;
+    };
+    for d in 0..DIRS {
+        let dfd = open_dir(tree.as_fd(), &name('d', d));
+        for f in 0..FILES {
+            let (n, qn) = (name('f', f), name('q', k));
+            let mut s = Instant::now();
+            let st = rustix::fs::statx(
+                &dfd,
+                &n,
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+            )
+            .unwrap();
+            assert_eq!(st.stx_ino, files[d][f]);
+            lap(0, &mut s);
+            rustix::fs::renameat_with(&dfd, &n, q, &qn, RenameFlags::NOREPLACE).unwrap();
+            lap(1, &mut s);
+            let fd = rustix::fs::openat(
+                q,
+                &qn,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            lap(2, &mut s);
+            let st = rustix::fs::statx(
+                &fd,
+                c"",
+                AtFlags::EMPTY_PATH,
+                StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+            )
+            .unwrap();
+            assert_eq!(st.stx_ino, files[d][f]);
+            lap(3, &mut s);
+            rustix::fs::unlinkat(q, &qn, AtFlags::empty()).unwrap();
+            lap(4, &mut s);
+            let st = rustix::fs::statx(&fd, c"", AtFlags::EMPTY_PATH, StatxFlags::NLINK).unwrap();
+            assert_eq!(st.stx_nlink, 0);
+            lap(5, &mut s);
+            drop(fd);
+            lap(6, &mut s);
+            k += 1;
+        }
+    }
+    t
+}
+
+fn plain_timed(tree: &OwnedFd) -> Duration {
+    let mut t = Duration::ZERO;
+    for d in 0..DIRS {
+        let dfd = open_dir(tree.as_fd(), &name('d', d));
+        for f in 0..FILES {
+            let n = name('f', f);
+            let s = Instant::now();
+            rustix::fs::unlinkat(&dfd, &n, AtFlags::empty()).unwrap();
+            t += s.elapsed();
+        }
+    }
+    t
+}
+
+/// The six calls with one quarantine name, reused for every entry.
+fn one_name(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
+    for d in 0..DIRS {
+        let dfd = open_dir(tree.as_fd(), &name('d', d));
+        for f in 0..FILES {
+            sync_one(
+                dfd.as_fd(),
+                &name('f', f),
+                q.as_fd(),
+                c"slot",
+                files[d][f],
+                false,
+            );
+        }
+        drop(dfd);
+        sync_one(
+            tree.as_fd(),
+            &name('d', d),
+            q.as_fd(),
+            c"slot",
+            dirs[d],
+            true,
+        );
+    }
+}
+
 /// Submits `entries`, waits for all, returns each result by index.
 fn batch(ring: &mut IoUring, entries: &[squeue::Entry]) -> Vec<i32> {
     for e in entries {
@@ -404,58 +690,142 @@ fn uring(ring: &mut IoUring, tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], di
     );
 }
 
+/// CPU time of the whole process (all threads), user and system.
+fn cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
 
+const VARIANTS: [(&str, &str); 12] = [
+    ("plain", "plain unlinkat (rm -rf's calls)"),
+    ("unproven", "moved and checked, unproven (3 calls)"),
+    ("protocol", "protocol, 6 calls per entry"),
+    ("same_dir", "protocol, quarantine name in the same dir"),
+    ("uring", "protocol, io_uring batched per directory"),
+    ("held", "protocol, closes at the end of each dir"),
+    ("overwrite", "protocol, rename replaces the last (5 calls)"),
+    ("protocol_2t", "protocol, two threads"),
+    ("plain_2t", "plain unlinkat, two threads"),
+    (
+        "overwrite_held",
+        "protocol, 5 calls, closes at the end of each dir",
+    ),
+    (
+        "overwrite_2t",
+        "protocol, 5 calls, closes held, two threads",
+    ),
+    ("one_name", "protocol, one quarantine name reused"),
+];
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let mut ring = IoUring::new(256).expect("io_uring");
+    // `REMOVAL_BENCH_ONLY=plain,protocol`: a subset of the variants.
+    let only: Option<Vec<String>> = std::env::var("REMOVAL_BENCH_ONLY")
+        .ok()
+        .map(|s| s.split(',').map(str::to_owned).collect());
+    let chosen: Vec<usize> = (0..VARIANTS.len())
+        .filter(|&i| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|n| n == VARIANTS[i].0))
+        })
+        .collect();
     let rounds = rounds();
-    let (mut p, mut s, mut u, mut m, mut sd) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    if std::env::args().any(|a| a == "--calls") {
+        // Per call, files only, summed over the tree; median of the rounds.
+        let labels = [
+            "statx by name (verify)",
+            "renameat2 NOREPLACE",
+            "openat O_PATH",
+            "statx fd (identity)",
+            "unlinkat in quarantine",
+            "statx fd (nlink)",
+            "close",
+        ];
+        let mut per: Vec<Vec<Duration>> = vec![Vec::new(); 8];
+        for _ in 0..rounds {
+            let tmp = tempfile::tempdir_in(base()).unwrap();
+            let (tree, q, files, _) = build(tmp.path());
+            for (i, d) in protocol_timed(&tree, &q, &files).into_iter().enumerate() {
+                per[i].push(d);
+            }
+            let tmp = tempfile::tempdir_in(base()).unwrap();
+            let (tree, _, _, _) = build(tmp.path());
+            per[7].push(plain_timed(&tree));
+        }
+        let n = (DIRS * FILES) as f64;
+        for (i, l) in labels.iter().chain(["plain unlinkat"].iter()).enumerate() {
+            let m = median(per[i].clone());
+            println!("{l:<28} {:>7.2} us/file", m.as_secs_f64() * 1e6 / n);
+        }
+        return;
+    }
+    let mut ring = IoUring::new(256).expect("io_uring");
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); VARIANTS.len()];
+    let mut cpu: Vec<Vec<Duration>> = vec![Vec::new(); VARIANTS.len()];
     for _ in 0..rounds {
-        for which in 0..5 {
+        for &which in &chosen {
             let tmp = tempfile::tempdir_in(base()).unwrap();
             let (tree, q, files, dirs) = build(tmp.path());
+            std::fs::create_dir(tmp.path().join("q1")).unwrap();
+            let q1 = rustix::fs::open(
+                tmp.path().join("q1"),
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                Mode::empty(),
+            )
+            .unwrap();
+            let qs = [q, q1];
+            let c = cpu_time();
             let t = Instant::now();
-            match which {
-                0 => plain(&tree),
-                1 => protocol(&tree, &q, &files, &dirs),
-                2 => uring(&mut ring, &tree, &q, &files, &dirs),
-                3 => unproven(&tree, &q, &files, &dirs),
-                _ => same_dir(&tree, &files, &dirs),
+            match VARIANTS[which].0 {
+                "plain" => plain(&tree),
+                "unproven" => unproven(&tree, &qs[0], &files, &dirs),
+                "protocol" => protocol(&tree, &qs[0], &files, &dirs),
+                "same_dir" => same_dir(&tree, &files, &dirs),
+                "uring" => uring(&mut ring, &tree, &qs[0], &files, &dirs),
+                "held" => held(&tree, &qs[0], &files, &dirs),
+                "overwrite" => overwrite_dirs(&tree, &qs[0], &files, &dirs, 0..DIRS, false),
+                "overwrite_held" => overwrite_dirs(&tree, &qs[0], &files, &dirs, 0..DIRS, true),
+                "overwrite_2t" => overwrite_2t(&tree, &qs, &files, &dirs),
+                "protocol_2t" => protocol_2t(&tree, &qs, &files, &dirs),
+                "plain_2t" => plain_2t(&tree),
+                "one_name" => one_name(&tree, &qs[0], &files, &dirs),
+                other => unreachable!("{other}"),
             }
-            let e = t.elapsed();
-            [&mut p, &mut s, &mut u, &mut m, &mut sd][which].push(e);
+            times[which].push(t.elapsed());
+            cpu[which].push(cpu_time() - c);
         }
     }
-    let (p, s, u, m, sd) = (median(p), median(s), median(u), median(m), median(sd));
     let entries = (DIRS * FILES + DIRS) as f64;
     println!(
         "{DIRS}×{FILES} files in {}, median of {rounds}",
         base().display()
     );
     println!(
-        "{:<44} {:>9} {:>10} {:>9}",
-        "remover", "wall ms", "us/entry", "vs plain"
+        "{:<50} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "remover", "wall ms", "us/entry", "vs plain", "cpu ms", "vs plain"
     );
-    for (label, d) in [
-        ("plain unlinkat (rm -rf's calls)", p),
-        ("moved and checked, unproven (3 calls)", m),
-        ("protocol, 6 calls per entry", s),
-        ("protocol, quarantine name in the same dir", sd),
-        ("protocol, io_uring batched per directory", u),
-    ] {
+    let plain_m = (!times[0].is_empty()).then(|| median(times[0].clone()));
+    let plain_c = (!cpu[0].is_empty()).then(|| median(cpu[0].clone()));
+    for &which in &chosen {
+        let d = median(times[which].clone());
+        let c = median(cpu[which].clone());
+        let vs = plain_m.map_or(f64::NAN, |p| d.as_secs_f64() / p.as_secs_f64());
+        let vc = plain_c.map_or(f64::NAN, |p| c.as_secs_f64() / p.as_secs_f64());
         println!(
-            "{:<44} {:>9.2} {:>10.2} {:>8.2}x",
-            label,
+            "{:<50} {:>9.2} {:>9.2} {:>8.2}x {:>8.1} {:>8.2}x",
+            VARIANTS[which].1,
             d.as_secs_f64() * 1e3,
             d.as_secs_f64() * 1e6 / entries,
-            d.as_secs_f64() / p.as_secs_f64()
+            vs,
+            c.as_secs_f64() * 1e3,
+            vc
         );
     }
 }

@@ -15,6 +15,9 @@
 //! `WORKSPACE_BENCH_DIR` chooses the filesystem (default: the temp dir);
 //! `WORKSPACE_BENCH_ROUNDS` the number of rounds (default 7).
 
+// `getrusage(RUSAGE_CHILDREN)` for the CPU time of `rm -rf`.
+#![allow(unsafe_code)]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,26 +55,53 @@ fn build_plain(at: &Path) {
     }
 }
 
+/// CPU time (user + system) of this process, all threads.
+fn cpu_self() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// CPU time (user + system) of the waited-for children.
+fn cpu_children() -> Duration {
+    // SAFETY: `getrusage` only writes the `rusage` it is given, which is
+    // plain old data and lives across the call.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_CHILDREN is a valid `who`.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) }, 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Wall and CPU time of one removal.
+#[derive(Clone, Copy)]
+struct Took {
+    wall: Duration,
+    cpu: Duration,
+}
+
 fn sync_fs() {
     // Same dirty state before every timed removal.
     rustix::fs::sync();
 }
 
-fn custodian_round(rt: &tokio::runtime::Runtime, ws: &Workspace, id: &str) -> Duration {
+fn custodian_round(rt: &tokio::runtime::Runtime, ws: &Workspace, id: &str) -> Took {
     let job = ws.open_request(id).unwrap();
     build_job(&job);
     sync_fs();
+    let c = cpu_self();
     let t = Instant::now();
     let r = rt.block_on(job.cleanup());
-    let e = t.elapsed();
+    let wall = t.elapsed();
+    let cpu = cpu_self() - c;
     assert!(r.is_clean(), "{r:?}");
     assert_eq!(r.counts.files_removed as usize, DIRS * FILES_PER_DIR);
-    e
+    Took { wall, cpu }
 }
 
-fn rm_rf_round(at: &Path) -> Duration {
+fn rm_rf_round(at: &Path) -> Took {
     build_plain(at);
     sync_fs();
+    let c = cpu_children();
     let t = Instant::now();
     let ok = Command::new("rm")
         .arg("-rf")
@@ -79,22 +109,35 @@ fn rm_rf_round(at: &Path) -> Duration {
         .status()
         .unwrap()
         .success();
-    let e = t.elapsed();
+    let wall = t.elapsed();
+    let cpu = cpu_children() - c;
     assert!(ok && !at.exists());
-    e
+    Took { wall, cpu }
 }
 
-fn std_round(at: &Path) -> Duration {
+fn std_round(at: &Path) -> Took {
     build_plain(at);
     sync_fs();
+    let c = cpu_self();
     let t = Instant::now();
     fs::remove_dir_all(at).unwrap();
-    t.elapsed()
+    let wall = t.elapsed();
+    Took {
+        wall,
+        cpu: cpu_self() - c,
+    }
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// Medians of the wall and of the CPU times.
+fn median(v: &[Took]) -> Took {
+    let mid = |mut d: Vec<Duration>| {
+        d.sort();
+        d[d.len() / 2]
+    };
+    Took {
+        wall: mid(v.iter().map(|t| t.wall).collect()),
+        cpu: mid(v.iter().map(|t| t.cpu).collect()),
+    }
 }
 
 fn main() {
@@ -132,14 +175,14 @@ fn main() {
                 r.push(rm_rf_round(&tmp.path().join(format!("rm-{i}"))));
                 s.push(std_round(&tmp.path().join(format!("std-{i}"))));
             }
-            let (c, r, s) = (median(c), median(r), median(s));
+            let (c, r, s) = (median(&c), median(&r), median(&s));
             let n = (DIRS * FILES_PER_DIR + DIRS + 1) as f64;
             println!(
                 "workspace cleanup: {DIRS} dirs x {FILES_PER_DIR} files, {rounds} rounds, median"
             );
             println!(
-                "{:<32} {:>10} {:>12} {:>10}",
-                "remover", "wall ms", "us/artifact", "vs rm -rf"
+                "{:<32} {:>10} {:>12} {:>10} {:>8} {:>10}",
+                "remover", "wall ms", "us/artifact", "vs rm -rf", "cpu ms", "vs rm -rf"
             );
             for (name, d) in [
                 ("custodian cleanup (verified)", c),
@@ -147,11 +190,13 @@ fn main() {
                 ("std::fs::remove_dir_all", s),
             ] {
                 println!(
-                    "{:<32} {:>10.2} {:>12.2} {:>9.2}x",
+                    "{:<32} {:>10.2} {:>12.2} {:>9.2}x {:>8.1} {:>9.2}x",
                     name,
-                    d.as_secs_f64() * 1e3,
-                    d.as_secs_f64() * 1e6 / n,
-                    d.as_secs_f64() / r.as_secs_f64()
+                    d.wall.as_secs_f64() * 1e3,
+                    d.wall.as_secs_f64() * 1e6 / n,
+                    d.wall.as_secs_f64() / r.wall.as_secs_f64(),
+                    d.cpu.as_secs_f64() * 1e3,
+                    d.cpu.as_secs_f64() / r.cpu.as_secs_f64()
                 );
             }
         }

@@ -1,5 +1,12 @@
 //! custodian owns the lifecycle of what an agent runtime's tools create.
 //!
+//! **Start here:** an embedder needs [`Runtime`] (one per workspace) and,
+//! per request, a [`Request`] (the caller's side) and its [`Executor`] (the
+//! side doing the work); `use custodian::prelude::*` brings them and the
+//! types they return. The modules below are the mechanisms the runtime is
+//! built from, public for embedders that need one of them alone (a node
+//! across the wire, a bare governed launch).
+//!
 //! # Theory of operation
 //!
 //! An agent runtime launches processes for tools, writes files for requests
@@ -27,21 +34,48 @@
 //!
 //! Dependencies point one way: `machine`, `sync` and `policy` depend on
 //! nothing else in the crate; `process`, `spill` and `workspace` build on
-//! them; `coordinator` drives a request end to end; `wire` and the CLI sit on
-//! top. See `docs/architecture.md`.
+//! them; `coordinator` drives a request end to end; [`runtime`] puts a
+//! request's job, processes, spills and finish behind one facade; `wire` and
+//! the CLI sit on top. See `docs/architecture.md`.
 
 pub mod confine;
 pub mod contain;
 pub mod coordinator;
 pub mod error;
 mod fs;
+pub mod id;
 pub mod machine;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod policy;
 pub mod process;
+pub mod runtime;
 pub mod spill;
 pub mod sync;
 pub mod wire;
 pub mod workspace;
+
+pub use coordinator::{Completion, ProcessVerdict};
+pub use id::{RequestId, RequestIdError};
+pub use runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
+
+/// What an embedder touches, in one import: `use custodian::prelude::*;`.
+pub mod prelude {
+    pub use crate::contain::Containment;
+    pub use crate::coordinator::{Completion, ProcessVerdict, RequestLimits};
+    pub use crate::id::{RequestId, RequestIdError};
+    pub use crate::machine::request::{Delivery, RequestStatus};
+    pub use crate::process::evidence::ProcessStatus;
+    pub use crate::process::{Evidence, Invocation, InvocationSpec};
+    pub use crate::runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
+    pub use crate::spill::{Locator, SpillConfig};
+    pub use crate::workspace::{CleanupResult, CleanupStatus, WorkspaceConfig};
+}
+
+/// The README's library snippet, compiled with the doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;
 
 /// Thin wrappers over crate-private mechanisms, for `benches/` only. Not
 /// part of the API: no stability, no semver.

@@ -77,7 +77,7 @@ struct NodeOracle {
 
 impl NodeOracle {
     fn check(&mut self, before: &node::State, input: node::Input, tr: &node::Transition) {
-        use node::{Action, Job};
+        use node::{Action, JobState};
         let after = &tr.next;
         assert!(tr.actions.len() <= 3, "{:?}", tr.actions);
         if !before.accepting() {
@@ -99,11 +99,11 @@ impl NodeOracle {
                 Action::StartCleanup => {
                     self.cleanups_started += 1;
                     assert_eq!(self.cleanups_started, 1, "a second cleanup started");
-                    assert_ne!(after.job(), Job::Opening, "cleanup raced an open");
+                    assert_ne!(after.job(), JobState::Opening, "cleanup raced an open");
                 }
                 Action::Open => {
-                    assert!(matches!(before.job(), Job::Absent | Job::Unknown));
-                    assert_eq!(after.job(), Job::Opening);
+                    assert!(matches!(before.job(), JobState::Absent | JobState::Unknown));
+                    assert_eq!(after.job(), JobState::Opening);
                 }
                 Action::Proceed => assert!(before.is_open()),
                 Action::CancelProcesses | Action::AwaitCleanup | Action::Reply(_) => {}
@@ -128,7 +128,7 @@ fn code(i: u8) -> SafeCode {
 }
 
 fn req_event(e: ReqEvent) -> request::Event {
-    use request::{Candidate as C, CleanupResult as R, Event as E};
+    use request::{Candidate as C, CleanupOutcome as R, Event as E};
     match e {
         ReqEvent::Success => E::Candidate(C::Success),
         ReqEvent::ExecutorError(i) => E::Candidate(C::ExecutorError { code: code(i) }),
@@ -180,7 +180,7 @@ struct ReqOracle {
 
 impl ReqOracle {
     fn check(&mut self, before: &request::State, e: request::Event, tr: &request::Transition) {
-        use request::{Action, Candidate, CleanupReport, Event, Status};
+        use request::{Action, Candidate, CleanupReport, Event, RequestStatus};
         let after = &tr.next;
         assert!(tr.actions.len() <= 2, "{:?}", tr.actions);
         if e == Event::WorkspaceOpening && request::accepts_workspace(before) {
@@ -230,7 +230,7 @@ impl ReqOracle {
                     }
                     assert_eq!(Some(r.primary()), self.first);
                     if matches!(cleanup, CleanupReport::Failed { .. }) {
-                        assert_ne!(r.status(), Status::Succeeded);
+                        assert_ne!(r.status(), RequestStatus::Succeeded);
                     }
                     if r.primary() != Candidate::Success
                         || !matches!(cleanup, CleanupReport::Failed { .. })
@@ -343,7 +343,7 @@ fuzz_target!(|input: Input| {
         2 => process::Tier::Cgroup,
         _ => process::Tier::DirectChild,
     };
-    let limits = process::Limits {
+    let limits = process::ProcessLimits {
         timeout: Duration::from_secs(10),
         grace: Duration::from_secs(2),
         drain: Duration::from_secs(1),

@@ -7,7 +7,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use custodian::policy::{EnvValue, MAX_TARGET_BYTES, Pattern, ProcessTarget};
+use custodian::policy::{TargetEnvValue, MAX_TARGET_BYTES, Pattern, ProcessTarget};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -34,8 +34,8 @@ fuzz_target!(|input: Input| {
             .env
             .into_iter()
             .map(|(k, v)| match v {
-                Value::Literal(l) => (k, EnvValue::Literal(l)),
-                Value::Secret(r) => (k, EnvValue::SecretRef(r)),
+                Value::Literal(l) => (k, TargetEnvValue::Literal(l)),
+                Value::Secret(r) => (k, TargetEnvValue::SecretRef(r)),
             })
             .collect(), confine: None };
     let result = target.match_target();

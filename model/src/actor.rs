@@ -53,7 +53,7 @@ use std::time::Instant;
 use custodian::error::SafeCode;
 use custodian::machine::node::{self, CleanupVerdict, Input, Reply};
 use custodian::machine::request::{
-    self, Action, Candidate, CleanupReport, CleanupResult, Event, FinalResult,
+    self, Action, Candidate, CleanupOutcome, CleanupReport, Event, FinalResult,
 };
 use stateright::Expectation;
 use stateright::actor::{
@@ -330,7 +330,7 @@ impl Party {
                     Action::StartCleanup => {
                         e.cleanup_sent = true;
                         if v == Variant::CompleteBeforeCleanupAnswer {
-                            events.push(Event::CleanupFinished(CleanupResult::Ok));
+                            events.push(Event::CleanupFinished(CleanupOutcome::Ok));
                         } else {
                             o.send(Id::from(NODE), Msg::Cleanup(e.node_inc));
                             o.set_timer(Timer::Retry, model_timeout());
@@ -363,12 +363,12 @@ impl Party {
     }
 }
 
-fn cleanup_result(v: CleanupVerdict) -> CleanupResult {
+fn cleanup_result(v: CleanupVerdict) -> CleanupOutcome {
     match v {
         CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone | CleanupVerdict::Reclaimed => {
-            CleanupResult::Ok
+            CleanupOutcome::Ok
         }
-        _ => CleanupResult::Failed(FAILED),
+        _ => CleanupOutcome::Failed(FAILED),
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use custodian::machine::process::{Action, ProbeState, Signal, StreamEnd, StreamState};
-use custodian::machine::request::{Candidate, CleanupReport, CleanupResult, FinalResult, Phase};
+use custodian::machine::request::{Candidate, CleanupOutcome, CleanupReport, FinalResult, Phase};
 use stateright::Model;
 
 use crate::process::{self, ProcessModel, ProcessStep, TIMERS};
@@ -104,8 +104,8 @@ pub fn request_action(act: &request::Act) -> String {
             Some(c) => format!("Candidate({})", candidate(*c)),
             None => format!("Candidate(#{i})"),
         },
-        Act::CleanupFinished(CleanupResult::Ok) => "CleanupFinished(Ok)".to_owned(),
-        Act::CleanupFinished(CleanupResult::Failed(code)) => {
+        Act::CleanupFinished(CleanupOutcome::Ok) => "CleanupFinished(Ok)".to_owned(),
+        Act::CleanupFinished(CleanupOutcome::Failed(code)) => {
             format!("CleanupFinished(Failed({code}))")
         }
         Act::Subscribe(i) => format!("Subscribe(waiter {i})"),
@@ -148,8 +148,8 @@ pub fn request_state(s: &request::Sys) -> String {
     let cleanup = match (s.cleanups, s.cleanup) {
         (0, _) => "-".to_owned(),
         (_, None) => "running".to_owned(),
-        (_, Some(CleanupResult::Ok)) => "ok".to_owned(),
-        (_, Some(CleanupResult::Failed(code))) => format!("failed({code})"),
+        (_, Some(CleanupOutcome::Ok)) => "ok".to_owned(),
+        (_, Some(CleanupOutcome::Failed(code))) => format!("failed({code})"),
     };
     let _ = writeln!(
         o,

@@ -34,8 +34,8 @@ use std::fmt;
 use std::time::Duration;
 
 use custodian::machine::process::{
-    self, Action, Cause, Descendants, Event, ExitStatus, Limits, Phase, Probe, Signal, Status,
-    Stream, StreamEnd, Summary, Tier, Timer,
+    self, Action, Cause, Descendants, Event, ExitStatus, Phase, Probe, ProcessLimits,
+    ProcessStatus, Signal, Stream, StreamEnd, Summary, Tier, Timer,
 };
 use stateright::{Model, Property};
 
@@ -508,7 +508,7 @@ impl<S> fmt::Debug for ProcessModel<S> {
 
 /// The limits of every modelled run: small, and chosen so that the timers
 /// interleave (see the module documentation).
-pub const LIMITS: Limits = Limits {
+pub const LIMITS: ProcessLimits = ProcessLimits {
     timeout: Duration::from_secs(3),
     grace: Duration::from_secs(2),
     drain: Duration::from_secs(1),
@@ -764,10 +764,11 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
                 |_, s: &Sys| match s.summary {
                     Some(sum) => match sum.cause {
                         Some(Cause::Timeout) => {
-                            sum.status() == Status::TimedOut && s.fired & DEADLINE != 0
+                            sum.status() == ProcessStatus::TimedOut && s.fired & DEADLINE != 0
                         }
                         Some(Cause::Cancel) => {
-                            sum.status() == Status::Cancelled && s.fired & (CANCEL | ABANDON) != 0
+                            sum.status() == ProcessStatus::Cancelled
+                                && s.fired & (CANCEL | ABANDON) != 0
                         }
                         _ => true,
                     },
@@ -776,8 +777,8 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
             ),
             Property::always(REQUESTED_CAUSE_REPORTED, |_, s: &Sys| {
                 match (s.requested, s.summary) {
-                    (Some(Cause::Timeout), Some(sum)) => sum.status() == Status::TimedOut,
-                    (Some(Cause::Cancel), Some(sum)) => sum.status() == Status::Cancelled,
+                    (Some(Cause::Timeout), Some(sum)) => sum.status() == ProcessStatus::TimedOut,
+                    (Some(Cause::Cancel), Some(sum)) => sum.status() == ProcessStatus::Cancelled,
                     _ => true,
                 }
             }),
@@ -786,7 +787,10 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
                 |_, s: &Sys| match s.summary {
                     Some(sum) if sum.root.is_none() => {
                         s.fired & (HARD | ABANDON) != 0
-                            && matches!(sum.status(), Status::TimedOut | Status::Cancelled)
+                            && matches!(
+                                sum.status(),
+                                ProcessStatus::TimedOut | ProcessStatus::Cancelled
+                            )
                     }
                     _ => true,
                 },
@@ -803,22 +807,23 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
                 s.exit_during_grace && s.settles > 0
             }),
             Property::sometimes("a clean exit settles as exited", |_, s: &Sys| {
-                s.summary.is_some_and(|sum| sum.status() == Status::Exited)
+                s.summary
+                    .is_some_and(|sum| sum.status() == ProcessStatus::Exited)
             }),
             Property::sometimes(
                 "a root killed by a signal settles as signaled",
                 |_, s: &Sys| {
                     s.summary
-                        .is_some_and(|sum| sum.status() == Status::Signaled)
+                        .is_some_and(|sum| sum.status() == ProcessStatus::Signaled)
                 },
             ),
             Property::sometimes("a timeout settles as timed out", |_, s: &Sys| {
                 s.summary
-                    .is_some_and(|sum| sum.status() == Status::TimedOut)
+                    .is_some_and(|sum| sum.status() == ProcessStatus::TimedOut)
             }),
             Property::sometimes("a cancel settles as cancelled", |_, s: &Sys| {
                 s.summary
-                    .is_some_and(|sum| sum.status() == Status::Cancelled)
+                    .is_some_and(|sum| sum.status() == ProcessStatus::Cancelled)
             }),
             Property::sometimes("descendants confirmed terminated", |_, s: &Sys| {
                 s.summary

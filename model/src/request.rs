@@ -26,8 +26,8 @@ use std::time::Instant;
 
 use custodian::error::SafeCode;
 use custodian::machine::request::{
-    self, Action, Candidate, CleanupReport, CleanupResult, Delivery, Event, FinalResult, Phase,
-    Status,
+    self, Action, Candidate, CleanupOutcome, CleanupReport, Delivery, Event, FinalResult, Phase,
+    RequestStatus,
 };
 use custodian::sync::SettleOnce;
 use stateright::{Model, Property};
@@ -113,7 +113,7 @@ pub mod broken {
             let mut tr = request::step(state, event, now);
             if let Some(i) = tr.actions.iter().position(|a| *a == Action::StartCleanup) {
                 let _skipped = tr.actions.remove(i);
-                let skip = request::step(&tr.next, Event::CleanupFinished(CleanupResult::Ok), now);
+                let skip = request::step(&tr.next, Event::CleanupFinished(CleanupOutcome::Ok), now);
                 tr.next = skip.next;
                 tr.actions.extend(skip.actions);
             }
@@ -211,8 +211,8 @@ pub mod broken {
         }
         fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition {
             let event = match event {
-                Event::CleanupFinished(CleanupResult::Failed(_)) => {
-                    Event::CleanupFinished(CleanupResult::Ok)
+                Event::CleanupFinished(CleanupOutcome::Failed(_)) => {
+                    Event::CleanupFinished(CleanupOutcome::Ok)
                 }
                 e => e,
             };
@@ -305,7 +305,7 @@ pub struct Sys {
     /// Cleanups the machine started.
     pub cleanups: u8,
     /// What the (single) cleanup reported, once it finished.
-    pub cleanup: Option<CleanupResult>,
+    pub cleanup: Option<CleanupOutcome>,
     /// Terminal writes the machine asked for.
     pub writes: u8,
     /// A write was asked for after the caller disconnected.
@@ -341,7 +341,7 @@ pub enum Act {
     /// The executor stopped (after the machine asked to cancel).
     ExecutionStopped,
     /// The cleanup finished with this result.
-    CleanupFinished(CleanupResult),
+    CleanupFinished(CleanupOutcome),
     /// The endpoint acknowledged the terminal.
     EndpointAcknowledged,
     /// The runtime confirmed the publication.
@@ -456,8 +456,8 @@ impl<S: RequestStep> Model for RequestModel<S> {
             out.push(Act::ExecutionStopped);
         }
         if s.cleanups > 0 && s.cleanup.is_none() {
-            out.push(Act::CleanupFinished(CleanupResult::Ok));
-            out.push(Act::CleanupFinished(CleanupResult::Failed(CLEAN_CODE)));
+            out.push(Act::CleanupFinished(CleanupOutcome::Ok));
+            out.push(Act::CleanupFinished(CleanupOutcome::Failed(CLEAN_CODE)));
         }
         if s.writes > 0 && !s.acked {
             out.push(Act::EndpointAcknowledged);
@@ -599,8 +599,9 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 },
             ),
             Property::always(CLEANUP_FAILURE_NEVER_SUCCEEDS, |_, s: &Sys| {
-                !matches!(s.cleanup, Some(CleanupResult::Failed(_)))
-                    || s.published.is_none_or(|r| r.status() != Status::Succeeded)
+                !matches!(s.cleanup, Some(CleanupOutcome::Failed(_)))
+                    || s.published
+                        .is_none_or(|r| r.status() != RequestStatus::Succeeded)
             }),
             Property::always(
                 "published result is the first candidate or its cleanup-failure conversion",
@@ -611,7 +612,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
                         let converted = first == Candidate::Success
                             && matches!(r.cleanup(), CleanupReport::Failed { .. });
                         let status = if converted {
-                            Status::Failed
+                            RequestStatus::Failed
                         } else {
                             first.status()
                         };
@@ -667,14 +668,14 @@ impl<S: RequestStep> Model for RequestModel<S> {
         p.extend([
             Property::sometimes("cleanup failure converts a success", |_, s: &Sys| {
                 s.published.is_some_and(|r| {
-                    r.primary() == Candidate::Success && r.status() == Status::Failed
+                    r.primary() == Candidate::Success && r.status() == RequestStatus::Failed
                 })
             }),
             Property::sometimes(
                 "a cancel keeps its category with a cleanup code",
                 |_, s: &Sys| {
                     s.published.is_some_and(|r| {
-                        r.status() == Status::Cancelled
+                        r.status() == RequestStatus::Cancelled
                             && matches!(r.cleanup(), CleanupReport::Failed { .. })
                     })
                 },

@@ -27,8 +27,8 @@ mod scenarios;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
-use custodian::coordinator::Record;
-use custodian::machine::request::{CleanupResult, Event, Phase, State};
+use custodian::coordinator::TransitionRecord;
+use custodian::machine::request::{CleanupOutcome, Event, Phase, State};
 use custodian_model::request::{Act, Real, RequestModel, Sys};
 use stateright::{Expectation, Model};
 
@@ -57,8 +57,8 @@ fn event_kind(e: &Event) -> String {
         Event::Candidate(c) => format!("candidate:{:?}", c.kind()),
         Event::WorkspaceOpening => "workspace_opening".into(),
         Event::ExecutionStopped => "execution_stopped".into(),
-        Event::CleanupFinished(CleanupResult::Ok) => "cleanup_finished:ok".into(),
-        Event::CleanupFinished(CleanupResult::Failed(_)) => "cleanup_finished:failed".into(),
+        Event::CleanupFinished(CleanupOutcome::Ok) => "cleanup_finished:ok".into(),
+        Event::CleanupFinished(CleanupOutcome::Failed(_)) => "cleanup_finished:failed".into(),
         Event::EndpointAcknowledged => "endpoint_acknowledged".into(),
         Event::Published => "published".into(),
     }
@@ -108,7 +108,7 @@ struct Replay {
     edges: BTreeSet<Edge>,
 }
 
-fn replay(model: &M, logs: &[Vec<Record>], out: &mut Replay) {
+fn replay(model: &M, logs: &[Vec<TransitionRecord>], out: &mut Replay) {
     let properties: Vec<_> = model
         .properties()
         .into_iter()

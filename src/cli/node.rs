@@ -20,8 +20,25 @@ use custodian::workspace::{Workspace, WorkspaceConfig};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
+const AFTER_HELP: &str = "\
+Output: stdout carries the wire (docs/contracts/edge-node-wire.md): one
+compact JSON response per line, JSON by default (with --socket, each
+connection carries it instead and stdout stays empty). Messages and logs go
+to stderr.
+
+Exit codes:
+  0  served until stdin closed (stdio) or SIGTERM/SIGINT (socket); every
+     request still open was then cleaned up
+  1  the node could not start or serve: an invalid --max-frame or
+     --process-timeout, a --policy file refused (its error is printed
+     first), the workspace cannot be opened, the socket path exists or
+     cannot be bound, --containment subreaper unavailable, or reading stdin
+     failed; the cause is printed on stderr
+  2  the command line could not be parsed";
+
 /// Arguments of `custodian node`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct Args {
     /// The workspace root this node serves.
     #[arg(long)]
@@ -71,7 +88,7 @@ struct Config {
     process_timeout: Duration,
     cleanup_bound: Duration,
     containment: Containment,
-    policy: Option<custodian::wire::NodePolicy>,
+    policy: Option<custodian::RunPolicy>,
 }
 
 impl Args {
@@ -84,7 +101,7 @@ impl Args {
         }
         let policy = match &self.policy {
             None => None,
-            Some(path) => Some(custodian::wire::NodePolicy {
+            Some(path) => Some(custodian::RunPolicy {
                 config: super::policy::load_policy(path)
                     .map_err(|_| anyhow::anyhow!("--policy {} refused", path.display()))?,
                 provenance: self.provenance.into(),
@@ -116,7 +133,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("custodian node: {e:#}");
+            eprintln!("custodian node: {}", super::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

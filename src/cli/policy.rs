@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use custodian::policy::{
-    Context, Decision, EnvValue, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry,
-    Request, StateMode, decide,
+    Context, Decision, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry, Request,
+    StateMode, TargetEnvValue, decide,
 };
 
 /// Exit code for a policy file that does not validate (`EX_DATAERR`).
@@ -19,11 +19,21 @@ pub(crate) const EXIT_USAGE: u8 = 64;
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// Print the match target and the decision for an invocation as JSON.
-    #[command(after_long_help = EXPLAIN_HELP)]
+    #[command(after_help = EXPLAIN_SHORT_HELP, after_long_help = EXPLAIN_HELP)]
     Explain(ExplainArgs),
 }
 
+const EXPLAIN_SHORT_HELP: &str = concat!(
+    "Output: JSON by default: one compact line on stdout (--help says more).\n\n",
+    "Exit codes: 0 decision printed (whatever the verdict); 2 bad arguments;\n",
+    "74 stdout not writable; 64 invalid --approve or --env; 65 invalid policy\n",
+    "file; 66 no readable policy file."
+);
+
 const EXPLAIN_HELP: &str = "\
+Output: JSON by default: one object as one compact line on stdout; messages
+go to stderr.
+
 Prints one JSON object (schema \"custodian.policy.explain/1\", see
 docs/contracts/process-run.md) with the match target, the decision, its reason
 and, on require_approval, the exact override to pass to `--approve`, also as
@@ -36,7 +46,7 @@ a broad wildcard pattern (the loader warns about such patterns).
 the process identity an approval binds to. --env-secret takes a secret
 REFERENCE, which is printed as a reference; nothing is ever resolved.
 
-Exit status: 0 decision printed (whatever the verdict); 2 bad arguments;
+Exit codes: 0 decision printed (whatever the verdict); 2 bad arguments;
 74 the decision could not be written to stdout (closed pipe, full disk);
 64 invalid --approve pattern or --env entry; 65 invalid policy file (does not
 validate, not UTF-8 (with its line and column), or over 1 MiB); 66 no readable
@@ -247,7 +257,11 @@ pub(crate) fn read_policy(path: &Path) -> Result<PolicyConfig, PolicyFileError> 
 /// Reads and validates a policy file, reporting failures on stderr.
 pub(crate) fn load_policy(path: &Path) -> Result<PolicyConfig, ExitCode> {
     let config = read_policy(path).map_err(|e| {
-        eprintln!("custodian: policy file {}: {e}", path.display());
+        eprintln!(
+            "custodian: policy file {}: {}",
+            path.display(),
+            super::chain(&e)
+        );
         ExitCode::from(e.exit_code())
     })?;
     for warning in config.warnings() {
@@ -284,10 +298,10 @@ pub(crate) fn process_target(
     let (executable, argv) = command.split_first()?;
     let literals = env
         .iter()
-        .map(|(k, v)| (k.clone(), EnvValue::Literal(v.clone())));
+        .map(|(k, v)| (k.clone(), TargetEnvValue::Literal(v.clone())));
     let secrets = env_secret
         .iter()
-        .map(|(k, r)| (k.clone(), EnvValue::SecretRef(r.clone())));
+        .map(|(k, r)| (k.clone(), TargetEnvValue::SecretRef(r.clone())));
     Some(ProcessTarget {
         executable: executable.clone(),
         argv: argv.to_vec(),
@@ -368,7 +382,7 @@ fn explain(args: ExplainArgs) -> ExitCode {
     );
     let json = explain_json(&args.tool, context, &decision);
     // A closed or full stdout is reported (74), never a panic.
-    if super::run::emit(&serde_json::to_string_pretty(&json).unwrap_or_default()) {
+    if super::run::emit(&json.to_string()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(super::run::EXIT_OUTPUT_FAILED)

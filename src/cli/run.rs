@@ -27,7 +27,9 @@ pub(crate) const EXIT_INTERNAL: u8 = 70;
 pub(crate) const EXIT_OUTPUT_FAILED: u8 = 74;
 
 const AFTER_HELP: &str = "\
-Prints one evidence JSON object (docs/schemas/process-evidence.v1.json) on stdout.
+Output: JSON by default: one evidence object (docs/schemas/process-evidence.v1.json)
+as one compact line on stdout (inside the <data source=\"tool\"> boundary with
+--for-model). Messages and logs go to stderr.
 
 Exit codes:
   0   the run completed: the child exited, was signalled, timed out or was
@@ -321,13 +323,13 @@ pub(crate) fn main(args: Args) -> ExitCode {
     } = match validate(args) {
         Ok(v) => v,
         Err(e) => {
-            print_error(out, "invalid_invocation", e.code(), &e.to_string());
+            print_error(out, "invalid_invocation", e.code(), &super::chain(&e));
             return ExitCode::from(EXIT_INVALID);
         }
     };
     if subreaper {
         if let Err(e) = custodian::process::enable_subreaper() {
-            print_error(out, "launch_failed", e.code(), &e.to_string());
+            print_error(out, "launch_failed", e.code(), &super::chain(&e));
             return ExitCode::from(EXIT_LAUNCH_FAILED);
         }
     }
@@ -337,7 +339,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            print_error(out, "internal", "runtime", &e.to_string());
+            print_error(out, "internal", "runtime", &super::chain(&e));
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
@@ -350,7 +352,8 @@ pub(crate) fn main(args: Args) -> ExitCode {
     };
     match outcome {
         Ok(evidence) => {
-            let internal = evidence.status == custodian::process::evidence::Status::InternalError;
+            let internal =
+                evidence.status == custodian::process::evidence::ProcessStatus::InternalError;
             match (out.json(&evidence.to_json()), internal) {
                 (false, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
                 // custodian failed after the launch (the group was killed,
@@ -365,7 +368,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
                 ProcessError::Env(_) => ("invalid_invocation", EXIT_INVALID),
                 _ => ("launch_failed", EXIT_LAUNCH_FAILED),
             };
-            print_error(out, kind, e.code(), &e.to_string());
+            print_error(out, kind, e.code(), &super::chain(&e));
             ExitCode::from(exit)
         }
     }

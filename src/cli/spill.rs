@@ -1,9 +1,9 @@
 //! `custodian spill`: the spill store and its retention sweep.
 //!
-//! Exit codes: 0 success; 1 the sweep finished with warnings; 2 usage;
-//! 65 malformed locator or session; 66 no such spill, root or input file;
-//! 74 I/O error; 77 refused (untrusted, symlink, foreign root);
-//! 78 invalid configuration.
+//! Exit codes (each subcommand's `--help` lists its own): 0 success; 1 the
+//! sweep finished with warnings; 2 usage; 65 malformed locator, session or
+//! prefix; 66 no such spill, root or input file; 74 I/O error; 77 refused
+//! (untrusted, symlink, foreign root); 78 invalid configuration.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -23,14 +23,55 @@ const EXIT_IOERR: u8 = 74;
 const EXIT_NOPERM: u8 = 77;
 const EXIT_CONFIG: u8 = 78;
 
+const SWEEP_HELP: &str = "\
+Output: a text summary by default; with --json, one compact JSON line
+(schema custodian.spill.sweep_report/1). Messages and logs go to stderr.
+
+Exit codes:
+  0   the sweep finished without warnings (or cleanup is disabled)
+  1   the sweep finished with warnings (listed in the report)
+  2   the command line could not be parsed
+  65  invalid --prefix
+  74  I/O error (the store or the runtime could not be set up)
+  77  a root refused (not owned by this user, a symlink, a foreign root)
+  78  invalid configuration (--config unreadable or not valid)";
+
+const WRITE_HELP: &str = "\
+Output: the locator (cspill:...) as one text line on stdout; not JSON.
+
+Exit codes:
+  0   written; the locator is on stdout
+  2   the command line could not be parsed
+  65  invalid --session name or --prefix
+  66  the input file does not exist
+  74  I/O error (reading the input, writing the store)
+  77  the root refused (not owned by this user, a symlink, a foreign root)
+  78  invalid configuration (--config unreadable or not valid)";
+
+const READ_HELP: &str = "\
+Output: the spilled bytes, unchanged, on stdout; not JSON.
+
+Exit codes:
+  0   the content is on stdout
+  2   the command line could not be parsed
+  65  not a spill locator, or an invalid --prefix
+  66  no such spill, or no default root matches the locator (pass --root)
+  74  I/O error (reading the store, writing stdout)
+  77  the root or the spill refused (a symlink, a special file, another
+      mount, a foreign root)
+  78  invalid configuration (--config unreadable or not valid)";
+
 /// Subcommands of `custodian spill`.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// Run one retention sweep and print its report.
+    #[command(after_help = SWEEP_HELP)]
     Sweep(SweepArgs),
     /// Write a spilled result and print its locator.
+    #[command(after_help = WRITE_HELP)]
     Write(WriteArgs),
     /// Print the content behind a locator.
+    #[command(after_help = READ_HELP)]
     Read(ReadArgs),
 }
 
@@ -66,7 +107,7 @@ pub(crate) struct SweepArgs {
     /// List what would be deleted; delete nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Print the report as JSON.
+    /// Print the report as one compact JSON line instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -112,13 +153,13 @@ impl From<StoreError> for Failure {
             StoreError::Refused { .. } | StoreError::ForeignRoot { .. } => EXIT_NOPERM,
             _ => EXIT_IOERR,
         };
-        Failure(code, e.to_string())
+        Failure(code, super::chain(&e))
     }
 }
 
 impl From<ConfigError> for Failure {
     fn from(e: ConfigError) -> Self {
-        Failure(EXIT_CONFIG, e.to_string())
+        Failure(EXIT_CONFIG, super::chain(&e))
     }
 }
 
@@ -188,7 +229,7 @@ fn sweep(a: SweepArgs) -> Result<u8, Failure> {
         rt.block_on(async {
             let svc = SpillService::activate_with(&cfg, opts).map_err(|e| match e {
                 custodian::spill::ServiceError::Store(s) => Failure::from(s),
-                other => Failure(EXIT_IOERR, other.to_string()),
+                other => Failure(EXIT_IOERR, super::chain(&other)),
             })?;
             Ok::<_, Failure>(svc.dispose().await)
         })?
@@ -226,7 +267,7 @@ fn sweep(a: SweepArgs) -> Result<u8, Failure> {
 
 fn print_report(r: &SweepReport, json: bool) {
     if json {
-        match serde_json::to_string_pretty(r) {
+        match serde_json::to_string(r) {
             Ok(s) => println!("{s}"),
             Err(e) => eprintln!("custodian spill: cannot encode report: {e}"),
         }
@@ -275,7 +316,7 @@ fn write(a: WriteArgs) -> Result<u8, Failure> {
 
 fn read(a: ReadArgs) -> Result<u8, Failure> {
     let cfg = load(&a.common)?;
-    let loc = Locator::parse(&a.locator).map_err(|e| Failure(EXIT_DATAERR, e.to_string()))?;
+    let loc = Locator::parse(&a.locator).map_err(|e| Failure(EXIT_DATAERR, super::chain(&e)))?;
     let store = match a.root.or(cfg.root.clone()) {
         Some(r) => SpillStore::open_existing(&r)?,
         None => find_default_root(&cfg, &loc)?,

@@ -454,6 +454,11 @@ impl Cgroup {
         &self,
         deadline: tokio::time::Instant,
     ) -> Result<bool, CgroupError> {
+        // Already empty (the common case once a process settled): seen
+        // empty is the answer, and no watch is needed to see it.
+        if !self.populated()? {
+            return Ok(true);
+        }
         let mut watch = self.watch()?;
         loop {
             // Read after the watch exists, so no change can fall between.

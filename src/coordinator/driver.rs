@@ -14,7 +14,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::RequestId;
 use super::hooks::{Completion, ProcessControl, TerminalSink, WorkspaceLifecycle};
 use crate::error::SafeCode;
-use crate::machine::request::{self, Action, Candidate, CleanupResult, Event, Phase, State};
+use crate::machine::request::{self, Action, Candidate, CleanupOutcome, Event, Phase, State};
 use crate::sync::{Commit, CommitLog, SettleOnce};
 
 /// The code recorded when the cleanup did not finish by the request's
@@ -33,7 +33,7 @@ pub const CODE_CANCEL_ABORTED: SafeCode = SafeCode::new("cancel_aborted");
 /// How long a request may run and finalize. Both deadlines are frozen when
 /// the request starts and never extended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub struct RequestLimits {
     /// From start to the `Timeout` candidate.
     pub request_timeout: Duration,
     /// From the request deadline to the cleanup deadline: cancel and cleanup
@@ -44,9 +44,9 @@ pub struct Limits {
     pub terminal_write_timeout: Duration,
 }
 
-impl Default for Limits {
+impl Default for RequestLimits {
     fn default() -> Self {
-        Limits {
+        RequestLimits {
             request_timeout: Duration::from_secs(300),
             cleanup_grace: Duration::from_secs(30),
             terminal_write_timeout: Duration::from_secs(10),
@@ -56,7 +56,7 @@ impl Default for Limits {
 
 /// One committed transition, as recorded in a request's event log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+pub struct TransitionRecord {
     /// Position in the log, from 0.
     pub index: u32,
     /// The `now` passed to the step function.
@@ -105,7 +105,7 @@ struct Shared {
     /// whoever commits; a handle commits `WorkspaceOpening` itself only
     /// while nothing sent is pending, so never ahead of an input it sent
     /// earlier (see [`CommitLog`]).
-    commits: CommitLog<State, Record>,
+    commits: CommitLog<State, TransitionRecord>,
     counters: Counters,
     /// Settled when the request asked to cancel its executor (the first
     /// candidate's `CancelProcesses`), before the cancel hook is called: the
@@ -123,7 +123,7 @@ impl Shared {
         index: usize,
         event: Event,
         now: std::time::Instant,
-    ) -> Commit<State, Record, (State, Vec<Action>)> {
+    ) -> Commit<State, TransitionRecord, (State, Vec<Action>)> {
         let before = *before;
         let request::Transition { next, actions } = request::step(&before, event, now);
         debug!(?event, before = ?before.phase(), after = ?next.phase(), ?actions, "transition");
@@ -132,7 +132,7 @@ impl Shared {
         }
         Commit {
             next,
-            record: Record {
+            record: TransitionRecord {
                 index: u32::try_from(index).unwrap_or(u32::MAX),
                 at: now,
                 before,
@@ -172,7 +172,7 @@ impl Shared {
         self.commits.state()
     }
 
-    fn log(&self) -> Vec<Record> {
+    fn log(&self) -> Vec<TransitionRecord> {
         self.commits.log()
     }
 }
@@ -202,6 +202,11 @@ pub struct OpenRefused;
 /// A caller's handle on one request. Cheap to clone; dropping every clone
 /// before the request ended counts as a caller disconnect (the request is
 /// still cancelled and cleaned up, with nothing written).
+///
+/// Give the executor an [`ExecutorHandle`] ([`RequestHandle::executor`]),
+/// not a clone of this handle: a clone held by the executor keeps the
+/// request alive, so the caller going away would only end it at its
+/// timeout.
 #[derive(Clone, Debug)]
 pub struct RequestHandle {
     tx: mpsc::UnboundedSender<Input>,
@@ -232,7 +237,7 @@ impl RequestObserver {
     }
 
     /// Every committed transition so far, in order.
-    pub fn log(&self) -> Vec<Record> {
+    pub fn log(&self) -> Vec<TransitionRecord> {
         self.shared.log()
     }
 
@@ -243,6 +248,20 @@ impl RequestObserver {
 }
 
 impl RequestHandle {
+    /// The executor's capability on this request, which does not keep it
+    /// alive: see [`ExecutorHandle`].
+    pub fn executor(&self) -> ExecutorHandle {
+        ExecutorHandle {
+            tx: self.tx.downgrade(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The request's tracing span (`request`, with its `request_id`).
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
     /// A view of the request that does not keep it alive.
     pub fn observer(&self) -> RequestObserver {
         RequestObserver {
@@ -333,7 +352,7 @@ impl RequestHandle {
     }
 
     /// Every committed transition so far, in order.
-    pub fn log(&self) -> Vec<Record> {
+    pub fn log(&self) -> Vec<TransitionRecord> {
         self.shared.log()
     }
 
@@ -354,14 +373,141 @@ impl RequestHandle {
     }
 }
 
+/// The executor's capability on a request: report its own outcome, announce
+/// its workspace, and learn that it must stop. It does **not** keep the
+/// request alive: once every [`RequestHandle`] (the caller's side) is gone,
+/// the request is a caller disconnect whatever executor handles remain, so
+/// an executor that outlives its caller can never hide the disconnect.
+///
+/// Get one with [`RequestHandle::executor`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ExecutorHandle {
+    tx: mpsc::WeakUnboundedSender<Input>,
+    shared: Arc<Shared>,
+}
+
+impl ExecutorHandle {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.shared.id
+    }
+
+    /// The request's tracing span; the executor's own spans (a process's)
+    /// nest under it.
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
+    /// Reports a terminal candidate, as [`RequestHandle::candidate`]. If
+    /// every caller handle is gone the request is already finalizing as a
+    /// disconnect, and the candidate would only have been a duplicate: it is
+    /// dropped.
+    pub fn candidate(&self, candidate: Candidate) {
+        if let Some(tx) = self.tx.upgrade() {
+            let _ = self
+                .shared
+                .send(&tx, Input::Event(Event::Candidate(candidate)));
+        }
+    }
+
+    /// Announces the workspace, as [`RequestHandle::workspace_opening`].
+    ///
+    /// # Errors
+    ///
+    /// [`OpenRefused`] when the request's cleanup has started or was decided
+    /// without a workspace (every caller gone included): do not open it.
+    pub async fn workspace_opening(&self) -> Result<(), OpenRefused> {
+        // Held only for the announcement: a caller that drops its last
+        // handle meanwhile is seen as soon as this one goes too.
+        let Some(tx) = self.tx.upgrade() else {
+            return Err(OpenRefused);
+        };
+        RequestHandle {
+            tx,
+            shared: Arc::clone(&self.shared),
+        }
+        .workspace_opening()
+        .await
+    }
+
+    /// Resolves once the request asked its executor to stop; see
+    /// [`RequestHandle::cancelled`].
+    pub async fn cancelled(&self) {
+        self.shared.cancel.wait_async().await;
+    }
+
+    /// Whether the request asked its executor to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_settled()
+    }
+
+    /// A read-only view of the request.
+    pub fn observer(&self) -> RequestObserver {
+        RequestObserver {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
 /// Drives requests end to end. Cheap to clone; every request gets its own
 /// actor task on the current tokio runtime.
+///
+/// [`Runtime`](crate::Runtime) builds one over its own hooks; build one
+/// directly to drive a request whose workspace, processes or endpoint live
+/// elsewhere (a node across the wire, an endpoint of your own).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use custodian::RequestId;
+/// use custodian::coordinator::{
+///     Coordinator, NoProcesses, RequestLimits, TerminalSink, TerminalWriteError,
+/// };
+/// use custodian::machine::request::{Candidate, Delivery, FinalResult, RequestStatus};
+/// use custodian::workspace::{Workspace, WorkspaceConfig};
+///
+/// /// The endpoint: here it only prints the terminal result.
+/// struct Print;
+/// impl TerminalSink for Print {
+///     async fn write_terminal(
+///         &self,
+///         request: &RequestId,
+///         result: &FinalResult,
+///     ) -> Result<(), TerminalWriteError> {
+///         println!("{request}: {:?}", result.status());
+///         Ok(())
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// let workspace = Workspace::open(dir.path(), WorkspaceConfig::default())?;
+/// let coordinator = Coordinator::new(
+///     Arc::new(workspace.clone()),
+///     Arc::new(NoProcesses),
+///     Arc::new(Print),
+///     RequestLimits::default(),
+/// );
+/// let request = coordinator.start(RequestId::new("req-1")?);
+/// let executor = request.executor();
+/// executor.workspace_opening().await?; // announce, then open
+/// workspace.open_request("req-1")?.create_file("result.json")?;
+/// executor.candidate(Candidate::Success);
+///
+/// let completion = request.finished().await;
+/// assert_eq!(completion.result.status(), RequestStatus::Succeeded);
+/// assert_eq!(completion.delivery, Delivery::Acknowledged);
+/// assert_eq!(completion.cleanup.unwrap().counts.files_removed, 1);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Coordinator<L, P, S> {
     lifecycle: Arc<L>,
     processes: Arc<P>,
     sink: Arc<S>,
-    limits: Limits,
+    limits: RequestLimits,
 }
 
 impl<L, P, S> Clone for Coordinator<L, P, S> {
@@ -382,7 +528,7 @@ where
     S: TerminalSink,
 {
     /// A coordinator over the given seams.
-    pub fn new(lifecycle: Arc<L>, processes: Arc<P>, sink: Arc<S>, limits: Limits) -> Self {
+    pub fn new(lifecycle: Arc<L>, processes: Arc<P>, sink: Arc<S>, limits: RequestLimits) -> Self {
         Coordinator {
             lifecycle,
             processes,
@@ -406,14 +552,29 @@ where
         &self.sink
     }
 
+    /// The default limits of the requests [`Coordinator::start`] begins.
+    pub fn limits(&self) -> RequestLimits {
+        self.limits
+    }
+
     /// Starts driving a request; its deadlines are frozen now.
     ///
     /// # Panics
     ///
     /// Panics if called outside a tokio runtime.
     pub fn start(&self, id: RequestId) -> RequestHandle {
+        self.start_with(id, self.limits)
+    }
+
+    /// Starts driving a request under its own `limits` instead of the
+    /// coordinator's defaults; its deadlines are frozen now.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn start_with(&self, id: RequestId, limits: RequestLimits) -> RequestHandle {
         let now = Instant::now();
-        let request_deadline = now + self.limits.request_timeout;
+        let request_deadline = now + limits.request_timeout;
         let shared = Arc::new(Shared {
             id: id.clone(),
             done: SettleOnce::new(),
@@ -429,7 +590,8 @@ where
             this: self.clone(),
             shared: Arc::clone(&shared),
             request_deadline,
-            cleanup_deadline: request_deadline + self.limits.cleanup_grace,
+            cleanup_deadline: request_deadline + limits.cleanup_grace,
+            terminal_write_timeout: limits.terminal_write_timeout,
             internal: itx,
             in_flight: 0,
             ready: VecDeque::new(),
@@ -454,6 +616,7 @@ struct Actor<L, P, S> {
     shared: Arc<Shared>,
     request_deadline: Instant,
     cleanup_deadline: Instant,
+    terminal_write_timeout: Duration,
     /// Answers of action tasks come back here; the actor holds a sender so
     /// this channel never closes.
     internal: mpsc::UnboundedSender<Answer>,
@@ -630,10 +793,10 @@ where
                         ))
                     },
                     self.cleanup_deadline,
-                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                    Answer::Event(Event::CleanupFinished(CleanupOutcome::Failed(
                         CODE_CLEANUP_DEADLINE_EXCEEDED,
                     ))),
-                    Answer::Event(Event::CleanupFinished(CleanupResult::Failed(
+                    Answer::Event(Event::CleanupFinished(CleanupOutcome::Failed(
                         CODE_CLEANUP_ABORTED,
                     ))),
                 );
@@ -650,7 +813,7 @@ where
                             Err(_) => Event::Candidate(Candidate::TerminalWriteFailed),
                         })
                     },
-                    Instant::now() + self.this.limits.terminal_write_timeout,
+                    Instant::now() + self.terminal_write_timeout,
                     failed,
                     failed,
                 );
@@ -668,11 +831,19 @@ where
                     | Phase::Cleaning { .. }
                     | Phase::Writing { .. } => request::Delivery::CallerGone,
                 };
+                let cleanup = if counters.cleanups.load(Ordering::SeqCst) > 0 {
+                    self.this.lifecycle.cleanup_detail(&id)
+                } else {
+                    None
+                };
+                let processes = self.this.processes.process_verdicts(&id);
                 let completion = Completion {
                     request_id: id,
                     result,
                     delivery,
                     stop_unconfirmed: self.stop_unconfirmed,
+                    cleanup,
+                    processes,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");

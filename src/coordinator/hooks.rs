@@ -11,7 +11,7 @@ use std::future::Future;
 
 use super::RequestId;
 use crate::error::SafeCode;
-use crate::machine::request::{CleanupResult, Delivery, FinalResult};
+use crate::machine::request::{CleanupOutcome, Delivery, FinalResult};
 
 /// The optional workspace lifecycle of a request's executor.
 ///
@@ -32,7 +32,16 @@ use crate::machine::request::{CleanupResult, Delivery, FinalResult};
 pub trait WorkspaceLifecycle: Send + Sync + 'static {
     /// Removes everything the request owns (its processes and registered
     /// artifacts) and reports how that went, as a safe code on failure.
-    fn cleanup_workspace(&self, request: &RequestId) -> impl Future<Output = CleanupResult> + Send;
+    fn cleanup_workspace(&self, request: &RequestId)
+    -> impl Future<Output = CleanupOutcome> + Send;
+
+    /// The detail of the request's cleanup (status, counts, safe code) for
+    /// its [`Completion`], if this lifecycle keeps one. Called once, when
+    /// the request completes and only if the cleanup was started; it must
+    /// neither block nor panic. The default keeps none.
+    fn cleanup_detail(&self, _request: &RequestId) -> Option<crate::workspace::CleanupResult> {
+        None
+    }
 }
 
 /// Stops the executor and every process a request launched.
@@ -40,6 +49,63 @@ pub trait ProcessControl: Send + Sync + 'static {
     /// Cancels the request's executor and processes; resolves once they can
     /// no longer touch the workspace. Called at most once per request.
     fn cancel_processes(&self, request: &RequestId) -> impl Future<Output = ()> + Send;
+
+    /// The verdict of every process the request launched, for its
+    /// [`Completion`]. Called exactly once per request, when it completes
+    /// (after its cleanup): an implementation may forget the request
+    /// afterwards. It must neither block nor panic. The default reports
+    /// none.
+    fn process_verdicts(&self, _request: &RequestId) -> Vec<ProcessVerdict> {
+        Vec::new()
+    }
+}
+
+/// What became of one process a request launched, as its [`Completion`]
+/// reports it: the safe fields of its [`Evidence`], never its output,
+/// argv or environment.
+///
+/// [`Evidence`]: crate::process::Evidence
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ProcessVerdict {
+    /// The root's pid (also its process group id).
+    pub pid: u32,
+    /// How it ended; `None` if it had not settled when the request
+    /// completed (the cleanup then reports it unsettled and fails closed).
+    pub status: Option<crate::process::evidence::ProcessStatus>,
+    /// The root's exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the root, if one did.
+    pub signal: Option<i32>,
+    /// What is known about its descendants (`None` if not settled).
+    pub descendants: Option<crate::process::evidence::DescendantVerdict>,
+    /// The containment tier it ran in (`None` if not settled).
+    pub tier: Option<crate::process::evidence::ContainmentTier>,
+}
+
+impl ProcessVerdict {
+    /// The verdict of a settled process's evidence.
+    pub fn from_evidence(pid: u32, ev: &crate::process::Evidence) -> Self {
+        ProcessVerdict {
+            pid,
+            status: Some(ev.status),
+            exit_code: ev.exit_code,
+            signal: ev.signal,
+            descendants: Some(ev.descendants.verdict),
+            tier: Some(ev.descendants.tier),
+        }
+    }
+
+    /// The verdict of a process that had not settled.
+    pub fn unsettled(pid: u32) -> Self {
+        ProcessVerdict {
+            pid,
+            status: None,
+            exit_code: None,
+            signal: None,
+            descendants: None,
+            tier: None,
+        }
+    }
 }
 
 /// The endpoint that receives a request's terminal result.
@@ -77,8 +143,8 @@ pub struct NoWorkspace;
 pub const CODE_NO_WORKSPACE_LIFECYCLE: SafeCode = SafeCode::new("no_workspace_lifecycle");
 
 impl WorkspaceLifecycle for NoWorkspace {
-    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupResult {
-        CleanupResult::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
+    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupOutcome {
+        CleanupOutcome::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
     }
 }
 
@@ -105,20 +171,34 @@ pub struct Completion {
     /// The cleanup ran either way.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_unconfirmed: Option<SafeCode>,
+    /// The detail of the workspace cleanup (status, counts, safe code; never
+    /// a path), when one ran and the lifecycle keeps it
+    /// ([`WorkspaceLifecycle::cleanup_detail`]). `result.cleanup` is the
+    /// merged summary either way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<crate::workspace::CleanupResult>,
+    /// Each process the request launched, in launch order
+    /// ([`ProcessControl::process_verdicts`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessVerdict>,
 }
 
 /// The workspace runtime is a lifecycle: its cleanup is already elected once
 /// per request; a clean or already-gone job is `Ok`, a fail-closed cleanup
 /// carries its safe code.
 impl WorkspaceLifecycle for crate::workspace::Workspace {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         match self.cleanup(request.as_str()).await {
             Ok(r) if r.status == crate::workspace::CleanupStatus::Failed => {
-                CleanupResult::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
+                CleanupOutcome::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
             }
-            Ok(_) => CleanupResult::Ok,
-            Err(_) => CleanupResult::Failed(SafeCode::new("invalid_request_id")),
+            Ok(_) => CleanupOutcome::Ok,
+            Err(_) => CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
         }
+    }
+
+    fn cleanup_detail(&self, request: &RequestId) -> Option<crate::workspace::CleanupResult> {
+        self.cleanup_result(request)
     }
 }
 

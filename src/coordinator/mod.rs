@@ -7,7 +7,7 @@
 //! deadline, a caller disconnect, or the answer of an action — is committed
 //! through [`step`](crate::machine::request::step) from the request's
 //! committed [`State`](crate::machine::request::State), recorded in the
-//! request's event log ([`Record`]: before, event, after, actions) under the
+//! request's event log ([`TransitionRecord`]: before, event, after, actions) under the
 //! same lock, and the actions the step returned are executed exactly as
 //! returned:
 //!
@@ -28,7 +28,7 @@
 //!
 //! An action's hook is polled once where the action is executed; if it is
 //! not ready at once, it goes on in its own task, bounded by the request's
-//! frozen deadlines ([`Limits`]), and reports back through a channel. Either
+//! frozen deadlines ([`RequestLimits`]), and reports back through a channel. Either
 //! way its answer is committed after the external inputs already queued. A
 //! missed deadline or a panicking hook becomes a typed answer, so no request
 //! can hang.
@@ -53,15 +53,14 @@
 
 mod driver;
 mod hooks;
-mod id;
 
+pub use crate::id::{RequestId, RequestIdError};
 pub use driver::{
     CODE_CANCEL_ABORTED, CODE_CANCEL_DEADLINE_EXCEEDED, CODE_CLEANUP_ABORTED,
-    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, Limits, OpenRefused, Record,
-    RequestHandle, RequestObserver,
+    CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, OpenRefused,
+    RequestHandle, RequestLimits, RequestObserver, TransitionRecord,
 };
 pub use hooks::{
     CODE_NO_WORKSPACE_LIFECYCLE, Completion, NoProcesses, NoWorkspace, ProcessControl,
-    TerminalSink, TerminalWriteError, WorkspaceLifecycle,
+    ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
 };
-pub use id::{InvalidRequestId, RequestId};

@@ -194,6 +194,21 @@ pub(crate) fn open_file_at(
     rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(mode as _))
 }
 
+/// `fcntl(fd, F_DUPFD_CLOEXEC, 0)`—Another descriptor of the same open
+/// directory (or file), for a second thread of a cleaner.
+///
+/// # Errors
+///
+/// `EMFILE` when the process is out of descriptors.
+///
+/// # References
+///
+/// [fcntl(2)](https://man7.org/linux/man-pages/man2/fcntl.2.html)
+#[doc(alias = "fcntl")]
+pub(crate) fn dup(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}
+
 /// `fchmod(fd, mode)`—Sets the mode of an open inode.
 ///
 /// # Errors

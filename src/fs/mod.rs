@@ -31,7 +31,9 @@
 //!   group or others; an ancestor is owned by root or that user and not
 //!   writable by others unless sticky.
 //! - **Removal is tamper-evident** ([`Quarantine`]): an entry leaves the
-//!   user-visible tree by `renameat2(RENAME_NOREPLACE)` before anything is
+//!   user-visible tree by `renameat2` into a cleaner-private quarantine
+//!   (`RENAME_NOREPLACE`, or onto the name of a file already identified
+//!   there, which that destroys) before anything is
 //!   destroyed, what arrived is identified by descriptor, and the held
 //!   descriptor must show `nlink == 0` afterwards. The argument and the
 //!   remaining window are in the [`Quarantine`] docs.
@@ -47,14 +49,14 @@
 //! | `openat` | [`open_regular`] | `O_NOFOLLOW \| O_NONBLOCK`, then a type check | `Workspace::open_user_file` |
 //! | `openat` | [`open_file_at`] | `O_NOFOLLOW` (+ the caller's `O_CREAT \| O_EXCL` or `O_NONBLOCK`) | spill store write / read |
 //! | `openat` | [`create_file`] | `O_CREAT \| O_EXCL \| O_NOFOLLOW` | workspace artifacts |
-//! | `openat` | [`Quarantine::remove`] | `O_PATH \| O_NOFOLLOW` | both cleaners' removals |
+//! | `openat` | [`Quarantine::remove`], [`Quarantine::remove_file`] | `O_PATH \| O_NOFOLLOW` | both cleaners' removals |
 //! | `open`, `mkdir` | [`open_configured_dir`], [`mkdir_configured`], [`open_dir_path`] | operator-configured roots only | workspace root, spill roots |
 //! | `mkdirat` | [`mkdir_at`] | fails on any existing name | job, quarantine, session dirs |
 //! | `statx` | [`stat_at`], [`stat_fd`], [`observe_at`], [`observe_fd`] | `AT_SYMLINK_NOFOLLOW \| AT_NO_AUTOMOUNT` | identity, trust, mount fence |
 //! | `getdents64` | [`list`], [`for_each_name`] | — | listings |
-//! | `renameat2` | [`Quarantine::remove`] | `RENAME_NOREPLACE` | the only way anything leaves a tree |
-//! | `unlinkat` | [`Quarantine::remove`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created or the workspace's own journal, `rmdir_at` only for a cleaner's own empty quarantine or root |
-//! | `fchmod`, `flock`, `fcntl` | [`fchmod`], [`flock`], [`open_regular`] | — | spill roots and sessions; clearing `O_NONBLOCK` |
+//! | `renameat2` | [`Quarantine::remove`], [`Quarantine::remove_file`] | `RENAME_NOREPLACE`; `0` only onto the name of a file pending in the caller's own quarantine, which it destroys | the only way anything leaves a tree |
+//! | `unlinkat` | [`Quarantine::remove`], [`Quarantine::flush`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created or the workspace's own journal, `rmdir_at` only for a cleaner's own empty quarantine or root |
+//! | `fchmod`, `flock`, `fcntl` | [`fchmod`], [`flock`], [`open_regular`], [`dup`] | `F_DUPFD_CLOEXEC` for [`dup`] | spill roots and sessions; clearing `O_NONBLOCK`; a directory's descriptor for a cleaner's second thread |
 //! | `ftruncate` | [`truncate`] | — | the workspace's own ownership journals (cut a torn tail before appending) |
 //! | `geteuid` | [`trusting_uid`] | — | the owner the trust rules expect |
 //!
@@ -78,11 +80,11 @@ pub(crate) use append::truncate;
 pub use stat::{BirthTime, FileKind, Identity, MountId, Observed};
 
 pub(crate) use dir::{
-    Access, Entry, WalkError, create_file, fchmod, flock, for_each_name, list, mkdir_at,
+    Access, Entry, WalkError, create_file, dup, fchmod, flock, for_each_name, list, mkdir_at,
     mkdir_configured, open_configured_dir, open_dir_at, open_dir_path, open_file_at, open_parent,
     open_regular, rmdir_at, unlink_at,
 };
-pub(crate) use remove::{Quarantine, Removal};
+pub(crate) use remove::{Quarantine, Removal, Settled};
 pub(crate) use rustix::fs::{FlockOperation, OFlags};
 pub(crate) use rustix::io::Errno;
 pub(crate) use stat::{

@@ -61,6 +61,7 @@ fn against_real_filesystems() {
 fn against_real_filesystems_body() {
     let scratch = sandbox::scratch();
     quarantine_outcomes(&scratch);
+    deferred_outcomes(&scratch);
     if sandbox::is_root() {
         mounts_are_fenced(&scratch);
     } else {
@@ -185,6 +186,133 @@ fn quarantine_outcomes(base: &Path) {
     );
     assert_eq!(nlink(&dpin), 0);
     assert_eq!(std::fs::read_dir(&qp).unwrap().count(), 0);
+}
+
+/// The one entry in the quarantine directory `qp`.
+fn only_entry(qp: &Path) -> std::path::PathBuf {
+    let mut all: Vec<_> = std::fs::read_dir(qp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(all.len(), 1, "{all:?}");
+    all.pop().unwrap()
+}
+
+/// Files whose destruction is deferred to the next file's move.
+fn deferred_outcomes(base: &Path) {
+    let t = base.join("dtree");
+    let o = base.join("doutside");
+    let qp = base.join("dq");
+    for d in [&t, &o, &qp] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let tree = dir(&t);
+    let mut q = Quarantine::new(dir(&qp));
+    let stat = |name: &str| stat_at(tree.as_fd(), &CString::new(name).unwrap()).unwrap();
+    let file = |name: &str| {
+        std::fs::write(t.join(name), b"ours").unwrap();
+        (stat(name), pin(&t.join(name)))
+    };
+
+    // The first file waits in the quarantine; the second one's move
+    // destroys it, and the held descriptor proves it.
+    let (a1, a1_pin) = file("a1");
+    let (a2, a2_pin) = file("a2");
+    assert_eq!(
+        q.remove_file(7, tree.as_fd(), c"a1", same(a1)),
+        Ok(Removal::Pending)
+    );
+    assert!(!t.join("a1").exists());
+    assert_eq!(nlink(&a1_pin), 1, "pending, not destroyed yet");
+    assert_eq!(q.settled().count(), 0);
+    assert_eq!(
+        q.remove_file(8, tree.as_fd(), c"a2", same(a2)),
+        Ok(Removal::Pending)
+    );
+    assert_eq!(q.settled().collect::<Vec<_>>(), [(7, Settled::Destroyed)]);
+    assert_eq!(nlink(&a1_pin), 0);
+    assert_eq!(nlink(&a2_pin), 1);
+    q.flush();
+    assert_eq!(q.settled().collect::<Vec<_>>(), [(8, Settled::Destroyed)]);
+    assert_eq!(nlink(&a2_pin), 0);
+    assert_eq!(std::fs::read_dir(&qp).unwrap().count(), 0);
+
+    // A name gone meanwhile: the pending file stays pending.
+    let (_, b1_pin) = file("b1");
+    std::fs::hard_link(t.join("b1"), t.join("b2")).unwrap();
+    let b1 = stat_at(tree.as_fd(), c"b1").unwrap();
+    assert_eq!(b1.nlink, 2);
+    assert_eq!(
+        q.remove_file(0, tree.as_fd(), c"b1", same(b1)),
+        Ok(Removal::Pending)
+    );
+    assert_eq!(
+        q.remove_file(1, tree.as_fd(), c"gone", same(b1)),
+        Ok(Removal::Missing)
+    );
+    assert_eq!(q.settled().count(), 0);
+
+    // The next name is another link of the pending inode: the rename does
+    // nothing at all. Not destroyed, so never reported as such, even when
+    // the extra link goes at the same time and the count alone would say
+    // "one link less".
+    let (other, _) = file("other");
+    let tb2 = t.join("b2");
+    let r = q.remove_file(2, tree.as_fd(), c"b2", |seen| {
+        std::fs::remove_file(&tb2).unwrap();
+        same(other)(seen)
+    });
+    assert_eq!(r, Ok(Removal::Restored(Some(()))));
+    assert_eq!(q.settled().collect::<Vec<_>>(), [(0, Settled::Tampered)]);
+    assert_eq!(nlink(&b1_pin), 1, "the pending inode survives, at b2");
+    std::fs::remove_file(t.join("b2")).unwrap();
+    std::fs::remove_file(t.join("other")).unwrap();
+    assert_eq!(std::fs::read_dir(&qp).unwrap().count(), 0);
+
+    // A racer aiming at the quarantine swaps its own file in for the
+    // pending one: the next move destroys the racer's file (the window's
+    // cost), and the proof reports it.
+    let (c1, c1_pin) = file("c1");
+    let (c2, c2_pin) = file("c2");
+    std::fs::write(o.join("bait"), b"bait").unwrap();
+    let bait = pin(&o.join("bait"));
+    assert_eq!(
+        q.remove_file(0, tree.as_fd(), c"c1", same(c1)),
+        Ok(Removal::Pending)
+    );
+    exchange(&only_entry(&qp), &o.join("bait"));
+    assert_eq!(
+        q.remove_file(1, tree.as_fd(), c"c2", same(c2)),
+        Ok(Removal::Pending)
+    );
+    assert_eq!(q.settled().collect::<Vec<_>>(), [(0, Settled::Tampered)]);
+    assert_eq!(nlink(&bait), 0, "the window's cost, reported");
+    assert_eq!(nlink(&c1_pin), 1, "the registered inode survives");
+    q.flush();
+    assert_eq!(q.settled().collect::<Vec<_>>(), [(1, Settled::Destroyed)]);
+    assert_eq!(nlink(&c2_pin), 0);
+
+    // A foreign file arriving over the pending name: the pending file is
+    // destroyed (it was the registered one), the foreign one put back.
+    let (d1, d1_pin) = file("d1");
+    let (d2, _) = file("d2");
+    std::fs::write(o.join("user"), b"user").unwrap();
+    let user = pin(&o.join("user"));
+    assert_eq!(
+        q.remove_file(0, tree.as_fd(), c"d1", same(d1)),
+        Ok(Removal::Pending)
+    );
+    exchange(&t.join("d2"), &o.join("user"));
+    assert_eq!(
+        q.remove_file(1, tree.as_fd(), c"d2", same(d2)),
+        Ok(Removal::Restored(Some(())))
+    );
+    assert_eq!(q.settled().collect::<Vec<_>>(), [(0, Settled::Destroyed)]);
+    assert_eq!(nlink(&d1_pin), 0);
+    assert_eq!(nlink(&user), 1);
+    assert_eq!(std::fs::read(t.join("d2")).unwrap(), b"user");
+    assert_eq!(std::fs::read_dir(&qp).unwrap().count(), 0);
+    drop(q);
 }
 
 fn mounts_are_fenced(base: &Path) {

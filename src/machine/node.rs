@@ -5,10 +5,10 @@
 //!
 //! A node keeps one small [`State`] per request id. It has two halves:
 //!
-//! - [`Job`] — what the node knows about the request's job namespace on
-//!   disk: [`Absent`](Job::Absent) (never opened by this node),
-//!   [`Opening`](Job::Opening) (the open is running), [`Present`](Job::Present),
-//!   or [`Unknown`](Job::Unknown) (the node restarted, or an open failed:
+//! - [`JobState`] — what the node knows about the request's job namespace on
+//!   disk: [`Absent`](JobState::Absent) (never opened by this node),
+//!   [`Opening`](JobState::Opening) (the open is running), [`Present`](JobState::Present),
+//!   or [`Unknown`](JobState::Unknown) (the node restarted, or an open failed:
 //!   only the workspace can tell whether a job directory exists).
 //! - [`Fence`] — whether the request still accepts work:
 //!   [`Accepting`](Fence::Accepting), [`Cancelled`](Fence::Cancelled) (a
@@ -73,7 +73,7 @@ use crate::error::SafeCode;
 
 /// What the node knows about the request's job namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Job {
+pub enum JobState {
     /// This node never opened it (and its memory covers the request's life).
     Absent,
     /// The open is running.
@@ -119,7 +119,7 @@ pub enum CleanupVerdict {
 /// The per-request state on one node. Advance it only with [`step`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct State {
-    job: Job,
+    job: JobState,
     fence: Fence,
     /// Cleanups started (0 or 1; kept so that properties can count).
     cleanups: u8,
@@ -136,7 +136,7 @@ impl State {
     /// memory covers.
     pub const fn new() -> Self {
         State {
-            job: Job::Absent,
+            job: JobState::Absent,
             fence: Fence::Accepting,
             cleanups: 0,
         }
@@ -146,14 +146,14 @@ impl State {
     /// remain from before, and any fence was lost with the node's memory.
     pub const fn after_restart() -> Self {
         State {
-            job: Job::Unknown,
+            job: JobState::Unknown,
             fence: Fence::Accepting,
             cleanups: 0,
         }
     }
 
     /// What the node knows about the job namespace.
-    pub const fn job(&self) -> Job {
+    pub const fn job(&self) -> JobState {
         self.job
     }
 
@@ -174,7 +174,7 @@ impl State {
 
     /// Whether the request is open and accepting work.
     pub const fn is_open(&self) -> bool {
-        matches!(self.job, Job::Present) && self.accepting()
+        matches!(self.job, JobState::Present) && self.accepting()
     }
 
     /// The cleanup's verdict, once it finished.
@@ -288,25 +288,29 @@ pub fn step(state: &State, input: Input) -> Transition {
     let mut actions = Vec::with_capacity(3);
     match input {
         Input::Open => actions.push(match (next.fence, next.job) {
-            (Fence::Accepting, Job::Absent | Job::Unknown) => {
-                next.job = Job::Opening;
+            (Fence::Accepting, JobState::Absent | JobState::Unknown) => {
+                next.job = JobState::Opening;
                 Action::Open
             }
-            (Fence::Accepting, Job::Opening) => {
+            (Fence::Accepting, JobState::Opening) => {
                 Action::Reply(Reply::Refused(Refusal::OpenInProgress))
             }
-            (Fence::Accepting, Job::Present) => Action::Reply(Reply::Opened { already: true }),
+            (Fence::Accepting, JobState::Present) => Action::Reply(Reply::Opened { already: true }),
             (Fence::Cancelled | Fence::Cleaning | Fence::Cleaned(_), _) => {
                 Action::Reply(Reply::Refused(Refusal::Closed))
             }
         }),
         Input::OpenFinished { ok } => {
-            if next.job != Job::Opening {
+            if next.job != JobState::Opening {
                 // No open is running: a stray answer changes nothing.
                 return Transition { next, actions };
             }
             // A failed open is conservative: the workspace's cleanup checks.
-            next.job = if ok { Job::Present } else { Job::Unknown };
+            next.job = if ok {
+                JobState::Present
+            } else {
+                JobState::Unknown
+            };
             match next.fence {
                 Fence::Accepting => actions.push(Action::Reply(if ok {
                     Reply::Opened { already: false }
@@ -324,8 +328,8 @@ pub fn step(state: &State, input: Input) -> Transition {
             }
         }
         Input::Work => actions.push(match (next.fence, next.job) {
-            (Fence::Accepting, Job::Present) => Action::Proceed,
-            (Fence::Accepting, Job::Absent | Job::Opening | Job::Unknown) => {
+            (Fence::Accepting, JobState::Present) => Action::Proceed,
+            (Fence::Accepting, JobState::Absent | JobState::Opening | JobState::Unknown) => {
                 Action::Reply(Reply::Refused(Refusal::NotOpen))
             }
             (Fence::Cancelled | Fence::Cleaning | Fence::Cleaned(_), _) => {
@@ -337,10 +341,10 @@ pub fn step(state: &State, input: Input) -> Transition {
                 next.fence = Fence::Cancelled;
             }
             actions.push(match (next.fence, next.job) {
-                (Fence::Accepting | Fence::Cancelled, Job::Present) => Action::CancelProcesses,
+                (Fence::Accepting | Fence::Cancelled, JobState::Present) => Action::CancelProcesses,
                 // The cleanup cancels the processes itself before removing.
                 (Fence::Cleaning | Fence::Cleaned(_), _)
-                | (_, Job::Absent | Job::Opening | Job::Unknown) => {
+                | (_, JobState::Absent | JobState::Opening | JobState::Unknown) => {
                     Action::Reply(Reply::NothingToCancel)
                 }
             });
@@ -349,7 +353,7 @@ pub fn step(state: &State, input: Input) -> Transition {
             Fence::Accepting | Fence::Cancelled => {
                 next.fence = Fence::Cleaning;
                 match next.job {
-                    Job::Absent => {
+                    JobState::Absent => {
                         let verdict = CleanupVerdict::AlreadyGone;
                         next.fence = Fence::Cleaned(verdict);
                         actions.push(Action::Reply(Reply::Cleanup {
@@ -358,8 +362,8 @@ pub fn step(state: &State, input: Input) -> Transition {
                         }));
                     }
                     // Waits for the open: answered when it finishes.
-                    Job::Opening => actions.push(Action::AwaitCleanup),
-                    Job::Present | Job::Unknown => start_cleanup(&mut next, &mut actions),
+                    JobState::Opening => actions.push(Action::AwaitCleanup),
+                    JobState::Present | JobState::Unknown => start_cleanup(&mut next, &mut actions),
                 }
             }
             Fence::Cleaning => actions.push(Action::AwaitCleanup),
@@ -374,7 +378,7 @@ pub fn step(state: &State, input: Input) -> Transition {
                 next.job = match verdict {
                     CleanupVerdict::Cleaned
                     | CleanupVerdict::AlreadyGone
-                    | CleanupVerdict::Reclaimed => Job::Absent,
+                    | CleanupVerdict::Reclaimed => JobState::Absent,
                     // Failed closed: the suspect subtree is kept and reported.
                     CleanupVerdict::Failed(_) => next.job,
                 };
@@ -426,7 +430,7 @@ mod tests {
         ]
     }
 
-    fn s(job: Job, fence: Fence) -> State {
+    fn s(job: JobState, fence: Fence) -> State {
         let cleanups = u8::from(matches!(fence, Fence::Cleaning | Fence::Cleaned(_)));
         State {
             job,
@@ -456,7 +460,7 @@ mod tests {
                 assert!(t.next.cleanups <= 1, "{ctx}");
                 // A cleanup never starts while an open runs.
                 if t.actions.contains(&Action::StartCleanup) {
-                    assert_ne!(t.next.job, Job::Opening, "{ctx}");
+                    assert_ne!(t.next.job, JobState::Opening, "{ctx}");
                 }
             }
         }
@@ -467,21 +471,24 @@ mod tests {
         use Action::*;
         let closed = Reply(super::Reply::Refused(Refusal::Closed));
         let table = [
-            (s(Job::Absent, Fence::Accepting), Open),
-            (s(Job::Unknown, Fence::Accepting), Open),
+            (s(JobState::Absent, Fence::Accepting), Open),
+            (s(JobState::Unknown, Fence::Accepting), Open),
             (
-                s(Job::Opening, Fence::Accepting),
+                s(JobState::Opening, Fence::Accepting),
                 Reply(super::Reply::Refused(Refusal::OpenInProgress)),
             ),
             (
-                s(Job::Present, Fence::Accepting),
+                s(JobState::Present, Fence::Accepting),
                 Reply(super::Reply::Opened { already: true }),
             ),
-            (s(Job::Absent, Fence::Cancelled), closed),
-            (s(Job::Present, Fence::Cancelled), closed),
-            (s(Job::Opening, Fence::Cleaning), closed),
+            (s(JobState::Absent, Fence::Cancelled), closed),
+            (s(JobState::Present, Fence::Cancelled), closed),
+            (s(JobState::Opening, Fence::Cleaning), closed),
             (
-                s(Job::Absent, Fence::Cleaned(CleanupVerdict::AlreadyGone)),
+                s(
+                    JobState::Absent,
+                    Fence::Cleaned(CleanupVerdict::AlreadyGone),
+                ),
                 closed,
             ),
         ];
@@ -514,17 +521,17 @@ mod tests {
         assert_eq!(t.next.fence(), Fence::Cancelled);
         let t = step(&t.next, Input::Open);
         assert_eq!(t.actions, [Action::Reply(Reply::Refused(Refusal::Closed))]);
-        assert_eq!(t.next.job(), Job::Absent);
+        assert_eq!(t.next.job(), JobState::Absent);
     }
 
     #[test]
     fn a_cancel_of_an_open_request_cancels_its_processes_each_time() {
-        let open = s(Job::Present, Fence::Accepting);
+        let open = s(JobState::Present, Fence::Accepting);
         let t = step(&open, Input::Cancel);
         assert_eq!(t.actions, [Action::CancelProcesses]);
         let t = step(&t.next, Input::Cancel);
         assert_eq!(t.actions, [Action::CancelProcesses]);
-        let t = step(&s(Job::Present, Fence::Cleaning), Input::Cancel);
+        let t = step(&s(JobState::Present, Fence::Cleaning), Input::Cancel);
         assert_eq!(t.actions, [Action::Reply(Reply::NothingToCancel)]);
     }
 
@@ -535,7 +542,7 @@ mod tests {
         assert_eq!(t.actions, [Action::Reply(Reply::NothingToCancel)]);
         let t = step(&t.next, Input::OpenFinished { ok: true });
         assert_eq!(t.actions, [Action::Reply(Reply::Closed)]);
-        assert_eq!(t.next.job(), Job::Present);
+        assert_eq!(t.next.job(), JobState::Present);
         let t = step(&t.next, Input::Cleanup);
         assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
     }
@@ -559,7 +566,7 @@ mod tests {
         let t = step(&t.next, Input::CleanupFinished(CleanupVerdict::Cleaned));
         assert!(t.actions.is_empty());
         assert_eq!(t.next.cleaned(), Some(CleanupVerdict::Cleaned));
-        assert_eq!(t.next.job(), Job::Absent);
+        assert_eq!(t.next.job(), JobState::Absent);
     }
 
     #[test]
@@ -568,7 +575,7 @@ mod tests {
         let t = step(&t.next, Input::Cleanup);
         let t = step(&t.next, Input::OpenFinished { ok: false });
         assert!(t.actions.contains(&Action::StartCleanup));
-        assert_eq!(t.next.job(), Job::Unknown);
+        assert_eq!(t.next.job(), JobState::Unknown);
     }
 
     #[test]
@@ -599,7 +606,7 @@ mod tests {
         let t = step(&State::after_restart(), Input::Cleanup);
         assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
         let t = step(&t.next, Input::CleanupFinished(CleanupVerdict::Reclaimed));
-        assert_eq!(t.next.job(), Job::Absent);
+        assert_eq!(t.next.job(), JobState::Absent);
         assert_eq!(t.next.cleaned(), Some(CleanupVerdict::Reclaimed));
         let again = step(&t.next, Input::Cleanup);
         assert_eq!(
@@ -627,7 +634,7 @@ mod tests {
 
     #[test]
     fn duplicate_cleanups_never_start_a_second_removal() {
-        let mut st = s(Job::Present, Fence::Accepting);
+        let mut st = s(JobState::Present, Fence::Accepting);
         let mut started = 0;
         for i in 0..4 {
             let t = step(&st, Input::Cleanup);
@@ -644,13 +651,13 @@ mod tests {
         assert_eq!(started, 1);
         assert_eq!(st.cleaned(), Some(CleanupVerdict::Failed(FAIL)));
         // Failed closed: the job is kept and reported, not forgotten.
-        assert_eq!(st.job(), Job::Present);
+        assert_eq!(st.job(), JobState::Present);
     }
 
     #[test]
     fn stray_answers_change_nothing() {
         for st in states() {
-            if st.job != Job::Opening {
+            if st.job != JobState::Opening {
                 let t = step(&st, Input::OpenFinished { ok: true });
                 assert_eq!((t.next, t.actions.len()), (st, 0), "{st:?}");
             }

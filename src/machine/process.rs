@@ -107,7 +107,7 @@ pub enum Tier {
 
 /// The tunables of one run. The driver arms timers from these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Limits {
+pub struct ProcessLimits {
     /// From launch to [`Event::DeadlineReached`].
     pub timeout: Duration,
     /// From `SIGTERM` to [`Event::GraceElapsed`].
@@ -344,31 +344,39 @@ pub struct Summary<I> {
     pub timings: Timings<I>,
 }
 
-/// The overall status the evidence reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+/// How a governed process ended: the overall status its evidence reports.
+/// The machine decides the first four ([`Summary::status`]); the runtime
+/// reports [`ProcessStatus::InternalError`] when its driver failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// The root exited with a code and no timeout or cancel happened.
+#[non_exhaustive]
+pub enum ProcessStatus {
+    /// The root exited on its own with a code and no timeout or cancel
+    /// happened.
     Exited,
-    /// The root was terminated by a signal it was not sent by custodian.
+    /// The root was ended by a signal custodian did not send.
     Signaled,
-    /// The timeout elapsed.
+    /// The timeout passed; custodian escalated.
     TimedOut,
-    /// The run was cancelled.
+    /// The embedding runtime cancelled; custodian escalated.
     Cancelled,
+    /// custodian failed internally (a bug) after the launch; it killed the
+    /// group at once and reaped the root. What was captured until then may
+    /// be missing. Never decided by the machine.
+    InternalError,
 }
 
 impl<I> Summary<I> {
     /// The status to report: timeout and cancel win over the root's own
     /// status; a root that was never seen to exit counts as timed out
     /// (the hard deadline is only armed once the ladder has started).
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> ProcessStatus {
         match (self.cause, self.root) {
-            (Some(Cause::Timeout), _) => Status::TimedOut,
-            (Some(Cause::Cancel), _) => Status::Cancelled,
-            (_, Some(ExitStatus::Code(_))) => Status::Exited,
-            (_, Some(ExitStatus::Signal(_))) => Status::Signaled,
-            (_, None) => Status::TimedOut,
+            (Some(Cause::Timeout), _) => ProcessStatus::TimedOut,
+            (Some(Cause::Cancel), _) => ProcessStatus::Cancelled,
+            (_, Some(ExitStatus::Code(_))) => ProcessStatus::Exited,
+            (_, Some(ExitStatus::Signal(_))) => ProcessStatus::Signaled,
+            (_, None) => ProcessStatus::TimedOut,
         }
     }
 }
@@ -381,7 +389,7 @@ pub struct State<I> {
     /// The containment tier.
     pub tier: Tier,
     /// The tunables.
-    pub limits: Limits,
+    pub limits: ProcessLimits,
     /// How the root ended, once observed.
     pub root: Option<ExitStatus>,
     /// Standard output.
@@ -416,7 +424,7 @@ const OPEN: StreamState = StreamState {
 
 /// Creates the machine for a process launched at `now` and arms its
 /// deadline.
-pub fn start<I: Instant>(tier: Tier, limits: Limits, now: I) -> Transition<I> {
+pub fn start<I: Instant>(tier: Tier, limits: ProcessLimits, now: I) -> Transition<I> {
     Transition {
         next: State {
             phase: Phase::Running,

@@ -65,16 +65,16 @@
 //!
 //! ```
 //! use std::time::Instant;
-//! use custodian::machine::request::{step, Action, Candidate, CleanupResult, Event, Phase, State, Status};
+//! use custodian::machine::request::{step, Action, Candidate, CleanupOutcome, Event, Phase, State, RequestStatus};
 //!
 //! let t = Instant::now();
 //! let s = State::new(t);
 //! let s = step(&s, Event::WorkspaceOpening, t).next;
 //! let tr = step(&s, Event::Candidate(Candidate::Success), t);
 //! assert_eq!(tr.actions, [Action::CancelProcesses, Action::StartCleanup]);
-//! let tr = step(&tr.next, Event::CleanupFinished(CleanupResult::Ok), t);
+//! let tr = step(&tr.next, Event::CleanupFinished(CleanupOutcome::Ok), t);
 //! let Action::WriteTerminal(result) = tr.actions[0] else { unreachable!() };
-//! assert_eq!(result.status(), Status::Succeeded);
+//! assert_eq!(result.status(), RequestStatus::Succeeded);
 //! let tr = step(&tr.next, Event::EndpointAcknowledged, t);
 //! assert_eq!(tr.actions, [Action::Publish(result)]);
 //! let done = step(&tr.next, Event::Published, t).next;
@@ -143,12 +143,14 @@ impl Candidate {
     }
 
     /// The status this candidate gives a request whose cleanup did not fail.
-    pub const fn status(self) -> Status {
+    pub const fn status(self) -> RequestStatus {
         match self {
-            Candidate::Success => Status::Succeeded,
-            Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => Status::Failed,
-            Candidate::Timeout => Status::TimedOut,
-            Candidate::CallerCancel | Candidate::CallerDisconnect => Status::Cancelled,
+            Candidate::Success => RequestStatus::Succeeded,
+            Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => {
+                RequestStatus::Failed
+            }
+            Candidate::Timeout => RequestStatus::TimedOut,
+            Candidate::CallerCancel | Candidate::CallerDisconnect => RequestStatus::Cancelled,
         }
     }
 }
@@ -186,7 +188,7 @@ impl CandidateKind {
 /// The final category of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub enum RequestStatus {
     /// The executor succeeded and the cleanup (if any) succeeded.
     Succeeded,
     /// The executor failed, the terminal write failed, or a success's
@@ -200,7 +202,7 @@ pub enum Status {
 
 /// What the workspace cleanup reported ([`Event::CleanupFinished`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CleanupResult {
+pub enum CleanupOutcome {
     /// Everything the request owned was removed.
     Ok,
     /// Cleanup failed closed; the code says why, safely.
@@ -222,11 +224,11 @@ pub enum CleanupReport {
     },
 }
 
-impl From<CleanupResult> for CleanupReport {
-    fn from(r: CleanupResult) -> Self {
+impl From<CleanupOutcome> for CleanupReport {
+    fn from(r: CleanupOutcome) -> Self {
         match r {
-            CleanupResult::Ok => CleanupReport::Succeeded,
-            CleanupResult::Failed(code) => CleanupReport::Failed { code },
+            CleanupOutcome::Ok => CleanupReport::Succeeded,
+            CleanupOutcome::Failed(code) => CleanupReport::Failed { code },
         }
     }
 }
@@ -238,7 +240,7 @@ impl From<CleanupResult> for CleanupReport {
 /// (`error_code` is absent on success).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct FinalResult {
-    status: Status,
+    status: RequestStatus,
     primary: Candidate,
     cleanup: CleanupReport,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,20 +250,26 @@ pub struct FinalResult {
 impl FinalResult {
     /// Merges the primary outcome with the cleanup report.
     ///
-    /// A success whose cleanup failed becomes [`Status::Failed`] with
+    /// A success whose cleanup failed becomes [`RequestStatus::Failed`] with
     /// [`CODE_CLEANUP_FAILED`]; any other outcome keeps its status and code,
     /// the cleanup's own code travelling in [`cleanup`](Self::cleanup) as
     /// evidence.
     pub const fn merge(primary: Candidate, cleanup: CleanupReport) -> Self {
         let cleanup_failed = matches!(cleanup, CleanupReport::Failed { .. });
         let (status, error_code) = match primary {
-            Candidate::Success if cleanup_failed => (Status::Failed, Some(CODE_CLEANUP_FAILED)),
-            Candidate::Success => (Status::Succeeded, None),
-            Candidate::ExecutorError { code } => (Status::Failed, Some(code)),
-            Candidate::Timeout => (Status::TimedOut, Some(CODE_REQUEST_TIMEOUT)),
-            Candidate::CallerCancel => (Status::Cancelled, Some(CODE_CALLER_CANCELLED)),
-            Candidate::CallerDisconnect => (Status::Cancelled, Some(CODE_CALLER_DISCONNECTED)),
-            Candidate::TerminalWriteFailed => (Status::Failed, Some(CODE_TERMINAL_WRITE_FAILED)),
+            Candidate::Success if cleanup_failed => {
+                (RequestStatus::Failed, Some(CODE_CLEANUP_FAILED))
+            }
+            Candidate::Success => (RequestStatus::Succeeded, None),
+            Candidate::ExecutorError { code } => (RequestStatus::Failed, Some(code)),
+            Candidate::Timeout => (RequestStatus::TimedOut, Some(CODE_REQUEST_TIMEOUT)),
+            Candidate::CallerCancel => (RequestStatus::Cancelled, Some(CODE_CALLER_CANCELLED)),
+            Candidate::CallerDisconnect => {
+                (RequestStatus::Cancelled, Some(CODE_CALLER_DISCONNECTED))
+            }
+            Candidate::TerminalWriteFailed => {
+                (RequestStatus::Failed, Some(CODE_TERMINAL_WRITE_FAILED))
+            }
         };
         FinalResult {
             status,
@@ -272,7 +280,7 @@ impl FinalResult {
     }
 
     /// The request's final category.
-    pub const fn status(&self) -> Status {
+    pub const fn status(&self) -> RequestStatus {
         self.status
     }
 
@@ -485,7 +493,7 @@ pub enum Event {
     /// The executor has stopped and can no longer touch the workspace.
     ExecutionStopped,
     /// The cleanup started by [`Action::StartCleanup`] finished.
-    CleanupFinished(CleanupResult),
+    CleanupFinished(CleanupOutcome),
     /// The endpoint acknowledged the terminal result.
     EndpointAcknowledged,
     /// The runtime has published the result of [`Action::Publish`] to every

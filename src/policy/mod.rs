@@ -83,8 +83,8 @@ pub use decision::{
 pub use exposure::{Hidden, StateMode};
 pub use pattern::{Pattern, PatternError};
 pub use target::{
-    ConfineFs, ConfineLevel, ConfineTarget, EnvValue, MAX_TARGET_BYTES, MatchTarget, ProcessTarget,
-    TargetError,
+    ConfineFs, ConfineLevel, ConfineTarget, MAX_TARGET_BYTES, MatchTarget, ProcessTarget,
+    TargetEnvValue, TargetError,
 };
 pub use tool::{PROCESS_RUN, Registry, RouteError};
 

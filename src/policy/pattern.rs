@@ -278,7 +278,7 @@ mod tests {
             argv: vec!["a".repeat(2 * crate::policy::MAX_TARGET_BYTES)],
             env_overlay: vec![(
                 "LD_PRELOAD".into(),
-                crate::policy::EnvValue::Literal("/tmp/e.so".into()),
+                crate::policy::TargetEnvValue::Literal("/tmp/e.so".into()),
             )],
             ..ProcessTarget::default()
         }

@@ -225,7 +225,7 @@ pub fn check_argv(exe: &str, args: &[String]) -> Result<(), ArgvError> {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum EnvValue {
+pub enum TargetEnvValue {
     /// A literal value, part of the target as written.
     Literal(String),
     /// A reference to a secret that the launcher resolves at spawn time. Only
@@ -250,7 +250,7 @@ pub struct ProcessTarget {
     /// refused (as the launcher refuses it).
     pub cwd: Option<String>,
     /// The explicit environment overlay, unresolved, in any order.
-    pub env_overlay: Vec<(String, EnvValue)>,
+    pub env_overlay: Vec<(String, TargetEnvValue)>,
     /// The confinement the process runs under; `None` (or an unconfined
     /// [`ConfineTarget`]) for none.
     pub confine: Option<ConfineTarget>,
@@ -507,7 +507,7 @@ pub struct CanonicalProcess {
     /// The normalized workspace-relative cwd (`.` for the root).
     pub cwd: String,
     /// The unresolved overlay, sorted by key code point.
-    pub env_overlay: Vec<(String, EnvValue)>,
+    pub env_overlay: Vec<(String, TargetEnvValue)>,
     /// The confinement, paths sorted; `None` when unconfined.
     pub confine: Option<ConfineTarget>,
 }
@@ -587,16 +587,16 @@ impl ProcessTarget {
         if self.env_overlay.len() > MAX_ENV_ENTRIES {
             return Err(TargetError::EnvTooLarge);
         }
-        let mut env_overlay: Vec<(usize, &String, &EnvValue)> = Vec::new();
+        let mut env_overlay: Vec<(usize, &String, &TargetEnvValue)> = Vec::new();
         for (index, (key, value)) in self.env_overlay.iter().enumerate() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
                 return Err(TargetError::InvalidEnvKey { index });
             }
             match value {
-                EnvValue::Literal(v) if v.contains('\0') => {
+                TargetEnvValue::Literal(v) if v.contains('\0') => {
                     return Err(TargetError::NulInEnvValue { index });
                 }
-                EnvValue::SecretRef(r) if r.is_empty() || r.contains('\0') => {
+                TargetEnvValue::SecretRef(r) if r.is_empty() || r.contains('\0') => {
                     return Err(TargetError::InvalidSecretRef { index });
                 }
                 _ => {}
@@ -659,8 +659,8 @@ impl CanonicalProcess {
             escape_into(&mut out, key);
             out.push(':');
             match value {
-                EnvValue::Literal(v) => escape_into(&mut out, v),
-                EnvValue::SecretRef(r) => {
+                TargetEnvValue::Literal(v) => escape_into(&mut out, v),
+                TargetEnvValue::SecretRef(r) => {
                     out.push_str("{\"secret_ref\":");
                     escape_into(&mut out, r);
                     out.push('}');
@@ -799,8 +799,8 @@ mod tests {
         }
     }
 
-    fn lit(k: &str, v: &str) -> (String, EnvValue) {
-        (k.to_owned(), EnvValue::Literal(v.to_owned()))
+    fn lit(k: &str, v: &str) -> (String, TargetEnvValue) {
+        (k.to_owned(), TargetEnvValue::Literal(v.to_owned()))
     }
 
     #[test]
@@ -852,7 +852,7 @@ mod tests {
         let mut a = target("x", &[]);
         a.env_overlay = vec![lit("TOKEN", "gh")];
         let mut b = target("x", &[]);
-        b.env_overlay = vec![("TOKEN".into(), EnvValue::SecretRef("gh".into()))];
+        b.env_overlay = vec![("TOKEN".into(), TargetEnvValue::SecretRef("gh".into()))];
         let tb = b.match_target().unwrap();
         assert_ne!(a.match_target().unwrap(), tb);
         assert!(tb.as_str().contains(r#""TOKEN":{"secret_ref":"gh"}"#));
@@ -875,7 +875,7 @@ mod tests {
         v.cwd = Some("other".into());
         variants.push(v);
         let mut v = base.clone();
-        v.env_overlay[0].1 = EnvValue::Literal("/tmp/evil".into());
+        v.env_overlay[0].1 = TargetEnvValue::Literal("/tmp/evil".into());
         variants.push(v);
         let mut v = base.clone();
         v.env_overlay.pop();
@@ -1073,7 +1073,7 @@ mod tests {
             ),
             (
                 ProcessTarget {
-                    env_overlay: vec![("A".into(), EnvValue::SecretRef(String::new()))],
+                    env_overlay: vec![("A".into(), TargetEnvValue::SecretRef(String::new()))],
                     ..target("a", &[])
                 },
                 TargetError::InvalidSecretRef { index: 0 },

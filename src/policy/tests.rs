@@ -89,7 +89,7 @@ fn stale_reserved_registration_is_denied_at_decision_time() {
         ToolDescriptor {
             id: "process.exec".into(),
             group: tool::Group::Plugin,
-            tier: tool::Tier::Basic,
+            tier: tool::ToolTier::Basic,
             state_changing: false,
         },
     )]);
@@ -234,7 +234,7 @@ fn suggested_override_approves_exactly_that_invocation() {
     let c = config("[tools]\nallow = [\"process.run\"]");
     let mut p = git(&["commit", "-m", "a b"]);
     p.cwd = Some("repo".into());
-    p.env_overlay = vec![("PATH".into(), EnvValue::Literal("/usr/bin".into()))];
+    p.env_overlay = vec![("PATH".into(), TargetEnvValue::Literal("/usr/bin".into()))];
     let d = run(&c, &p, Provenance::Untrusted, &[]);
     assert_eq!(d.verdict, Verdict::RequireApproval);
     assert_eq!(d.reason, Reason::DefaultDecision);
@@ -259,11 +259,12 @@ fn suggested_override_approves_exactly_that_invocation() {
     let mut cwd = p.clone();
     cwd.cwd = Some("other".into());
     let mut path = p.clone();
-    path.env_overlay[0].1 = EnvValue::Literal("/tmp/evil:/usr/bin".into());
+    path.env_overlay[0].1 = TargetEnvValue::Literal("/tmp/evil:/usr/bin".into());
     let mut extra = p.clone();
-    extra
-        .env_overlay
-        .push(("LD_PRELOAD".into(), EnvValue::Literal("/tmp/x.so".into())));
+    extra.env_overlay.push((
+        "LD_PRELOAD".into(),
+        TargetEnvValue::Literal("/tmp/x.so".into()),
+    ));
     for other in [split, cwd, path, extra] {
         let d = run(&c, &other, Provenance::Trusted, std::slice::from_ref(&o));
         assert_eq!(d.verdict, Verdict::RequireApproval, "{other:?}");
@@ -390,9 +391,9 @@ fn audit_context_carries_the_unresolved_overlay() {
     p.env_overlay = vec![
         (
             "GH_TOKEN".into(),
-            EnvValue::SecretRef("vault:github".into()),
+            TargetEnvValue::SecretRef("vault:github".into()),
         ),
-        ("A".into(), EnvValue::Literal("1".into())),
+        ("A".into(), TargetEnvValue::Literal("1".into())),
     ];
     let d = run(&c, &p, Provenance::Untrusted, &[]);
     let audit = d.audit.unwrap();
@@ -401,10 +402,10 @@ fn audit_context_carries_the_unresolved_overlay() {
     assert_eq!(
         audit.invocation.env_overlay,
         vec![
-            ("A".into(), EnvValue::Literal("1".into())),
+            ("A".into(), TargetEnvValue::Literal("1".into())),
             (
                 "GH_TOKEN".into(),
-                EnvValue::SecretRef("vault:github".into())
+                TargetEnvValue::SecretRef("vault:github".into())
             ),
         ]
     );

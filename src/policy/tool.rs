@@ -84,7 +84,7 @@ impl Group {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum Tier {
+pub enum ToolTier {
     /// Read-only, low-risk tools.
     Basic,
     /// Ordinary tools.
@@ -101,13 +101,13 @@ pub struct ToolDescriptor {
     /// The tool's group.
     pub group: Group,
     /// The tool's tier.
-    pub tier: Tier,
+    pub tier: ToolTier,
     /// Whether calling the tool can change state outside the request.
     pub state_changing: bool,
 }
 
 impl ToolDescriptor {
-    fn builtin(id: &str, group: Group, tier: Tier, state_changing: bool) -> Self {
+    fn builtin(id: &str, group: Group, tier: ToolTier, state_changing: bool) -> Self {
         ToolDescriptor {
             id: id.to_owned(),
             group,
@@ -120,11 +120,11 @@ impl ToolDescriptor {
 /// The built-in tools, in a fixed order.
 pub fn builtins() -> Vec<ToolDescriptor> {
     vec![
-        ToolDescriptor::builtin(PROCESS_RUN, Group::Environment, Tier::Advanced, true),
-        ToolDescriptor::builtin(BASH, Group::Environment, Tier::Advanced, true),
-        ToolDescriptor::builtin("fs.read", Group::Filesystem, Tier::Basic, false),
-        ToolDescriptor::builtin("fs.write", Group::Filesystem, Tier::Standard, true),
-        ToolDescriptor::builtin("web.fetch", Group::Web, Tier::Standard, false),
+        ToolDescriptor::builtin(PROCESS_RUN, Group::Environment, ToolTier::Advanced, true),
+        ToolDescriptor::builtin(BASH, Group::Environment, ToolTier::Advanced, true),
+        ToolDescriptor::builtin("fs.read", Group::Filesystem, ToolTier::Basic, false),
+        ToolDescriptor::builtin("fs.write", Group::Filesystem, ToolTier::Standard, true),
+        ToolDescriptor::builtin("web.fetch", Group::Web, ToolTier::Standard, false),
     ]
 }
 
@@ -439,7 +439,7 @@ mod tests {
         ToolDescriptor {
             id: id.to_owned(),
             group: Group::Plugin,
-            tier: Tier::Standard,
+            tier: ToolTier::Standard,
             state_changing: false,
         }
     }
@@ -456,7 +456,7 @@ mod tests {
         let r = Registry::new();
         let d = r.route(PROCESS_RUN).unwrap().descriptor().clone();
         assert_eq!(d.group, Group::Environment);
-        assert_eq!(d.tier, Tier::Advanced);
+        assert_eq!(d.tier, ToolTier::Advanced);
         assert!(d.state_changing);
     }
 

@@ -271,6 +271,12 @@ impl StreamCapture {
         self.redactor.push(data, |b| capture.push(b));
     }
 
+    /// Bytes that passed the redactor so far (the counter the evidence's
+    /// `bytes_read` ends at).
+    pub fn bytes_read(&self) -> u64 {
+        self.capture.bytes_read()
+    }
+
     /// Flushes the redactor and returns the evidence form.
     pub fn finish(mut self, state: StreamState) -> CapturedStream {
         let capture = &mut self.capture;

@@ -32,8 +32,8 @@ use super::capture::{StreamCapture, StreamState};
 use super::containment::{Plan, Selected};
 use super::env::ChildEnv;
 use super::evidence::{
-    self, CgroupRemoval, Descendants as EvDescendants, EscalationAction, EscalationReason,
-    EscalationStep, Evidence, InvocationIdentity, SignalTarget, StepOutcome, Verdict,
+    self, CgroupRemoval, DescendantVerdict, Descendants as EvDescendants, EscalationAction,
+    EscalationReason, EscalationStep, Evidence, InvocationIdentity, SignalTarget, StepOutcome,
     VerdictReason,
 };
 use super::fault::{self, FaultPoint};
@@ -44,8 +44,8 @@ use crate::confine::build::{Prepared, PrivateTmp};
 use crate::confine::{ConfineError, ConfinementReport};
 use crate::contain::{Containment, Unavailable};
 use crate::machine::process::{
-    self as m, Action, Cause, Descendants, Event, ExitStatus, Limits, Phase, Probe, Signal, Stream,
-    StreamEnd, Summary, Tier, Timer,
+    self as m, Action, Cause, Descendants, Event, ExitStatus, Phase, Probe, ProcessLimits, Signal,
+    Stream, StreamEnd, Summary, Tier, Timer,
 };
 
 /// Size of one pipe read.
@@ -143,9 +143,9 @@ pub(crate) fn spawn(
     let (started_at, started_wall) = (started.started, started.started_wall);
     let report = started.confined.as_ref().map(|c| c.0.clone());
     let tier = match started.tier {
-        Tier::Cgroup => evidence::Tier::Cgroup,
-        Tier::DirectChild => evidence::Tier::DirectChild,
-        _ => evidence::Tier::ProcessGroup,
+        Tier::Cgroup => evidence::ContainmentTier::Cgroup,
+        Tier::DirectChild => evidence::ContainmentTier::DirectChild,
+        _ => evidence::ContainmentTier::ProcessGroup,
     };
     // From the instant the spawn returned, a guard owns the root until the
     // driver takes it over: whatever panics in between, the group (and the
@@ -159,6 +159,7 @@ pub(crate) fn spawn(
         cancel: Notify::new(),
         cancelled: AtomicBool::new(false),
         done,
+        captured: Default::default(),
     });
     let fault = invocation.fault();
     let setup = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -385,7 +386,7 @@ fn start_driver(
     let secrets = env.secrets();
     let budget = invocation.budget();
     let tun = invocation.tunables();
-    let limits = Limits {
+    let limits = ProcessLimits {
         timeout: invocation.timeout(),
         grace: tun.grace,
         drain: tun.drain,
@@ -709,12 +710,14 @@ impl Driver {
                     }
                     Some(Wake::Read(which, Ok(n))) if n > 0 => {
                         fault::hit(self.fault, FaultPoint::Capture);
-                        let (cap, buf) = match which {
-                            Stream::Stdout => (self.out.as_mut(), &mut out_buf),
-                            Stream::Stderr => (self.err.as_mut(), &mut err_buf),
+                        let (cap, buf, slot) = match which {
+                            Stream::Stdout => (self.out.as_mut(), &mut out_buf, 0),
+                            Stream::Stderr => (self.err.as_mut(), &mut err_buf, 1),
                         };
                         if let Some(cap) = cap {
                             cap.push(&buf[..n]);
+                            self.shared.captured[slot]
+                                .store(cap.bytes_read(), std::sync::atomic::Ordering::Relaxed);
                         }
                         buf.clear();
                         None
@@ -1108,7 +1111,7 @@ impl Driver {
     }
 
     /// The minimal evidence published when custodian itself panicked.
-    fn internal_failure(&self, tier: evidence::Tier) -> Evidence {
+    fn internal_failure(&self, tier: evidence::ContainmentTier) -> Evidence {
         let mut ev = Evidence::internal_failure(
             self.identity.clone(),
             self.started_wall,
@@ -1156,12 +1159,10 @@ impl Driver {
             Some(ExitStatus::Signal(s)) => (None, Some(s)),
             None => (None, None),
         };
-        let status = match summary.status() {
-            _ if self.internal_error => evidence::Status::InternalError,
-            m::Status::Exited => evidence::Status::Exited,
-            m::Status::Signaled => evidence::Status::Signaled,
-            m::Status::TimedOut => evidence::Status::TimedOut,
-            m::Status::Cancelled => evidence::Status::Cancelled,
+        let status = if self.internal_error {
+            m::ProcessStatus::InternalError
+        } else {
+            summary.status()
         };
         Evidence {
             version: evidence::EVIDENCE_VERSION,
@@ -1180,19 +1181,19 @@ impl Driver {
 
     fn descendants(&self, s: &Summary<Instant>) -> EvDescendants {
         let tier = match s.tier {
-            Tier::PinnedGroup if self.subreaper => evidence::Tier::Subreaper,
-            Tier::PinnedGroup => evidence::Tier::PinnedProcessGroup,
-            Tier::Cgroup => evidence::Tier::Cgroup,
-            Tier::Group => evidence::Tier::ProcessGroup,
-            Tier::DirectChild => evidence::Tier::DirectChild,
+            Tier::PinnedGroup if self.subreaper => evidence::ContainmentTier::Subreaper,
+            Tier::PinnedGroup => evidence::ContainmentTier::PinnedProcessGroup,
+            Tier::Cgroup => evidence::ContainmentTier::Cgroup,
+            Tier::Group => evidence::ContainmentTier::ProcessGroup,
+            Tier::DirectChild => evidence::ContainmentTier::DirectChild,
         };
         let verdict = match s.descendants {
-            Descendants::Terminated => Verdict::Terminated,
-            Descendants::UnconfirmedOrEscaped => Verdict::UnconfirmedOrEscaped,
-            Descendants::Unsupported => Verdict::Unsupported,
+            Descendants::Terminated => DescendantVerdict::Terminated,
+            Descendants::UnconfirmedOrEscaped => DescendantVerdict::UnconfirmedOrEscaped,
+            Descendants::Unsupported => DescendantVerdict::Unsupported,
         };
         let mut reasons = Vec::new();
-        if verdict != Verdict::Terminated {
+        if verdict != DescendantVerdict::Terminated {
             let held = s.stdout != StreamEnd::Closed || s.stderr != StreamEnd::Closed;
             if held {
                 reasons.push(VerdictReason::StdioHeldOpen);
@@ -1251,9 +1252,9 @@ impl Driver {
             if !self.settled {
                 self.settled = true;
                 let tier = match self.machine.tier {
-                    Tier::DirectChild => evidence::Tier::DirectChild,
-                    Tier::Cgroup => evidence::Tier::Cgroup,
-                    _ => evidence::Tier::PinnedProcessGroup,
+                    Tier::DirectChild => evidence::ContainmentTier::DirectChild,
+                    Tier::Cgroup => evidence::ContainmentTier::Cgroup,
+                    _ => evidence::ContainmentTier::PinnedProcessGroup,
                 };
                 #[cfg(target_os = "linux")]
                 self.remove_cgroup();

@@ -30,6 +30,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
@@ -214,6 +215,109 @@ where
     fn resolve(&self, reference: &SecretRef) -> Result<SecretValue, SecretError> {
         self(reference)
     }
+}
+
+/// The future an [`AsyncSecretResolver`] returns.
+pub type SecretFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<SecretValue, SecretError>> + Send + 'a>,
+>;
+
+/// Resolves secret references without blocking the async runtime: the
+/// shape of a real secret store (a network call, a vault agent).
+///
+/// [`resolve_overlay`] calls it for every secret reference of an
+/// invocation *before* the launch, so the launch itself never waits on a
+/// store. A sync [`SecretResolver`] becomes one through [`Blocking`].
+pub trait AsyncSecretResolver: Send + Sync {
+    /// Returns the value of `reference`.
+    ///
+    /// # Errors
+    ///
+    /// A [`SecretError`]; it must not carry the value.
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a>;
+}
+
+impl fmt::Debug for dyn AsyncSecretResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AsyncSecretResolver")
+    }
+}
+
+/// Adapts a sync [`SecretResolver`] to [`AsyncSecretResolver`]: each lookup
+/// runs on tokio's blocking pool (inline when called outside a runtime), so
+/// a resolver that blocks never stalls the async runtime.
+#[derive(Debug)]
+pub struct Blocking<R>(pub Arc<R>);
+
+impl<R> Clone for Blocking<R> {
+    fn clone(&self) -> Self {
+        Blocking(Arc::clone(&self.0))
+    }
+}
+
+impl<R: SecretResolver + 'static> AsyncSecretResolver for Blocking<R> {
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
+        let resolver = Arc::clone(&self.0);
+        let reference = reference.clone();
+        Box::pin(async move {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return resolver.resolve(&reference);
+            }
+            tokio::task::spawn_blocking(move || resolver.resolve(&reference))
+                .await
+                .unwrap_or(Err(SecretError::Unavailable))
+        })
+    }
+}
+
+/// The secret values of one invocation, resolved ahead of its launch by
+/// [`resolve_overlay`]: a [`SecretResolver`] that knows exactly those
+/// references. Its `Debug` output hides references and values.
+#[derive(Clone, Default)]
+pub struct ResolvedSecrets(Vec<(SecretRef, SecretValue)>);
+
+impl fmt::Debug for ResolvedSecrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ResolvedSecrets({} hidden)", self.0.len())
+    }
+}
+
+impl SecretResolver for ResolvedSecrets {
+    fn resolve(&self, reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        self.0
+            .iter()
+            .find(|(r, _)| r == reference)
+            .map(|(_, v)| v.clone())
+            .ok_or(SecretError::NotFound)
+    }
+}
+
+/// Resolves every secret reference in `overlay` through `resolver`, in key
+/// order, and returns them as a sync resolver for the launch
+/// ([`LaunchOptions::with_secrets`](super::LaunchOptions::with_secrets)).
+///
+/// # Errors
+///
+/// [`EnvError::Secret`] naming the entry's position (never its key) when
+/// the resolver fails, [`EnvError::SecretNul`] when a value holds a NUL.
+pub async fn resolve_overlay(
+    overlay: &EnvOverlay,
+    resolver: &dyn AsyncSecretResolver,
+) -> Result<ResolvedSecrets, EnvError> {
+    let mut out = Vec::new();
+    for (index, (_, value)) in overlay.iter().enumerate() {
+        if let EnvValue::Secret(r) = value {
+            let v = resolver
+                .resolve(r)
+                .await
+                .map_err(|source| EnvError::Secret { index, source })?;
+            if v.0.contains('\0') {
+                return Err(EnvError::SecretNul { index });
+            }
+            out.push((r.clone(), v));
+        }
+    }
+    Ok(ResolvedSecrets(out))
 }
 
 /// Why the child's environment could not be built. Names the overlay entry

@@ -39,7 +39,7 @@ pub struct Evidence {
     /// What ran.
     pub invocation: InvocationIdentity,
     /// How it ended.
-    pub status: Status,
+    pub status: ProcessStatus,
     /// The root's exit code, if it exited.
     pub exit_code: Option<i32>,
     /// The signal that ended the root, if one did.
@@ -99,24 +99,9 @@ impl InvocationIdentity {
     }
 }
 
-/// How the invocation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Status {
-    /// The root exited on its own with `exit_code`.
-    Exited,
-    /// The root was ended by a signal custodian did not send (`signal`).
-    Signaled,
-    /// The timeout passed; custodian escalated.
-    TimedOut,
-    /// The embedding runtime cancelled; custodian escalated.
-    Cancelled,
-    /// custodian failed internally (a bug) after the launch; it killed the
-    /// group at once and reaped the root. What was captured until then may
-    /// be missing.
-    InternalError,
-}
+/// How the invocation ended (the one process status of the crate, decided
+/// by the process machine).
+pub use crate::machine::process::ProcessStatus;
 
 /// When things happened: a wall-clock start, then monotonic offsets from it
 /// in microseconds, and the durations derived from them.
@@ -279,9 +264,9 @@ pub enum StepOutcome {
 #[non_exhaustive]
 pub struct Descendants {
     /// The verdict, never optimistic.
-    pub verdict: Verdict,
+    pub verdict: DescendantVerdict,
     /// The containment tier that was active.
-    pub tier: Tier,
+    pub tier: ContainmentTier,
     /// Why the verdict is not `terminated` (empty when it is).
     pub reasons: Vec<VerdictReason>,
     /// The containment the launch asked for (`auto` unless the embedder
@@ -301,7 +286,11 @@ pub struct Descendants {
 impl Descendants {
     /// A verdict with its tier and reasons, for an `auto` launch that did
     /// not fall back and has no cgroup.
-    pub fn new(verdict: Verdict, tier: Tier, reasons: Vec<VerdictReason>) -> Self {
+    pub fn new(
+        verdict: DescendantVerdict,
+        tier: ContainmentTier,
+        reasons: Vec<VerdictReason>,
+    ) -> Self {
         Descendants {
             verdict,
             tier,
@@ -373,7 +362,7 @@ pub enum CgroupRemoval {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum Verdict {
+pub enum DescendantVerdict {
     /// Observed: no descendant is alive (only in a tier that sees them all;
     /// see the type's documentation).
     Terminated,
@@ -387,7 +376,7 @@ pub enum Verdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum Tier {
+pub enum ContainmentTier {
     /// A process group; signals only while the root was unreaped and alive.
     ProcessGroup,
     /// A process group pinned by an exited-but-unreaped root (Linux pidfd +
@@ -434,12 +423,12 @@ impl Evidence {
         started_at: SystemTime,
         elapsed: Duration,
         kill: Option<EscalationStep>,
-        tier: Tier,
+        tier: ContainmentTier,
     ) -> Evidence {
         Evidence {
             version: EVIDENCE_VERSION,
             invocation,
-            status: Status::InternalError,
+            status: ProcessStatus::InternalError,
             exit_code: None,
             signal: None,
             timings: Timings::new(
@@ -453,7 +442,7 @@ impl Evidence {
             stderr: CapturedStream::empty(super::capture::StreamState::CutAtDeadline),
             escalation: kill.into_iter().collect(),
             descendants: Descendants::new(
-                Verdict::UnconfirmedOrEscaped,
+                DescendantVerdict::UnconfirmedOrEscaped,
                 tier,
                 vec![VerdictReason::GroupEmptinessUnknown],
             ),
@@ -580,7 +569,7 @@ mod tests {
         Evidence {
             version: EVIDENCE_VERSION,
             invocation: InvocationIdentity::new(&inv, Path::new("/bin/sh"), &secrets),
-            status: Status::TimedOut,
+            status: ProcessStatus::TimedOut,
             exit_code: None,
             signal: Some(15),
             timings: Timings::new(
@@ -609,8 +598,8 @@ mod tests {
                 ),
             ],
             descendants: Descendants::new(
-                Verdict::UnconfirmedOrEscaped,
-                Tier::PinnedProcessGroup,
+                DescendantVerdict::UnconfirmedOrEscaped,
+                ContainmentTier::PinnedProcessGroup,
                 vec![VerdictReason::StdioHeldOpen],
             ),
             confinement: None,
@@ -843,7 +832,7 @@ mod tests {
         let v = validator();
         let mut variants = vec![sample()];
         let mut exited = sample();
-        exited.status = Status::Exited;
+        exited.status = ProcessStatus::Exited;
         exited.exit_code = Some(0);
         exited.signal = None;
         exited.escalation.clear();
@@ -854,10 +843,14 @@ mod tests {
             None,
             Duration::from_millis(4),
         );
-        exited.descendants = Descendants::new(Verdict::Terminated, Tier::Subreaper, vec![]);
+        exited.descendants = Descendants::new(
+            DescendantVerdict::Terminated,
+            ContainmentTier::Subreaper,
+            vec![],
+        );
         variants.push(exited);
         let mut cut = sample();
-        cut.status = Status::Cancelled;
+        cut.status = ProcessStatus::Cancelled;
         cut.stdout.state = StreamState::CutAtDeadline;
         cut.escalation.push(EscalationStep::new(
             EscalationAction::CloseStreams,
@@ -867,16 +860,20 @@ mod tests {
             Duration::from_secs(4),
         ));
         cut.descendants = Descendants::new(
-            Verdict::Unsupported,
-            Tier::DirectChild,
+            DescendantVerdict::Unsupported,
+            ContainmentTier::DirectChild,
             vec![VerdictReason::PlatformUnsupported],
         );
         variants.push(cut);
         let mut cgroup = sample();
         cgroup.escalation[1].target = Some(SignalTarget::Cgroup);
-        cgroup.descendants = Descendants::new(Verdict::Terminated, Tier::Cgroup, vec![])
-            .with_containment(Containment::Cgroup, None)
-            .with_cgroup_removal(Some(CgroupRemoval::LeftPopulated));
+        cgroup.descendants = Descendants::new(
+            DescendantVerdict::Terminated,
+            ContainmentTier::Cgroup,
+            vec![],
+        )
+        .with_containment(Containment::Cgroup, None)
+        .with_cgroup_removal(Some(CgroupRemoval::LeftPopulated));
         variants.push(cgroup);
         let mut fell_back = sample();
         fell_back.descendants = fell_back
@@ -885,8 +882,8 @@ mod tests {
         variants.push(fell_back);
         let mut restricted = sample();
         restricted.descendants = Descendants::new(
-            Verdict::UnconfirmedOrEscaped,
-            Tier::PinnedProcessGroup,
+            DescendantVerdict::UnconfirmedOrEscaped,
+            ContainmentTier::PinnedProcessGroup,
             vec![VerdictReason::ProcRestricted],
         );
         variants.push(restricted);
@@ -901,7 +898,7 @@ mod tests {
                 StepOutcome::Delivered,
                 Duration::from_millis(4),
             )),
-            Tier::ProcessGroup,
+            ContainmentTier::ProcessGroup,
         ));
         for e in variants {
             let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();

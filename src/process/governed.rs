@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use crate::policy::{
-    ConfineFs, ConfineTarget, Context, Decision, EnvValue as PolicyEnvValue, MatchTarget,
-    PROCESS_RUN, Pattern, PolicyConfig, ProcessTarget, Registry, Request, Verdict, decide,
+    ConfineFs, ConfineTarget, Context, Decision, MatchTarget, PROCESS_RUN, Pattern, PolicyConfig,
+    ProcessTarget, Registry, Request, TargetEnvValue, Verdict, decide,
 };
 
 use super::evidence::Evidence;
@@ -85,8 +85,8 @@ pub fn policy_target(invocation: &Invocation) -> ProcessTarget {
             .iter()
             .map(|(k, v)| {
                 let value = match v {
-                    EnvValue::Literal(l) => PolicyEnvValue::Literal(l.clone()),
-                    EnvValue::Secret(r) => PolicyEnvValue::SecretRef(r.as_str().to_owned()),
+                    EnvValue::Literal(l) => TargetEnvValue::Literal(l.clone()),
+                    EnvValue::Secret(r) => TargetEnvValue::SecretRef(r.as_str().to_owned()),
                 };
                 (k.to_owned(), value)
             })

@@ -215,6 +215,9 @@ pub(crate) struct Shared {
     pub(crate) cancel: Notify,
     pub(crate) cancelled: AtomicBool,
     pub(crate) done: watch::Sender<Option<Arc<Evidence>>>,
+    /// Bytes captured so far on stdout and stderr (after redaction), for
+    /// progress reports; the evidence holds the final counts.
+    pub(crate) captured: [std::sync::atomic::AtomicU64; 2],
 }
 
 /// A launched process. Cheap to clone; every clone sees the same
@@ -271,6 +274,21 @@ impl Running {
     pub fn try_settled(&self) -> Option<Arc<Evidence>> {
         self.shared.done.borrow().clone()
     }
+
+    /// Bytes of stdout and stderr captured so far, counted after secret
+    /// redaction like the evidence's `bytes_read` (so they reveal no
+    /// secret's length). For progress reports while the process runs.
+    ///
+    /// # Caveats
+    ///
+    /// A few bytes held back by the redactor (a possible secret prefix) are
+    /// counted only once it decides; the evidence has the final counts.
+    pub fn bytes_captured(&self) -> (u64, u64) {
+        (
+            self.shared.captured[0].load(Ordering::Relaxed),
+            self.shared.captured[1].load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// Launches `invocation` in `options.workspace`.
@@ -294,13 +312,18 @@ impl Running {
 ///
 /// # Examples
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::process::evidence::ProcessStatus;
 /// use custodian::process::{Invocation, InvocationSpec, LaunchOptions, launch};
+///
+/// let workspace = tempfile::tempdir()?; // the base of the child's cwd
 /// let inv = Invocation::validate(InvocationSpec::new("sleep").with_args(["30"]))?;
-/// let running = launch(inv, &LaunchOptions::new("."))?;
-/// running.cancel();
+/// let running = launch(inv, &LaunchOptions::new(workspace.path()))?;
+/// running.cancel(); // TERM to the group, the grace, then KILL
 /// let evidence = running.settled().await;
+/// assert_eq!(evidence.status, ProcessStatus::Cancelled);
 /// println!("{}", evidence.to_json());
 /// # Ok(()) }
 /// ```

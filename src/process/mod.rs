@@ -40,7 +40,7 @@
 //! tier a
 //! descendant that calls `setsid` and closes its stdio leaves the group
 //! unseen, so the group tiers never say `terminated` (see
-//! [`evidence::Verdict`] for what it means in each tier); only the cgroup
+//! [`evidence::DescendantVerdict`] for what it means in each tier); only the cgroup
 //! tier and the subreaper tier can observe that no descendant is left. In
 //! the subreaper tier an escapee whose parent is still alive (and itself
 //! escaped) is only seen once that parent exits.

@@ -3,21 +3,25 @@
 //! Durations use [`humantime`]: `2s`, `500ms`, `1m30s`, `1m 30s`, `1h`. A
 //! bare number has no unit and is refused.
 //!
-//! Sizes are a non-negative number and an optional unit, case-insensitive,
-//! with optional spaces between them:
+//! Sizes are parsed by the [`parse_size`](https://docs.rs/parse-size)
+//! crate: a non-negative number (digits, an optional fraction, an optional
+//! exponent such as `1e6`; `_` and spaces group digits) and an optional unit,
+//! case-insensitive, with optional spaces between them:
 //!
 //! | unit | bytes |
 //! |------|-------|
 //! | none, `B` | 1 |
-//! | `K`, `KiB` | 1024 |
-//! | `M`, `MiB` | 1024² |
-//! | `G`, `GiB` | 1024³ |
+//! | `K`, `Ki`, `KiB` | 1024 |
+//! | `M`, `Mi`, `MiB` | 1024² |
+//! | `G`, `Gi`, `GiB` | 1024³ (and `T`, `P`, `E` likewise) |
 //! | `kB`, `KB` | 1000 |
 //! | `MB` | 1000² |
-//! | `GB` | 1000³ |
+//! | `GB` | 1000³ (and `TB`, `PB`, `EB` likewise) |
 //!
-//! A fraction is accepted when it names a whole number of bytes (`1.5MiB`
-//! is 1572864; `0.1KiB` is refused, `1.5` is refused).
+//! A bare prefix (`64K`) is binary, as in GNU coreutils; the crate alone
+//! reads it as decimal, so [`parse_size()`] rewrites it to `64Ki` first. A
+//! fraction is rounded to the nearest byte (`1.5MiB` is 1572864, `0.1KiB`
+//! is 102).
 
 use std::time::Duration;
 
@@ -40,15 +44,9 @@ pub enum UnitsError {
         /// The input.
         input: String,
     },
-    /// An unknown size unit.
+    /// A number followed by an unknown size unit.
     #[error("unknown size unit in {input:?} (use B, KiB, MiB, GiB, kB, MB or GB)")]
     SizeUnit {
-        /// The input.
-        input: String,
-    },
-    /// A fraction that is not a whole number of bytes.
-    #[error("size {input:?} is not a whole number of bytes")]
-    FractionalBytes {
         /// The input.
         input: String,
     },
@@ -73,69 +71,50 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitsError> {
     })
 }
 
-/// Parses a size such as `512`, `64KiB`, `1MiB` or `1.5MiB`, in bytes.
+/// Parses a size such as `512`, `64KiB`, `64K`, `1MiB` or `1.5MiB`, in
+/// bytes (the syntax is in the [module docs](self)).
 ///
 /// # Errors
 ///
-/// [`UnitsError::Size`], [`SizeUnit`], [`FractionalBytes`] or
-/// [`SizeOverflow`].
-///
-/// [`SizeUnit`]: UnitsError::SizeUnit
-/// [`FractionalBytes`]: UnitsError::FractionalBytes
-/// [`SizeOverflow`]: UnitsError::SizeOverflow
+/// [`UnitsError::SizeOverflow`] past `u64::MAX` bytes,
+/// [`UnitsError::SizeUnit`] for a number followed by an unknown unit,
+/// [`UnitsError::Size`] for anything else refused (empty, no number, a
+/// sign).
 pub fn parse_size(input: &str) -> Result<u64, UnitsError> {
+    const SIZES: parse_size::Config = parse_size::Config::new();
     let s = input.trim();
-    let num_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(num_end);
-    let unit = unit.trim_start();
-    let err = || UnitsError::Size {
-        input: input.to_owned(),
-    };
-    let overflow = || UnitsError::SizeOverflow {
-        input: input.to_owned(),
-    };
-    let (int, frac) = match number.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (number, ""),
-    };
-    if int.is_empty() || frac.contains('.') || (number.contains('.') && frac.is_empty()) {
-        return Err(err());
-    }
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => {
-            return Err(UnitsError::SizeUnit {
-                input: input.to_owned(),
-            });
+    // `K`, `M`, ... alone are binary here, as they always were; `Ki` makes
+    // the crate read them so.
+    let binary;
+    let s = match s.as_bytes() {
+        [.., digit, prefix] if !digit.is_ascii_alphabetic() && b"kmgtpeKMGTPE".contains(prefix) => {
+            binary = format!("{s}i");
+            binary.as_str()
         }
+        _ => s,
     };
-    let whole: u64 = int.parse().map_err(|_| overflow())?;
-    let mut bytes = whole.checked_mul(mult).ok_or_else(overflow)?;
-    if !frac.is_empty() {
-        // frac_value / 10^digits of a unit must be a whole number of bytes.
-        let digits = u32::try_from(frac.len()).map_err(|_| overflow())?;
-        let scale = 10u128.checked_pow(digits).ok_or_else(overflow)?;
-        let frac_value: u128 = frac.parse().map_err(|_| overflow())?;
-        let frac_bytes = frac_value
-            .checked_mul(u128::from(mult))
-            .ok_or_else(overflow)?;
-        if frac_bytes % scale != 0 {
-            return Err(UnitsError::FractionalBytes {
+    SIZES.parse_size(s).map_err(|e| match e {
+        parse_size::Error::PosOverflow => UnitsError::SizeOverflow {
+            input: input.to_owned(),
+        },
+        // A number followed by letters the crate refused: the unit is at
+        // fault, not the number.
+        _ if s.ends_with(|c: char| c.is_ascii_alphabetic())
+            && SIZES
+                .parse_size(
+                    s.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                        .trim_end(),
+                )
+                .is_ok() =>
+        {
+            UnitsError::SizeUnit {
                 input: input.to_owned(),
-            });
+            }
         }
-        let extra = u64::try_from(frac_bytes / scale).map_err(|_| overflow())?;
-        bytes = bytes.checked_add(extra).ok_or_else(overflow)?;
-    }
-    Ok(bytes)
+        _ => UnitsError::Size {
+            input: input.to_owned(),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -170,7 +149,14 @@ mod tests {
             ("1GiB", 1 << 30),
             ("1.5MiB", 1_572_864),
             ("0.5KiB", 512),
+            ("0.5 k", 512),
             ("2.000", 2),
+            ("1Ki", 1024),
+            ("1TiB", 1 << 40),
+            ("1e3", 1_000),
+            ("1_000 kB", 1_000_000),
+            ("0.1KiB", 102),
+            ("1.5", 2),
             ("64kB", 64_000),
             ("64KB", 64_000),
             ("3MB", 3_000_000),
@@ -183,30 +169,21 @@ mod tests {
     #[test]
     fn bad_sizes_are_typed() {
         let size = |s: &str| UnitsError::Size { input: s.into() };
-        for bad in ["", "KiB", ".5KiB", "1.KiB", "1.2.3", "-1", "+1"] {
+        for bad in ["", "KiB", "-1", "+1", "1.2.3", "k1"] {
             assert_eq!(parse_size(bad), Err(size(bad)), "{bad:?}");
         }
-        assert_eq!(
-            parse_size("12 parsecs"),
-            Err(UnitsError::SizeUnit {
-                input: "12 parsecs".into()
-            })
-        );
-        assert_eq!(
-            parse_size("0.1KiB"),
-            Err(UnitsError::FractionalBytes {
-                input: "0.1KiB".into()
-            })
-        );
-        assert_eq!(
-            parse_size("1.5"),
-            Err(UnitsError::FractionalBytes {
-                input: "1.5".into()
-            })
-        );
+        for unit in ["12 parsecs", "1KiBB", "3x"] {
+            assert_eq!(
+                parse_size(unit),
+                Err(UnitsError::SizeUnit { input: unit.into() }),
+                "{unit:?}"
+            );
+        }
         for big in [
             "18446744073709551616",
             "17179869184GiB",
+            "16EiB",
+            "16E",
             "99999999999999999999999.5",
         ] {
             assert_eq!(

@@ -46,6 +46,7 @@ mod escape;
 mod locator;
 mod report;
 mod service;
+pub(crate) use service::{read_on_pool, write_on_pool};
 mod store;
 mod sweep;
 

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use tokio::task::JoinHandle;
 
 use super::config::SpillConfig;
+use super::locator::Locator;
 use super::report::{SpillWarning, SweepReport, TracingSink, WarningSink};
 use super::store::{SpillStore, StoreError};
 use super::sweep::{Discovery, SweepPlan, sweep_spill_roots_until};
@@ -70,6 +71,28 @@ impl std::fmt::Debug for ServiceOptions {
 ///
 /// Dropping the service without disposing asks the sweep to stop early
 /// but cannot wait for it; call `dispose` for the quiescence guarantee.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::spill::{Locator, SpillConfig, SpillService};
+///
+/// let dir = tempfile::tempdir()?;
+/// let config = SpillConfig {
+///     root: Some(dir.path().join("spill")),
+///     ..SpillConfig::default()
+/// };
+/// let service = SpillService::activate(&config)?; // the sweep starts now
+/// let locator = service.write("session-1", b"a large tool result".to_vec()).await?;
+/// // The locator is opaque text the caller keeps.
+/// let again = Locator::parse(&locator.to_string())?;
+/// assert_eq!(service.read(&again).await?, b"a large tool result");
+/// let report = service.dispose().await; // no sweep I/O after this
+/// assert!(report.is_some());
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct SpillService {
     store: Arc<SpillStore>,
@@ -128,9 +151,33 @@ impl SpillService {
         })
     }
 
-    /// The store, available from activation on.
+    /// The store, available from activation on. Its methods make blocking
+    /// filesystem calls; from async code use [`SpillService::write`] and
+    /// [`SpillService::read`].
     pub fn store(&self) -> &Arc<SpillStore> {
         &self.store
+    }
+
+    /// Spills `bytes` under `session` ([`SpillStore::write`]) on tokio's
+    /// blocking pool, so the async runtime never waits on the disk.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpillStore::write`]; [`StoreError::Io`] if the blocking task
+    /// died.
+    pub async fn write(&self, session: &str, bytes: Vec<u8>) -> Result<Locator, StoreError> {
+        write_on_pool(Arc::clone(&self.store), session.to_owned(), bytes).await
+    }
+
+    /// Reads the spilled result behind `locator` ([`SpillStore::read`]) on
+    /// tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpillStore::read`]; [`StoreError::Io`] if the blocking task
+    /// died.
+    pub async fn read(&self, locator: &Locator) -> Result<Vec<u8>, StoreError> {
+        read_on_pool(Arc::clone(&self.store), locator.clone()).await
     }
 
     /// Awaits the sweep and returns its report (`None` when cleanup is
@@ -151,6 +198,38 @@ impl SpillService {
                 r
             }
         })
+    }
+}
+
+/// [`SpillStore::write`] on tokio's blocking pool.
+pub(crate) async fn write_on_pool(
+    store: Arc<SpillStore>,
+    session: String,
+    bytes: Vec<u8>,
+) -> Result<Locator, StoreError> {
+    let root = store.root().to_owned();
+    tokio::task::spawn_blocking(move || store.write(&session, &bytes))
+        .await
+        .map_err(|e| joined(root, "write task", e))?
+}
+
+/// [`SpillStore::read`] on tokio's blocking pool.
+pub(crate) async fn read_on_pool(
+    store: Arc<SpillStore>,
+    locator: Locator,
+) -> Result<Vec<u8>, StoreError> {
+    let root = store.root().to_owned();
+    tokio::task::spawn_blocking(move || store.read(&locator))
+        .await
+        .map_err(|e| joined(root, "read task", e))?
+}
+
+/// A blocking task that died (panicked or was cancelled at shutdown).
+fn joined(path: PathBuf, op: &'static str, e: tokio::task::JoinError) -> StoreError {
+    StoreError::Io {
+        path,
+        op,
+        source: std::io::Error::other(e),
     }
 }
 

@@ -1,6 +1,14 @@
 //! The ctx-free sweep mechanics: [`sweep_spill_roots`] and
 //! [`discover_default_roots`]. No service, no runtime, no clock: the caller
 //! passes the cutoff.
+//!
+//! A session dir with at least `SPLIT_MIN` entries is swept by two threads:
+//! the second takes the second half of the listing on its own descriptors
+//! (the in-place `statx` and the removal of what expired, through its own
+//! quarantine, `.sweep-<pid>-<n>` like the first's), and hands back what it
+//! found and did; the sweeping thread applies both halves to the report in
+//! listing order, so the report and the warnings are those of a sequential
+//! sweep. The removal protocol is `crate::fs`'s, per file, in either thread.
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -10,6 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::escape;
@@ -17,8 +26,8 @@ use super::locator::{is_spill_file_name, validate_session_bytes};
 use super::report::{RootKind, RootReport, SkipReason, SpillWarning, SweepReport, WarningSink};
 use super::store::MARK;
 use crate::fs::{
-    self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Stat as Meta, Untrusted,
-    WalkError,
+    self, Entry, Errno, FileKind as Kind, FlockOperation, Removal, Settled, Stat as Meta,
+    Untrusted, WalkError,
 };
 
 /// Where to look for prior per-process default roots.
@@ -133,6 +142,9 @@ pub fn sweep_spill_roots_until(
         dangerous: dangerous_identities(&plan.protected),
         quarantine: None,
         can_remove: true,
+        quarantine2: None,
+        quarantine2_name: None,
+        helper: None,
     };
     s.run(plan);
     s.report
@@ -163,6 +175,301 @@ struct Sweeper<'a> {
     /// `false` once creating the current root's quarantine failed: nothing
     /// more is removed in that root.
     can_remove: bool,
+    /// The current root's second quarantine, for the second thread (out of
+    /// here while that thread holds it), and its name in the root.
+    quarantine2: Option<fs::Quarantine>,
+    quarantine2_name: Option<CString>,
+    /// The second thread, once a session had enough expired files.
+    helper: Option<Helper>,
+}
+
+/// A session's expired files are split between two threads when there are
+/// at least this many (fewer are not worth the hand-off).
+const SPLIT_MIN: usize = 4;
+
+/// An expired spill file found in place, to be removed.
+struct Expired {
+    /// Its position in the session dir's listing.
+    index: usize,
+    name: CString,
+    /// `d_ino` from the listing.
+    ino: u64,
+    /// What `statx` showed in place.
+    meta: Meta,
+}
+
+/// What the in-place look at one entry found.
+enum Check {
+    /// Vanished since the listing.
+    Gone,
+    /// Stays: fresh, or not ours to delete (counted in the report).
+    Stays,
+    /// An expired spill file of ours.
+    Expired(Meta),
+}
+
+/// What a look at one entry of a session dir in place found; [`look`]
+/// has no other effect, so either thread can take it.
+enum Look {
+    /// Not ours to delete, for this reason.
+    Skip(SkipReason),
+    /// Vanished since the listing.
+    Gone,
+    StatFailed(Errno),
+    /// A spill file of ours, not expired.
+    Fresh,
+    /// An expired spill file of ours, as `statx` showed it.
+    Expired(Meta),
+}
+
+/// `statx` of entry `f` of the session dir `dir` (whose own `statx` is
+/// `dmeta`), in place: the identity check must show the very inode
+/// `getdents` listed, a regular file, on the session dir's mount, with the
+/// store's mark.
+fn look(dir: BorrowedFd<'_>, dmeta: &Meta, f: &Entry, cutoff: (i64, u32)) -> Look {
+    let reason = match f.kind {
+        Some(Kind::Dir) => Some(SkipReason::NestedDir),
+        Some(Kind::Symlink) => Some(SkipReason::Symlink),
+        Some(Kind::Special) => Some(SkipReason::SpecialFile),
+        _ if !is_spill_file_name(f.name.to_bytes()) => Some(SkipReason::UnrelatedFile),
+        _ => None,
+    };
+    if let Some(r) = reason {
+        return Look::Skip(r);
+    }
+    let m = match fs::stat_at(dir, &f.name) {
+        Ok(m) => m,
+        Err(Errno::NOENT) => return Look::Gone,
+        Err(err) => return Look::StatFailed(err),
+    };
+    let reason = match m.kind() {
+        Kind::Symlink => Some(SkipReason::Symlink),
+        Kind::Dir => Some(SkipReason::NestedDir),
+        Kind::Special => Some(SkipReason::SpecialFile),
+        // A bind-mounted file shows the mounted inode: fence it first.
+        Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
+        Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
+        // Not created by the store (no ownership mark): not ours.
+        Kind::File if m.mode & MARK == 0 => Some(SkipReason::UnrelatedFile),
+        Kind::File => None,
+    };
+    if let Some(r) = reason {
+        return Look::Skip(r);
+    }
+    if (m.mtime_sec, m.mtime_nsec) >= cutoff {
+        return Look::Fresh;
+    }
+    Look::Expired(m)
+}
+
+/// What became of one expired file.
+enum Outcome {
+    Deleted,
+    /// Gone before we moved it (a concurrent sweep).
+    Gone,
+    Mount,
+    /// Not what was checked once out of the tree (put back or kept), or the
+    /// destroyed name proved not to be the checked inode's.
+    Tampered(&'static str, CString),
+    Failed(Errno, CString),
+}
+
+/// Moves each of `files` (named in `dir`) out through `q` and destroys it
+/// if it is still the expired spill file checked in place; the outcomes by
+/// listing position.
+fn remove_files(
+    q: &mut fs::Quarantine,
+    dir: BorrowedFd<'_>,
+    files: &[Expired],
+    cutoff: (i64, u32),
+) -> Vec<(usize, Outcome)> {
+    let mut out = Vec::with_capacity(files.len());
+    let settle = |q: &mut fs::Quarantine, out: &mut Vec<(usize, Outcome)>| {
+        for (pos, verdict) in q.settled() {
+            let f = &files[pos];
+            out.push((
+                f.index,
+                match verdict {
+                    Settled::Destroyed => Outcome::Deleted,
+                    Settled::Tampered => Outcome::Tampered(
+                        "the unlinked name was not the checked inode",
+                        f.name.clone(),
+                    ),
+                    Settled::Failed(e) => Outcome::Failed(e, f.name.clone()),
+                },
+            ));
+        }
+    };
+    for (pos, f) in files.iter().enumerate() {
+        // Out of the session dir first; destroyed only if what arrived is
+        // still the expired spill file checked in place.
+        let m = &f.meta;
+        let removal = q.remove_file(pos, dir, &f.name, |seen| {
+            (seen.same_object(m) && seen.ino == f.ino && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
+                .then_some(())
+                .ok_or(())
+        });
+        let outcome = match removal {
+            // Destroyed by the next file's move or the flush below.
+            Ok(Removal::Pending) => None,
+            Ok(Removal::Destroyed) => Some(Outcome::Deleted),
+            // Deleted by a concurrent sweep: the outcome we wanted.
+            Ok(Removal::Missing) => Some(Outcome::Gone),
+            Ok(Removal::Mount) => Some(Outcome::Mount),
+            Ok(Removal::Restored(_) | Removal::NotEmpty(false)) => Some(Outcome::Tampered(
+                "changed during removal; put back",
+                f.name.clone(),
+            )),
+            Ok(Removal::Kept(..) | Removal::NotEmpty(true)) => Some(Outcome::Tampered(
+                "changed during removal; kept in the sweep's quarantine",
+                f.name.clone(),
+            )),
+            Ok(Removal::Tampered) => Some(Outcome::Tampered(
+                "the unlinked name was not the checked inode",
+                f.name.clone(),
+            )),
+            Err(e) => Some(Outcome::Failed(e, f.name.clone())),
+        };
+        settle(q, &mut out);
+        if let Some(o) = outcome {
+            out.push((f.index, o));
+        }
+    }
+    // Nothing is left pending in the quarantine past its session.
+    q.flush();
+    settle(q, &mut out);
+    out
+}
+
+/// The second half of a session dir's entries for the second thread, with
+/// what it needs to look at them and remove the expired ones: its own
+/// descriptors, and its quarantine (or what it takes to create one).
+struct Job {
+    /// The second thread's quarantine in this root, once created, and the
+    /// name of one it created.
+    q: Option<fs::Quarantine>,
+    root: OwnedFd,
+    root_meta: Meta,
+    uid: u32,
+    dir: OwnedFd,
+    dmeta: Meta,
+    entries: Vec<Entry>,
+    /// Listing position of `entries[0]`.
+    base: usize,
+    cutoff: (i64, u32),
+}
+
+/// What the second thread found and did with a [`Job`].
+struct Done {
+    /// Its quarantine, and the name of the one it created for this job.
+    q: Option<(fs::Quarantine, Option<CString>)>,
+    /// One per entry.
+    looks: Vec<Look>,
+    entries: Vec<Entry>,
+    outcomes: Vec<(usize, Outcome)>,
+    /// Creating its quarantine failed: it removed nothing.
+    quarantine_failed: Option<Errno>,
+}
+
+impl Job {
+    fn run(self) -> Done {
+        let Job {
+            q,
+            root,
+            root_meta,
+            uid,
+            dir,
+            dmeta,
+            entries,
+            base,
+            cutoff,
+        } = self;
+        let mut looks = Vec::with_capacity(entries.len());
+        let mut expired = Vec::new();
+        for (i, f) in entries.iter().enumerate() {
+            let found = look(dir.as_fd(), &dmeta, f, cutoff);
+            if let Look::Expired(m) = &found {
+                expired.push(Expired {
+                    index: base + i,
+                    name: f.name.clone(),
+                    ino: f.ino,
+                    meta: *m,
+                });
+            }
+            looks.push(found);
+        }
+        let mut done = Done {
+            q: q.map(|q| (q, None)),
+            looks,
+            entries,
+            outcomes: Vec::new(),
+            quarantine_failed: None,
+        };
+        if expired.is_empty() {
+            return done;
+        }
+        if done.q.is_none() {
+            match open_quarantine_in(root.as_fd(), &root_meta, uid) {
+                Ok((q, name)) => done.q = Some((q, Some(name))),
+                Err(e) => {
+                    done.quarantine_failed = Some(e);
+                    return done;
+                }
+            }
+        }
+        let (q, _) = done.q.as_mut().expect("set above");
+        done.outcomes = remove_files(q, dir.as_fd(), &expired, cutoff);
+        done
+    }
+}
+
+/// The sweep's second thread: looks at the second half of a session dir's
+/// entries and removes the expired ones through its own quarantine while
+/// the sweeping thread does the first half.
+struct Helper {
+    jobs: Option<mpsc::Sender<Box<Job>>>,
+    done: mpsc::Receiver<Box<Done>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Helper {
+    fn start() -> Helper {
+        let (jobs, inbox) = mpsc::channel::<Box<Job>>();
+        let (reply, done) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("custodian-sweep".into())
+            .spawn(move || {
+                for job in inbox {
+                    if reply.send(Box::new(job.run())).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok();
+        Helper {
+            jobs: Some(jobs),
+            done,
+            thread,
+        }
+    }
+
+    /// Hands `job` to the thread, or gives it back when there is none.
+    fn send(&self, job: Box<Job>) -> Result<(), Box<Job>> {
+        match (&self.thread, &self.jobs) {
+            (Some(_), Some(jobs)) => jobs.send(job).map_err(|e| e.0),
+            _ => Err(job),
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Counts quarantine directories made by this process, so that concurrent
@@ -606,124 +913,207 @@ impl Sweeper<'_> {
             );
             return false;
         }
+        // Enough entries: the second half goes to the second thread, which
+        // looks at each in place and removes the expired ones through its
+        // own quarantine while this thread does the same with the first.
+        let mut sent = None;
+        if !self.dry_run && self.can_remove && entries.len() >= SPLIT_MIN {
+            if let (Ok(rootfd), Ok(dirfd)) = (fs::dup(root.fd.as_fd()), fs::dup(dir.as_fd())) {
+                let base = entries.len() / 2;
+                let job = Box::new(Job {
+                    q: self.quarantine2.take(),
+                    root: rootfd,
+                    root_meta: root.meta,
+                    uid: self.uid,
+                    dir: dirfd,
+                    dmeta: meta,
+                    entries: entries.split_off(base),
+                    base,
+                    cutoff: self.cutoff,
+                });
+                match self.helper().send(job) {
+                    Ok(()) => sent = Some(base),
+                    // No second thread: all of it here.
+                    Err(job) => {
+                        entries.extend(job.entries);
+                        self.quarantine2 = job.q;
+                    }
+                }
+            }
+        }
+        // In place: which entries are expired spill files of ours.
         let mut remaining = 0u64;
+        let mut cancelled = false;
+        let mut expired = Vec::new();
         for (i, f) in entries.iter().enumerate() {
             if i % 1024 == 1023 && self.cancelled() {
                 self.report.skip(SkipReason::Cancelled);
-                return false;
+                cancelled = true;
+                break;
             }
-            if !self.sweep_file(root, dir.as_fd(), &meta, &path, f) {
-                remaining += 1;
+            let found = look(dir.as_fd(), &meta, f, self.cutoff);
+            match self.apply(found, &path, f) {
+                Check::Gone => {}
+                Check::Stays => remaining += 1,
+                Check::Expired(m) => expired.push(Expired {
+                    index: i,
+                    name: f.name.clone(),
+                    ino: f.ino,
+                    meta: m,
+                }),
             }
         }
-        if remaining > 0 || self.dry_run || self.cancelled() {
+        // Then out through the quarantine.
+        if !cancelled && !expired.is_empty() {
+            remaining += self.remove_expired(root, dir.as_fd(), &path, expired);
+        }
+        if let Some(base) = sent {
+            remaining += self.second_half(root, &path, base);
+        }
+        if cancelled || remaining > 0 || self.dry_run || self.cancelled() {
             return false;
         }
         self.prune(root, dir.as_fd(), &e.name, &meta, &path)
     }
 
-    /// Handles one entry of a session dir; returns `true` if it is gone.
-    fn sweep_file(
+    /// Removes the `expired` files of the session dir `dir` (at `dpath`)
+    /// and returns how many of them are not gone.
+    fn remove_expired(
         &mut self,
         root: &OpenRoot,
         dir: BorrowedFd<'_>,
-        dmeta: &Meta,
         dpath: &Path,
-        f: &Entry,
-    ) -> bool {
-        let reason = match f.kind {
-            Some(Kind::Dir) => Some(SkipReason::NestedDir),
-            Some(Kind::Symlink) => Some(SkipReason::Symlink),
-            Some(Kind::Special) => Some(SkipReason::SpecialFile),
-            _ if !is_spill_file_name(f.name.to_bytes()) => Some(SkipReason::UnrelatedFile),
-            _ => None,
-        };
-        if let Some(r) = reason {
-            self.report.skip(r);
-            return false;
-        }
-        // The identity re-check: this `statx` is the last call before the
-        // unlink and must show the very inode `getdents` listed, a regular
-        // file, on the session dir's mount.
-        let m = match fs::stat_at(dir, &f.name) {
-            Ok(m) => m,
-            Err(Errno::NOENT) => return true,
-            Err(err) => {
-                self.report.skip(SkipReason::Error);
-                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-                self.warn("stat_failed", &p, format!("{err}"));
-                return false;
-            }
-        };
-        let reason = match m.kind() {
-            Kind::Symlink => Some(SkipReason::Symlink),
-            Kind::Dir => Some(SkipReason::NestedDir),
-            Kind::Special => Some(SkipReason::SpecialFile),
-            // A bind-mounted file shows the mounted inode: fence it first.
-            Kind::File if !m.on_mount_of(dmeta) => Some(SkipReason::MountPoint),
-            Kind::File if m.ino != f.ino => Some(SkipReason::IdentityChanged),
-            // Not created by the store (no ownership mark): not ours.
-            Kind::File if m.mode & MARK == 0 => Some(SkipReason::UnrelatedFile),
-            Kind::File => None,
-        };
-        if let Some(r) = reason {
-            self.report.skip(r);
-            if matches!(r, SkipReason::MountPoint | SkipReason::IdentityChanged) {
-                let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-                self.warn("file_skipped", &p, format!("{r:?}"));
-            }
-            return false;
-        }
-        if (m.mtime_sec, m.mtime_nsec) >= self.cutoff {
-            self.report.files_kept += 1;
-            return false;
-        }
-        if self.dry_run {
-            self.report.files_deleted += 1;
-            let p = dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-            self.report.would_delete.push(escape::escape_path(&p));
-            return false;
-        }
+        expired: Vec<Expired>,
+    ) -> u64 {
         let cutoff = self.cutoff;
         let Some(q) = self.quarantine(root) else {
             self.report.skip(SkipReason::Error);
-            return false;
+            return expired.len() as u64;
         };
-        // Out of the session dir first; destroyed only if what arrived is
-        // still the expired spill file checked above.
-        let removal = q.remove(dir, &f.name, Kind::File, |seen| {
-            (seen.same_object(&m)
-                && seen.ino == f.ino
-                && (seen.mtime_sec, seen.mtime_nsec) < cutoff)
-                .then_some(())
-                .ok_or(())
-        });
-        let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
-        match removal {
-            Ok(Removal::Destroyed) => {
-                self.report.files_deleted += 1;
-                true
-            }
-            // Deleted by a concurrent sweep: the outcome we wanted.
-            Ok(Removal::Missing) => true,
-            Ok(Removal::Mount) => {
-                self.report.skip(SkipReason::MountPoint);
-                false
-            }
-            Ok(r) => {
-                self.tampered(&p(), &r);
-                false
-            }
-            Err(err) => {
-                self.report.skip(SkipReason::Error);
-                self.warn(
-                    "unlink_failed",
-                    &p(),
-                    format!("cannot delete expired file: {err}"),
-                );
-                false
+        let outcomes = remove_files(q, dir, &expired, cutoff);
+        // Files never reached (none today) stay too.
+        let unreached = expired.len().saturating_sub(outcomes.len()) as u64;
+        unreached + self.outcomes(dpath, outcomes)
+    }
+
+    /// Applies the outcomes of removals, in listing order; returns how many
+    /// files are not gone.
+    fn outcomes(&mut self, dpath: &Path, outcomes: Vec<(usize, Outcome)>) -> u64 {
+        let mut left = 0;
+        for (_, outcome) in outcomes {
+            let p = |name: &CString| dpath.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            match outcome {
+                Outcome::Deleted => self.report.files_deleted += 1,
+                Outcome::Gone => {}
+                Outcome::Mount => {
+                    self.report.skip(SkipReason::MountPoint);
+                    left += 1;
+                }
+                Outcome::Tampered(what, name) => {
+                    self.report.skip(SkipReason::IdentityChanged);
+                    self.warn("tampered", &p(&name), what.into());
+                    left += 1;
+                }
+                Outcome::Failed(err, name) => {
+                    self.report.skip(SkipReason::Error);
+                    self.warn(
+                        "unlink_failed",
+                        &p(&name),
+                        format!("cannot delete expired file: {err}"),
+                    );
+                    left += 1;
+                }
             }
         }
+        left
+    }
+
+    /// Waits for the second thread's half of the session at `dpath` (its
+    /// entries from listing position `base` on) and applies what it found
+    /// and did, after the first half; returns how many entries stay.
+    fn second_half(&mut self, root: &OpenRoot, dpath: &Path, base: usize) -> u64 {
+        let Some(done) = self.helper.as_ref().and_then(|h| h.done.recv().ok()) else {
+            // The thread is gone (it panicked) with its half's quarantine:
+            // those entries stay for the next sweep.
+            self.helper = None;
+            self.can_remove = false;
+            self.report.skip(SkipReason::Error);
+            return 1;
+        };
+        let Done {
+            q,
+            looks,
+            entries,
+            outcomes,
+            quarantine_failed,
+        } = *done;
+        if let Some((q, name)) = q {
+            self.quarantine2 = Some(q);
+            if name.is_some() {
+                self.quarantine2_name = name;
+            }
+        }
+        let mut remaining = 0;
+        let mut expired = 0u64;
+        for (found, f) in looks.into_iter().zip(&entries) {
+            match self.apply(found, dpath, f) {
+                Check::Gone => {}
+                Check::Stays => remaining += 1,
+                Check::Expired(_) => expired += 1,
+            }
+        }
+        if let Some(err) = quarantine_failed {
+            self.can_remove = false;
+            self.warn(
+                "quarantine_failed",
+                &root.path,
+                format!("cannot create the sweep's quarantine; removing nothing here: {err}"),
+            );
+            for _ in 0..expired {
+                self.report.skip(SkipReason::Error);
+            }
+            return remaining + expired;
+        }
+        debug_assert!(outcomes.iter().all(|(i, _)| *i >= base));
+        let unreached = expired.saturating_sub(outcomes.len() as u64);
+        remaining + unreached + self.outcomes(dpath, outcomes)
+    }
+
+    /// Counts what [`look`] found at entry `f` of the session dir at
+    /// `dpath` in the report: gone, stays, or an expired spill file of ours
+    /// (in a dry run: listed, and it stays).
+    fn apply(&mut self, found: Look, dpath: &Path, f: &Entry) -> Check {
+        let p = || dpath.join(std::ffi::OsStr::from_bytes(f.name.to_bytes()));
+        match found {
+            Look::Skip(r) => {
+                self.report.skip(r);
+                if matches!(r, SkipReason::MountPoint | SkipReason::IdentityChanged) {
+                    self.warn("file_skipped", &p(), format!("{r:?}"));
+                }
+                Check::Stays
+            }
+            Look::Gone => Check::Gone,
+            Look::StatFailed(err) => {
+                self.report.skip(SkipReason::Error);
+                self.warn("stat_failed", &p(), format!("{err}"));
+                Check::Stays
+            }
+            Look::Fresh => {
+                self.report.files_kept += 1;
+                Check::Stays
+            }
+            Look::Expired(_) if self.dry_run => {
+                self.report.files_deleted += 1;
+                self.report.would_delete.push(escape::escape_path(&p()));
+                Check::Stays
+            }
+            Look::Expired(m) => Check::Expired(m),
+        }
+    }
+
+    /// The second thread, started on first use.
+    fn helper(&mut self) -> &mut Helper {
+        self.helper.get_or_insert_with(Helper::start)
     }
 
     /// Reports an entry that was not what the sweep checked once it was out
@@ -768,6 +1158,10 @@ impl Sweeper<'_> {
     fn close_quarantine(&mut self, root: &OpenRoot) {
         if let Some((q, name)) = self.quarantine.take() {
             drop(q);
+            let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+        }
+        drop(self.quarantine2.take());
+        if let Some(name) = self.quarantine2_name.take() {
             let _ = fs::rmdir_at(root.fd.as_fd(), &name);
         }
     }
@@ -867,13 +1261,21 @@ impl Sweeper<'_> {
 }
 
 fn open_quarantine(root: &OpenRoot, uid: u32) -> Result<(fs::Quarantine, CString), Errno> {
+    open_quarantine_in(root.fd.as_fd(), &root.meta, uid)
+}
+
+fn open_quarantine_in(
+    root: BorrowedFd<'_>,
+    root_meta: &Meta,
+    uid: u32,
+) -> Result<(fs::Quarantine, CString), Errno> {
     let n = QUARANTINES.fetch_add(1, Ordering::Relaxed);
     let name = CString::new(format!(".sweep-{}-{n}", std::process::id())).expect("no NUL");
-    fs::mkdir_at(root.fd.as_fd(), &name, 0o700)?;
-    let fd = fs::open_dir_at(root.fd.as_fd(), &name)?;
+    fs::mkdir_at(root, &name, 0o700)?;
+    let fd = fs::open_dir_at(root, &name)?;
     let m = fs::stat_fd(fd.as_fd())?;
-    if !m.on_mount_of(&root.meta) || m.trusted_dir_for(uid).is_err() {
-        let _ = fs::rmdir_at(root.fd.as_fd(), &name);
+    if !m.on_mount_of(root_meta) || m.trusted_dir_for(uid).is_err() {
+        let _ = fs::rmdir_at(root, &name);
         return Err(Errno::XDEV);
     }
     Ok((fs::Quarantine::new(fd), name))

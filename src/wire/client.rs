@@ -20,7 +20,7 @@ use crate::coordinator::{
     OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle,
 };
 use crate::error::SafeCode;
-use crate::machine::request::CleanupResult;
+use crate::machine::request::CleanupOutcome;
 
 /// Why a wire call failed.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +84,38 @@ impl Inner {
 
 /// An edge-side connection to one node. Cheap to clone; calls may be issued
 /// concurrently and are pipelined (answers are matched by `seq`).
+///
+/// # Examples
+///
+/// An edge and a node in one process, over an in-memory pipe:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use custodian::RequestId;
+/// use custodian::process::LaunchOptions;
+/// use custodian::wire::{DEFAULT_MAX_FRAME, Node, NodeConfig, WireClient, WorkspaceNode};
+/// use custodian::workspace::{Workspace, WorkspaceConfig};
+///
+/// let dir = tempfile::tempdir()?;
+/// let workspace = Workspace::open(dir.path(), WorkspaceConfig::default())?;
+/// let launch = LaunchOptions::new(dir.path());
+/// let node = Node::new(
+///     WorkspaceNode::new(workspace, launch, Duration::from_secs(30)),
+///     NodeConfig::default(),
+/// );
+/// let (edge_io, node_io) = tokio::io::duplex(64 * 1024);
+/// tokio::spawn(async move { node.serve_to_end(node_io).await });
+///
+/// let client = WireClient::new(edge_io, DEFAULT_MAX_FRAME);
+/// let id = RequestId::new("req-1")?;
+/// client.open_workspace(&id).await?;
+/// assert_eq!(client.write_artifact(&id, "notes.txt", "hello").await?, 5);
+/// let report = client.cleanup_workspace(&id).await?;
+/// assert_eq!(report.request_id, id);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct WireClient {
     inner: Arc<Inner>,
@@ -503,23 +535,23 @@ fn intern(code: &Code) -> SafeCode {
 /// answer arrived (the node's cleanup is idempotent: a request it never
 /// opened is `already_gone`).
 impl WorkspaceLifecycle for WireClient {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         match WireClient::cleanup_workspace(self, request).await {
             Ok(report) => match report.status {
                 CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed => {
-                    CleanupResult::Ok
+                    CleanupOutcome::Ok
                 }
-                CleanupStatus::Failed => CleanupResult::Failed(
+                CleanupStatus::Failed => CleanupOutcome::Failed(
                     report
                         .code
                         .as_ref()
                         .map_or(CODE_REMOTE_CLEANUP_FAILED, intern),
                 ),
             },
-            Err(WireError::Disconnected) => CleanupResult::Failed(CODE_NODE_UNREACHABLE),
-            Err(WireError::Refused { code }) => CleanupResult::Failed(intern(&code)),
+            Err(WireError::Disconnected) => CleanupOutcome::Failed(CODE_NODE_UNREACHABLE),
+            Err(WireError::Refused { code }) => CleanupOutcome::Failed(intern(&code)),
             Err(WireError::Unexpected | WireError::PolicyRefused { .. }) => {
-                CleanupResult::Failed(CODE_REMOTE_CLEANUP_FAILED)
+                CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
             }
         }
     }

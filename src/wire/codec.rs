@@ -6,11 +6,30 @@
 //! streams past and reported as [`FrameError::TooLarge`], after which the
 //! next frame is read normally. serde_json never writes a raw newline inside
 //! a string, so an encoded message is always exactly one line.
+//!
+//! The splitting and the bounded discard are tokio-util's
+//! [`AnyDelimiterCodec`] (with `\n` as the delimiter and `max_frame` as its
+//! maximum length) driven by a [`FramedRead`]. Two rules of the wire
+//! contract (`docs/contracts/edge-node-wire.md`) are not what its sibling
+//! `LinesCodec` does, and decide the choice and the one override here:
+//!
+//! - a frame that is not UTF-8 is answered `malformed_frame` and the next
+//!   frame is read normally. `LinesCodec` consumes such a line and reports an
+//!   `io::Error`, after which `FramedRead` ends the stream; the byte codec
+//!   hands the bytes on and serde_json refuses them while decoding.
+//! - a stream ending inside a frame is `truncated_frame`. Both codecs return
+//!   the unterminated rest as a last frame at end of stream, so
+//!   `FrameCodec::decode_eof` reports it as [`FrameError::Truncated`]
+//!   instead.
 
 use std::io;
+use std::pin::Pin;
 
+use bytes::{Bytes, BytesMut};
+use futures_core::Stream;
 use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 
 use super::message::{Code, Request, RequestFrame, Response, ResponseFrame, VERSION, codes};
 use crate::coordinator::RequestId;
@@ -48,20 +67,75 @@ impl FrameError {
     }
 }
 
-/// Reads newline-delimited frames of at most `max_frame` bytes.
+/// What the codec yields: a complete line (without its `\n`), or the news
+/// that one was too long and is being discarded.
 #[derive(Debug)]
-pub struct FrameReader<R> {
-    inner: R,
-    buf: Vec<u8>,
+enum Chunk {
+    Line(Bytes),
+    TooLarge,
+}
+
+/// [`AnyDelimiterCodec`] split at `\n`, with an oversized line as an item
+/// (so `FramedRead` goes on reading) and an unterminated tail at end of
+/// stream as [`FrameError::Truncated`].
+#[derive(Debug)]
+struct FrameCodec {
+    lines: AnyDelimiterCodec,
     max_frame: usize,
 }
 
-impl<R: AsyncBufRead + Unpin> FrameReader<R> {
-    /// Wraps a buffered reader.
+impl FrameCodec {
+    fn new(max_frame: usize) -> Self {
+        FrameCodec {
+            lines: AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max_frame),
+            max_frame,
+        }
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Chunk;
+    type Error = FrameError;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Chunk>, FrameError> {
+        match self.lines.decode(buf) {
+            Ok(line) => Ok(line.map(Chunk::Line)),
+            // The codec now discards up to the next newline.
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => Ok(Some(Chunk::TooLarge)),
+            Err(AnyDelimiterCodecError::Io(e)) => Err(FrameError::Io(e)),
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Chunk>, FrameError> {
+        match self.decode(buf)? {
+            Some(chunk) => Ok(Some(chunk)),
+            // While discarding, the codec has already dropped every byte.
+            None if buf.is_empty() => Ok(None),
+            None => {
+                buf.clear();
+                // The codec remembers how far it searched `buf`; a reader
+                // that yields more after its end must start afresh.
+                *self = FrameCodec::new(self.max_frame);
+                Err(FrameError::Truncated)
+            }
+        }
+    }
+}
+
+/// Reads newline-delimited frames of at most `max_frame` bytes.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    frames: FramedRead<R, FrameCodec>,
+    frame: Bytes,
+    max_frame: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Wraps a reader (it is read in chunks; it need not be buffered).
     pub fn new(inner: R, max_frame: usize) -> Self {
         FrameReader {
-            inner,
-            buf: Vec::new(),
+            frames: FramedRead::new(inner, FrameCodec::new(max_frame)),
+            frame: Bytes::new(),
             max_frame,
         }
     }
@@ -70,60 +144,31 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     ///
     /// # Errors
     ///
-    /// [`FrameError::TooLarge`] for an oversized frame (already skipped:
-    /// call again for the next one), [`FrameError::Truncated`] when the
-    /// stream ends inside a frame, [`FrameError::Io`] when reading fails.
+    /// [`FrameError::TooLarge`] for an oversized frame (skipped as it
+    /// streams past: call again for the next one), [`FrameError::Truncated`]
+    /// when the stream ends inside a frame, [`FrameError::Io`] when reading
+    /// fails.
     pub async fn next_frame(&mut self) -> Result<Option<&[u8]>, FrameError> {
         loop {
-            self.buf.clear();
-            let mut discarding = false;
-            loop {
-                let available = self.inner.fill_buf().await?;
-                if available.is_empty() {
-                    if discarding {
-                        return Err(FrameError::TooLarge {
-                            limit: self.max_frame,
-                        });
-                    }
-                    if self.buf.is_empty() {
-                        return Ok(None);
-                    }
-                    self.buf.clear();
-                    return Err(FrameError::Truncated);
+            let next = std::future::poll_fn(|cx| Pin::new(&mut self.frames).poll_next(cx)).await;
+            let mut line = match next {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(e),
+                Some(Ok(Chunk::TooLarge)) => {
+                    return Err(FrameError::TooLarge {
+                        limit: self.max_frame,
+                    });
                 }
-                let newline = available.iter().position(|&b| b == b'\n');
-                let take = newline.unwrap_or(available.len());
-                if !discarding && self.buf.len() + take > self.max_frame {
-                    // Stop buffering: the rest of this frame only streams past.
-                    discarding = true;
-                    self.buf.clear();
-                }
-                if !discarding {
-                    self.buf.extend_from_slice(&available[..take]);
-                }
-                match newline {
-                    Some(i) => {
-                        self.inner.consume(i + 1);
-                        break;
-                    }
-                    None => {
-                        let n = available.len();
-                        self.inner.consume(n);
-                    }
-                }
+                Some(Ok(Chunk::Line(line))) => line,
+            };
+            if line.last() == Some(&b'\r') {
+                line.truncate(line.len() - 1);
             }
-            if discarding {
-                return Err(FrameError::TooLarge {
-                    limit: self.max_frame,
-                });
-            }
-            if self.buf.last() == Some(&b'\r') {
-                self.buf.pop();
-            }
-            if self.buf.iter().all(u8::is_ascii_whitespace) {
+            if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            return Ok(Some(&self.buf));
+            self.frame = line;
+            return Ok(Some(&self.frame));
         }
     }
 }
@@ -297,10 +342,27 @@ pub fn encode_request(seq: u64, op: Request, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::BufReader;
+    use tokio::io::ReadBuf;
+
+    /// Hands out at most 7 bytes per read, so frames and the limit fall
+    /// across reads.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            let n = self.0.len().min(7).min(buf.remaining());
+            buf.put_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
 
     async fn frames(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, String>> {
-        let mut r = FrameReader::new(BufReader::with_capacity(7, input), max);
+        let mut r = FrameReader::new(Trickle(input), max);
         let mut out = Vec::new();
         loop {
             match r.next_frame().await {
@@ -338,6 +400,43 @@ mod tests {
             got,
             vec![Ok(b"0123456789".to_vec()), Err("frame_too_large".into())]
         );
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_is_not_utf8_is_handed_on_and_the_next_is_read() {
+        let got = frames(b"\xff\xfe\n{}\n", 100).await;
+        assert_eq!(got, vec![Ok(b"\xff\xfe".to_vec()), Ok(b"{}".to_vec())]);
+    }
+
+    #[tokio::test]
+    async fn a_frame_split_across_reads_is_whole() {
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(rx, 100);
+        tokio::spawn(async move {
+            for part in [&b"{\"a\""[..], b":1", b"}\r", b"\n"] {
+                tx.write_all(part).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        assert_eq!(r.next_frame().await.unwrap(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(r.next_frame().await.unwrap(), None);
+    }
+
+    #[test]
+    fn the_codec_reads_on_after_a_truncated_tail() {
+        // A reader may yield more after reporting its end (a terminal does).
+        let mut codec = FrameCodec::new(100);
+        let mut buf = BytesMut::from(&b"0123456789"[..]);
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert!(matches!(
+            codec.decode_eof(&mut buf),
+            Err(FrameError::Truncated)
+        ));
+        buf.extend_from_slice(b"ab\n");
+        match codec.decode(&mut buf) {
+            Ok(Some(Chunk::Line(line))) => assert_eq!(&line[..], b"ab"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -58,4 +58,4 @@ pub use node::{
 };
 pub use transport::{NodeTransport, SpawnError};
 #[cfg(unix)]
-pub use workspace_node::{NodePolicy, WorkspaceNode, codes as node_codes};
+pub use workspace_node::{WorkspaceNode, codes as node_codes};

@@ -33,7 +33,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -182,7 +182,10 @@ fn forgettable_now(input: Input, next: &decide::State, actions: &[Action]) -> bo
             .any(|a| matches!(a, Action::Reply(Reply::Cleanup { cached: false, .. }))),
         Input::Cancel => {
             next.fence() == decide::Fence::Cancelled
-                && matches!(next.job(), decide::Job::Absent | decide::Job::Unknown)
+                && matches!(
+                    next.job(),
+                    decide::JobState::Absent | decide::JobState::Unknown
+                )
         }
         Input::Open | Input::OpenFinished { .. } | Input::Work | Input::CleanupFinished(_) => false,
     }
@@ -467,11 +470,13 @@ impl<W: NodeWorkspace> Node<W> {
     /// cleanup has not started.
     pub fn open_requests(&self) -> Vec<RequestId> {
         self.table.keys_where(|s| {
-            matches!(s.job(), decide::Job::Present | decide::Job::Opening)
-                && matches!(
-                    s.fence(),
-                    decide::Fence::Accepting | decide::Fence::Cancelled
-                )
+            matches!(
+                s.job(),
+                decide::JobState::Present | decide::JobState::Opening
+            ) && matches!(
+                s.fence(),
+                decide::Fence::Accepting | decide::Fence::Cancelled
+            )
         })
     }
 
@@ -507,7 +512,7 @@ impl<W: NodeWorkspace> Node<W> {
         let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let writer = tokio::spawn(super::codec::write_lines(write, rx));
         let permits = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
-        let mut frames = FrameReader::new(BufReader::new(read), self.config.max_frame);
+        let mut frames = FrameReader::new(read, self.config.max_frame);
         let result = loop {
             let permit = Arc::clone(&permits)
                 .acquire_owned()

@@ -10,11 +10,12 @@ use super::message::{Code, PolicyRefusal, ProcessSummary, RunSpec};
 use super::node::{CleanupVerdict, NodeWorkspace};
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
-use crate::policy::{Context, PolicyConfig, Provenance, Registry, StateMode, Verdict};
+use crate::policy::{Context, Registry, StateMode, Verdict};
 use crate::process::evidence::Evidence;
 use crate::process::governed::{Gate, decide_invocation};
 use crate::process::invocation::EnvValue;
 use crate::process::{Invocation, InvocationSpec, LaunchOptions, Running};
+use crate::runtime::RunPolicy;
 use crate::workspace::{CleanupStatus, Job, Workspace, WorkspaceError};
 
 /// Safe codes the adapter answers with.
@@ -61,19 +62,7 @@ pub struct WorkspaceNode {
     launch: LaunchOptions,
     default_timeout: Duration,
     jobs: Mutex<HashMap<RequestId, Entry>>,
-    policy: Option<NodePolicy>,
-}
-
-/// The policy a node enforces on `run_process` itself, so that it does not
-/// have to trust its edge. The node holds no approvals beyond the file's
-/// `policy.overrides`: an edge cannot approve for it.
-#[derive(Clone, Debug)]
-pub struct NodePolicy {
-    /// The validated policy file.
-    pub config: PolicyConfig,
-    /// The provenance the node assumes for every call (the wire carries
-    /// none); `Untrusted` fails closed.
-    pub provenance: Provenance,
+    policy: Option<RunPolicy>,
 }
 
 impl WorkspaceNode {
@@ -93,7 +82,7 @@ impl WorkspaceNode {
     /// needs an approval is refused before launch
     /// ([`NodeWorkspace::admit_run`], then again in [`NodeWorkspace::run`]).
     #[must_use]
-    pub fn with_policy(mut self, policy: NodePolicy) -> Self {
+    pub fn with_policy(mut self, policy: RunPolicy) -> Self {
         self.policy = Some(policy);
         self
     }

@@ -26,15 +26,31 @@ pub(crate) struct Swept {
     pub kept: u64,
 }
 
+/// The removal pass's second thread quarantines beneath the job's own
+/// quarantine, in this directory (`<internal>/quarantine/<job>/1`).
+const SECOND_QUARANTINE: &CStr = c"1";
+
 /// Destroys every entry of `<qroot>/<job_name>` that `inv` registered (same
 /// kind, device, inode, birth time and mount, admitted by `anchor`), then
 /// removes that directory if nothing was kept. Never follows a symlink,
-/// never descends: a quarantined directory must already be empty.
+/// never descends into what it destroys: a quarantined directory must
+/// already be empty. The second thread's quarantine inside it is swept the
+/// same way first.
 pub(crate) fn destroy_proven(
     qroot: BorrowedFd<'_>,
     job_name: &CStr,
     inv: &Inventory,
     anchor: Anchor,
+) -> Swept {
+    destroy_proven_at(qroot, job_name, inv, anchor, true)
+}
+
+fn destroy_proven_at(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    inv: &Inventory,
+    anchor: Anchor,
+    top: bool,
 ) -> Swept {
     let mut out = Swept::default();
     let dir = match fs::open_dir_at(qroot, job_name) {
@@ -82,6 +98,13 @@ pub(crate) fn destroy_proven(
         }
     };
     for name in names {
+        if top && name.as_c_str() == SECOND_QUARANTINE {
+            let inner = destroy_proven_at(dir.as_fd(), &name, inv, anchor, false);
+            out.files += inner.files;
+            out.dirs += inner.dirs;
+            out.kept += inner.kept;
+            continue;
+        }
         let obs = match fs::observe_at(dir.as_fd(), &name) {
             Ok(obs) => obs,
             Err(Errno::NOENT) => continue,

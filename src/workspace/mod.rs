@@ -33,7 +33,6 @@
 //! journals without a verdict ([`Workspace::reclaim`]) and runs the same
 //! cleanup for those requests, removing only what a journal proves.
 
-mod id;
 mod identity;
 mod inventory;
 pub mod journal;
@@ -59,11 +58,11 @@ use std::io;
 use std::time::Duration;
 
 pub use crate::fs::{BirthTime, FileKind, Identity, MountId, Observed};
-pub use id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
+pub use crate::id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
 pub use identity::{Anchor, Mismatch};
 pub use inventory::{ArtifactKind, Entry, Inventory, InventoryError, JOB_ROOT};
 pub use process::{RequestProcess, SettledFuture};
-pub use resolve::ResolveError;
+pub use resolve::UserPathError;
 pub use result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 pub use runtime::{ArtifactDir, Job, Workspace};
 
@@ -158,10 +157,14 @@ pub enum WorkspaceError {
     /// A caller path was refused (absolute, escaping, or in the internal
     /// namespace).
     #[error("path refused: {0}")]
-    InternalPath(#[from] ResolveError),
+    InternalPath(#[from] UserPathError),
     /// The launcher refused to start the process.
     #[error(transparent)]
     Launch(#[from] crate::process::ProcessError),
+    /// A launch's `LaunchOptions::workspace` names another directory than
+    /// this workspace's root.
+    #[error("the launch options name another workspace root")]
+    RootMismatch,
     /// The workspace has been closed.
     #[error("workspace is closed")]
     Closed,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// Why a caller's path was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ResolveError {
+pub enum UserPathError {
     /// The path is empty.
     #[error("path is empty")]
     Empty,
@@ -29,29 +29,29 @@ pub enum ResolveError {
 ///
 /// `.` and empty components are dropped, `..` pops a component. The result is
 /// relative to the workspace root; an empty result is the root itself.
-pub(crate) fn resolve(internal: &str, path: &str) -> Result<PathBuf, ResolveError> {
+pub(crate) fn resolve(internal: &str, path: &str) -> Result<PathBuf, UserPathError> {
     if path.is_empty() {
-        return Err(ResolveError::Empty);
+        return Err(UserPathError::Empty);
     }
     if path.contains('\0') {
-        return Err(ResolveError::Nul);
+        return Err(UserPathError::Nul);
     }
     if path.starts_with('/') {
-        return Err(ResolveError::Absolute);
+        return Err(UserPathError::Absolute);
     }
     let mut parts: Vec<&str> = Vec::new();
     for c in path.split('/') {
         match c {
             "" | "." => {}
             ".." => {
-                parts.pop().ok_or(ResolveError::Escapes)?;
+                parts.pop().ok_or(UserPathError::Escapes)?;
             }
             c => parts.push(c),
         }
     }
     if let Some(first) = parts.first() {
         if is_internal(internal, first) {
-            return Err(ResolveError::Internal);
+            return Err(UserPathError::Internal);
         }
     }
     Ok(parts.iter().collect())
@@ -97,22 +97,22 @@ mod tests {
             ".Custodian/job",
             "././.custodian/.",
         ] {
-            assert_eq!(resolve(NS, p), Err(ResolveError::Internal), "{p}");
+            assert_eq!(resolve(NS, p), Err(UserPathError::Internal), "{p}");
         }
     }
 
     #[test]
     fn bad_shapes_are_refused() {
-        assert_eq!(resolve(NS, ""), Err(ResolveError::Empty));
-        assert_eq!(resolve(NS, "/etc/passwd"), Err(ResolveError::Absolute));
-        assert_eq!(resolve(NS, ".."), Err(ResolveError::Escapes));
-        assert_eq!(resolve(NS, "a/../../b"), Err(ResolveError::Escapes));
-        assert_eq!(resolve(NS, "a\0b"), Err(ResolveError::Nul));
+        assert_eq!(resolve(NS, ""), Err(UserPathError::Empty));
+        assert_eq!(resolve(NS, "/etc/passwd"), Err(UserPathError::Absolute));
+        assert_eq!(resolve(NS, ".."), Err(UserPathError::Escapes));
+        assert_eq!(resolve(NS, "a/../../b"), Err(UserPathError::Escapes));
+        assert_eq!(resolve(NS, "a\0b"), Err(UserPathError::Nul));
     }
 
     #[test]
     fn a_configured_namespace_is_protected_too() {
-        assert_eq!(resolve("_state", "_STATE/x"), Err(ResolveError::Internal));
+        assert_eq!(resolve("_state", "_STATE/x"), Err(UserPathError::Internal));
         assert_eq!(
             resolve("_state", ".custodian").unwrap(),
             PathBuf::from(".custodian")

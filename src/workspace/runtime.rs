@@ -5,6 +5,7 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +17,7 @@ use super::journal_file::{self, JournalFile};
 use super::leftovers;
 use super::process::RequestProcess;
 use super::remove;
-use super::resolve::{self, ResolveError};
+use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
 use crate::fs::{self, Errno, FileKind, Identity, Observed};
@@ -40,7 +41,32 @@ enum Prepared {
 /// A workspace root held by descriptor, with its internal namespace and the
 /// requests open in it.
 ///
-/// Cheap to clone; every clone is the same workspace.
+/// Cheap to clone; every clone is the same workspace. Embedders usually
+/// reach it through [`Runtime`](crate::Runtime), which opens a request's
+/// job and cleans it up for them.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::io::Write;
+/// use custodian::workspace::{CleanupStatus, Workspace, WorkspaceConfig};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("user.txt"), "not the request's")?;
+/// let workspace = Workspace::open(dir.path(), WorkspaceConfig::default())?;
+/// let job = workspace.open_request("req-1")?;
+/// job.create_file("out/result.json")?.write_all(b"{}")?;
+///
+/// let result = workspace.cleanup("req-1").await?;
+/// assert_eq!(result.status, CleanupStatus::Clean);
+/// assert_eq!((result.counts.files_removed, result.counts.dirs_removed), (1, 2));
+/// assert!(dir.path().join("user.txt").exists());
+/// // Every later caller receives the same result; nothing runs twice.
+/// assert_eq!(job.cleanup().await, result);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Workspace {
     inner: Arc<Inner>,
@@ -55,6 +81,9 @@ struct Inner {
     /// `<internal>/journal`: one ownership journal per request.
     journals: OwnedFd,
     internal_identity: Identity,
+    /// The root's identity: a launch's `LaunchOptions::workspace` must name
+    /// this directory.
+    root_identity: Identity,
     anchor: Anchor,
     config: WorkspaceConfig,
     requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
@@ -241,6 +270,7 @@ impl Workspace {
                 quarantine,
                 journals,
                 internal_identity: internal_obs.identity,
+                root_identity: root_obs.identity,
                 anchor,
                 config: config.clone(),
                 requests: Mutex::new(HashMap::new()),
@@ -370,8 +400,8 @@ impl Workspace {
     ///
     /// # Errors
     ///
-    /// [`ResolveError`] for empty, absolute, escaping or internal paths.
-    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, ResolveError> {
+    /// [`UserPathError`] for empty, absolute, escaping or internal paths.
+    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, UserPathError> {
         resolve::resolve(&self.inner.config.internal_name, path)
     }
 
@@ -400,7 +430,7 @@ impl Workspace {
             if obs.identity.dev == self.inner.internal_identity.dev
                 && obs.identity.ino == self.inner.internal_identity.ino
             {
-                return Err(WorkspaceError::InternalPath(ResolveError::Internal));
+                return Err(WorkspaceError::InternalPath(UserPathError::Internal));
             }
             cur = Some(fd);
         }
@@ -432,6 +462,19 @@ impl Workspace {
     pub async fn cleanup(&self, id: &str) -> Result<CleanupResult, WorkspaceError> {
         let id = RequestId::new(id)?;
         Ok(self.cleanup_id(id).await)
+    }
+
+    /// The result of request `id`'s cleanup, if it finished and is still
+    /// cached (a later [`Workspace::cleanup`] of the id returns the same).
+    pub fn cleanup_result(&self, id: &RequestId) -> Option<CleanupResult> {
+        match self.inner.elections.result(id)? {
+            Ok(r) => Some(r),
+            Err(Abandoned) => Some(CleanupResult::failed(
+                CleanupCode::Abandoned,
+                CleanupCounts::default(),
+                None,
+            )),
+        }
     }
 
     async fn cleanup_id(&self, id: RequestId) -> CleanupResult {
@@ -571,22 +614,26 @@ impl Workspace {
         if read.tail != journal::Tail::Clean {
             tracing::info!(request = %id, tail = ?read.tail, "journal tail ignored");
         }
-        let jobs = self.inner.jobs.as_fd();
-        if read.records.is_empty() && !matches!(read.tail, journal::Tail::Corrupt { .. }) {
-            return self.reclaim_unopened(id, &cname);
-        }
-        let rep = match journal::replay(&read) {
-            Ok(rep) if rep.request == id.as_str().as_bytes() => rep,
-            Ok(_) => {
-                tracing::warn!(request = %id, "journal names another request; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
-            }
-            Err(e) => {
-                tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+        // No complete record: the run died between creating the journal
+        // (`O_EXCL`) and completing its `Open` record, which precedes the
+        // job directory's `mkdirat`. It proves nothing, as below when the
+        // job directory's identity is missing.
+        let rep = if read.records.is_empty() {
+            None
+        } else {
+            match journal::replay(&read) {
+                Ok(rep) if rep.request == id.as_str().as_bytes() => Some(rep),
+                Ok(_) => {
+                    tracing::warn!(request = %id, "journal names another request; the job is kept");
+                    return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+                }
+                Err(e) => {
+                    tracing::warn!(request = %id, error = %e, "journal does not replay; the job is kept");
+                    return Prepared::Filed(failed(CleanupCode::JobNotOwned));
+                }
             }
         };
-        if rep.verdict.is_some() {
+        if rep.as_ref().is_some_and(|rep| rep.verdict.is_some()) {
             return Prepared::Decided;
         }
         let finish = |result: CleanupResult| {
@@ -599,7 +646,9 @@ impl Workspace {
             counts: CleanupCounts::default(),
             suspect: None,
         };
-        let Some(inventory) = rep.inventory else {
+        let jobs = self.inner.jobs.as_fd();
+        let Some((rep, inventory)) = rep.and_then(|mut rep| rep.inventory.take().map(|i| (rep, i)))
+        else {
             // The job directory's creation is not proven: it was never made,
             // or its identity record was lost.
             return match fs::observe_at(jobs, &cname) {
@@ -675,32 +724,6 @@ impl Workspace {
             cgroup: Mutex::new(cgroup),
             reclaimed: true,
         }))
-    }
-
-    /// A journal holding no complete record (empty, or its `Open` frame
-    /// torn): the dead run was killed between creating it (`O_EXCL`) and
-    /// finishing its first `write(2)`. The job directory is made only after
-    /// that record, so the run created nothing else: with no job directory
-    /// the request is reclaimed (there is nothing to remove) and the journal
-    /// is unlinked, so the id is not refused forever; a job directory there
-    /// is not this journal's and is kept (`job_not_owned`), the journal too.
-    fn reclaim_unopened(&self, id: &RequestId, cname: &CStr) -> Prepared {
-        let failed = |code| CleanupResult::failed(code, CleanupCounts::default(), None);
-        match fs::observe_at(self.inner.jobs.as_fd(), cname) {
-            Err(e) if e == Errno::NOENT => {
-                if let Err(e) = fs::unlink_at(self.inner.journals.as_fd(), cname) {
-                    tracing::warn!(request = %id, error = %e, "removing an unopened request's journal failed");
-                }
-                Prepared::Filed(CleanupResult {
-                    status: CleanupStatus::Reclaimed,
-                    code: None,
-                    counts: CleanupCounts::default(),
-                    suspect: None,
-                })
-            }
-            Ok(_) => Prepared::Filed(failed(CleanupCode::JobNotOwned)),
-            Err(_) => Prepared::Filed(failed(CleanupCode::IoError)),
-        }
     }
 
     /// Appends a reclaim's verdict to the journal `cname` (after its
@@ -1142,14 +1165,24 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// [`WorkspaceError::InternalPath`] if the invocation's cwd is in the
-    /// internal namespace; [`WorkspaceError::RequestClosed`] once cleanup
-    /// started; [`WorkspaceError::Launch`] if the launcher refuses.
+    /// [`WorkspaceError::RootMismatch`] if `options.workspace` is not this
+    /// workspace's root (the process's cwd would be outside the workspace
+    /// this request belongs to); [`WorkspaceError::InternalPath`] if the
+    /// invocation's cwd is in the internal namespace;
+    /// [`WorkspaceError::RequestClosed`] once cleanup started;
+    /// [`WorkspaceError::Launch`] if the launcher refuses.
     pub fn launch(
         &self,
         invocation: crate::process::Invocation,
         options: &crate::process::LaunchOptions,
     ) -> Result<crate::process::Running, WorkspaceError> {
+        // The root was given twice (here and in the options): they must be
+        // the same directory, compared by identity, not by spelling.
+        let root = &self.ws.inner.root_identity;
+        match std::fs::metadata(&options.workspace) {
+            Ok(m) if m.is_dir() && m.dev() == root.dev && m.ino() == root.ino => {}
+            _ => return Err(WorkspaceError::RootMismatch),
+        }
         if let Some(cwd) = invocation.cwd().filter(|c| !c.as_str().is_empty()) {
             self.ws
                 .resolve_user_path(cwd.as_str())

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::process::RequestProcess;
-use super::resolve::{self, ResolveError};
+use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult};
 use super::{RequestId, WorkspaceConfig, WorkspaceError};
 
@@ -58,8 +58,8 @@ impl Workspace {
     ///
     /// # Errors
     ///
-    /// [`ResolveError`] for empty, absolute, escaping or internal paths.
-    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, ResolveError> {
+    /// [`UserPathError`] for empty, absolute, escaping or internal paths.
+    pub fn resolve_user_path(&self, path: &str) -> Result<PathBuf, UserPathError> {
         resolve::resolve(&self.config.internal_name, path)
     }
 
@@ -84,6 +84,11 @@ impl Workspace {
             CleanupCounts::default(),
             None,
         ))
+    }
+
+    /// No cleanup result is ever cached here.
+    pub fn cleanup_result(&self, _id: &RequestId) -> Option<CleanupResult> {
+        None
     }
 
     /// Nothing is ever open here.

@@ -4,7 +4,7 @@
 //! on paused time, letting the actor settle between stimuli.
 
 use custodian::coordinator::RequestObserver;
-use custodian::machine::request::{Candidate, Status};
+use custodian::machine::request::{Candidate, RequestStatus};
 
 use crate::scenarios::{
     family_a, family_b, family_d, family_e, family_f, family_g, family_h, family_i, fresh,
@@ -55,7 +55,7 @@ async fn a_failing_cleanup_races_success_cancel_disconnect_in_every_order() {
                 matches!(
                     r.event,
                     custodian::machine::request::Event::CleanupFinished(
-                        custodian::machine::request::CleanupResult::Failed(_)
+                        custodian::machine::request::CleanupOutcome::Failed(_)
                     )
                 )
             })
@@ -117,7 +117,7 @@ async fn every_waiter_sees_the_same_result_and_dropping_one_changes_nothing() {
     let c = h.finished().await;
     assert_eq!(
         c.result.status(),
-        Status::Failed,
+        RequestStatus::Failed,
         "success + cleanup failure = failed"
     );
     for w in early {

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use custodian::coordinator::Limits;
-use custodian::machine::request::{Candidate, CleanupReport, Delivery, Status};
+use custodian::coordinator::RequestLimits;
+use custodian::machine::request::{Candidate, CleanupReport, Delivery, RequestStatus};
 
 use crate::support::{Gate, SYMLINK_IN_JOB, coordinator, finish, id, settle};
 
@@ -23,13 +23,13 @@ fn primaries() -> [Candidate; 6] {
 }
 
 /// The rules from the seed, written out independently of the machine.
-fn expected_status(primary: Candidate, cleanup_failed: bool) -> Status {
+fn expected_status(primary: Candidate, cleanup_failed: bool) -> RequestStatus {
     match primary {
-        Candidate::Success if cleanup_failed => Status::Failed,
-        Candidate::Success => Status::Succeeded,
-        Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => Status::Failed,
-        Candidate::Timeout => Status::TimedOut,
-        Candidate::CallerCancel | Candidate::CallerDisconnect => Status::Cancelled,
+        Candidate::Success if cleanup_failed => RequestStatus::Failed,
+        Candidate::Success => RequestStatus::Succeeded,
+        Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => RequestStatus::Failed,
+        Candidate::Timeout => RequestStatus::TimedOut,
+        Candidate::CallerCancel | Candidate::CallerDisconnect => RequestStatus::Cancelled,
     }
 }
 
@@ -44,7 +44,7 @@ async fn every_primary_outcome_merges_with_cleanup_and_delivery() {
                         Gate::open_always(),
                         Gate::open_always(),
                         Gate::open_always(),
-                        Limits::default(),
+                        RequestLimits::default(),
                     );
                     co.lifecycle()
                         .fail_all
@@ -59,7 +59,7 @@ async fn every_primary_outcome_merges_with_cleanup_and_delivery() {
                         h.workspace_opening().await.unwrap();
                     }
                     if primary == Candidate::Timeout {
-                        tokio::time::advance(Limits::default().request_timeout).await;
+                        tokio::time::advance(RequestLimits::default().request_timeout).await;
                     } else {
                         h.candidate(primary);
                     }
@@ -123,7 +123,7 @@ async fn an_unopened_workspace_is_never_cleaned() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let r = id("never-opened");
     let h = co.start(r.clone());
@@ -144,7 +144,7 @@ async fn opening_after_a_workspace_less_finalization_is_refused() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("late-open"));
     h.candidate(Candidate::Success);
@@ -159,7 +159,7 @@ async fn opening_after_a_workspace_less_finalization_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
-    let limits = Limits {
+    let limits = RequestLimits {
         request_timeout: Duration::from_secs(10),
         cleanup_grace: Duration::from_secs(5),
         terminal_write_timeout: Duration::from_secs(1),
@@ -183,7 +183,7 @@ async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
     // The deadline was frozen at start: 10 s + 5 s, not 3 s + 15 s.
     tokio::time::advance(Duration::from_secs(12)).await;
     let c = h.finished().await;
-    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(c.result.status(), RequestStatus::Failed);
     assert_eq!(
         c.result.cleanup(),
         CleanupReport::Failed {
@@ -195,9 +195,9 @@ async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_terminal_write_counts_as_failed_and_still_completes() {
-    let limits = Limits {
+    let limits = RequestLimits {
         terminal_write_timeout: Duration::from_secs(2),
-        ..Limits::default()
+        ..RequestLimits::default()
     };
     let co = coordinator(
         Gate::open_always(),
@@ -214,7 +214,7 @@ async fn a_hanging_terminal_write_counts_as_failed_and_still_completes() {
     let c = h.finished().await;
     // The result was already merged before the write: a success whose
     // delivery failed keeps its result, delivery says what happened.
-    assert_eq!(c.result.status(), Status::Succeeded);
+    assert_eq!(c.result.status(), RequestStatus::Succeeded);
     assert_eq!(c.delivery, Delivery::WriteFailed);
     assert_eq!(co.lifecycle().total(), 1);
     finish(&h, "hung sink").await;
@@ -226,7 +226,7 @@ async fn dropping_every_handle_is_a_disconnect_that_still_cleans_up() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let r = id("abandoned");
     let h = co.start(r.clone());
@@ -274,7 +274,7 @@ impl custodian::coordinator::WorkspaceLifecycle for Panicking {
     async fn cleanup_workspace(
         &self,
         _: &custodian::coordinator::RequestId,
-    ) -> custodian::machine::request::CleanupResult {
+    ) -> custodian::machine::request::CleanupOutcome {
         self.panic("cleanup hook").await
     }
 }
@@ -296,13 +296,13 @@ async fn panicking_hooks_give_typed_answers(after_a_yield: bool, name: &str) {
         std::sync::Arc::new(Panicking { after_a_yield }),
         crate::support::Processes::new(Gate::open_always()),
         std::sync::Arc::new(Panicking { after_a_yield }),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id(name));
     h.workspace_opening().await.unwrap();
     h.candidate(Candidate::Success);
     let c = h.finished().await;
-    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(c.result.status(), RequestStatus::Failed);
     assert_eq!(
         c.result.cleanup(),
         CleanupReport::Failed {
@@ -332,7 +332,7 @@ async fn an_open_with_nothing_queued_is_committed_by_the_handle_itself() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("direct-open"));
     let mut open = std::pin::pin!(h.workspace_opening());
@@ -363,7 +363,7 @@ async fn an_open_never_overtakes_a_candidate_its_caller_sent_first() {
         Gate::closed(),
         Gate::closed(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("queued-open"));
     // Not yet committed: the actor has not run since.
@@ -383,7 +383,7 @@ async fn an_open_never_overtakes_a_candidate_its_caller_sent_first() {
     co.processes().gate.release(1);
     co.lifecycle().gate.release(1);
     let c = h.finished().await;
-    assert_eq!(c.result.status(), Status::Cancelled);
+    assert_eq!(c.result.status(), RequestStatus::Cancelled);
     assert_eq!(co.lifecycle().count(h.id()), 1, "the late open is cleaned");
     finish(&h, "queued-open").await;
 }
@@ -396,7 +396,7 @@ async fn a_cancel_reaches_the_edge_side_executor_through_the_handle() {
         Gate::open_always(),
         Gate::closed(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("exec-cancel"));
     h.workspace_opening().await.unwrap();
@@ -430,10 +430,10 @@ async fn a_cancel_reaches_the_edge_side_executor_through_the_handle() {
 /// deadline, and the completion says the stop was not confirmed.
 #[tokio::test(start_paused = true)]
 async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
-    let limits = Limits {
+    let limits = RequestLimits {
         request_timeout: Duration::from_secs(5),
         cleanup_grace: Duration::from_secs(2),
-        ..Limits::default()
+        ..RequestLimits::default()
     };
     let co = coordinator(
         Gate::open_always(),
@@ -454,7 +454,7 @@ async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
     let c = h.finished().await;
     assert_eq!(co.lifecycle().count(h.id()), 1, "the cleanup ran anyway");
     assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
-    assert_eq!(c.result.status(), Status::Cancelled);
+    assert_eq!(c.result.status(), RequestStatus::Cancelled);
     assert_eq!(
         c.stop_unconfirmed,
         Some(custodian::coordinator::CODE_CANCEL_DEADLINE_EXCEEDED)
@@ -480,7 +480,7 @@ async fn a_panicking_cancel_hook_still_cleans_and_says_so() {
         std::sync::Arc::clone(&lifecycle),
         std::sync::Arc::new(PanickingCancel),
         crate::support::Sink::new(Gate::open_always()),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("panicking-cancel"));
     h.workspace_opening().await.unwrap();

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use custodian::coordinator::{Limits, OpenRefused};
+use custodian::coordinator::{OpenRefused, RequestLimits};
 use custodian::machine::request::{Candidate, CleanupReport};
 
 use crate::support::{Gate, coordinator, finish, id};
@@ -53,7 +53,7 @@ async fn only_a_refused_announcement_is_warned_about() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
 
     // Accepted, then cleaned: every phase of a request with a workspace.
@@ -94,7 +94,7 @@ async fn try_finished_returns_the_published_completion() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::closed(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("try-finished"));
     let o = h.observer();
@@ -118,7 +118,7 @@ async fn a_completed_request_whose_handles_are_gone_leaves_no_task_behind() {
         Gate::open_always(),
         Gate::open_always(),
         Gate::open_always(),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("no-task-left"));
     h.workspace_opening().await.unwrap();

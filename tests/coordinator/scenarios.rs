@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{Limits, Record};
-use custodian::machine::request::{Candidate, CleanupReport, Delivery, Status};
+use custodian::coordinator::{RequestLimits, TransitionRecord};
+use custodian::machine::request::{Candidate, CleanupReport, Delivery, RequestStatus};
 
 use crate::support::{Fakes, Gate, check_log, coordinator, id, settle};
 
@@ -47,18 +47,18 @@ pub fn permutations<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
     out
 }
 
-const LIMITS: Limits = Limits {
+const LIMITS: RequestLimits = RequestLimits {
     request_timeout: Duration::from_secs(60),
     cleanup_grace: Duration::from_secs(30),
     terminal_write_timeout: Duration::from_secs(10),
 };
 
-fn expected_status(primary: Candidate) -> Status {
+fn expected_status(primary: Candidate) -> RequestStatus {
     match primary {
-        Candidate::Success => Status::Succeeded,
-        Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => Status::Failed,
-        Candidate::Timeout => Status::TimedOut,
-        Candidate::CallerCancel | Candidate::CallerDisconnect => Status::Cancelled,
+        Candidate::Success => RequestStatus::Succeeded,
+        Candidate::ExecutorError { .. } | Candidate::TerminalWriteFailed => RequestStatus::Failed,
+        Candidate::Timeout => RequestStatus::TimedOut,
+        Candidate::CallerCancel | Candidate::CallerDisconnect => RequestStatus::Cancelled,
     }
 }
 
@@ -70,7 +70,7 @@ pub async fn run_order(
     order: &[Stimulus],
     opened: bool,
     write_fails: bool,
-) -> Vec<Record> {
+) -> Vec<TransitionRecord> {
     let ctx = format!("{name}: opened={opened} write_fails={write_fails} order={order:?}");
     let r = id(name);
     let h = co.start(r.clone());
@@ -150,7 +150,7 @@ pub async fn run_order(
     // a success then becomes a failure; any other category is kept.
     let cleanup_failed = opened_any && name.starts_with("fail");
     let status = match expected_status(primary) {
-        Status::Succeeded if cleanup_failed => Status::Failed,
+        RequestStatus::Succeeded if cleanup_failed => RequestStatus::Failed,
         s => s,
     };
     assert_eq!(c.result.status(), status, "{ctx}");
@@ -313,7 +313,7 @@ pub fn family_i() -> Vec<Stimulus> {
 
 /// Runs every order of an announcement family (C or I), starting without a
 /// workspace.
-pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<Record>> {
+pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<TransitionRecord>> {
     let mut logs = Vec::new();
     for (n, order) in permutations(family).into_iter().enumerate() {
         let name = format!("{tag}-{n}");
@@ -323,7 +323,7 @@ pub async fn run_announcements(family: &[Stimulus], tag: &str) -> Vec<Vec<Record
 }
 
 /// Runs every order of family C.
-pub async fn run_family_c() -> Vec<Vec<Record>> {
+pub async fn run_family_c() -> Vec<Vec<TransitionRecord>> {
     run_announcements(&family_c(), "c").await
 }
 
@@ -331,7 +331,7 @@ pub async fn run_family_c() -> Vec<Vec<Record>> {
 /// fails in every other order (so both delivery paths race every
 /// interleaving of the rest); without one, `ReleaseCleanup` is dropped from
 /// the family (no cleanup is ever started) and both write variants run.
-pub async fn run_family(family: &[Stimulus], tag: &str) -> Vec<Vec<Record>> {
+pub async fn run_family(family: &[Stimulus], tag: &str) -> Vec<Vec<TransitionRecord>> {
     let mut logs = Vec::new();
     for (n, order) in permutations(family).into_iter().enumerate() {
         let name = format!("{tag}-open-{n}");
@@ -406,8 +406,8 @@ pub struct Totals {
 }
 
 /// Runs `n` requests concurrently; returns the totals and every log.
-pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<Record>>) {
-    let limits = Limits {
+pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<TransitionRecord>>) {
+    let limits = RequestLimits {
         request_timeout: Duration::from_secs(60),
         cleanup_grace: Duration::from_secs(60),
         terminal_write_timeout: Duration::from_secs(60),

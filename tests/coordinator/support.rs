@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use custodian::coordinator::{
-    Coordinator, Limits, ProcessControl, Record, RequestHandle, RequestId, TerminalSink,
-    TerminalWriteError, WorkspaceLifecycle,
+    Coordinator, ProcessControl, RequestHandle, RequestId, RequestLimits, TerminalSink,
+    TerminalWriteError, TransitionRecord, WorkspaceLifecycle,
 };
 use custodian::error::SafeCode;
-use custodian::machine::request::{Action, CleanupResult, Event, FinalResult, Phase, step};
+use custodian::machine::request::{Action, CleanupOutcome, Event, FinalResult, Phase, step};
 use tokio::sync::Semaphore;
 
 pub const SYMLINK_IN_JOB: SafeCode = SafeCode::new("symlink_in_job");
@@ -77,7 +77,7 @@ impl Lifecycle {
 }
 
 impl WorkspaceLifecycle for Lifecycle {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupResult {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         *self
             .calls
             .lock()
@@ -86,9 +86,9 @@ impl WorkspaceLifecycle for Lifecycle {
             .or_default() += 1;
         self.gate.pass().await;
         if self.fail_all.load(Ordering::SeqCst) || request.as_str().starts_with("fail") {
-            CleanupResult::Failed(SYMLINK_IN_JOB)
+            CleanupOutcome::Failed(SYMLINK_IN_JOB)
         } else {
-            CleanupResult::Ok
+            CleanupOutcome::Ok
         }
     }
 }
@@ -161,7 +161,7 @@ impl TerminalSink for Sink {
 
 pub type Fakes = Coordinator<Lifecycle, Processes, Sink>;
 
-pub fn coordinator(lifecycle: Gate, processes: Gate, sink: Gate, limits: Limits) -> Fakes {
+pub fn coordinator(lifecycle: Gate, processes: Gate, sink: Gate, limits: RequestLimits) -> Fakes {
     Coordinator::new(
         Lifecycle::new(lifecycle),
         Processes::new(processes),
@@ -186,7 +186,7 @@ pub struct LogFacts {
 /// at most once and never before a started cleanup finished, and exactly
 /// one publication precedes completion. `ctx` is printed on failure (it
 /// carries the stress seed).
-pub fn check_log(log: &[Record], ctx: &str) -> LogFacts {
+pub fn check_log(log: &[TransitionRecord], ctx: &str) -> LogFacts {
     let mut facts = LogFacts::default();
     for (i, r) in log.iter().enumerate() {
         assert_eq!(r.index as usize, i, "{ctx}: log index");

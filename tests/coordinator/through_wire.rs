@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{Coordinator, Limits, RequestId};
-use custodian::machine::request::{Candidate, CleanupReport, Status};
+use custodian::coordinator::{Coordinator, RequestId, RequestLimits};
+use custodian::machine::request::{Candidate, CleanupReport, RequestStatus};
 use custodian::wire::{CODE_NODE_UNREACHABLE, Node, NodeConfig, WireClient};
 
 use crate::fake_node::FakeNode;
@@ -24,7 +24,7 @@ fn setup(fake: FakeNode) -> (Arc<Node<FakeNode>>, WireClient, WireCoordinator) {
         Arc::new(client.clone()),
         Arc::new(client.clone()),
         Sink::new(Gate::open_always()),
-        Limits::default(),
+        RequestLimits::default(),
     );
     (node, client, co)
 }
@@ -93,7 +93,7 @@ async fn a_remote_cleanup_failure_turns_success_into_failure_with_its_code() {
     open(&client, &h).await;
     h.candidate(Candidate::Success);
     let c = h.finished().await;
-    assert_eq!(c.result.status(), Status::Failed);
+    assert_eq!(c.result.status(), RequestStatus::Failed);
     let CleanupReport::Failed { code } = c.result.cleanup() else {
         panic!("{c:?}")
     };
@@ -113,7 +113,7 @@ async fn a_lost_node_fails_the_cleanup_closed() {
         Arc::new(client.clone()),
         Arc::new(client.clone()),
         Sink::new(Gate::open_always()),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("orphan"));
     open(&client, &h).await;
@@ -123,7 +123,7 @@ async fn a_lost_node_fails_the_cleanup_closed() {
     let c = h.finished().await;
     assert_eq!(
         c.result.status(),
-        Status::Cancelled,
+        RequestStatus::Cancelled,
         "a cancel keeps its category"
     );
     assert_eq!(

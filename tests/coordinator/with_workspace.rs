@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use custodian::coordinator::{Coordinator, Limits};
-use custodian::machine::request::{Candidate, CleanupReport, Status};
+use custodian::coordinator::{Coordinator, RequestLimits};
+use custodian::machine::request::{Candidate, CleanupReport, RequestStatus};
 use custodian::workspace::{Workspace, WorkspaceConfig};
 
 use crate::support::{Gate, Processes, Sink, check_log, id};
@@ -17,7 +17,7 @@ async fn a_success_removes_the_job_and_keeps_the_users_files() {
         Arc::new(ws.clone()),
         Processes::new(Gate::open_always()),
         Sink::new(Gate::open_always()),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("real-1"));
     h.workspace_opening().await.unwrap();
@@ -30,7 +30,7 @@ async fn a_success_removes_the_job_and_keeps_the_users_files() {
     let c = h.finished().await;
     assert_eq!(
         (c.result.status(), c.result.cleanup()),
-        (Status::Succeeded, CleanupReport::Succeeded)
+        (RequestStatus::Succeeded, CleanupReport::Succeeded)
     );
     assert!(!job_dir.exists());
     assert_eq!(
@@ -48,7 +48,7 @@ async fn an_unregistered_file_fails_the_success_closed_and_is_kept() {
         Arc::new(ws.clone()),
         Processes::new(Gate::open_always()),
         Sink::new(Gate::open_always()),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let h = co.start(id("real-2"));
     h.workspace_opening().await.unwrap();
@@ -60,7 +60,7 @@ async fn an_unregistered_file_fails_the_success_closed_and_is_kept() {
     let c = h.finished().await;
     assert_eq!(
         c.result.status(),
-        Status::Failed,
+        RequestStatus::Failed,
         "success + cleanup failure = failed"
     );
     let CleanupReport::Failed { code } = c.result.cleanup() else {

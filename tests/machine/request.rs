@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use custodian::error::SafeCode;
 use custodian::machine::request::{
-    Action, Candidate, CandidateKind, CleanupReport, CleanupResult, Delivery, Event, FinalResult,
-    Phase, State, Status, accepts_workspace, step,
+    Action, Candidate, CandidateKind, CleanupOutcome, CleanupReport, Delivery, Event, FinalResult,
+    Phase, RequestStatus, State, accepts_workspace, step,
 };
 
 const EXEC: SafeCode = SafeCode::new("executor_crashed");
@@ -24,8 +24,8 @@ const EVENTS: [Event; 12] = [
     Event::Candidate(Candidate::TerminalWriteFailed),
     Event::WorkspaceOpening,
     Event::ExecutionStopped,
-    Event::CleanupFinished(CleanupResult::Ok),
-    Event::CleanupFinished(CleanupResult::Failed(CLEAN)),
+    Event::CleanupFinished(CleanupOutcome::Ok),
+    Event::CleanupFinished(CleanupOutcome::Failed(CLEAN)),
     Event::EndpointAcknowledged,
     Event::Published,
 ];
@@ -348,7 +348,7 @@ fn every_reachable_state_times_every_event_matches_the_table() {
     for gone in [false, true] {
         assert!(fine.contains(&(
             P::Cleaning,
-            Event::CleanupFinished(CleanupResult::Ok),
+            Event::CleanupFinished(CleanupOutcome::Ok),
             true,
             gone
         )));
@@ -383,9 +383,9 @@ const REACHABLE_STATES: usize = 1852;
 #[test]
 fn merge_table() {
     use CleanupReport as R;
-    use Status as S;
+    use RequestStatus as S;
     let cf = R::Failed { code: CLEAN };
-    let rows: [(Candidate, CleanupReport, Status, Option<&str>); 18] = [
+    let rows: [(Candidate, CleanupReport, RequestStatus, Option<&str>); 18] = [
         (Candidate::Success, R::NotNeeded, S::Succeeded, None),
         (Candidate::Success, R::Succeeded, S::Succeeded, None),
         (Candidate::Success, cf, S::Failed, Some("cleanup_failed")),
@@ -531,7 +531,7 @@ fn disconnect_cancels_and_cleans_but_writes_nothing() {
         Event::WorkspaceOpening,
         Event::Candidate(Candidate::CallerDisconnect),
         Event::ExecutionStopped,
-        Event::CleanupFinished(CleanupResult::Ok),
+        Event::CleanupFinished(CleanupOutcome::Ok),
         Event::Published,
     ]);
     let r = FinalResult::merge(Candidate::CallerDisconnect, CleanupReport::Succeeded);

@@ -24,7 +24,21 @@ fn explain_json(args: &[&str]) -> Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    one_json_line(&out.stdout)
+}
+
+/// The one JSON object in `stdout`, which must be one compact line.
+fn one_json_line(stdout: &[u8]) -> Value {
+    let text = std::str::from_utf8(stdout).unwrap();
+    assert_eq!(text.matches('\n').count(), 1, "not one line: {text}");
+    assert!(text.ends_with('\n'), "{text}");
+    let value: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        text.len() - 1,
+        value.to_string().len(),
+        "not compact: {text}"
+    );
+    value
 }
 
 #[test]
@@ -175,6 +189,8 @@ fn explain_exit_codes_for_bad_inputs() {
     let missing = dir.path().join("missing.toml");
     let out = explain(&["--policy", missing.to_str().unwrap(), "--", "ls"]);
     assert_eq!(out.status.code(), Some(66));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("(os error 2)").count(), 1, "{stderr}");
 
     let strict = example("policy-strict.toml");
     let out = explain(&["--policy", &strict, "--approve", "", "--", "ls"]);

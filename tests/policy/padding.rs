@@ -3,8 +3,8 @@
 //! into allow or require_approval.
 
 use custodian::policy::{
-    Context, EnvValue, MAX_TARGET_BYTES, Pattern, PolicyConfig, ProcessTarget, Provenance,
-    Registry, Request, StateMode, Verdict, decide,
+    Context, MAX_TARGET_BYTES, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry, Request,
+    StateMode, TargetEnvValue, Verdict, decide,
 };
 use custodian::process::governed::{Gate, decide_invocation};
 use custodian::process::invocation::{EnvValue as ProcEnv, MAX_ARGS, MAX_ARGV_BYTES};
@@ -171,7 +171,7 @@ prop_compose! {
         cwd in proptest::option::of(prop::sample::select(vec!["secret", "a", "a/b", "src"])),
         env in proptest::collection::btree_map(
             prop::sample::select(vec!["LD_PRELOAD", "PATH", "K"]),
-            short().prop_map(EnvValue::Literal),
+            short().prop_map(TargetEnvValue::Literal),
             0..3,
         ),
     ) -> ProcessTarget {

@@ -1,7 +1,7 @@
 //! Property tests of the match-target serializer and overrides.
 
 use custodian::policy::target::{MAX_PREFIX_BYTES, TRUNCATION_MARKER};
-use custodian::policy::{EnvValue, MAX_TARGET_BYTES, MatchTarget, Pattern, ProcessTarget};
+use custodian::policy::{MAX_TARGET_BYTES, MatchTarget, Pattern, ProcessTarget, TargetEnvValue};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -11,12 +11,12 @@ fn tricky() -> impl Strategy<Value = String> {
     proptest::string::string_regex(r#"[ab ,"\\*\[\]{}:=\n\u{202e}é]{0,6}"#).unwrap()
 }
 
-fn env_value() -> impl Strategy<Value = EnvValue> {
+fn env_value() -> impl Strategy<Value = TargetEnvValue> {
     prop_oneof![
-        tricky().prop_map(EnvValue::Literal),
+        tricky().prop_map(TargetEnvValue::Literal),
         tricky()
             .prop_filter("non-empty", |s| !s.is_empty())
-            .prop_map(EnvValue::SecretRef),
+            .prop_map(TargetEnvValue::SecretRef),
     ]
 }
 
@@ -49,8 +49,8 @@ fn decode(target: &MatchTarget) -> ProcessTarget {
         .iter()
         .map(|(k, v)| {
             let value = match v {
-                Value::String(l) => EnvValue::Literal(l.clone()),
-                Value::Object(o) => EnvValue::SecretRef(s(&o["secret_ref"])),
+                Value::String(l) => TargetEnvValue::Literal(l.clone()),
+                Value::Object(o) => TargetEnvValue::SecretRef(s(&o["secret_ref"])),
                 other => panic!("unexpected overlay value {other}"),
             };
             (k.clone(), value)
@@ -167,7 +167,7 @@ prop_compose! {
             executable: "x".into(),
             argv,
             cwd: None,
-            env_overlay: vec![("V".into(), EnvValue::Literal(value))], confine: None }
+            env_overlay: vec![("V".into(), TargetEnvValue::Literal(value))], confine: None }
     }
 }
 
@@ -207,7 +207,7 @@ proptest! {
         let mut changed_arg = a.clone();
         changed_arg.argv.last_mut().unwrap().push_str(&format!("{change}!"));
         let mut changed_env = a.clone();
-        changed_env.env_overlay[0].1 = EnvValue::SecretRef(format!("{change}!"));
+        changed_env.env_overlay[0].1 = TargetEnvValue::SecretRef(format!("{change}!"));
         let suffix = TRUNCATION_MARKER.len() + 64;
         let prefix = |t: &MatchTarget| t.as_str()[..t.as_str().len() - suffix].to_owned();
         for other in [changed_arg, changed_env] {
@@ -225,7 +225,7 @@ fn decoded_target_matches_a_known_shape() {
         executable: "a\"b".into(),
         argv: vec!["*".into()],
         cwd: None,
-        env_overlay: vec![("K".into(), EnvValue::SecretRef("r".into()))],
+        env_overlay: vec![("K".into(), TargetEnvValue::SecretRef("r".into()))],
         confine: None,
     };
     let v: Value = serde_json::from_str(p.match_target().unwrap().as_str()).unwrap();
@@ -242,8 +242,8 @@ mod explain_equals_run {
     //! decide over it. Both must reach the same decision.
 
     use custodian::policy::{
-        Context, Decision, EnvValue, PolicyConfig, ProcessTarget, Provenance, Reason, Registry,
-        Request, StateMode, Verdict, decide,
+        Context, Decision, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Request,
+        StateMode, TargetEnvValue, Verdict, decide,
     };
     use custodian::process::governed::{Gate, decide_invocation};
     use custodian::process::invocation::{EnvValue as ProcEnv, SecretRef};
@@ -296,14 +296,14 @@ target = '{"executable":"x",*'
         ]
     }
 
-    fn env() -> impl Strategy<Value = Vec<(String, EnvValue)>> {
+    fn env() -> impl Strategy<Value = Vec<(String, TargetEnvValue)>> {
         let key = prop::sample::select(vec!["A", "B", "", "A=B", "K\0"]).prop_map(str::to_owned);
         let value = prop_oneof![
             proptest::string::string_regex("[v\0]{0,2}")
                 .unwrap()
-                .prop_map(EnvValue::Literal),
+                .prop_map(TargetEnvValue::Literal),
             prop::sample::select(vec!["ref", "vault:x"])
-                .prop_map(|r| EnvValue::SecretRef(r.to_owned())),
+                .prop_map(|r| TargetEnvValue::SecretRef(r.to_owned())),
         ];
         proptest::collection::vec((key, value), 0..3)
     }
@@ -332,8 +332,8 @@ target = '{"executable":"x",*'
         }
         for (k, v) in &p.env_overlay {
             let v = match v {
-                EnvValue::Literal(l) => ProcEnv::Literal(l.clone()),
-                EnvValue::SecretRef(r) => ProcEnv::Secret(SecretRef::new(r.clone())),
+                TargetEnvValue::Literal(l) => ProcEnv::Literal(l.clone()),
+                TargetEnvValue::SecretRef(r) => ProcEnv::Secret(SecretRef::new(r.clone())),
                 _ => unreachable!(),
             };
             spec = spec.with_env(k.clone(), v);
@@ -396,8 +396,8 @@ mod toml_round_trip {
     //! exactly the same exact override.
 
     use custodian::policy::{
-        Context, EnvValue, Pattern, PolicyConfig, ProcessTarget, Provenance, Reason, Registry,
-        Request, StateMode, Verdict, decide,
+        Context, Pattern, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Request,
+        StateMode, TargetEnvValue, Verdict, decide,
     };
     use proptest::prelude::*;
 
@@ -420,7 +420,7 @@ mod toml_round_trip {
                 executable,
                 argv,
                 cwd: None,
-                env_overlay: vec![("K".into(), EnvValue::Literal(value))], confine: None }
+                env_overlay: vec![("K".into(), TargetEnvValue::Literal(value))], confine: None }
         }
     }
 

@@ -10,8 +10,19 @@ fn custodian(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The one JSON object on stdout, which must be one compact line.
 fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+    let text = std::str::from_utf8(&out.stdout).unwrap();
+    assert_eq!(text.matches('\n').count(), 1, "not one line: {text}");
+    assert!(text.ends_with('\n'), "{text}");
+    let value: serde_json::Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(
+        text.len() - 1,
+        value.to_string().len(),
+        "not compact: {text}"
+    );
+    value
 }
 
 #[test]
@@ -414,6 +425,75 @@ fn a_bad_confine_flag_is_a_usage_error_and_a_relative_path_an_invalid_invocation
     ]);
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     assert_eq!(json(&out)["error"]["code"], "invalid_invocation");
+}
+
+/// Every subcommand's `--help` says whether its stdout is JSON and lists
+/// its exit codes.
+#[test]
+fn every_subcommand_help_states_its_output_and_exit_codes() {
+    let cases: [(&[&str], &[&str]); 6] = [
+        (
+            &["run"],
+            &[
+                "JSON by default",
+                "0   the run",
+                "64  invalid",
+                "71  launch",
+                "74  the run",
+            ],
+        ),
+        (
+            &["policy", "explain"],
+            &[
+                "JSON by default",
+                "Exit codes: 0",
+                "65 invalid",
+                "66 no readable",
+            ],
+        ),
+        (
+            &["spill", "sweep"],
+            &[
+                "with --json",
+                "0   the sweep",
+                "1   the sweep",
+                "78  invalid",
+            ],
+        ),
+        (
+            &["spill", "write"],
+            &["not JSON", "0   written", "66  the input"],
+        ),
+        (
+            &["spill", "read"],
+            &["not JSON", "0   the content", "66  no such spill"],
+        ),
+        (
+            &["node"],
+            &[
+                "JSON by default",
+                "0  served",
+                "1  the node could not start",
+            ],
+        ),
+    ];
+    for (command, wanted) in cases {
+        for flag in ["-h", "--help"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+                .args(command)
+                .arg(flag)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{command:?} {flag}");
+            let help = String::from_utf8(out.stdout).unwrap();
+            for want in wanted {
+                assert!(
+                    help.contains(want),
+                    "{command:?} {flag}: {want:?} missing:\n{help}"
+                );
+            }
+        }
+    }
 }
 
 /// The private `TMPDIR` of a filesystem confinement lives beneath the

@@ -117,11 +117,15 @@ pub fn vm_hwm() -> u64 {
 /// honest answer is `group_emptiness_unknown` instead; both say the group
 /// was not seen occupied, and neither is `terminated`.
 pub fn assert_group_confirmed_empty(ev: &custodian::process::Evidence) {
-    use custodian::process::evidence::{Tier, Verdict, VerdictReason};
-    assert_eq!(ev.descendants.tier, Tier::PinnedProcessGroup, "{ev:?}");
+    use custodian::process::evidence::{ContainmentTier, DescendantVerdict, VerdictReason};
+    assert_eq!(
+        ev.descendants.tier,
+        ContainmentTier::PinnedProcessGroup,
+        "{ev:?}"
+    );
     assert_eq!(
         ev.descendants.verdict,
-        Verdict::UnconfirmedOrEscaped,
+        DescendantVerdict::UnconfirmedOrEscaped,
         "{ev:?}"
     );
     let reasons = &ev.descendants.reasons;

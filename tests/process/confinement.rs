@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use custodian::confine::{ConfineError, Confinement, Enforcement, Feature, FsMode, Network};
-use custodian::process::evidence::{Evidence, Status, Verdict};
+use custodian::process::evidence::{DescendantVerdict, Evidence, ProcessStatus};
 use custodian::process::{Invocation, LaunchOptions, ProcessError, run};
 
 use crate::common::{TUN, quiet_host, spec};
@@ -232,8 +232,8 @@ async fn the_kill_ladder_still_stops_a_confined_process() {
         }
         Err(e) => panic!("{e}"),
     };
-    assert_eq!(ev.status, Status::TimedOut);
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated);
+    assert_eq!(ev.status, ProcessStatus::TimedOut);
+    assert_eq!(ev.descendants.verdict, DescendantVerdict::Terminated);
     assert!(ev.escalation.len() >= 2, "TERM then KILL: {ev:?}");
 }
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use custodian::contain::{Containment, Hierarchy, process_cgroup};
 use custodian::process::evidence::{
-    CgroupRemoval, EscalationAction, SignalTarget, Status, Tier, Verdict,
+    CgroupRemoval, ContainmentTier, DescendantVerdict, EscalationAction, ProcessStatus,
+    SignalTarget,
 };
 use custodian::process::{Evidence, launch};
 
@@ -173,10 +174,14 @@ async fn a_descendant_that_keeps_forking_is_terminated_and_reported_exactly() {
     );
     let r = launch(sh(&script, Duration::from_secs(20)), &cgroup_opts()).unwrap();
     let ev = r.settled().await;
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(ev.stdout.text, "started\n");
-    assert_eq!(ev.descendants.tier, Tier::Cgroup);
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(ev.descendants.tier, ContainmentTier::Cgroup);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     let kill = ev
         .escalation
         .iter()
@@ -201,8 +206,12 @@ async fn a_fork_bomb_bounded_by_a_short_loop_is_killed_whole() {
     );
     let r = launch(sh(&script, Duration::from_secs(20)), &cgroup_opts()).unwrap();
     let ev = r.settled().await;
-    assert_eq!(ev.descendants.tier, Tier::Cgroup);
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(ev.descendants.tier, ContainmentTier::Cgroup);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     assert!(
         ev.escalation
             .iter()
@@ -286,8 +295,12 @@ async fn a_process_whose_leader_thread_exited_is_alive_until_killed() {
         gone,
         "the process {pid} with a live thread survived: {ev:?}"
     );
-    assert_eq!(ev.descendants.tier, Tier::Cgroup);
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(ev.descendants.tier, ContainmentTier::Cgroup);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     assert!(
         ev.escalation
             .iter()
@@ -306,14 +319,18 @@ async fn a_timeout_settles_with_cgroup_kill() {
     let r = launch(sh(&script, Duration::from_millis(300)), &cgroup_opts()).unwrap();
     let ev = r.settled().await;
     let child: u32 = ev.stdout.text.trim().parse().unwrap();
-    assert_eq!(ev.status, Status::TimedOut);
+    assert_eq!(ev.status, ProcessStatus::TimedOut);
     let steps: Vec<_> = ev.escalation.iter().map(|s| (s.action, s.target)).collect();
     assert_eq!(
         steps[1],
         (EscalationAction::Kill, Some(SignalTarget::Cgroup))
     );
     assert_eq!(ev.signal, Some(9));
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     assert_cgroup_gone(&ev, &[r.pid(), child]);
 }
 
@@ -331,14 +348,18 @@ async fn a_cancel_settles_with_cgroup_kill() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     r.cancel();
     let ev = r.settled().await;
-    assert_eq!(ev.status, Status::Cancelled);
+    assert_eq!(ev.status, ProcessStatus::Cancelled);
     assert!(
         ev.escalation
             .iter()
             .any(|s| s.action == EscalationAction::Kill && s.target == Some(SignalTarget::Cgroup)),
         "{ev:?}"
     );
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     assert_cgroup_gone(&ev, &[r.pid()]);
 }
 
@@ -353,12 +374,16 @@ async fn a_held_pipe_is_reported_and_the_empty_cgroup_still_terminated() {
     let r = launch(sh(&script, Duration::from_secs(20)), &cgroup_opts()).unwrap();
     let ev = r.settled().await;
     let holder: u32 = ev.stderr.text.lines().find_map(|l| l.parse().ok()).unwrap();
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(
         serde_json::to_value(ev.stdout.state).unwrap(),
         serde_json::json!("held_open")
     );
-    assert_eq!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     assert_cgroup_gone(&ev, &[r.pid(), holder]);
 }
 

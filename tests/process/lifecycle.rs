@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use custodian::process::evidence::{
-    EscalationAction, EscalationReason, Status, Verdict, VerdictReason,
+    DescendantVerdict, EscalationAction, EscalationReason, ProcessStatus, VerdictReason,
 };
 use custodian::process::{launch, run};
 
@@ -16,7 +16,7 @@ async fn term_respecting_child_settles_on_term_without_kill() {
     let _quiet = quiet_host();
     let r = launch(inv("sleep", &["30"], SHORT), &group_opts()).unwrap();
     let ev = r.settled().await;
-    assert_eq!(ev.status, Status::TimedOut);
+    assert_eq!(ev.status, ProcessStatus::TimedOut);
     assert_eq!(ev.signal, Some(15));
     let steps: Vec<_> = ev.escalation.iter().map(|s| s.action).collect();
     assert_eq!(steps, [EscalationAction::Term]);
@@ -33,7 +33,7 @@ async fn term_ignoring_child_is_killed_after_the_grace() {
     let script = "trap '' TERM; echo ready; while :; do sleep 0.05; done";
     let r = launch(sh(script, SHORT), &group_opts()).unwrap();
     let ev = r.settled().await;
-    assert_eq!(ev.status, Status::TimedOut);
+    assert_eq!(ev.status, ProcessStatus::TimedOut);
     assert_eq!(ev.signal, Some(9));
     let steps: Vec<_> = ev.escalation.iter().map(|s| s.action).collect();
     assert_eq!(steps, [EscalationAction::Term, EscalationAction::Kill]);
@@ -56,7 +56,7 @@ async fn grandchild_ignoring_term_does_not_survive_its_root() {
     let r = launch(sh(script, SHORT), &group_opts()).unwrap();
     let ev = r.settled().await;
     let grandchild: u32 = ev.stdout.text.trim().parse().unwrap();
-    assert_eq!(ev.status, Status::TimedOut);
+    assert_eq!(ev.status, ProcessStatus::TimedOut);
     let steps: Vec<_> = ev.escalation.iter().map(|s| s.action).collect();
     assert_eq!(steps, [EscalationAction::Term, EscalationAction::Kill]);
     assert!(ev.timings.root_exit_us.unwrap() < ev.timings.kill_sent_us.unwrap());
@@ -72,7 +72,7 @@ async fn grandchild_holding_stdout_and_ignoring_term_is_killed() {
     let ev = r.settled().await;
     let grandchild: u32 = ev.stdout.text.trim().parse().unwrap();
     assert!(!alive(grandchild), "grandchild {grandchild} survived");
-    assert_ne!(ev.descendants.verdict, Verdict::Terminated);
+    assert_ne!(ev.descendants.verdict, DescendantVerdict::Terminated);
     assert_no_leftovers(r.pgid());
 }
 
@@ -89,14 +89,17 @@ async fn background_sleep_holding_stdout_returns_within_the_drain_bound() {
     // Drain bound, then TERM to the group ends the sleep: far from 30 s.
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert!(Duration::from_micros(ev.timings.drain_us.unwrap()) >= TUN.drain);
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(ev.exit_code, Some(0));
     assert_eq!(ev.stdout.text, "partial\n");
     assert_eq!(
         serde_json::to_value(ev.stdout.state).unwrap(),
         serde_json::json!("held_open")
     );
-    assert_eq!(ev.descendants.verdict, Verdict::UnconfirmedOrEscaped);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped
+    );
     assert!(
         ev.descendants
             .reasons
@@ -121,7 +124,10 @@ async fn setsid_escapee_is_never_reported_terminated() {
         escaped,
         "the escapee should have outlived the group signals"
     );
-    assert_eq!(ev.descendants.verdict, Verdict::UnconfirmedOrEscaped);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped
+    );
     assert!(
         ev.descendants
             .reasons
@@ -148,8 +154,11 @@ async fn double_fork_holding_stdout_is_unconfirmed_and_stopped() {
     let ev = r.settled().await;
     let orphan: u32 = ev.stdout.text.lines().next().unwrap().parse().unwrap();
     assert!(!alive(orphan), "double-forked {orphan} survived");
-    assert_eq!(ev.status, Status::Exited);
-    assert_eq!(ev.descendants.verdict, Verdict::UnconfirmedOrEscaped);
+    assert_eq!(ev.status, ProcessStatus::Exited);
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped
+    );
     assert_no_leftovers(r.pgid());
 }
 
@@ -161,7 +170,7 @@ async fn silent_double_fork_left_in_the_group_is_stopped_and_confirmed() {
     let ev = r.settled().await;
     let orphan: u32 = ev.stderr.text.trim().parse().unwrap();
     assert!(!alive(orphan), "double-forked {orphan} survived");
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(ev.escalation[0].action, EscalationAction::Term);
     assert_eq!(ev.escalation[0].reason, EscalationReason::GroupCleanup);
     // Confirmed by the probe after TERM: the group is empty, nothing held
@@ -176,7 +185,7 @@ async fn clean_exit_with_a_code_is_a_completed_result() {
     let ev = run(sh("echo out; echo err >&2; exit 3", SHORT), &group_opts())
         .await
         .unwrap();
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(ev.exit_code, Some(3));
     assert_eq!(ev.stdout.text, "out\n");
     assert_eq!(ev.stderr.text, "err\n");
@@ -193,7 +202,7 @@ async fn clean_exit_with_a_code_is_a_completed_result() {
 async fn a_child_reading_stdin_gets_eof() {
     let r = launch(inv("cat", &[], Duration::from_secs(10)), &opts()).unwrap();
     let ev = r.settled().await;
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(ev.exit_code, Some(0));
     assert!(ev.escalation.is_empty());
     assert_no_leftovers(r.pgid());
@@ -209,7 +218,7 @@ async fn cancel_runs_the_ladder_and_every_waiter_sees_the_same_evidence() {
     r.cancel();
     r.cancel();
     let ev = r.settled().await;
-    assert_eq!(ev.status, Status::Cancelled);
+    assert_eq!(ev.status, ProcessStatus::Cancelled);
     assert_eq!(ev.escalation.len(), 1);
     assert_eq!(ev.escalation[0].reason, EscalationReason::Cancel);
     let early = early.await.unwrap();
@@ -275,8 +284,8 @@ fn shutting_the_runtime_down_still_settles_and_stops_the_group() {
     // Dropping the runtime drops the driver task before it settled.
     drop(rt);
     let ev = r.try_settled().expect("settled by the driver's drop");
-    assert_eq!(ev.status, Status::Cancelled);
-    assert_ne!(ev.descendants.verdict, Verdict::Terminated);
+    assert_eq!(ev.status, ProcessStatus::Cancelled);
+    assert_ne!(ev.descendants.verdict, DescendantVerdict::Terminated);
     // Killed and reaped by the drop itself: no zombie, no live member.
     assert_no_leftovers(pid);
 }

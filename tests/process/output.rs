@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use custodian::process::evidence::Status;
+use custodian::process::evidence::ProcessStatus;
 use custodian::process::run;
 
 use crate::common::*;
@@ -41,7 +41,7 @@ async fn flood_in_own_process() {
     let ev = run(i, &opts()).await.unwrap();
     let peak = vm_hwm();
     println!("flood peak RSS: {peak} bytes");
-    assert_eq!(ev.status, Status::Exited);
+    assert_eq!(ev.status, ProcessStatus::Exited);
     assert_eq!(ev.stdout.bytes_read, 1 << 30);
     assert!(ev.stdout.truncated);
     assert!(ev.stdout.bytes_kept <= 64 * 1024);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use custodian::process::evidence::{EscalationReason, Status, Verdict};
+use custodian::process::evidence::{DescendantVerdict, EscalationReason, ProcessStatus};
 use custodian::process::fault::FaultPoint;
 use custodian::process::{Invocation, launch};
 
@@ -35,8 +35,12 @@ async fn settled_in_time(
 }
 
 fn assert_internal_error(ev: &custodian::process::Evidence, killed: bool) {
-    assert_eq!(ev.status, Status::InternalError, "{ev:?}");
-    assert_ne!(ev.descendants.verdict, Verdict::Terminated, "{ev:?}");
+    assert_eq!(ev.status, ProcessStatus::InternalError, "{ev:?}");
+    assert_ne!(
+        ev.descendants.verdict,
+        DescendantVerdict::Terminated,
+        "{ev:?}"
+    );
     if killed {
         assert!(
             ev.escalation

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use custodian::process::evidence::{EscalationReason, Tier, Verdict, VerdictReason};
+use custodian::process::evidence::{
+    ContainmentTier, DescendantVerdict, EscalationReason, VerdictReason,
+};
 use custodian::process::{Evidence, launch};
 
 use crate::common::*;
@@ -171,10 +173,14 @@ fn json(out: &Output) -> serde_json::Value {
 
 /// The group tier's verdict is never `terminated`, and says why.
 fn assert_group_tier_unconfirmed(ev: &Evidence) {
-    assert_eq!(ev.descendants.tier, Tier::PinnedProcessGroup, "{ev:?}");
+    assert_eq!(
+        ev.descendants.tier,
+        ContainmentTier::PinnedProcessGroup,
+        "{ev:?}"
+    );
     assert_eq!(
         ev.descendants.verdict,
-        Verdict::UnconfirmedOrEscaped,
+        DescendantVerdict::UnconfirmedOrEscaped,
         "{ev:?}"
     );
     assert!(!ev.descendants.reasons.is_empty(), "{ev:?}");
@@ -395,7 +401,10 @@ async fn a_silent_setsid_escapee_keeps_the_group_tier_unconfirmed() {
     let escaped = running(escapee);
     kill_pid(escapee);
     assert!(escaped, "the escapee should be invisible to group signals");
-    assert_eq!(ev.status, custodian::process::evidence::Status::Exited);
+    assert_eq!(
+        ev.status,
+        custodian::process::evidence::ProcessStatus::Exited
+    );
     assert_group_confirmed_empty(&ev);
     assert_no_leftovers(r.pgid());
 }

@@ -233,3 +233,73 @@ fn dry_run_and_default_root_round_trip() {
     assert_eq!(v["files_deleted"], 1);
     assert!(!roots[0].exists(), "emptied prior default root removed");
 }
+
+/// The one JSON object in `stdout`, which must be one compact line.
+fn one_json_line(stdout: &[u8]) -> serde_json::Value {
+    let text = std::str::from_utf8(stdout).unwrap();
+    assert_eq!(text.matches('\n').count(), 1, "not one line: {text}");
+    assert!(text.ends_with('\n'), "{text}");
+    let value: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        text.len() - 1,
+        value.to_string().len(),
+        "not compact: {text}"
+    );
+    value
+}
+
+/// Deletes nothing: no root, discovery off, or cleanup disabled.
+#[test]
+fn sweep_json_is_one_compact_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp.path().to_str().unwrap();
+    let out = custodian(&[
+        "spill",
+        "sweep",
+        "--temp-dir",
+        tmp,
+        "--no-discover",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(one_json_line(&out.stdout)["roots_scanned"], 0);
+    let out = custodian(&[
+        "spill",
+        "sweep",
+        "--temp-dir",
+        tmp,
+        "--period-days",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(one_json_line(&out.stdout)["disabled"], true);
+}
+
+#[test]
+fn an_error_names_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().unwrap();
+    for (args, code) in [
+        (&["spill", "sweep", "--config", missing][..], 78),
+        (
+            &[
+                "spill",
+                "write",
+                "--root",
+                missing,
+                "--session",
+                "s",
+                missing,
+            ],
+            66,
+        ),
+    ] {
+        let out = custodian(args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {out:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with("custodian spill: "), "{err}");
+        assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    }
+}

@@ -70,6 +70,25 @@ pub fn run_guarded_filter(filter: &str, base: &Path) -> Option<String> {
     Some(text)
 }
 
+/// [`run_guarded_filter`], also keeping the mount at `keep` writable (the
+/// bodies check with [`scratch_keeping`]).
+///
+/// # Panics
+///
+/// As [`run_guarded_filter`].
+pub fn run_guarded_filter_keeping(
+    filter: &str,
+    base: &Path,
+    keep: Option<&Path>,
+) -> Option<String> {
+    let text = run_in_namespace(&[filter], base, keep)?;
+    assert!(
+        text.contains("test result: ok.") && !text.contains(" 0 passed"),
+        "the bodies did not run: {text}"
+    );
+    Some(text)
+}
+
 fn run_in_namespace(select: &[&str], base: &Path, keep: Option<&Path>) -> Option<String> {
     let scratch = tempfile::tempdir_in(base).expect("scratch dir");
     let exe = std::env::current_exe().expect("test binary");

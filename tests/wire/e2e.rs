@@ -7,7 +7,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{Coordinator, Limits, RequestId, TerminalSink, TerminalWriteError};
+use custodian::coordinator::{
+    Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
+};
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
 use custodian::wire::{CleanupStatus, RunSpec, WireClient};
 
@@ -113,7 +115,7 @@ async fn node_over_a_socket_cleans_a_raced_request_and_keeps_user_files() {
         Arc::new(client.clone()),
         Arc::new(client.clone()),
         Arc::new(AckSink),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let id = RequestId::new("e2e-1").unwrap();
     let h = co.start(id.clone());

@@ -5,6 +5,7 @@
 mod fake_node;
 
 mod cleanup_during_open;
+mod cli;
 mod containment;
 mod crash;
 mod e2e;

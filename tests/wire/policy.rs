@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use custodian::coordinator::RequestId;
-use custodian::policy::{EnvValue, Pattern, ProcessTarget};
+use custodian::policy::{Pattern, ProcessTarget, TargetEnvValue};
 use custodian::wire::{RunSpec, WireClient, WireError};
 
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");
@@ -103,7 +103,7 @@ async fn a_node_with_a_policy_refuses_what_it_denies_or_has_not_approved() {
     let want = ProcessTarget {
         executable: exe_u.clone(),
         argv: argv_u.clone(),
-        env_overlay: vec![("K".into(), EnvValue::Literal("v".into()))],
+        env_overlay: vec![("K".into(), TargetEnvValue::Literal("v".into()))],
         ..ProcessTarget::default()
     }
     .match_target()

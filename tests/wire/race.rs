@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use custodian::coordinator::{
-    Completion, Coordinator, Limits, RequestHandle, RequestId, TerminalSink, TerminalWriteError,
+    Completion, Coordinator, RequestHandle, RequestId, RequestLimits, TerminalSink,
+    TerminalWriteError,
 };
 use custodian::error::SafeCode;
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
@@ -339,7 +340,7 @@ where
         Arc::new(client.clone()),
         Arc::new(client.clone()),
         Arc::new(Sink),
-        Limits::default(),
+        RequestLimits::default(),
     );
 
     let started = Instant::now();

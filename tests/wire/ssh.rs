@@ -26,7 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use custodian::contain::Hierarchy;
-use custodian::coordinator::{Coordinator, Limits, RequestId, TerminalSink, TerminalWriteError};
+use custodian::coordinator::{
+    Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
+};
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
 use custodian::wire::{CleanupStatus, NodeTransport, RunSpec, WireClient, WireError};
 
@@ -357,7 +359,7 @@ async fn a_node_over_ssh_cleans_up_when_the_transport_or_the_node_dies_inner() {
         Arc::new(client.clone()),
         Arc::new(client.clone()),
         Arc::new(AckSink),
-        Limits::default(),
+        RequestLimits::default(),
     );
     let id = RequestId::new("ssh-1").unwrap();
     let h = co.start(id.clone());

@@ -3,7 +3,7 @@
 use std::fs;
 
 use custodian::workspace::{
-    CleanupCode, CleanupResult, CleanupStatus, ResolveError, Workspace, WorkspaceConfig,
+    CleanupCode, CleanupResult, CleanupStatus, UserPathError, Workspace, WorkspaceConfig,
     WorkspaceError,
 };
 
@@ -152,7 +152,7 @@ async fn caller_paths_never_reach_the_internal_namespace() {
     ] {
         assert_eq!(
             fx.ws.resolve_user_path(p),
-            Err(ResolveError::Internal),
+            Err(UserPathError::Internal),
             "{p}"
         );
         assert!(fx.ws.open_user_file(p, false).is_err(), "{p}");
@@ -195,7 +195,7 @@ async fn the_internal_namespace_is_configurable() {
     assert!(tmp.path().join("_agent/job/r9/x").is_file());
     assert_eq!(
         ws.resolve_user_path("_AGENT/x"),
-        Err(ResolveError::Internal)
+        Err(UserPathError::Internal)
     );
     assert!(job.cleanup().await.is_clean());
     assert!(!tmp.path().join("_agent/job/r9").exists());

@@ -235,6 +235,47 @@ async fn a_recorded_verdict_is_not_replayed() {
 }
 
 /// A node killed between creating a request's journal and completing its
+/// first record leaves an empty journal and no job directory (the `Open`
+/// record precedes the `mkdirat`): that request is reclaimed with nothing
+/// to do, not failed; an empty journal beside a job directory it cannot
+/// prove keeps that directory. Found by `tests/wire/crash.rs` (a kill
+/// landing inside an `open_workspace`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn an_empty_journal_proves_nothing_and_fails_nothing() {
+    let fx = Fixture::new();
+    fs::write(journal_path(&fx, "torn"), b"").unwrap();
+    fs::write(journal_path(&fx, "beside"), b"").unwrap();
+    fs::create_dir(fx.job_dir("beside")).unwrap();
+    fs::write(fx.job_dir("beside").join("x.txt"), b"not proven").unwrap();
+    let before = fx.snapshot();
+    let ws = restart(&fx);
+    let mut results = ws.reclaim().await;
+    results.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let outcome: Vec<_> = results
+        .iter()
+        .map(|(id, r)| (id.as_str().to_owned(), r.status, r.code))
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            (
+                "beside".to_owned(),
+                CleanupStatus::Failed,
+                Some(CleanupCode::JobNotOwned)
+            ),
+            ("torn".to_owned(), CleanupStatus::Reclaimed, None),
+        ]
+    );
+    assert!(
+        !journal_path(&fx, "torn").exists(),
+        "a reclaimed journal is removed"
+    );
+    assert!(fx.job_dir("beside").join("x.txt").exists());
+    assert_only_removed(&before, &fx.snapshot(), &Default::default());
+}
+
+/// A node killed between creating a request's journal and completing its
 /// first record (`Open`, written before the job directory is made): every
 /// cut of that frame, from the empty file on. With no job directory there
 /// is nothing to remove: `reclaimed`, and the journal is removed so the id
@@ -270,7 +311,7 @@ async fn a_journal_killed_before_its_open_record_holds_nothing() {
             if planted {
                 assert_eq!(r.status, CleanupStatus::Failed, "cut {cut}: {r:?}");
                 assert_eq!(r.code, Some(CleanupCode::JobNotOwned), "cut {cut}");
-                assert_eq!(fs::read(&path).unwrap(), &open[..cut], "cut {cut}");
+                assert!(path.exists(), "cut {cut}: the journal is removed");
             } else {
                 assert_eq!(r.status, CleanupStatus::Reclaimed, "cut {cut}: {r:?}");
                 assert!(!path.exists(), "cut {cut}: the journal is kept");

@@ -4,7 +4,7 @@
 use super::*;
 use proptest::prelude::*;
 
-const LIMITS: Limits = Limits {
+const LIMITS: ProcessLimits = ProcessLimits {
     timeout: Duration::from_secs(10),
     grace: Duration::from_secs(2),
     drain: Duration::from_secs(1),
@@ -776,8 +776,8 @@ fn a_late_drain_bound_during_a_probe_records_no_held_stdio() {
 #[test]
 fn a_requested_stop_after_a_held_pipe_ladder_is_reported() {
     for (event, status) in [
-        (Event::DeadlineReached, Status::TimedOut),
-        (Event::Cancel, Status::Cancelled),
+        (Event::DeadlineReached, ProcessStatus::TimedOut),
+        (Event::Cancel, ProcessStatus::Cancelled),
     ] {
         let held = reach(
             Tier::PinnedGroup,

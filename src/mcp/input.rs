@@ -1,0 +1,626 @@
+//! Tool-input validation: the raw JSON arguments of a tool call → a typed
+//! input, or an [`InputError`].
+//!
+//! The arguments are walked by hand rather than through serde's derive: a
+//! serde error message quotes the offending value ("invalid type: string
+//! \"…\""), and an environment value must never reach an error. Every error
+//! here names a field, an index or a limit, never a value, an environment key
+//! or a secret reference.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::process::invocation::{
+    EnvValue, InvalidInvocation, MAX_ARGS, MAX_ENV_ENTRIES, MAX_TIMEOUT, OutputBudget, SecretRef,
+};
+use crate::process::{Invocation, InvocationSpec};
+
+/// The longest secret reference accepted, in bytes.
+pub const MAX_SECRET_REF_BYTES: usize = 256;
+/// The longest spill locator accepted, in bytes.
+pub const MAX_LOCATOR_BYTES: usize = 512;
+/// The largest range one `spill_read` returns, in bytes.
+pub const MAX_SPILL_READ: u64 = 256 * 1024;
+/// The range `spill_read` returns when the call names no length.
+pub const DEFAULT_SPILL_READ: u64 = 16 * 1024;
+
+/// Why a tool's arguments were refused. Nothing was launched or read.
+///
+/// Never carries an environment key or value, a secret reference, or any
+/// other value the caller sent; an unknown field's name is echoed only when
+/// it is short printable ASCII.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The arguments are not a JSON object.
+    #[error("the arguments must be a JSON object")]
+    NotAnObject,
+    /// A field this tool does not know.
+    #[error("unknown field {name}")]
+    UnknownField {
+        /// The field's name, or `(unprintable)` when it is not short
+        /// printable ASCII.
+        name: String,
+    },
+    /// A required field is absent.
+    #[error("missing field `{field}`")]
+    MissingField {
+        /// The field.
+        field: &'static str,
+    },
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        /// The field (`argv[3]`-style positions are given as `index`).
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+        /// The position inside an array or (sorted) object, when relevant.
+        index: Option<usize>,
+    },
+    /// A number is out of its range.
+    #[error("field `{field}` is out of range ({range})")]
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The accepted range, in words.
+        range: &'static str,
+    },
+    /// A list or map has too many entries, or a string is too long.
+    #[error("field `{field}` is too large (limit {limit})")]
+    TooLarge {
+        /// The field.
+        field: &'static str,
+        /// The limit, in entries or bytes.
+        limit: usize,
+    },
+    /// An environment overlay entry is malformed (named by its position in
+    /// key order, never by key).
+    #[error("environment overlay entry {index} (sorted by key): {why}")]
+    BadEnvEntry {
+        /// Position in key order.
+        index: usize,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The invocation breaks a launcher rule (absolute or escaping cwd, NUL
+    /// bytes, argv too large, ...).
+    #[error(transparent)]
+    Invalid(#[from] InvalidInvocation),
+}
+
+impl InputError {
+    /// A stable snake_case code for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            InputError::NotAnObject => "not_an_object",
+            InputError::UnknownField { .. } => "unknown_field",
+            InputError::MissingField { .. } => "missing_field",
+            InputError::WrongType { .. } => "wrong_type",
+            InputError::OutOfRange { .. } => "out_of_range",
+            InputError::TooLarge { .. } => "too_large",
+            InputError::BadEnvEntry { .. } => "bad_env_entry",
+            InputError::Invalid(_) => "invalid_invocation",
+        }
+    }
+}
+
+/// What `process_run` needs besides the arguments.
+#[derive(Clone, Debug)]
+pub struct RunDefaults {
+    /// The timeout when the call names none.
+    pub timeout: Duration,
+    /// The capture budget per stream: everything up to it can be spilled.
+    pub capture: usize,
+    /// The confinement every process runs under (the operator's choice;
+    /// a call cannot change it). It is part of the policy's match target.
+    pub confinement: crate::confine::Confinement,
+}
+
+/// A validated `process_run` call.
+#[derive(Clone, Debug)]
+pub struct ProcessRunInput {
+    /// The invocation, exactly as it will launch.
+    pub invocation: Invocation,
+}
+
+/// A validated `spill_read` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpillReadInput {
+    /// The locator text (parsed by the store).
+    pub locator: String,
+    /// First byte returned.
+    pub offset: u64,
+    /// Most bytes returned (1..=[`MAX_SPILL_READ`]).
+    pub length: u64,
+}
+
+fn field_name(key: &str) -> String {
+    if key.len() <= 64 && key.bytes().all(|b| b.is_ascii_graphic()) {
+        format!("`{key}`")
+    } else {
+        "(unprintable)".to_owned()
+    }
+}
+
+fn object(
+    args: Option<&Map<String, Value>>,
+    known: &[&str],
+) -> Result<Map<String, Value>, InputError> {
+    let map = args.cloned().unwrap_or_default();
+    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(InputError::UnknownField {
+            name: field_name(k),
+        });
+    }
+    Ok(map)
+}
+
+fn string(v: &Value, field: &'static str, index: Option<usize>) -> Result<String, InputError> {
+    v.as_str().map(str::to_owned).ok_or(InputError::WrongType {
+        field,
+        expected: "a string",
+        index,
+    })
+}
+
+fn integer(
+    v: &Value,
+    field: &'static str,
+    min: u64,
+    max: u64,
+    range: &'static str,
+) -> Result<u64, InputError> {
+    // `1e3` or `5.0` is not an integer in the schema: refuse it rather than
+    // round.
+    let n = v.as_u64().ok_or_else(|| {
+        if v.is_number() {
+            InputError::OutOfRange { field, range }
+        } else {
+            InputError::WrongType {
+                field,
+                expected: "an integer",
+                index: None,
+            }
+        }
+    })?;
+    if n < min || n > max {
+        return Err(InputError::OutOfRange { field, range });
+    }
+    Ok(n)
+}
+
+/// Validates the arguments of `process_run`.
+///
+/// # Errors
+///
+/// An [`InputError`]; nothing is launched.
+pub fn process_run(
+    args: Option<&Map<String, Value>>,
+    defaults: &RunDefaults,
+) -> Result<ProcessRunInput, InputError> {
+    let map = object(args, &["executable", "argv", "cwd", "env", "timeout_ms"])?;
+    let executable = string(
+        map.get("executable").ok_or(InputError::MissingField {
+            field: "executable",
+        })?,
+        "executable",
+        None,
+    )?;
+    let mut argv = Vec::new();
+    if let Some(v) = map.get("argv") {
+        let items = v.as_array().ok_or(InputError::WrongType {
+            field: "argv",
+            expected: "an array of strings",
+            index: None,
+        })?;
+        if items.len() > MAX_ARGS {
+            return Err(InputError::TooLarge {
+                field: "argv",
+                limit: MAX_ARGS,
+            });
+        }
+        for (i, item) in items.iter().enumerate() {
+            argv.push(string(item, "argv", Some(i))?);
+        }
+    }
+    let timeout = match map.get("timeout_ms") {
+        None => defaults.timeout,
+        Some(v) => Duration::from_millis(integer(
+            v,
+            "timeout_ms",
+            1,
+            MAX_TIMEOUT.as_millis() as u64,
+            "1 to 2592000000 milliseconds",
+        )?),
+    };
+    let mut spec = InvocationSpec::new(executable)
+        .with_args(argv)
+        .with_timeout(timeout)
+        .with_budget(OutputBudget {
+            stdout: defaults.capture,
+            stderr: defaults.capture,
+        })
+        .with_confinement(defaults.confinement.clone());
+    if let Some(v) = map.get("cwd") {
+        spec = spec.with_cwd(string(v, "cwd", None)?);
+    }
+    if let Some(v) = map.get("env") {
+        let env = v.as_object().ok_or(InputError::WrongType {
+            field: "env",
+            expected: "an object of strings or {\"secret_ref\": string}",
+            index: None,
+        })?;
+        if env.len() > MAX_ENV_ENTRIES {
+            return Err(InputError::TooLarge {
+                field: "env",
+                limit: MAX_ENV_ENTRIES,
+            });
+        }
+        for (index, (key, value)) in env.iter().enumerate() {
+            spec = spec.with_env(key.clone(), env_value(index, value)?);
+        }
+    }
+    Ok(ProcessRunInput {
+        invocation: Invocation::validate(spec)?,
+    })
+}
+
+fn env_value(index: usize, value: &Value) -> Result<EnvValue, InputError> {
+    const SHAPE: &str = "the value must be a string or {\"secret_ref\": string}";
+    match value {
+        Value::String(s) => Ok(EnvValue::Literal(s.clone())),
+        Value::Object(o) => {
+            if o.len() != 1 {
+                return Err(InputError::BadEnvEntry { index, why: SHAPE });
+            }
+            let name = o
+                .get("secret_ref")
+                .and_then(Value::as_str)
+                .ok_or(InputError::BadEnvEntry { index, why: SHAPE })?;
+            if name.is_empty() || name.len() > MAX_SECRET_REF_BYTES || name.contains('\0') {
+                return Err(InputError::BadEnvEntry {
+                    index,
+                    why: "the secret reference must be 1 to 256 bytes without NUL",
+                });
+            }
+            Ok(EnvValue::Secret(SecretRef::new(name)))
+        }
+        _ => Err(InputError::BadEnvEntry { index, why: SHAPE }),
+    }
+}
+
+/// Validates the arguments of `spill_read`.
+///
+/// # Errors
+///
+/// An [`InputError`]; nothing is read.
+pub fn spill_read(args: Option<&Map<String, Value>>) -> Result<SpillReadInput, InputError> {
+    let map = object(args, &["locator", "offset", "length"])?;
+    let locator = string(
+        map.get("locator")
+            .ok_or(InputError::MissingField { field: "locator" })?,
+        "locator",
+        None,
+    )?;
+    if locator.len() > MAX_LOCATOR_BYTES {
+        return Err(InputError::TooLarge {
+            field: "locator",
+            limit: MAX_LOCATOR_BYTES,
+        });
+    }
+    let offset = match map.get("offset") {
+        None => 0,
+        Some(v) => integer(v, "offset", 0, u64::from(u32::MAX), "0 to 4294967295")?,
+    };
+    let length = match map.get("length") {
+        None => DEFAULT_SPILL_READ,
+        Some(v) => integer(v, "length", 1, MAX_SPILL_READ, "1 to 262144 bytes")?,
+    };
+    Ok(SpillReadInput {
+        locator,
+        offset,
+        length,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn defaults() -> RunDefaults {
+        RunDefaults {
+            timeout: Duration::from_secs(30),
+            capture: 1024,
+            confinement: crate::confine::Confinement::default(),
+        }
+    }
+
+    fn run(v: Value) -> Result<ProcessRunInput, InputError> {
+        match v {
+            Value::Object(m) => process_run(Some(&m), &defaults()),
+            _ => Err(InputError::NotAnObject),
+        }
+    }
+
+    #[test]
+    fn a_plain_call_validates() {
+        let ok = run(
+            json!({"executable": "echo", "argv": ["a", "b"], "cwd": "sub/./x",
+            "env": {"B": "1", "A": {"secret_ref": "tok"}}, "timeout_ms": 1500}),
+        )
+        .unwrap();
+        assert_eq!(ok.invocation.args(), ["a", "b"]);
+        assert_eq!(ok.invocation.timeout(), Duration::from_millis(1500));
+        assert_eq!(ok.invocation.cwd().unwrap().as_str(), "sub/x");
+        assert_eq!(ok.invocation.env().len(), 2);
+    }
+
+    #[test]
+    fn escaping_and_absolute_cwds_are_refused() {
+        for cwd in ["/etc", "..", "a/../../b", "", "a\0b"] {
+            let e = run(json!({"executable": "echo", "cwd": cwd})).unwrap_err();
+            assert!(matches!(e, InputError::Invalid(_)), "{cwd:?}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn shapes_are_typed_errors() {
+        let cases = [
+            (json!({"argv": []}), "missing_field"),
+            (json!({"executable": 3}), "wrong_type"),
+            (json!({"executable": "x", "argv": "a b"}), "wrong_type"),
+            (json!({"executable": "x", "argv": ["a", 1]}), "wrong_type"),
+            (
+                json!({"executable": "x", "shell": "rm -rf /"}),
+                "unknown_field",
+            ),
+            (json!({"executable": "x", "timeout_ms": 0}), "out_of_range"),
+            (
+                json!({"executable": "x", "timeout_ms": 1.5}),
+                "out_of_range",
+            ),
+            (json!({"executable": "x", "timeout_ms": -1}), "out_of_range"),
+            (json!({"executable": "x", "env": {"A": 1}}), "bad_env_entry"),
+            (
+                json!({"executable": "x", "env": {"A": {"secret_ref": "a", "x": 1}}}),
+                "bad_env_entry",
+            ),
+            (
+                json!({"executable": "x", "env": {"A=B": "1"}}),
+                "invalid_invocation",
+            ),
+            (json!({"executable": ""}), "invalid_invocation"),
+        ];
+        for (v, code) in cases {
+            assert_eq!(run(v.clone()).unwrap_err().code(), code, "{v}");
+        }
+    }
+
+    #[test]
+    fn errors_never_quote_env_keys_or_values() {
+        let e = run(json!({"executable": "x", "env": {"KEY_CANARY": 7}})).unwrap_err();
+        assert!(!e.to_string().contains("CANARY"), "{e}");
+        let e = run(json!({"executable": "x", "env": {"K": "VALUE_CANARY\u{0}"}})).unwrap_err();
+        assert!(!e.to_string().contains("CANARY"), "{e}");
+    }
+
+    #[test]
+    fn spill_read_bounds() {
+        let m = |v: Value| v.as_object().cloned().unwrap();
+        assert_eq!(
+            spill_read(Some(&m(json!({"locator": "l"}))))
+                .unwrap()
+                .length,
+            DEFAULT_SPILL_READ
+        );
+        for bad in [
+            json!({"locator": "l", "length": 0}),
+            json!({"locator": "l", "length": MAX_SPILL_READ + 1}),
+            json!({"locator": "l", "offset": -1}),
+            json!({"locator": "l", "path": "/etc/passwd"}),
+            json!({"offset": 1}),
+            json!({"locator": "x".repeat(MAX_LOCATOR_BYTES + 1)}),
+        ] {
+            assert!(spill_read(Some(&m(bad.clone()))).is_err(), "{bad}");
+        }
+    }
+
+    /// Arbitrary JSON, biased towards the shapes the tool expects.
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,40}".prop_map(Value::String),
+            prop_oneof![
+                Just("/"),
+                Just(".."),
+                Just("a/../.."),
+                Just("\0"),
+                Just(".custodian")
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+            (0usize..200_000).prop_map(|n| Value::String("x".repeat(n))),
+        ];
+        leaf.prop_recursive(3, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("executable".to_owned()),
+                        Just("argv".to_owned()),
+                        Just("cwd".to_owned()),
+                        Just("env".to_owned()),
+                        Just("timeout_ms".to_owned()),
+                        Just("secret_ref".to_owned()),
+                        Just("locator".to_owned()),
+                        Just("offset".to_owned()),
+                        Just("length".to_owned()),
+                        ".{0,10}",
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A `process_run` call close to valid: each field well-typed most of
+    /// the time, with hostile values (escaping cwds, NULs, huge strings,
+    /// wrong types, unknown fields) mixed in.
+    fn arb_call() -> impl Strategy<Value = Value> {
+        let string = prop_oneof![
+            4 => "[a-z./_-]{0,12}".prop_map(Value::String),
+            1 => (0usize..1_200_000).prop_map(|n| Value::String("a".repeat(n))),
+            1 => ".{0,12}".prop_map(Value::String),
+            1 => arb_json(),
+        ];
+        let cwd = prop_oneof![
+            3 => "[a-z]{1,4}(/[a-z.]{1,4}){0,3}".prop_map(Value::String),
+            1 => prop_oneof![
+                Just("/"), Just("/etc"), Just(".."), Just("a/../.."), Just("./../x"),
+                Just("a/./b/../../.."), Just(""), Just("a\0"), Just("C:\\x"),
+            ]
+            .prop_map(|s| Value::String(s.replace("\\0", "\0"))),
+            1 => arb_json(),
+        ];
+        let env_value = prop_oneof![
+            3 => ".{0,8}".prop_map(Value::String),
+            2 => "[A-Z]{1,6}".prop_map(|r| json!({"secret_ref": r})),
+            1 => arb_json(),
+        ];
+        let env = prop_oneof![
+            4 => prop::collection::btree_map("[A-Z_=]{0,6}", env_value, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            1 => arb_json(),
+        ];
+        let argv = prop_oneof![
+            4 => prop::collection::vec(string.clone(), 0..6).prop_map(Value::Array),
+            1 => arb_json(),
+        ];
+        let timeout = prop_oneof![
+            3 => (0u64..100_000).prop_map(|n| json!(n)),
+            1 => any::<i64>().prop_map(|n| json!(n)),
+            1 => arb_json(),
+        ];
+        (
+            prop::option::weighted(0.9, string),
+            prop::option::of(argv),
+            prop::option::of(cwd),
+            prop::option::of(env),
+            prop::option::of(timeout),
+            prop::option::weighted(0.1, ("[a-z_]{1,10}", arb_json())),
+        )
+            .prop_map(|(exe, argv, cwd, env, timeout, extra)| {
+                let mut m = Map::new();
+                let fields = [
+                    ("executable", exe),
+                    ("argv", argv),
+                    ("cwd", cwd),
+                    ("env", env),
+                    ("timeout_ms", timeout),
+                ];
+                for (k, v) in fields {
+                    if let Some(v) = v {
+                        m.insert(k.to_owned(), v);
+                    }
+                }
+                if let Some((k, v)) = extra {
+                    m.insert(k, v);
+                }
+                Value::Object(m)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Near-valid calls: an accepted one launches exactly what was
+        /// asked (argv as given, a relative non-escaping cwd, the timeout),
+        /// a refused one gets a short typed error that quotes no value.
+        #[test]
+        fn near_valid_calls(v in arb_call()) {
+            let m = v.as_object().unwrap();
+            match process_run(Some(m), &defaults()) {
+                Ok(ok) => {
+                    let inv = &ok.invocation;
+                    prop_assert!(m.keys().all(|k| ["executable", "argv", "cwd", "env", "timeout_ms"].contains(&k.as_str())));
+                    prop_assert_eq!(Some(inv.executable()), m["executable"].as_str());
+                    let argv: Vec<&str> = m.get("argv").and_then(Value::as_array)
+                        .map(|a| a.iter().map(|x| x.as_str().unwrap()).collect()).unwrap_or_default();
+                    prop_assert_eq!(inv.args(), &argv[..]);
+                    if let Some(cwd) = inv.cwd() {
+                        prop_assert!(!cwd.as_str().starts_with('/'));
+                        prop_assert!(!cwd.as_str().split('/').any(|c| c == ".."));
+                    }
+                    let want = m.get("timeout_ms").and_then(Value::as_u64).map_or(defaults().timeout, Duration::from_millis);
+                    prop_assert_eq!(inv.timeout(), want);
+                    prop_assert_eq!(inv.env().len(), m.get("env").and_then(Value::as_object).map_or(0, Map::len));
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    prop_assert!(text.len() < 512, "{}", text);
+                    if let Some(env) = m.get("env").and_then(Value::as_object) {
+                        // Tokens that could be the error's own words
+                        // (`executable`, `JSON`) prove nothing.
+                        let telling = |t: &str| {
+                            t.len() >= 4 && t != "JSON" && t.chars().any(|c| c.is_ascii_uppercase())
+                        };
+                        for (k, v) in env {
+                            if telling(k) {
+                                prop_assert!(!text.contains(k.as_str()), "key in {}", text);
+                            }
+                            if let Some(v) = v.as_str().filter(|v| telling(v)) {
+                                prop_assert!(!text.contains(v), "value in {}", text);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Whatever arrives, validation returns (never panics), and an
+        /// accepted call obeys the launcher's rules: relative, non-escaping
+        /// cwd; only known fields.
+        #[test]
+        fn validation_is_total(v in arb_json(), canary in "[A-Z]{12}") {
+            let mut v = v;
+            // Plant a canary env value; it must never show in an error.
+            if let Value::Object(m) = &mut v {
+                if let Some(Value::Object(env)) = m.get_mut("env") {
+                    env.insert("CANARY_KEY_X".into(), Value::String(format!("CANARY{canary}\0")));
+                }
+            }
+            let args = v.as_object();
+            match process_run(args, &defaults()) {
+                Ok(ok) => {
+                    let m = args.unwrap();
+                    prop_assert!(m.keys().all(|k| ["executable", "argv", "cwd", "env", "timeout_ms"].contains(&k.as_str())));
+                    if let Some(cwd) = ok.invocation.cwd() {
+                        prop_assert!(!cwd.as_str().starts_with('/'));
+                        prop_assert!(!cwd.as_str().split('/').any(|c| c == ".."));
+                    }
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    prop_assert!(!text.contains("CANARY"), "{}", text);
+                    prop_assert!(text.len() < 512);
+                }
+            }
+            match spill_read(args) {
+                Ok(ok) => prop_assert!(ok.length >= 1 && ok.length <= MAX_SPILL_READ),
+                Err(e) => prop_assert!(e.to_string().len() < 512),
+            }
+        }
+    }
+}

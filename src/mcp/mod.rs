@@ -1,0 +1,227 @@
+//! An MCP server (Model Context Protocol, over stdio) that puts governed
+//! `process.run` behind the interface agent runtimes already speak.
+//!
+//! # Theory of operation
+//!
+//! [`serve_stdio`] opens the workspace, reclaims what a dead predecessor left
+//! (its journalled requests), activates the spill service (which starts the
+//! one startup sweep) and serves two tools with the official Rust SDK
+//! (`rmcp`):
+//!
+//! - `process_run` validates its arguments by hand ([`input`]: typed errors
+//!   that never quote a value), asks the policy (deny → a tool error with the
+//!   reason; require_approval → an MCP elicitation when the client supports
+//!   forms, else a tool error with the match target and the exact override
+//!   that would allow it), then hands the invocation to the request lifecycle
+//!   ([`lifecycle`]): a fresh job namespace, the launch with containment, a
+//!   wait that reports progress and honours `notifications/cancelled`, and
+//!   the request's exactly-once cleanup before the result. The result is the
+//!   evidence as structured content plus the same JSON inside the
+//!   `<data source="tool">` boundary; a stream larger than the inline budget
+//!   is written whole (up to the capture cap) to the spill store and its
+//!   locator returned.
+//! - `spill_read` returns a bounded byte range of a spilled output.
+//!
+//! When the client goes away (stdin closes) every request still open is
+//! cleaned up, the spill sweep is awaited, and [`serve_stdio`] returns.
+//!
+//! Environment values never leave the server: the child gets the minimal
+//! baseline plus the call's overlay, secret references are resolved only at
+//! launch and redacted from captured output, and no error or log carries an
+//! environment key or value.
+
+pub mod input;
+pub mod lifecycle;
+mod output;
+pub mod schema;
+mod server;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+
+pub use output::SPILL_SESSION;
+pub use server::CustodianServer;
+
+use crate::contain::Containment;
+use crate::policy::{PolicyConfig, Provenance};
+use crate::process::LaunchOptions;
+use crate::process::env::{NoSecrets, SecretResolver};
+use crate::process::invocation::MAX_STREAM_BUDGET;
+use crate::spill::{SpillConfig, SpillService};
+use crate::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
+
+/// The default bytes per stream kept inline in a result.
+pub const DEFAULT_INLINE_BUDGET: usize = 16 * 1024;
+/// The default bytes per stream captured (and spilled when larger than the
+/// inline budget).
+pub const DEFAULT_SPILL_CAP: usize = 8 * 1024 * 1024;
+
+/// How `custodian mcp` serves.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct McpConfig {
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// The policy every `process_run` is decided by; `None` allows all.
+    pub policy: Option<PolicyConfig>,
+    /// The provenance assumed for every call (MCP carries none).
+    pub provenance: Provenance,
+    /// How processes are contained.
+    pub containment: Containment,
+    /// What every process may touch while it runs (default: nothing
+    /// confined). Part of the policy's match target, so an approval of a
+    /// call binds its confinement too.
+    pub confinement: crate::confine::Confinement,
+    /// The spill store and its startup sweep.
+    pub spill: SpillConfig,
+    /// Bytes per stream kept inline in a result.
+    pub inline_budget: usize,
+    /// Bytes per stream captured, and so spilled at most (head and tail
+    /// beyond it). At most [`MAX_STREAM_BUDGET`].
+    pub spill_cap: usize,
+    /// The timeout of a call that names none.
+    pub default_timeout: Duration,
+    /// How often progress is reported while a process runs.
+    pub progress_every: Duration,
+    /// Resolves the overlay's secret references.
+    pub secrets: Arc<dyn SecretResolver>,
+    /// How long cleanup waits for a request's processes.
+    pub cleanup_bound: Duration,
+}
+
+impl std::fmt::Debug for McpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpConfig")
+            .field("workspace", &self.workspace)
+            .field("containment", &self.containment)
+            .field("inline_budget", &self.inline_budget)
+            .field("spill_cap", &self.spill_cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpConfig {
+    /// Defaults for `workspace`: no policy, untrusted provenance, `auto`
+    /// containment, the default spill store, 16 KiB inline, 8 MiB cap, a
+    /// 30 s timeout, progress every second, no secrets.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        McpConfig {
+            workspace: workspace.into(),
+            policy: None,
+            provenance: Provenance::Untrusted,
+            containment: Containment::Auto,
+            confinement: crate::confine::Confinement::default(),
+            spill: SpillConfig::default(),
+            inline_budget: DEFAULT_INLINE_BUDGET,
+            spill_cap: DEFAULT_SPILL_CAP,
+            default_timeout: crate::process::invocation::DEFAULT_TIMEOUT,
+            progress_every: Duration::from_secs(1),
+            secrets: Arc::new(NoSecrets),
+            cleanup_bound: WorkspaceConfig::default().cleanup_bound,
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// A budget is out of range.
+    #[error(
+        "the inline budget must be 1 byte to the spill cap, and the cap at most {MAX_STREAM_BUDGET} bytes"
+    )]
+    Budget,
+    /// The workspace could not be opened.
+    #[error("opening the workspace: {0}")]
+    Workspace(#[from] WorkspaceError),
+    /// The spill store could not be activated.
+    #[error("activating the spill store: {0}")]
+    Spill(#[from] crate::spill::ServiceError),
+    /// The MCP session failed to start or ended in error.
+    #[error("mcp session: {0}")]
+    Session(String),
+}
+
+/// Serves MCP on this process's stdin/stdout until the client closes it,
+/// then cleans up every request still open. Must run inside a tokio
+/// runtime (multi-thread or current-thread, with IO and time enabled).
+///
+/// # Errors
+///
+/// An [`McpError`] when the workspace or the spill store cannot be opened or
+/// the session fails.
+pub async fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
+    serve(config, rmcp::transport::stdio()).await
+}
+
+/// [`serve_stdio`] over any byte transport (for tests and embedders).
+///
+/// # Errors
+///
+/// As [`serve_stdio`].
+pub async fn serve<R, W>(config: McpConfig, io: (R, W)) -> Result<(), McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    if config.inline_budget == 0
+        || config.spill_cap > MAX_STREAM_BUDGET
+        || config.inline_budget > config.spill_cap
+    {
+        return Err(McpError::Budget);
+    }
+    let ws_config = WorkspaceConfig {
+        cleanup_bound: config.cleanup_bound,
+        ..WorkspaceConfig::default()
+    };
+    let workspace = Workspace::open(&config.workspace, ws_config)?;
+    for (request_id, result) in workspace.reclaim().await {
+        tracing::info!(%request_id, status = ?result.status, "reclaimed at start");
+    }
+    // Activation starts the one startup sweep; the store is usable at once.
+    let spill = SpillService::activate(&config.spill)?;
+    let launch = LaunchOptions::new(&config.workspace)
+        .with_containment(config.containment)
+        .with_secrets(config.secrets.clone());
+    let lifecycle = Arc::new(lifecycle::Lifecycle::new(
+        workspace.clone(),
+        launch,
+        config.progress_every,
+    ));
+    let handler = CustodianServer {
+        inner: Arc::new(server::Inner {
+            lifecycle,
+            policy: config.policy,
+            provenance: config.provenance,
+            store: Some(spill.store().clone()),
+            defaults: input::RunDefaults {
+                timeout: config.default_timeout,
+                capture: config.spill_cap,
+                confinement: config.confinement,
+            },
+            inline_budget: config.inline_budget,
+        }),
+    };
+    let served = match handler.serve(io).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| McpError::Session(e.to_string())),
+        Err(e) => Err(McpError::Session(e.to_string())),
+    };
+    // The client is gone: whatever it left running dies with its request.
+    for (request_id, result) in workspace.close().await {
+        tracing::info!(%request_id, status = ?result.status, "cleaned at shutdown");
+    }
+    if let Some(report) = spill.dispose().await {
+        tracing::info!(
+            files_deleted = report.files_deleted,
+            "startup spill sweep finished"
+        );
+    }
+    served
+}

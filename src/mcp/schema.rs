@@ -1,0 +1,288 @@
+//! The JSON Schemas of the tools' inputs and outputs (draft 2020-12).
+//!
+//! `process_run`'s output embeds the evidence schema of
+//! `docs/schemas/process-evidence.v1.json`, its `$defs` lifted to the root so
+//! that its `#/$defs/...` references resolve.
+
+use serde_json::{Value, json};
+
+use super::input::{MAX_LOCATOR_BYTES, MAX_SECRET_REF_BYTES, MAX_SPILL_READ};
+use crate::process::invocation::{MAX_ARGS, MAX_CWD_BYTES, MAX_ENV_ENTRIES, MAX_TIMEOUT};
+
+const EVIDENCE: &str = include_str!("../../docs/schemas/process-evidence.v1.json");
+
+/// The input schema of `process_run`.
+pub fn process_run_input() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["executable"],
+        "properties": {
+            "executable": {
+                "type": "string", "minLength": 1,
+                "description": "The program: a name looked up on the child's PATH, or a path. Never a shell command line."
+            },
+            "argv": {
+                "type": "array", "maxItems": MAX_ARGS, "items": { "type": "string" },
+                "description": "The arguments after the executable, passed as given (no shell, no globbing)."
+            },
+            "cwd": {
+                "type": "string", "minLength": 1, "maxLength": MAX_CWD_BYTES,
+                "description": "Working directory relative to the workspace root; absolute or escaping paths are refused."
+            },
+            "env": {
+                "type": "object", "maxProperties": MAX_ENV_ENTRIES,
+                "description": "Added to the child's minimal baseline environment. A value is a literal string or {\"secret_ref\": NAME}, resolved by the server at launch and redacted from output.",
+                "additionalProperties": {
+                    "oneOf": [
+                        { "type": "string" },
+                        {
+                            "type": "object", "additionalProperties": false, "required": ["secret_ref"],
+                            "properties": { "secret_ref": { "type": "string", "minLength": 1, "maxLength": MAX_SECRET_REF_BYTES } }
+                        }
+                    ]
+                }
+            },
+            "timeout_ms": {
+                "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT.as_millis() as u64,
+                "description": "Time before SIGTERM to the process group (then the grace, then SIGKILL)."
+            }
+        }
+    })
+}
+
+/// The output schema of `process_run`.
+pub fn process_run_output() -> Value {
+    let mut evidence: Value = serde_json::from_str(EVIDENCE).unwrap_or_else(|_| json!({}));
+    let defs = evidence
+        .as_object_mut()
+        .and_then(|o| {
+            o.remove("$schema");
+            o.remove("$id");
+            o.remove("$defs")
+        })
+        .unwrap_or_else(|| json!({}));
+    let spilled = json!({
+        "oneOf": [
+            { "type": "null" },
+            {
+                "type": "object", "additionalProperties": false,
+                "required": ["locator", "bytes", "complete"],
+                "properties": {
+                    "locator": { "type": "string", "description": "Pass to spill_read." },
+                    "bytes": { "type": "integer", "minimum": 0 },
+                    "complete": { "type": "boolean", "description": "false when the stream passed the spill cap: the file then holds its head and tail." }
+                }
+            },
+            {
+                "type": "object", "additionalProperties": false, "required": ["error"],
+                "properties": { "error": { "type": "string" } }
+            }
+        ]
+    });
+    let success = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["request_id", "cancelled", "evidence", "spill", "cleanup"],
+        "properties": {
+            "request_id": { "type": "string", "description": "The job namespace the process ran in (removed by now)." },
+            "cancelled": { "type": "boolean" },
+            "evidence": evidence,
+            "spill": {
+                "type": "object", "additionalProperties": false,
+                "required": ["stdout", "stderr"],
+                "properties": { "stdout": spilled.clone(), "stderr": spilled }
+            },
+            "cleanup": {
+                "type": "object",
+                "required": ["status"],
+                "properties": {
+                    "status": { "type": "string", "description": "clean, already_gone, reclaimed or failed." },
+                    "code": { "type": ["string", "null"] },
+                    "counts": { "type": "object" }
+                }
+            }
+        }
+    });
+    json!({
+        "type": "object",
+        "description": "The run (`evidence`, `spill`, `cleanup`), or, on a tool error, `error`.",
+        "oneOf": [success, error_shape()],
+        "$defs": defs
+    })
+}
+
+/// The structured content of every tool error (`isError: true`): a
+/// refusal, an invalid input, a failed launch or read. Policy refusals add
+/// the `custodian.policy.explain/1` fields.
+fn error_shape() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["kind", "code", "message"],
+                "properties": {
+                    "kind": { "enum": ["invalid_input", "policy_refused", "launch_failed", "spill", "internal"] },
+                    "code": { "type": "string" },
+                    "message": { "type": "string" },
+                    "target": { "type": ["string", "null"] },
+                    "suggested_override": { "type": ["string", "null"] },
+                    "suggested_override_toml": { "type": ["string", "null"] }
+                }
+            }
+        }
+    })
+}
+
+/// The input schema of `spill_read`.
+pub fn spill_read_input() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["locator"],
+        "properties": {
+            "locator": { "type": "string", "minLength": 1, "maxLength": MAX_LOCATOR_BYTES },
+            "offset": { "type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "First byte (default 0)." },
+            "length": { "type": "integer", "minimum": 1, "maximum": MAX_SPILL_READ, "description": "Most bytes returned (default 16384)." }
+        }
+    })
+}
+
+/// The output schema of `spill_read`.
+pub fn spill_read_output() -> Value {
+    let success = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["locator", "offset", "length", "total_bytes", "eof", "text"],
+        "properties": {
+            "locator": { "type": "string" },
+            "offset": { "type": "integer", "minimum": 0 },
+            "length": { "type": "integer", "minimum": 0, "description": "Bytes returned." },
+            "total_bytes": { "type": "integer", "minimum": 0 },
+            "eof": { "type": "boolean" },
+            "text": { "type": "string", "description": "The bytes, UTF-8 (a character cut by the range edge shows as U+FFFD)." }
+        }
+    });
+    json!({
+        "type": "object",
+        "description": "The range, or, on a tool error, `error`.",
+        "oneOf": [success, error_shape()]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::policy::{Context, Provenance, StateMode};
+    use crate::process::env::Secrets;
+    use crate::process::evidence::{ContainmentTier, Evidence, InvocationIdentity};
+    use crate::process::{Invocation, InvocationSpec};
+
+    fn validator(schema: &Value) -> jsonschema::Validator {
+        jsonschema::validator_for(schema).expect("a valid JSON Schema")
+    }
+
+    fn errors(v: &jsonschema::Validator, value: &Value) -> Vec<String> {
+        v.iter_errors(value).map(|e| e.to_string()).collect()
+    }
+
+    fn evidence() -> Evidence {
+        let inv = Invocation::validate(InvocationSpec::new("echo").with_args(["hi"])).unwrap();
+        let id = InvocationIdentity::new(&inv, Path::new("/bin/echo"), &Secrets::new(vec![]));
+        Evidence::internal_failure(
+            id,
+            SystemTime::now(),
+            Duration::from_millis(1),
+            None,
+            ContainmentTier::Cgroup,
+        )
+    }
+
+    #[test]
+    fn every_schema_compiles() {
+        for s in [
+            process_run_input(),
+            process_run_output(),
+            spill_read_input(),
+            spill_read_output(),
+        ] {
+            validator(&s);
+        }
+    }
+
+    #[test]
+    fn results_and_errors_match_the_output_schemas() {
+        let run = validator(&process_run_output());
+        let (ev, spill) = crate::mcp::output::fit_evidence(&evidence(), 16, None);
+        let ok = json!({
+            "request_id": "mcp-1-2-3",
+            "cancelled": true,
+            "evidence": ev,
+            "spill": spill,
+            "cleanup": { "status": "clean", "code": null, "counts": {} },
+        });
+        assert_eq!(errors(&run, &ok), Vec::<String>::new());
+        let invalid = crate::mcp::output::error("invalid_input", "wrong_type", "m");
+        let invalid = invalid.structured_content.unwrap();
+        assert_eq!(errors(&run, &invalid), Vec::<String>::new());
+        let decision = crate::policy::decide(
+            &crate::policy::Registry::new(),
+            &crate::policy::PolicyConfig::from_toml_str(
+                "version = 1\n[tools]\nallow = [\"process.run\"]\n",
+            )
+            .unwrap(),
+            &crate::policy::Request {
+                tool: crate::policy::PROCESS_RUN,
+                process: Some(&crate::process::governed::policy_target(
+                    &Invocation::validate(InvocationSpec::new("ls")).unwrap(),
+                )),
+                context: Context {
+                    provenance: Provenance::Trusted,
+                    state_mode: StateMode::Local,
+                },
+                approvals: &[],
+            },
+        );
+        let ctx = Context {
+            provenance: Provenance::Trusted,
+            state_mode: StateMode::Local,
+        };
+        for approval in [false, true] {
+            let refused = crate::mcp::output::policy_refusal(ctx, &decision, approval);
+            assert_eq!(refused.is_error, Some(true));
+            let v = refused.structured_content.unwrap();
+            assert_eq!(errors(&run, &v), Vec::<String>::new(), "{v}");
+        }
+        // Neither shape admits a mixture.
+        let mut both = ok.clone();
+        both["error"] = json!({"kind": "spill", "code": "x", "message": "m"});
+        assert!(!errors(&run, &both).is_empty());
+        let read = validator(&spill_read_output());
+        let range = json!({"locator": "l", "offset": 0, "length": 1, "total_bytes": 1, "eof": true, "text": "a"});
+        assert_eq!(errors(&read, &range), Vec::<String>::new());
+        assert!(!errors(&read, &json!({"text": "a"})).is_empty());
+    }
+
+    #[test]
+    fn the_input_schema_refuses_what_validation_refuses() {
+        let v = validator(&process_run_input());
+        for bad in [
+            json!({}),
+            json!({"executable": "x", "shell": "ls"}),
+            json!({"executable": "x", "argv": "a b"}),
+            json!({"executable": "x", "env": {"A": 1}}),
+            json!({"executable": "x", "env": {"A": {"secret_ref": "a", "b": 1}}}),
+            json!({"executable": "x", "timeout_ms": 0}),
+        ] {
+            assert!(!errors(&v, &bad).is_empty(), "{bad}");
+        }
+        let good = json!({"executable": "x", "argv": ["a"], "cwd": "s", "env": {"A": "1", "B": {"secret_ref": "t"}}, "timeout_ms": 5});
+        assert_eq!(errors(&v, &good), Vec::<String>::new());
+    }
+}

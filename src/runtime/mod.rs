@@ -1,0 +1,441 @@
+//! The embedder's facade: one [`Runtime`], one [`Request`] per request id,
+//! owning everything the request creates, from its first file to its
+//! cleanup.
+//!
+//! # Theory of operation
+//!
+//! A [`Runtime`] is built from one [`RuntimeConfig`]: the workspace root
+//! (held by descriptor, the base of every process's cwd, never passed
+//! twice), the spill store, the run policy, the containment asked of every
+//! process, and the default per-request [`RequestLimits`]. It owns a
+//! [`Workspace`], a [`SpillService`] and a [`Coordinator`] whose hooks are
+//! the runtime's own table of requests.
+//!
+//! [`Runtime::start`] begins a request and returns its two capabilities:
+//!
+//! - the **caller side**, [`Request`]: cancel it, wait for its
+//!   [`Completion`]. Cheap to clone; dropping every clone before the request
+//!   ended is a caller disconnect (the executor is stopped, the workspace
+//!   cleaned, nothing written), whatever the executor still holds;
+//! - the **executor side**, [`Executor`] ([`Request::executor`]): open the
+//!   request's job namespace, write artifacts, launch governed processes,
+//!   spill results, and report success or failure. It never keeps the
+//!   request alive.
+//!
+//! Every process an executor launches runs under the runtime's containment
+//! (in the request's cgroup where one can be made), passes the run policy
+//! first, gets its secret references resolved asynchronously before the
+//! launch, and is tracked in the request's process table. When the request
+//! ends — success, failure, timeout, cancel, disconnect — the coordinator
+//! cancels that table (the process groups get `TERM → grace → KILL` and are
+//! awaited, then the request cgroup is killed), runs the workspace cleanup
+//! exactly once, and publishes one [`Completion`] carrying the merged
+//! result, the cleanup detail (status, counts, safe code) and each
+//! process's verdict.
+//!
+//! Tracing: each request has a `request` span (field `request_id`); each
+//! process a `process` span (field `pid`) beneath it. Events are emitted at
+//! launch, settlement, cleanup start and cleanup result, with safe fields
+//! only (codes, counts, pids, statuses; never an argv, an environment key
+//! or value, or a path).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use custodian::prelude::*;
+//!
+//! let runtime = Runtime::open(RuntimeConfig::new("/srv/agent/workspace"))?;
+//! let request = runtime.start(RequestId::new("req-1")?)?;
+//! let executor = request.executor();
+//! tokio::spawn(async move {
+//!     executor.open_workspace().await?;
+//!     executor.write_artifact("notes.txt", b"hello").await?;
+//!     let evidence = executor
+//!         .run(Invocation::validate(InvocationSpec::new("true"))?)
+//!         .await?;
+//!     if evidence.exit_code == Some(0) {
+//!         executor.succeed();
+//!     }
+//!     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+//! });
+//! let completion = request.finished().await;
+//! println!("{:?} {:?}", completion.result.status(), completion.cleanup);
+//! # Ok(()) }
+//! ```
+
+mod hooks;
+mod request;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::contain::Containment;
+use crate::coordinator::{Coordinator, RequestLimits};
+use crate::id::RequestId;
+use crate::policy::{PolicyConfig, Provenance, Registry};
+use crate::process::ProcessError;
+use crate::process::env::{AsyncSecretResolver, Baseline, Blocking, EnvError, NoSecrets};
+use crate::process::governed::ApprovalRequired;
+use crate::spill::{Locator, ServiceError, ServiceOptions, SpillConfig, SpillService, StoreError};
+use crate::workspace::{CleanupResult, Workspace, WorkspaceConfig, WorkspaceError};
+
+pub use crate::coordinator::{Completion, ProcessVerdict};
+pub use request::{Executor, Request};
+
+use hooks::{Acknowledge, Hooks};
+
+/// The policy every process launched through a [`Runtime`] (or served by a
+/// [`WorkspaceNode`](crate::wire::WorkspaceNode)) must pass as
+/// `process.run`; without one, every launch is allowed. It holds no
+/// approvals beyond the file's `policy.overrides`: a caller cannot approve
+/// for it.
+#[derive(Clone, Debug)]
+pub struct RunPolicy {
+    /// The validated policy file.
+    pub config: PolicyConfig,
+    /// The provenance of the calls (`Untrusted` fails closed).
+    pub provenance: Provenance,
+}
+
+/// Everything a [`Runtime`] is built from.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct RuntimeConfig {
+    /// The workspace root: the base of every request's job namespace and of
+    /// every process's cwd.
+    pub workspace_root: PathBuf,
+    /// How the workspace is opened (internal namespace name, cleanup bound).
+    pub workspace: WorkspaceConfig,
+    /// The spill store; `None` disables [`Executor::spill`].
+    pub spill: Option<SpillConfig>,
+    /// The run policy; `None` allows every launch.
+    pub policy: Option<RunPolicy>,
+    /// How each process and its descendants are contained.
+    pub containment: Containment,
+    /// The default limits of a request ([`Runtime::start_with`] overrides
+    /// them per request).
+    pub limits: RequestLimits,
+    /// The children's baseline environment.
+    pub baseline: Baseline,
+    /// Resolves secret references in an invocation's overlay.
+    pub secrets: Arc<dyn AsyncSecretResolver>,
+}
+
+impl RuntimeConfig {
+    /// A configuration for the workspace at `workspace_root`: default
+    /// workspace settings, no spill store, no policy, `auto` containment,
+    /// default limits, the baseline taken from this process's environment,
+    /// no secrets.
+    pub fn new(workspace_root: impl Into<PathBuf>) -> Self {
+        RuntimeConfig {
+            workspace_root: workspace_root.into(),
+            workspace: WorkspaceConfig::default(),
+            spill: None,
+            policy: None,
+            containment: Containment::Auto,
+            limits: RequestLimits::default(),
+            baseline: Baseline::from_parent(),
+            secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
+        }
+    }
+
+    /// Replaces the workspace settings.
+    #[must_use]
+    pub fn with_workspace(mut self, workspace: WorkspaceConfig) -> Self {
+        self.workspace = workspace;
+        self
+    }
+
+    /// Enables the spill store.
+    #[must_use]
+    pub fn with_spill(mut self, spill: SpillConfig) -> Self {
+        self.spill = Some(spill);
+        self
+    }
+
+    /// Enforces `policy` on every launch.
+    #[must_use]
+    pub fn with_policy(mut self, policy: RunPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Replaces the containment.
+    #[must_use]
+    pub fn with_containment(mut self, containment: Containment) -> Self {
+        self.containment = containment;
+        self
+    }
+
+    /// Replaces the default request limits.
+    #[must_use]
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Replaces the children's baseline environment.
+    #[must_use]
+    pub fn with_baseline(mut self, baseline: Baseline) -> Self {
+        self.baseline = baseline;
+        self
+    }
+
+    /// Replaces the secret resolver.
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: Arc<dyn AsyncSecretResolver>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the baseline's values.
+        f.debug_struct("RuntimeConfig")
+            .field("workspace_root", &self.workspace_root)
+            .field("workspace", &self.workspace)
+            .field("spill", &self.spill.is_some())
+            .field("policy", &self.policy.is_some())
+            .field("containment", &self.containment)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a runtime operation failed. Never carries an environment key or
+/// value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The workspace refused (open, artifact, launch bookkeeping).
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    /// The launcher refused; nothing was started.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// A secret reference could not be resolved; nothing was started.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// The spill store failed.
+    #[error(transparent)]
+    Spill(#[from] StoreError),
+    /// The spill service could not be activated.
+    #[error(transparent)]
+    SpillService(#[from] ServiceError),
+    /// The runtime has no spill store ([`RuntimeConfig::spill`] is `None`).
+    #[error("the runtime has no spill store")]
+    SpillDisabled,
+    /// A request with this id is still running in this runtime.
+    #[error("request {request} is already running")]
+    AlreadyRunning {
+        /// The request.
+        request: RequestId,
+    },
+    /// The request is finalizing (cancelled, timed out, disconnected or
+    /// reported): nothing more may be opened or launched for it.
+    #[error("request {request} is finalizing")]
+    Finalizing {
+        /// The request.
+        request: RequestId,
+    },
+    /// The request has no open workspace ([`Executor::open_workspace`]
+    /// first).
+    #[error("request {request} has no open workspace")]
+    NoWorkspace {
+        /// The request.
+        request: RequestId,
+    },
+    /// The run policy denied the process; nothing was started.
+    #[error("the run policy denied the process")]
+    Denied(Box<crate::policy::Decision>),
+    /// The run policy requires an approval; nothing was started.
+    #[error("the process requires an approval")]
+    ApprovalRequired(Box<ApprovalRequired>),
+    /// Writing an artifact's contents failed.
+    #[error("writing artifact failed: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+/// The embedder's entry point: one workspace, one spill store, one policy,
+/// one coordinator, and the requests running in them. Cheap to clone;
+/// every clone is the same runtime. See the [module docs](self).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::prelude::*;
+///
+/// let dir = tempfile::tempdir()?;
+/// let runtime = Runtime::open(RuntimeConfig::new(dir.path()))?;
+/// let request = runtime.start(RequestId::new("req-1")?)?;
+/// let executor = request.executor();
+/// executor.open_workspace().await?;
+/// executor.write_artifact("out/result.json", b"{}").await?;
+/// executor.succeed();
+/// let completion = request.finished().await;
+/// assert_eq!(completion.result.status(), RequestStatus::Succeeded);
+/// assert_eq!(completion.cleanup.unwrap().counts.files_removed, 1);
+/// runtime.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    hooks: Arc<Hooks>,
+    coordinator: Coordinator<Hooks, Hooks, Acknowledge>,
+    spill: Mutex<Option<SpillService>>,
+    spill_store: Option<Arc<crate::spill::SpillStore>>,
+    policy: Option<RunPolicy>,
+    registry: Registry,
+    launch: crate::process::LaunchOptions,
+    secrets: Arc<dyn AsyncSecretResolver>,
+}
+
+impl Runtime {
+    /// Opens the workspace at `config.workspace_root` (creating its internal
+    /// namespace) and activates the spill store if configured (its startup
+    /// sweep runs in the background, the workspace root protected from it).
+    ///
+    /// Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Workspace`] if the workspace cannot be opened safely,
+    /// [`RuntimeError::SpillService`] if the spill store cannot.
+    pub fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let workspace = Workspace::open(&config.workspace_root, config.workspace.clone())?;
+        let spill = match &config.spill {
+            Some(spill) => Some(SpillService::activate_with(
+                spill,
+                ServiceOptions {
+                    protected: vec![config.workspace_root.clone()],
+                    ..ServiceOptions::default()
+                },
+            )?),
+            None => None,
+        };
+        let hooks = Arc::new(Hooks::new(workspace));
+        let coordinator = Coordinator::new(
+            Arc::clone(&hooks),
+            Arc::clone(&hooks),
+            Arc::new(Acknowledge),
+            config.limits,
+        );
+        let mut launch = crate::process::LaunchOptions::new(config.workspace_root.clone())
+            .with_containment(config.containment);
+        launch.baseline = config.baseline.clone();
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                hooks,
+                coordinator,
+                spill_store: spill.as_ref().map(|s| Arc::clone(s.store())),
+                spill: Mutex::new(spill),
+                policy: config.policy.clone(),
+                registry: Registry::new(),
+                launch,
+                secrets: Arc::clone(&config.secrets),
+            }),
+        })
+    }
+
+    /// Starts request `id` under the runtime's default limits; its
+    /// deadlines are frozen now. Returns the caller's side; the executor's
+    /// side is [`Request::executor`].
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::AlreadyRunning`] if a request with this id has not
+    /// completed yet.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn start(&self, id: RequestId) -> Result<Request, RuntimeError> {
+        self.start_with(id, self.inner.coordinator_limits())
+    }
+
+    /// [`Runtime::start`] with this request's own `limits`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start`].
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a tokio runtime.
+    pub fn start_with(
+        &self,
+        id: RequestId,
+        limits: RequestLimits,
+    ) -> Result<Request, RuntimeError> {
+        let entry = self.inner.hooks.insert(&id)?;
+        let handle = self.inner.coordinator.start_with(id, limits);
+        Ok(Request::new(handle, entry, Arc::clone(&self.inner)))
+    }
+
+    /// The workspace the requests' job namespaces live in.
+    pub fn workspace(&self) -> &Workspace {
+        &self.inner.hooks.workspace
+    }
+
+    /// The ids of the requests that have not completed yet.
+    pub fn running(&self) -> Vec<RequestId> {
+        self.inner.hooks.running()
+    }
+
+    /// Reads a spilled result on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::SpillDisabled`] without a spill store,
+    /// [`RuntimeError::Spill`] as [`SpillService::read`].
+    pub async fn read_spill(&self, locator: &Locator) -> Result<Vec<u8>, RuntimeError> {
+        self.inner.read_spill(locator).await
+    }
+
+    /// Replays the ownership journals a runtime that died left in the
+    /// workspace and cleans those requests ([`Workspace::reclaim`]). Call it
+    /// once, before starting requests.
+    pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
+        self.inner.hooks.workspace.reclaim().await
+    }
+
+    /// Closes the workspace (every request still open is cleaned up, see
+    /// [`Workspace::close`]) and waits for the spill store's startup sweep.
+    /// Returns the cleanups it ran.
+    pub async fn shutdown(&self) -> Vec<(RequestId, CleanupResult)> {
+        let cleaned = self.inner.hooks.workspace.close().await;
+        let spill = self
+            .inner
+            .spill
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(spill) = spill {
+            let _ = spill.dispose().await;
+        }
+        cleaned
+    }
+}
+
+impl Inner {
+    fn coordinator_limits(&self) -> RequestLimits {
+        self.coordinator.limits()
+    }
+
+    async fn read_spill(&self, locator: &Locator) -> Result<Vec<u8>, RuntimeError> {
+        let store = self
+            .spill_store
+            .clone()
+            .ok_or(RuntimeError::SpillDisabled)?;
+        Ok(crate::spill::read_on_pool(store, locator.clone()).await?)
+    }
+}

@@ -1,0 +1,362 @@
+//! The two sides of a running request: the caller's [`Request`] and the
+//! executor's [`Executor`].
+
+use std::io::Write;
+use std::sync::Arc;
+
+use tracing::{Instrument, info, info_span};
+
+use super::hooks::{Entry, lock};
+use super::{Inner, RuntimeError};
+use crate::coordinator::{Completion, ExecutorHandle, RequestHandle, RequestObserver};
+use crate::error::SafeCode;
+use crate::id::RequestId;
+use crate::machine::request::Candidate;
+use crate::policy::{Context, StateMode, Verdict};
+use crate::process::env::resolve_overlay;
+use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
+use crate::process::{Evidence, Invocation, Running};
+use crate::spill::{Locator, MAX_SESSION_LEN};
+use crate::workspace::Job;
+
+/// The caller's side of a request: cancel it, wait for its [`Completion`].
+///
+/// Cheap to clone. Dropping every clone before the request ended is a
+/// caller disconnect, whatever [`Executor`]s remain: the executor is told
+/// to stop ([`Executor::cancelled`]), the request's processes are stopped
+/// and its workspace cleaned, and nothing is written.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::prelude::*;
+///
+/// let dir = tempfile::tempdir()?;
+/// let runtime = Runtime::open(RuntimeConfig::new(dir.path()))?;
+/// let request = runtime.start(RequestId::new("req-2")?)?;
+/// let executor = request.executor();
+/// let observer = executor.observer();
+/// executor.open_workspace().await?;
+/// drop(request); // the caller went away
+/// executor.cancelled().await; // the executor is told to stop
+/// let completion = observer.finished().await;
+/// assert_eq!(completion.result.status(), RequestStatus::Cancelled);
+/// assert_eq!(completion.delivery, Delivery::CallerGone);
+/// assert!(completion.cleanup.unwrap().is_clean());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Request {
+    handle: RequestHandle,
+    entry: Arc<Entry>,
+    rt: Arc<Inner>,
+}
+
+impl Request {
+    pub(super) fn new(handle: RequestHandle, entry: Arc<Entry>, rt: Arc<Inner>) -> Self {
+        Request { handle, entry, rt }
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        self.handle.id()
+    }
+
+    /// The executor's side of this request. Hand it to the code that does
+    /// the work; it does not keep the request alive.
+    pub fn executor(&self) -> Executor {
+        Executor {
+            handle: self.handle.executor(),
+            entry: Arc::clone(&self.entry),
+            rt: Arc::clone(&self.rt),
+        }
+    }
+
+    /// Cancels the request (a caller cancel): its executor is told to stop,
+    /// its processes are stopped, its workspace cleaned. Idempotent; after
+    /// the request ended it only records a duplicate.
+    pub fn cancel(&self) {
+        self.handle.candidate(Candidate::CallerCancel);
+    }
+
+    /// Waits for the request to complete. Every waiter, early or late,
+    /// receives the same value; dropping this future changes nothing.
+    pub async fn finished(&self) -> Completion {
+        self.handle.finished().await
+    }
+
+    /// The completion, if the request has completed.
+    pub fn try_finished(&self) -> Option<Completion> {
+        self.handle.try_finished()
+    }
+
+    /// A read-only view that does not keep the request alive.
+    pub fn observer(&self) -> RequestObserver {
+        self.handle.observer()
+    }
+
+    /// The request's tracing span.
+    pub fn span(&self) -> &tracing::Span {
+        self.handle.span()
+    }
+}
+
+/// The executor's side of a request: its job namespace, its artifacts, its
+/// processes, its spills, and its own outcome. It never keeps the request
+/// alive (see [`Request`]). Cheap to clone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(executor: custodian::Executor) -> Result<(), Box<dyn std::error::Error>> {
+/// use custodian::prelude::*;
+///
+/// executor.open_workspace().await?;
+/// let running = executor
+///     .launch(Invocation::validate(InvocationSpec::new("sleep").with_args(["30"]))?)
+///     .await?;
+/// tokio::select! {
+///     evidence = running.settled() => println!("{:?}", evidence.status),
+///     () = executor.cancelled() => return Ok(()), // stopped by the runtime
+/// }
+/// executor.succeed();
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Executor {
+    handle: ExecutorHandle,
+    entry: Arc<Entry>,
+    rt: Arc<Inner>,
+}
+
+impl Executor {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        self.handle.id()
+    }
+
+    fn finalizing(&self) -> RuntimeError {
+        RuntimeError::Finalizing {
+            request: self.id().clone(),
+        }
+    }
+
+    /// Opens the request's job namespace (`<internal>/job/<id>`), once: a
+    /// second call returns the same [`Job`]. The request announces it
+    /// first, so whatever ends the request from now on cleans it.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Finalizing`] if the request is already ending,
+    /// [`RuntimeError::Workspace`] if the workspace refuses.
+    pub async fn open_workspace(&self) -> Result<Job, RuntimeError> {
+        if let Some(job) = lock(&self.entry.job).clone() {
+            return Ok(job);
+        }
+        self.handle
+            .workspace_opening()
+            .await
+            .map_err(|_| self.finalizing())?;
+        let mut slot = lock(&self.entry.job);
+        if let Some(job) = slot.clone() {
+            return Ok(job);
+        }
+        let job = self.rt.hooks.workspace.open_request(self.id().as_str())?;
+        *slot = Some(job.clone());
+        Ok(job)
+    }
+
+    /// The request's job, once opened.
+    pub fn job(&self) -> Option<Job> {
+        lock(&self.entry.job).clone()
+    }
+
+    /// Creates the artifact `rel` (relative to the job directory, parents
+    /// created and registered as needed) and writes `contents` to it, on
+    /// tokio's blocking pool. Returns the bytes written.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::NoWorkspace`] before [`Executor::open_workspace`],
+    /// [`RuntimeError::Workspace`] if the name is refused or the request's
+    /// cleanup started, [`RuntimeError::Write`] if writing fails.
+    pub async fn write_artifact(&self, rel: &str, contents: &[u8]) -> Result<u64, RuntimeError> {
+        let job = self.job().ok_or_else(|| RuntimeError::NoWorkspace {
+            request: self.id().clone(),
+        })?;
+        let rel = rel.to_owned();
+        let contents = contents.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut file = job.create_file(&rel)?;
+            file.write_all(&contents).map_err(RuntimeError::Write)?;
+            Ok(contents.len() as u64)
+        })
+        .await
+        .map_err(|e| RuntimeError::Write(std::io::Error::other(e)))?
+    }
+
+    /// Launches `invocation` as one of the request's processes: the run
+    /// policy decides first, secret references are resolved (without
+    /// blocking) before the launch, the process runs under the runtime's
+    /// containment — in the request's cgroup once its workspace is open —
+    /// with the workspace root as the base of its cwd, and it is tracked:
+    /// whatever ends the request stops it.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Denied`] / [`RuntimeError::ApprovalRequired`] from
+    /// the policy, [`RuntimeError::Env`] if a secret cannot be resolved,
+    /// [`RuntimeError::Finalizing`] once the request is ending,
+    /// [`RuntimeError::Process`] / [`RuntimeError::Workspace`] if the
+    /// launch is refused. Nothing was started in each case.
+    pub async fn launch(&self, invocation: Invocation) -> Result<Running, RuntimeError> {
+        self.gate(&invocation)?;
+        let secrets = resolve_overlay(invocation.env(), &*self.rt.secrets).await?;
+        let mut options = self.rt.launch.clone();
+        options.secrets = Arc::new(secrets);
+        let span = info_span!(parent: self.handle.span(), "process", pid = tracing::field::Empty);
+        let mut procs = lock(&self.entry.procs);
+        if procs.closed || self.handle.is_cancelled() {
+            return Err(self.finalizing());
+        }
+        let job = lock(&self.entry.job).clone();
+        let running = {
+            let _entered = span.enter();
+            match job {
+                Some(job) => job.launch(invocation, &options)?,
+                None => crate::process::launch(invocation, &options)?,
+            }
+        };
+        procs.list.push(running.clone());
+        drop(procs);
+        span.record("pid", running.pid());
+        info!(parent: &span, pid = running.pid(), "launched");
+        let watched = running.clone();
+        tokio::spawn(
+            async move {
+                let ev = watched.settled().await;
+                info!(
+                    status = ?ev.status,
+                    exit_code = ev.exit_code,
+                    signal = ev.signal,
+                    descendants = ?ev.descendants.verdict,
+                    tier = ?ev.descendants.tier,
+                    "settled"
+                );
+            }
+            .instrument(span),
+        );
+        Ok(running)
+    }
+
+    /// [`Executor::launch`], then waits for the process's evidence.
+    ///
+    /// # Errors
+    ///
+    /// As [`Executor::launch`].
+    pub async fn run(&self, invocation: Invocation) -> Result<Arc<Evidence>, RuntimeError> {
+        Ok(self.launch(invocation).await?.settled().await)
+    }
+
+    fn gate(&self, invocation: &Invocation) -> Result<(), RuntimeError> {
+        let Some(policy) = &self.rt.policy else {
+            return Ok(());
+        };
+        let gate = Gate {
+            registry: &self.rt.registry,
+            config: &policy.config,
+            context: Context {
+                provenance: policy.provenance,
+                state_mode: StateMode::Local,
+            },
+            approvals: &[],
+        };
+        let decision = decide_invocation(invocation, &gate);
+        match decision.verdict {
+            Verdict::Allow => Ok(()),
+            Verdict::RequireApproval => {
+                match (decision.target.clone(), decision.suggested_override.clone()) {
+                    (Some(target), Some(suggested_override)) => {
+                        Err(RuntimeError::ApprovalRequired(Box::new(ApprovalRequired {
+                            target,
+                            suggested_override,
+                            decision,
+                        })))
+                    }
+                    _ => Err(RuntimeError::Denied(Box::new(decision))),
+                }
+            }
+            _ => Err(RuntimeError::Denied(Box::new(decision))),
+        }
+    }
+
+    /// Spills `bytes` (an oversized result) to the runtime's spill store on
+    /// tokio's blocking pool, under the request's id as the session (its
+    /// first 64 bytes), and returns the locator. Spills outlive the request:
+    /// the store's retention sweep expires them.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::SpillDisabled`] without a spill store,
+    /// [`RuntimeError::Spill`] if the store refuses.
+    pub async fn spill(&self, bytes: Vec<u8>) -> Result<Locator, RuntimeError> {
+        let store = self
+            .rt
+            .spill_store
+            .clone()
+            .ok_or(RuntimeError::SpillDisabled)?;
+        // A request id is a valid session name once cut to its length (same
+        // alphabet, never a leading dot).
+        let id = self.id().as_str();
+        let session = id[..id.len().min(MAX_SESSION_LEN)].to_owned();
+        let locator = crate::spill::write_on_pool(store, session, bytes).await?;
+        lock(&self.entry.spills).push(locator.clone());
+        Ok(locator)
+    }
+
+    /// The locators this request spilled, in order.
+    pub fn spills(&self) -> Vec<Locator> {
+        lock(&self.entry.spills).clone()
+    }
+
+    /// Reads a spilled result, as [`Runtime::read_spill`](super::Runtime::read_spill).
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::read_spill`](super::Runtime::read_spill).
+    pub async fn read_spill(&self, locator: &Locator) -> Result<Vec<u8>, RuntimeError> {
+        self.rt.read_spill(locator).await
+    }
+
+    /// Reports that the executor succeeded; the request finalizes (its
+    /// processes are stopped, its workspace cleaned).
+    pub fn succeed(&self) {
+        self.handle.candidate(Candidate::Success);
+    }
+
+    /// Reports that the executor failed, with a safe code.
+    pub fn fail(&self, code: SafeCode) {
+        self.handle.candidate(Candidate::ExecutorError { code });
+    }
+
+    /// Resolves once the request asked its executor to stop (a cancel, a
+    /// timeout, a disconnect, or its own report). Dropping it changes
+    /// nothing.
+    pub async fn cancelled(&self) {
+        self.handle.cancelled().await;
+    }
+
+    /// Whether the request asked its executor to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.handle.is_cancelled()
+    }
+
+    /// A read-only view that does not keep the request alive: wait for the
+    /// completion from the executor's side with
+    /// [`RequestObserver::finished`].
+    pub fn observer(&self) -> RequestObserver {
+        self.handle.observer()
+    }
+}

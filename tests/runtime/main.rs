@@ -1,0 +1,32 @@
+//! The embedder's facade (`custodian::Runtime`): a request owns its job,
+//! processes, spills and finish; the caller and executor sides are separate
+//! capabilities; the completion carries the cleanup detail and each
+//! process's verdict.
+//!
+//! The bodies remove files as root (the request cleanups), so they run in a
+//! private mount namespace where every mount is read-only except their
+//! scratch directory and the cgroup v2 hierarchy (`sandbox`), checked
+//! first by each body.
+
+#[path = "../support/sandbox.rs"]
+mod sandbox;
+
+mod bodies;
+mod ids;
+mod root;
+mod tracing_events;
+
+/// Runs every body of `bodies::` in the namespace.
+#[test]
+fn runtime_bodies_in_a_private_mount_namespace() {
+    let keep = custodian::contain::Hierarchy::discover()
+        .ok()
+        .map(|h| h.mount);
+    if let Some(out) =
+        sandbox::run_guarded_filter_keeping("bodies::", &std::env::temp_dir(), keep.as_deref())
+    {
+        if let Some(line) = out.lines().find(|l| l.starts_with("test result")) {
+            eprintln!("bodies {line}");
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! The workspace root given twice (to the workspace and in a launch's
+//! options) is cross-checked: a job launches only with options naming its
+//! own workspace's root, compared by identity.
+
+use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
+use custodian::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
+
+#[tokio::test]
+async fn a_job_refuses_launch_options_naming_another_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path(), WorkspaceConfig::default()).unwrap();
+    let job = ws.open_request("root-1").unwrap();
+    let inv = || Invocation::validate(InvocationSpec::new("true")).unwrap();
+    assert!(matches!(
+        job.launch(inv(), &LaunchOptions::new(other.path())),
+        Err(WorkspaceError::RootMismatch)
+    ));
+    // Another spelling of the same directory is the same root.
+    let spelled = dir.path().join(".custodian").join("..");
+    let running = job.launch(inv(), &LaunchOptions::new(spelled)).unwrap();
+    assert_eq!(running.settled().await.exit_code, Some(0));
+    // Nothing is removed here: the job is left to the temp dir.
+}
