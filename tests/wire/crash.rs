@@ -303,6 +303,17 @@ async fn sigkilled_nodes_are_reclaimed_on_restart_inner() {
         // What the dead run left, and what its journals prove.
         let before = snapshot(&dir);
         let proof = proven(&ws);
+        // The journals as the dead run left them (the reclaim appends its
+        // verdicts and removes clean ones): for a failure's message.
+        let journals: BTreeMap<String, Vec<u8>> = std::fs::read_dir(ws.join(".custodian/journal"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                Some((name, std::fs::read(e.path()).ok()?))
+            })
+            .collect();
         // A job directory nobody journalled: never adopted.
         std::fs::create_dir_all(ws.join(".custodian/job/foreign")).unwrap();
         std::fs::write(ws.join(".custodian/job/foreign/x.txt"), b"not ours").unwrap();
@@ -337,7 +348,13 @@ async fn sigkilled_nodes_are_reclaimed_on_restart_inner() {
                     });
                     assert!(
                         unproven,
-                        "seed {seed}: {id} failed {code:?} although its journal proves its whole tree"
+                        "seed {seed}: {id} failed {code:?} although its journal proves its whole tree \
+                         (journal as left: {:?}; tree: {:?})",
+                        journals.get(id.as_str()).map(|b| journal::read(b)),
+                        before
+                            .keys()
+                            .filter(|p| p.starts_with(Path::new("ws").join(&rel)))
+                            .collect::<Vec<_>>()
                     );
                     failed.insert(rel);
                     format!("failed:{}", code.unwrap_or_default())

@@ -313,3 +313,54 @@ async fn a_second_owner_is_refused_while_the_first_lives() {
     assert_eq!(results[0].1.status, CleanupStatus::Reclaimed);
     assert_only_removed(&before, &fx.snapshot(), &gone);
 }
+
+/// A node killed between creating a request's journal and completing its
+/// first record (`Open`, written before the job directory is made): every
+/// cut of that frame, from the empty file on. With no job directory there
+/// is nothing to remove: `reclaimed`, and the journal is removed so the id
+/// is not refused forever. A job directory under that name is not the
+/// journal's: kept, `job_not_owned`, journal kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_journal_killed_before_its_open_record_holds_nothing() {
+    let mut open = Vec::new();
+    journal::encode(
+        &journal::Record::Open {
+            request: b"unopened".to_vec(),
+        },
+        &mut open,
+    );
+    for cut in 0..open.len() {
+        for planted in [false, true] {
+            let mut fx = Fixture::new();
+            let journals = fx.root().join(".custodian/journal");
+            fs::create_dir_all(&journals).unwrap();
+            let path = journal_path(&fx, "unopened");
+            fs::write(&path, &open[..cut]).unwrap();
+            if planted {
+                fs::create_dir(fx.job_dir("unopened")).unwrap();
+                fs::write(fx.job_dir("unopened").join("x"), b"not ours").unwrap();
+            }
+            let before = fx.snapshot();
+            let ws = restart(&mut fx);
+            let results = ws.reclaim().await;
+            assert_eq!(results.len(), 1, "cut {cut}: {results:?}");
+            let r = &results[0].1;
+            assert_only_removed(&before, &fx.snapshot(), &Default::default());
+            if planted {
+                assert_eq!(r.status, CleanupStatus::Failed, "cut {cut}: {r:?}");
+                assert_eq!(r.code, Some(CleanupCode::JobNotOwned), "cut {cut}");
+                assert!(path.exists(), "cut {cut}: the journal is removed");
+            } else {
+                assert_eq!(r.status, CleanupStatus::Reclaimed, "cut {cut}: {r:?}");
+                assert!(!path.exists(), "cut {cut}: the journal is kept");
+                assert_eq!(
+                    ws.cleanup("unopened").await.unwrap().status,
+                    CleanupStatus::Reclaimed
+                );
+                drop(ws);
+                assert!(restart(&mut fx).reclaim().await.is_empty(), "cut {cut}");
+            }
+        }
+    }
+}
