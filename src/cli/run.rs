@@ -189,7 +189,8 @@ pub(crate) struct ConfineArgs {
     #[arg(long, value_name = "PATH")]
     pub(crate) deny_read: Vec<PathBuf>,
     /// Launch even if the kernel cannot enforce all of the confinement;
-    /// the evidence lists what was not enforced (default: refuse, exit 71).
+    /// the evidence lists what was not enforced (default: refuse to launch;
+    /// `run` then exits 71, `mcp` answers a tool error).
     #[arg(long)]
     pub(crate) confine_best_effort: bool,
 }
