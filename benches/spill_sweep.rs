@@ -20,6 +20,10 @@ use std::time::{Duration, Instant, SystemTime};
 use custodian::spill::{SweepPlan, TracingSink, sweep_spill_roots};
 use filetime::FileTime;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::{cpu_children, cpu_self};
+
 const DAY: Duration = Duration::from_secs(86_400);
 const PERIOD_DAYS: u32 = 30;
 
@@ -94,23 +98,6 @@ fn plan(root: &Path) -> SweepPlan {
     let mut p = SweepPlan::new(SystemTime::now() - PERIOD_DAYS * DAY);
     p.configured_roots = vec![root.to_owned()];
     p
-}
-
-/// CPU time (user + system) of this process, all threads.
-fn cpu_self() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
-/// CPU time (user + system) of the waited-for children.
-fn cpu_children() -> Duration {
-    // SAFETY: `getrusage` only writes the `rusage` it is given, which is
-    // plain old data and lives across the call.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_CHILDREN is a valid `who`.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// Wall and CPU time of one sweep.

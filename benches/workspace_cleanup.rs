@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 
 use custodian::workspace::{Job, Workspace, WorkspaceConfig};
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::{cpu_children, cpu_self};
+
 const DIRS: usize = 100;
 const FILES_PER_DIR: usize = 100;
 
@@ -53,23 +57,6 @@ fn build_plain(at: &Path) {
             fs::File::create(dir.join(format!("file{f:03}.txt"))).unwrap();
         }
     }
-}
-
-/// CPU time (user + system) of this process, all threads.
-fn cpu_self() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
-/// CPU time (user + system) of the waited-for children.
-fn cpu_children() -> Duration {
-    // SAFETY: `getrusage` only writes the `rusage` it is given, which is
-    // plain old data and lives across the call.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_CHILDREN is a valid `who`.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// Wall and CPU time of one removal.

@@ -30,7 +30,9 @@ use custodian::coordinator::{
     Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
 };
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
-use custodian::wire::{CleanupStatus, NodeTransport, RunSpec, WireClient, WireError};
+use custodian::wire::{
+    CleanupStatus, NodeTransport, ProcessSummary, RunSpec, WireClient, WireError,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");
 const INNER: &str = "ssh::a_node_over_ssh_cleans_up_when_the_transport_or_the_node_dies_inner";
@@ -331,6 +333,25 @@ fn sh(script: &str, timeout_ms: u64) -> RunSpec {
 
 /// A process that records its pid in `file` (in the workspace root, outside
 /// the job) and sleeps.
+/// Runs [`sleeper`] for `id` in a task; returns the task and the sleeper's
+/// pid once it has written it to `ws/file`.
+async fn start_sleeper(
+    client: &WireClient,
+    id: &RequestId,
+    ws: &Path,
+    file: &str,
+) -> (
+    tokio::task::JoinHandle<Result<ProcessSummary, WireError>>,
+    u32,
+) {
+    let running = {
+        let (client, id, spec) = (client.clone(), id.clone(), sleeper(file));
+        tokio::spawn(async move { client.run_process(&id, spec).await })
+    };
+    let pid = wait_for_file(&ws.join(file)).await.trim().parse().unwrap();
+    (running, pid)
+}
+
 fn sleeper(file: &str) -> RunSpec {
     sh(
         &format!("echo $$ > {file}.tmp && mv {file}.tmp {file}; exec sleep 300"),
@@ -407,16 +428,7 @@ async fn a_node_over_ssh_cleans_up_when_the_transport_or_the_node_dies_inner() {
     let h2 = co.start(id2.clone());
     client.open_announced(&h2).await.unwrap();
     client.write_artifact(&id2, "a/b.txt", "x").await.unwrap();
-    let running = {
-        let client = client.clone();
-        let id2 = id2.clone();
-        tokio::spawn(async move { client.run_process(&id2, sleeper("sleeper2.pid")).await })
-    };
-    let pid2: u32 = wait_for_file(&ws.join("sleeper2.pid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
+    let (running, pid2) = start_sleeper(&client, &id2, &ws, "sleeper2.pid").await;
     assert!(alive(pid2));
     let cg2 = request_cgroup_of(pid2, mount.as_deref());
     if let Some(cg) = &cg2 {
@@ -476,16 +488,7 @@ async fn a_node_over_ssh_cleans_up_when_the_transport_or_the_node_dies_inner() {
     let id3 = RequestId::new("ssh-3").unwrap();
     client3.open_workspace(&id3).await.unwrap();
     client3.write_artifact(&id3, "c/d.txt", "y").await.unwrap();
-    let running = {
-        let client3 = client3.clone();
-        let id3 = id3.clone();
-        tokio::spawn(async move { client3.run_process(&id3, sleeper("sleeper3.pid")).await })
-    };
-    let pid3: u32 = wait_for_file(&ws.join("sleeper3.pid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
+    let (running, pid3) = start_sleeper(&client3, &id3, &ws, "sleeper3.pid").await;
     let cg3 = request_cgroup_of(pid3, mount.as_deref());
     let node3 = nodes_on(&ws);
     assert_eq!(node3.len(), 1, "{node3:?}");
