@@ -9,8 +9,21 @@ mod fake_node;
 mod forced_orders;
 mod outcomes;
 mod pinned;
+#[path = "../support/sandbox.rs"]
+mod sandbox;
 mod scenarios;
 mod stress;
 mod support;
 mod through_wire;
 mod with_workspace;
+
+/// Runs every body of `with_workspace::` (they delete as root) in a private
+/// mount namespace where only their scratch directory is writable.
+#[test]
+fn with_workspace_in_a_private_mount_namespace() {
+    if let Some(out) = sandbox::run_guarded_filter("with_workspace::", &std::env::temp_dir()) {
+        if let Some(line) = out.lines().find(|l| l.starts_with("test result")) {
+            eprintln!("with_workspace {line}");
+        }
+    }
+}

@@ -14,6 +14,11 @@ use std::process::Command;
 /// The scratch directory handed to the body.
 pub const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
 
+/// The mount a `_keeping` wrapper kept writable besides the scratch (unset
+/// for none), so that helpers shared by bodies ([`tempdir`]) check the
+/// namespace the wrapper asked for.
+pub const KEEP_ENV: &str = "CUSTODIAN_TEST_KEEP";
+
 /// Remounts every mount read-only except `$1` (the scratch dir, bound onto
 /// itself) and `$2` (a mount the body needs writable, e.g. the cgroup v2
 /// hierarchy; empty for none), then runs the body.
@@ -119,6 +124,10 @@ fn run_in_namespace(select: &[&str], base: &Path, keep: Option<&Path>) -> Option
     } else {
         cmd = Command::new(&exe);
     }
+    cmd.env_remove(KEEP_ENV);
+    if let Some(keep) = keep {
+        cmd.env(KEEP_ENV, keep);
+    }
     let out = cmd
         .args(&test_args)
         .env(SCRATCH_ENV, scratch.path())
@@ -136,14 +145,38 @@ fn run_in_namespace(select: &[&str], base: &Path, keep: Option<&Path>) -> Option
 }
 
 /// A temporary directory in the scratch directory when run by
-/// [`run_guarded`] (as root: after checking that everything else is
-/// read-only), else in the OS temp dir.
+/// [`run_guarded`] or one of its variants (as root: after checking that
+/// everything else but the mount the wrapper kept is read-only), else, not
+/// as root, in the OS temp dir.
+///
+/// # Panics
+///
+/// As root outside [`run_guarded`]'s namespace: a body that deletes must
+/// not run there unguarded (e.g. by `--include-ignored` without its
+/// wrapper).
 pub fn tempdir() -> tempfile::TempDir {
     match std::env::var_os(SCRATCH_ENV) {
-        Some(_) => tempfile::tempdir_in(scratch()),
-        None => tempfile::tempdir(),
+        Some(_) => tempfile::tempdir_in(scratch_as_run()),
+        None => {
+            assert!(
+                !is_root(),
+                "a deleting body runs as root only by run_guarded, in a mount namespace"
+            );
+            tempfile::tempdir()
+        }
     }
     .expect("tempdir")
+}
+
+/// In the body: [`scratch_keeping`] with the mount its wrapper kept
+/// writable ([`KEEP_ENV`]), if any.
+///
+/// # Panics
+///
+/// As [`scratch`].
+pub fn scratch_as_run() -> PathBuf {
+    let keep = std::env::var_os(KEEP_ENV).map(PathBuf::from);
+    scratch_keeping(keep.as_deref())
 }
 
 /// In the body: the scratch directory, after checking that (as root) every

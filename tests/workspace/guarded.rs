@@ -1,12 +1,17 @@
-//! The older deleting tests (`basics`, `attacks`, `races`, `mounts`) remove files as
-//! root: each module runs as a whole inside a private mount namespace where
-//! only its scratch directory is writable (`sandbox`), checked first.
+//! The older deleting tests (`basics`, `attacks`, `races`, `mounts`,
+//! `journal`, `procs`) remove files as root: each module runs as a whole
+//! inside a private mount namespace where only its scratch directory is
+//! writable (`procs`: and the cgroup v2 hierarchy), checked first.
 
 use crate::sandbox;
 
 fn run(module: &str) {
-    // Checked once per module here, before any of its tests deletes.
-    if let Some(out) = sandbox::run_guarded_filter(module, &std::env::temp_dir()) {
+    run_keeping(module, None);
+}
+
+fn run_keeping(module: &str, keep: Option<&std::path::Path>) {
+    // Checked by each fixture, before any of its tests deletes.
+    if let Some(out) = sandbox::run_guarded_filter_keeping(module, &std::env::temp_dir(), keep) {
         if let Some(line) = out.lines().find(|l| l.starts_with("test result")) {
             eprintln!("{module} {line}");
         }
@@ -36,4 +41,12 @@ fn mounts_in_a_private_mount_namespace() {
 #[test]
 fn journal_in_a_private_mount_namespace() {
     run("journal::");
+}
+
+#[test]
+fn procs_in_a_private_mount_namespace() {
+    let keep = custodian::contain::Hierarchy::discover()
+        .ok()
+        .map(|h| h.mount);
+    run_keeping("procs::", keep.as_deref());
 }

@@ -22,6 +22,7 @@ fn restart(fx: &mut Fixture) -> Workspace {
 
 /// The journal of an open request replays to exactly its inventory.
 #[test]
+#[ignore = "runs with its module: guarded::journal_in_a_private_mount_namespace"]
 fn the_journal_replays_to_the_inventory() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("req-j").unwrap();

@@ -53,8 +53,14 @@ impl Fixture {
     /// trees), else in the default temporary directory.
     pub fn on_tmpfs() -> Self {
         let tmp = match std::env::var_os(sandbox::SCRATCH_ENV) {
-            Some(scratch) => tempfile::tempdir_in(scratch),
-            None => tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()),
+            Some(_) => tempfile::tempdir_in(sandbox::scratch_as_run()),
+            None => {
+                assert!(
+                    !sandbox::is_root(),
+                    "a deleting body runs as root only by run_guarded"
+                );
+                tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir())
+            }
         };
         Self::build(WorkspaceConfig::default(), tmp.expect("tempdir"))
     }

@@ -5,6 +5,11 @@
 //! `RequestProcess` seam over a child leading its own process group (std
 //! `Command` + `process_group(0)`, `killpg` through rustix): TERM, a grace,
 //! then KILL; tests use it where they need to count `cancel` calls.
+//!
+//! The cleanups remove files as root: the tests run in a private mount
+//! namespace where only their scratch and the cgroup v2 hierarchy (the
+//! launcher's `Auto` containment creates request cgroups there) are
+//! writable (`guarded`), checked by each fixture first.
 
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -147,6 +152,7 @@ fn launch_sh(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn an_active_child_is_terminated_before_anything_is_removed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("active").unwrap();
@@ -184,6 +190,7 @@ async fn an_active_child_is_terminated_before_anything_is_removed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn helper_process_descendants_are_all_gone_after_cleanup() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("desc").unwrap();
@@ -217,6 +224,7 @@ async fn helper_process_descendants_are_all_gone_after_cleanup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn a_cleanup_that_exceeds_its_bound_reports_it() {
     let fx = Fixture::with_config(WorkspaceConfig {
         cleanup_bound: Duration::from_millis(300),
@@ -249,6 +257,7 @@ async fn a_cleanup_that_exceeds_its_bound_reports_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn a_launch_after_cleanup_started_is_refused() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("closed").unwrap();
@@ -259,6 +268,7 @@ async fn a_launch_after_cleanup_started_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn a_launch_with_its_cwd_in_the_internal_namespace_is_refused() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("cwd").unwrap();
@@ -270,6 +280,7 @@ async fn a_launch_with_its_cwd_in_the_internal_namespace_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn a_process_tracked_after_cleanup_started_is_cancelled_at_once() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("late").unwrap();
