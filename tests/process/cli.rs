@@ -121,7 +121,13 @@ fn env_overlay_reaches_the_child_and_never_the_evidence() {
 /// probe; only the subreaper tier sees (and stops) it.
 #[test]
 fn subreaper_tier_adopts_and_stops_a_silent_setsid_escapee() {
-    let script = "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo $! >&2";
+    // The root exits only once the escapee has left the group (its session
+    // id is its own pid): had the root exited first, a loaded machine could
+    // still have the escapee in the group, not yet through `setsid`, and
+    // both tiers rightly kill it with the group. A gone escapee exits 9.
+    let script = "setsid sleep 30 >/dev/null 2>&1 </dev/null & e=$!; \
+        while :; do s=$(cut -d' ' -f6 /proc/$e/stat) || exit 9; \
+        [ \"$s\" = \"$e\" ] && break; sleep 0.01; done; echo $e >&2";
     let escapee = |out: &Output| -> u32 {
         let ev = json(out);
         ev["stderr"]["text"]
