@@ -4,7 +4,9 @@
 //! Unix socket (`--socket PATH`) it accepts any number of connections from
 //! its own uid until SIGTERM or SIGINT. Either way it then cleans up every
 //! request that is still open, through the same exactly-once cleanup a wire
-//! `cleanup_workspace` uses, and exits.
+//! `cleanup_workspace` uses, and exits. An open still running at that moment
+//! (sent just before stdin closed) is answered `request_closed` and its job
+//! cleaned like the others (the wire contract's *Liveness*).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -203,3 +203,29 @@ fn a_second_node_waits_for_the_first_or_is_refused() {
     drop(second_in);
     assert!(second.wait().unwrap().success());
 }
+
+/// An edge that opens a request and closes stdin at once: the node answers
+/// the open — `workspace_opened`, or `request_closed` when the shutdown's
+/// cleanup fenced it while it ran (the contract's *Liveness*) — cleans the
+/// job up before it exits 0, and writes nothing else.
+#[test]
+#[ignore = "deletes: run by guarded::cli_in_a_private_mount_namespace"]
+fn an_open_followed_by_the_end_of_input_is_answered_and_its_job_cleaned() {
+    for _ in 0..20 {
+        let ws = crate::sandbox::tempdir();
+        let out = node(&["--workspace", ws.path().to_str().unwrap()], OPEN, &[]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        let answer: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(answer["seq"], 1, "{answer}");
+        let opened = answer["result"] == "workspace_opened";
+        let closed = answer["result"] == "error" && answer["code"] == "request_closed";
+        assert!(opened || closed, "{answer}");
+        assert!(
+            !ws.path().join(".custodian/job/r1").exists(),
+            "the job outlived the node"
+        );
+    }
+}

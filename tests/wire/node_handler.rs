@@ -421,3 +421,56 @@ async fn a_cleanup_during_a_running_open_waits_for_it_and_cleans_once() {
     assert_eq!(node.workspace().calls(&r).cleanup, 1);
     assert!(node.open_requests().is_empty());
 }
+
+/// The end of a stdio node (`custodian node`): the edge sends an open and
+/// closes its side at once. The open was decided when it was read, so it
+/// runs; the shutdown's cleanup (`Node::close`, as the command calls it)
+/// fences the request and waits for the open, which is then answered
+/// `request_closed` (the contract's *Liveness*: a request in flight when
+/// the edge goes away may be); the job it created is cleaned exactly once
+/// and the answer still reaches the output.
+#[tokio::test]
+async fn an_open_in_flight_when_the_input_ends_is_answered_request_closed_and_cleaned_once() {
+    let fake = FakeNode::new();
+    fake.open_gated.store(true, Ordering::SeqCst);
+    let node = Node::new(fake, NodeConfig::default());
+    let (edge, node_io) = tokio::io::duplex(1 << 16);
+    let (r, mut w) = tokio::io::split(edge);
+    w.write_all(b"{\"v\":1,\"seq\":1,\"op\":\"open_workspace\",\"request_id\":\"r1\"}\n")
+        .await
+        .unwrap();
+    w.shutdown().await.unwrap();
+    // Returns at the end of input, the open still running.
+    let drain = node.serve(node_io).await.unwrap();
+    let r1 = id("r1");
+    while node.workspace().calls(&r1).open == 0 {
+        tokio::task::yield_now().await;
+    }
+    let closing = tokio::spawn({
+        let node = Arc::clone(&node);
+        async move { node.close().await }
+    });
+    // The shutdown's cleanup has fenced the request (it waits for the open).
+    while !node.open_requests().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        node.workspace().calls(&r1).cleanup,
+        0,
+        "not during the open"
+    );
+    node.workspace().open_gate.add_permits(1);
+    let reports = closing.await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].status, CleanupStatus::Cleaned);
+    drain.wait().await;
+    let mut lines = BufReader::new(r).lines();
+    let answer: ResponseFrame =
+        serde_json::from_str(&lines.next_line().await.unwrap().expect("the open's answer"))
+            .unwrap();
+    assert_eq!(answer.seq, Some(1));
+    assert_eq!(error_code(&answer), "request_closed");
+    assert!(lines.next_line().await.unwrap().is_none(), "one answer");
+    let calls = node.workspace().calls(&r1);
+    assert_eq!((calls.open, calls.cleanup), (1, 1));
+}
