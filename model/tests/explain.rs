@@ -232,14 +232,14 @@ fn the_diagram_renders_in_a_headless_browser() {
         );
         return;
     };
-    let dir = std::env::temp_dir().join(format!("custodian-mermaid-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir = scratch.path();
     std::fs::copy(&mermaid, dir.join("mermaid.min.js")).expect("copy mermaid");
     let d = kill_before_grace();
     let page = dir.join("page.html");
     std::fs::write(&page, d.html("mermaid.min.js")).expect("write page");
     let dom = render(&chromium, &page);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     assert!(dom.contains("<svg"), "no svg drawn:\n{dom}");
     assert!(!dom.contains("Syntax error"), "mermaid rejected it:\n{dom}");
     for text in ["SIGTERM", "SIGKILL", "process::step", "VIOLATED: KILL only"] {
