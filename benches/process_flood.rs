@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use custodian::process::LaunchOptions;
-use custodian::process::capture::{StreamCapture, StreamState};
+use custodian::process::capture::{StreamCapture, StreamEnd};
 use custodian::process::env::{Redactor, SecretValue, Secrets};
 use custodian::process::evidence::ProcessStatus;
 use custodian::process::invocation::{Invocation, InvocationSpec, OutputBudget};
@@ -177,7 +177,7 @@ fn measure(mode: &str) {
             }
         }
         if let Some(c) = capture {
-            let s = c.finish(StreamState::Closed);
+            let s = c.finish(StreamEnd::Closed);
             assert_eq!(s.bytes_read, total);
             assert!(s.bytes_kept <= BUDGET as u64);
             kept = s.bytes_kept;

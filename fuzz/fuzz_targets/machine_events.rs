@@ -276,7 +276,7 @@ impl ProcOracle {
         e: process::Event,
         tr: &process::Transition<Duration>,
     ) {
-        use process::{Action, Descendants, Event, Phase, Probe, Signal, StreamEnd, Tier};
+        use process::{Action, DescendantVerdict, Event, Phase, Probe, Signal, StreamEnd, Tier};
         if e == Event::GraceElapsed && self.term {
             self.grace_seen_after_term = true;
         }
@@ -308,7 +308,7 @@ impl ProcOracle {
                     self.settles += 1;
                     assert_eq!(self.settles, 1, "settled twice");
                     assert_eq!(self.reaps, 1, "settled without exactly one reap");
-                    if sum.descendants == Descendants::Terminated {
+                    if sum.descendants == DescendantVerdict::Terminated {
                         assert!(matches!(sum.tier, Tier::PinnedGroup | Tier::Cgroup));
                         assert!(self.saw_empty_probe, "terminated without an empty probe");
                         // An empty cgroup proves every holder dead; an empty

@@ -8,7 +8,7 @@
 
 use custodian::policy::exposure::Selector;
 use custodian::policy::{
-    Context, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Request, StateMode,
+    Context, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Query, StateMode,
     Verdict, decide,
 };
 use libfuzzer_sys::fuzz_target;
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
                 let d = decide(
                     &registry,
                     &config,
-                    &Request {
+                    &Query {
                         tool,
                         process: Some(&invocation),
                         context: Context { provenance, state_mode },

@@ -4,7 +4,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use custodian::process::capture::{MAX_MARKER_LEN, StreamCapture, StreamState};
+use custodian::process::capture::{MAX_MARKER_LEN, StreamCapture, StreamEnd};
 use custodian::process::env::{Secrets, SecretValue};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,8 +33,8 @@ fuzz_target!(|input: Input| {
         all.extend_from_slice(c);
     }
     whole.push(&all);
-    let s = chunked.finish(StreamState::Closed);
-    let w = whole.finish(StreamState::Closed);
+    let s = chunked.finish(StreamEnd::Closed);
+    let w = whole.finish(StreamEnd::Closed);
     assert_eq!(s, w, "chunking changed the result");
     // `String` already guarantees valid UTF-8; check the counters.
     assert_eq!(s.bytes_kept + s.bytes_omitted, s.bytes_read);

@@ -166,7 +166,7 @@ fuzz_target!(|ops: Vec<Op>| {
     let r = rt().block_on(job.cleanup());
     let after = snapshot(tmp.path(), &job_dir);
     assert_same(&before, &after);
-    if r.status == CleanupStatus::Clean {
+    if r.status == CleanupStatus::Cleaned {
         assert!(!job_dir.exists(), "{r:?}");
     } else {
         assert!(job_dir.exists() || r.counts.dirs_removed > 0, "{r:?}");

@@ -23,6 +23,8 @@ fn stream(st: StreamState) -> &'static str {
         (false, StreamEnd::Closed) => "eof",
         (false, StreamEnd::HeldOpen) => "held→closed",
         (false, StreamEnd::CutAtDeadline) => "cut",
+        // `StreamEnd` is `#[non_exhaustive]` (it is the evidence's too).
+        (_, _) => "?",
     }
 }
 

@@ -34,7 +34,7 @@ use std::fmt;
 use std::time::Duration;
 
 use custodian::machine::process::{
-    self, Action, Cause, Descendants, Event, ExitStatus, Phase, Probe, ProcessLimits,
+    self, Action, Cause, DescendantVerdict, Event, ExitStatus, Phase, Probe, ProcessLimits,
     ProcessStatus, Signal, Stream, StreamEnd, Summary, Tier, Timer,
 };
 use stateright::{Model, Property};
@@ -83,7 +83,7 @@ pub struct TierFacts {
     /// Group signals stay safe after the root's exit was observed (the
     /// group id cannot be reused before the reap).
     pub signals_after_exit: bool,
-    /// The verdict may be [`Descendants::Terminated`] (an empty group can
+    /// The verdict may be [`DescendantVerdict::Terminated`] (an empty group can
     /// be confirmed).
     pub can_confirm: bool,
     /// An empty probe confirms only if both streams closed normally (a
@@ -91,7 +91,7 @@ pub struct TierFacts {
     /// held a pipe was in the cgroup, and the cgroup is empty.
     pub confirm_needs_clean_streams: bool,
     /// The only verdict the tier can give, if it is fixed.
-    pub fixed_verdict: Option<Descendants>,
+    pub fixed_verdict: Option<DescendantVerdict>,
 }
 
 /// Every tier the model starts from, one initial state each.
@@ -115,14 +115,14 @@ pub const TIERS: &[TierFacts] = &[
         signals_after_exit: false,
         can_confirm: false,
         confirm_needs_clean_streams: true,
-        fixed_verdict: Some(Descendants::UnconfirmedOrEscaped),
+        fixed_verdict: Some(DescendantVerdict::UnconfirmedOrEscaped),
     },
     TierFacts {
         tier: Tier::DirectChild,
         signals_after_exit: false,
         can_confirm: false,
         confirm_needs_clean_streams: true,
-        fixed_verdict: Some(Descendants::Unsupported),
+        fixed_verdict: Some(DescendantVerdict::Unsupported),
     },
 ];
 
@@ -187,7 +187,7 @@ pub mod broken {
                     cause: state.cause,
                     stdout: state.stdout.end,
                     stderr: state.stderr.end,
-                    descendants: Descendants::UnconfirmedOrEscaped,
+                    descendants: DescendantVerdict::UnconfirmedOrEscaped,
                     tier: state.tier,
                     timings: state.timings,
                 }));
@@ -745,7 +745,7 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
             Property::always(
                 "the verdict is never more optimistic than observed",
                 |_, s: &Sys| match s.summary {
-                    Some(sum) if sum.descendants == Descendants::Terminated => {
+                    Some(sum) if sum.descendants == DescendantVerdict::Terminated => {
                         let f = facts(sum.tier);
                         f.can_confirm
                             && s.saw_empty
@@ -827,11 +827,11 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
             }),
             Property::sometimes("descendants confirmed terminated", |_, s: &Sys| {
                 s.summary
-                    .is_some_and(|sum| sum.descendants == Descendants::Terminated)
+                    .is_some_and(|sum| sum.descendants == DescendantVerdict::Terminated)
             }),
             Property::sometimes("descendants unconfirmed or escaped", |_, s: &Sys| {
                 s.summary
-                    .is_some_and(|sum| sum.descendants == Descendants::UnconfirmedOrEscaped)
+                    .is_some_and(|sum| sum.descendants == DescendantVerdict::UnconfirmedOrEscaped)
             }),
             Property::sometimes("a held pipe climbs the ladder", |_, s: &Sys| {
                 s.machine.cause == Some(Cause::HeldStdio) && s.terms > 0

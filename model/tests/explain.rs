@@ -58,7 +58,7 @@ fn states_are_compact() {
         "{shown}"
     );
     assert!(shown.contains("Grace@2s Hard@3s"), "{shown}");
-    for raw in ["nanos", "secs:", "Timings", "StreamState"] {
+    for raw in ["nanos", "secs:", "Instants", "StreamState"] {
         assert!(!shown.contains(raw), "{raw} in {shown}");
     }
 }

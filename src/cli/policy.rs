@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use custodian::policy::{
-    Context, Decision, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry, Request,
+    Context, Decision, Pattern, PolicyConfig, ProcessTarget, Provenance, Query, Registry,
     StateMode, TargetEnvValue, decide,
 };
 
@@ -173,7 +173,7 @@ pub(crate) enum PolicyFileError {
     },
     /// The text does not validate.
     #[error(transparent)]
-    Invalid(#[from] custodian::policy::ConfigError),
+    Invalid(#[from] custodian::policy::PolicyConfigError),
 }
 
 impl PolicyFileError {
@@ -373,7 +373,7 @@ fn explain(args: ExplainArgs) -> ExitCode {
     let decision = decide(
         &Registry::new(),
         &config,
-        &Request {
+        &Query {
             tool: &args.tool,
             process: process.as_ref(),
             context,

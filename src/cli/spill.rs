@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use custodian::spill::{
-    ConfigError, Discovery, Locator, ServiceOptions, SpillConfig, SpillService, SpillStore,
+    Discovery, Locator, ServiceOptions, SpillConfig, SpillConfigError, SpillService, SpillStore,
     StoreError, SweepPlan, SweepReport, TracingSink, discover_default_roots, sweep_spill_roots,
     validate_prefix,
 };
@@ -157,8 +157,8 @@ impl From<StoreError> for Failure {
     }
 }
 
-impl From<ConfigError> for Failure {
-    fn from(e: ConfigError) -> Self {
+impl From<SpillConfigError> for Failure {
+    fn from(e: SpillConfigError) -> Self {
         Failure(EXIT_CONFIG, super::chain(&e))
     }
 }

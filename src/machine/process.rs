@@ -37,7 +37,7 @@
 //! [`Event::GroupProbed`]. An empty
 //! group settles; an occupied group climbs the ladder (`TERM`, then `KILL`
 //! after the grace); a group still occupied after `KILL` settles as
-//! [`Descendants::UnconfirmedOrEscaped`]. On the other tiers no probe is
+//! [`DescendantVerdict::UnconfirmedOrEscaped`]. On the other tiers no probe is
 //! possible and the machine settles as soon as the root exited and the
 //! streams are done.
 //!
@@ -52,7 +52,7 @@
 //! * Group signals after the root exited are only emitted on
 //!   [`Tier::PinnedGroup`] and [`Tier::Cgroup`], where the unreaped root
 //!   keeps the group id from being reused.
-//! * The verdict is [`Descendants::Terminated`] only after the driver
+//! * The verdict is [`DescendantVerdict::Terminated`] only after the driver
 //!   reported the group empty, and then: on [`Tier::Cgroup`] always (an
 //!   unpopulated cgroup means every descendant is dead, whoever held a
 //!   pipe); on [`Tier::PinnedGroup`] only if no stream was held open past
@@ -94,7 +94,7 @@ pub enum Tier {
     /// not exited (the seed's rule) and the group cannot be probed.
     Group,
     /// Only the direct child can be terminated (Windows); descendants are
-    /// [`Descendants::Unsupported`].
+    /// [`DescendantVerdict::Unsupported`].
     DirectChild,
     /// The root and every descendant live in a cgroup v2 of their own, and
     /// the root is pinned as in [`Tier::PinnedGroup`]. `SIGTERM` goes to the
@@ -219,7 +219,7 @@ pub enum Action<I> {
     /// [`Event::GroupProbed`]. The driver may poll for a short window
     /// (much shorter than the grace) so that members that are just dying
     /// after a signal count as gone; any answer is safe, since only
-    /// [`Probe::Empty`] can lead to [`Descendants::Terminated`].
+    /// [`Probe::Empty`] can lead to [`DescendantVerdict::Terminated`].
     ProbeGroup,
     /// Release the root: reap it if it exited, else hand it to a background
     /// reaper. Emitted exactly once, just before [`Action::Settle`].
@@ -258,16 +258,20 @@ pub enum Cause {
     Leftover,
 }
 
-/// How a stream ended, as the evidence reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+/// How a stream ended: decided here, reported as is by the evidence
+/// (`process::capture::CapturedStream::state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StreamEnd {
-    /// End-of-file while the root was alive or within the drain bound.
+    /// End-of-file (every writer closed it) while the root was alive or
+    /// within the drain bound.
     Closed,
     /// Still open when the drain bound (or the deadline) passed after the
-    /// root exited: some descendant held it.
+    /// root exited: some descendant held it; what was read until then is
+    /// kept.
     HeldOpen,
-    /// Closed by custodian at the hard deadline.
+    /// Closed by custodian at the hard deadline while it was still open.
     CutAtDeadline,
 }
 
@@ -281,9 +285,33 @@ pub struct StreamState {
 }
 
 /// The descendant verdict: never more optimistic than what was observed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+///
+/// `terminated` is said only when custodian observed, after the root
+/// exited, that no descendant of it is alive; only a tier that can see
+/// every descendant can observe that. By the evidence's tier names:
+///
+/// - `cgroup`: the process's cgroup was observed unpopulated
+///   (`cgroup.events` said `populated 0`): every descendant, in the process
+///   group or not, is dead, whoever held stdout or stderr.
+/// - `subreaper`: a pass over custodian's own children found none alive and
+///   none exited-but-unreaped (every live descendant of an exited root has a
+///   chain of live ancestors ending at a child of custodian, in the group or
+///   not), `/proc` shows every process, and no descendant held stdout or
+///   stderr past the root's exit.
+/// - `pinned_process_group`: never. A group confirmed empty is reported
+///   `unconfirmed_or_escaped` with `may_have_left_group`: a descendant that
+///   left the group (`setsid`, `setpgid`) and closed its stdio is invisible
+///   to this tier.
+/// - `process_group`: never (`root_reaped_before_check`).
+/// - `direct_child`: never; the verdict is `unsupported`.
+///
+/// Decided by this machine ([`Summary::descendants`]) and reported as is
+/// by the evidence. (The same text is in
+/// `docs/contracts/process-evidence.md` and `docs/threat-model.md`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Descendants {
+#[non_exhaustive]
+pub enum DescendantVerdict {
     /// The driver answered [`Probe::Empty`] (a witness that sees every
     /// descendant found none alive), per tier: [`Tier::Cgroup`] — the cgroup
     /// was observed unpopulated, whoever held a pipe; [`Tier::PinnedGroup`]
@@ -310,9 +338,10 @@ pub enum ProbeState {
     OccupiedIn(Phase),
 }
 
-/// When things happened.
+/// When things happened, as instants of the driver's clock (the evidence
+/// reports them as `process::evidence::Timings`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Timings<I> {
+pub struct Instants<I> {
     /// Launch.
     pub started: I,
     /// [`Event::RootExited`] arrived.
@@ -337,11 +366,11 @@ pub struct Summary<I> {
     /// How stderr ended.
     pub stderr: StreamEnd,
     /// The descendant verdict.
-    pub descendants: Descendants,
+    pub descendants: DescendantVerdict,
     /// The containment tier that was active.
     pub tier: Tier,
     /// Timings, `settled` included.
-    pub timings: Timings<I>,
+    pub timings: Instants<I>,
 }
 
 /// How a governed process ended: the overall status its evidence reports.
@@ -404,7 +433,7 @@ pub struct State<I> {
     /// said otherwise; the tier and held streams lower it at settlement).
     pub probed_empty: bool,
     /// Timings.
-    pub timings: Timings<I>,
+    pub timings: Instants<I>,
 }
 
 /// The result of [`start`] and [`step`]: the next state and what to do.
@@ -436,7 +465,7 @@ pub fn start<I: Instant>(tier: Tier, limits: ProcessLimits, now: I) -> Transitio
             cause: None,
             probe: ProbeState::Idle,
             probed_empty: false,
-            timings: Timings {
+            timings: Instants {
                 started: now,
                 root_exited: None,
                 term_sent: None,
@@ -698,17 +727,17 @@ impl<I: Instant> State<I> {
         }
     }
 
-    fn verdict(&self) -> Descendants {
+    fn verdict(&self) -> DescendantVerdict {
         let clean = self.stdout.end == StreamEnd::Closed && self.stderr.end == StreamEnd::Closed;
         match self.tier {
-            Tier::DirectChild => Descendants::Unsupported,
-            Tier::Group => Descendants::UnconfirmedOrEscaped,
-            Tier::PinnedGroup if self.probed_empty && clean => Descendants::Terminated,
-            Tier::PinnedGroup => Descendants::UnconfirmedOrEscaped,
+            Tier::DirectChild => DescendantVerdict::Unsupported,
+            Tier::Group => DescendantVerdict::UnconfirmedOrEscaped,
+            Tier::PinnedGroup if self.probed_empty && clean => DescendantVerdict::Terminated,
+            Tier::PinnedGroup => DescendantVerdict::UnconfirmedOrEscaped,
             // Held or cut stdio does not lower it: whoever held the pipe was
             // in the cgroup, and the cgroup is empty.
-            Tier::Cgroup if self.probed_empty => Descendants::Terminated,
-            Tier::Cgroup => Descendants::UnconfirmedOrEscaped,
+            Tier::Cgroup if self.probed_empty => DescendantVerdict::Terminated,
+            Tier::Cgroup => DescendantVerdict::UnconfirmedOrEscaped,
         }
     }
 

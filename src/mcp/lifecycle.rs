@@ -29,7 +29,7 @@ pub struct Progress {
 /// What one call ended with: the process's evidence and its request's
 /// cleanup, which has finished by the time this exists.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct CallOutcome {
     /// The request (job namespace) the process ran in.
     pub request_id: String,
     /// The process's evidence.
@@ -131,7 +131,7 @@ impl Lifecycle {
         invocation: Invocation,
         cancel: C,
         mut on_progress: P,
-    ) -> Result<Outcome, LaunchFailed>
+    ) -> Result<CallOutcome, LaunchFailed>
     where
         C: Future<Output = ()> + Send + 'static,
         P: FnMut(Progress) -> F + Send + 'static,
@@ -191,7 +191,7 @@ impl Lifecycle {
                 tracing::warn!(request_id = %id, "request cgroup still populated after cancel");
             }
             let cleanup = this.cleanup(&id).await;
-            Ok(Outcome {
+            Ok(CallOutcome {
                 request_id: id,
                 evidence,
                 cleanup,

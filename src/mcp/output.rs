@@ -155,12 +155,12 @@ pub(crate) fn fit_evidence(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::capture::StreamState;
+    use crate::process::capture::StreamEnd;
 
     fn stream(text: &str) -> CapturedStream {
         let mut c = Capture::new(1 << 20);
         c.push(text.as_bytes());
-        c.finish(StreamState::Closed)
+        c.finish(StreamEnd::Closed)
     }
 
     #[test]

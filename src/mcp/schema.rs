@@ -97,7 +97,7 @@ pub fn process_run_output() -> Value {
                 "type": "object",
                 "required": ["status"],
                 "properties": {
-                    "status": { "type": "string", "description": "clean, already_gone, reclaimed or failed." },
+                    "status": { "type": "string", "description": "cleaned, already_gone, reclaimed or failed." },
                     "code": { "type": ["string", "null"] },
                     "counts": { "type": "object" }
                 }
@@ -225,7 +225,7 @@ mod tests {
             "cancelled": true,
             "evidence": ev,
             "spill": spill,
-            "cleanup": { "status": "clean", "code": null, "counts": {} },
+            "cleanup": { "status": "cleaned", "code": null, "counts": {} },
         });
         assert_eq!(errors(&run, &ok), Vec::<String>::new());
         let invalid = crate::mcp::output::error("invalid_input", "wrong_type", "m");
@@ -237,7 +237,7 @@ mod tests {
                 "version = 1\n[tools]\nallow = [\"process.run\"]\n",
             )
             .unwrap(),
-            &crate::policy::Request {
+            &crate::policy::Query {
                 tool: crate::policy::PROCESS_RUN,
                 process: Some(&crate::process::governed::policy_target(
                     &Invocation::validate(InvocationSpec::new("ls")).unwrap(),

@@ -47,7 +47,7 @@ use super::target::ConfineLevel;
 pub const CONFIG_VERSION: u32 = 1;
 
 /// Longest piece of the file's own text (a parser message, a selector, a
-/// profile name) that a [`ConfigError`] quotes; longer ones are clipped so an
+/// profile name) that a [`PolicyConfigError`] quotes; longer ones are clipped so an
 /// error stays bounded whatever the input.
 pub const MAX_QUOTED_BYTES: usize = 512;
 
@@ -66,7 +66,7 @@ fn clip(s: &str) -> String {
 /// A policy file that could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum PolicyConfigError {
     /// Not TOML, a wrong type, a missing field, or an unknown key.
     #[error("invalid policy file: {message}")]
     Parse {
@@ -328,11 +328,11 @@ struct RawRule {
     confinement: Option<ConfineLevel>,
 }
 
-fn selectors(list: &[String], at: &str) -> Result<Vec<Selector>, ConfigError> {
+fn selectors(list: &[String], at: &str) -> Result<Vec<Selector>, PolicyConfigError> {
     list.iter()
         .enumerate()
         .map(|(i, s)| {
-            Selector::parse(s).map_err(|source| ConfigError::InvalidSelector {
+            Selector::parse(s).map_err(|source| PolicyConfigError::InvalidSelector {
                 at: format!("{at}[{i}]"),
                 selector: clip(s),
                 source,
@@ -341,8 +341,8 @@ fn selectors(list: &[String], at: &str) -> Result<Vec<Selector>, ConfigError> {
         .collect()
 }
 
-fn pattern(text: &str, at: String) -> Result<Pattern, ConfigError> {
-    Pattern::parse(text).map_err(|source| ConfigError::InvalidPattern { at, source })
+fn pattern(text: &str, at: String) -> Result<Pattern, PolicyConfigError> {
+    Pattern::parse(text).map_err(|source| PolicyConfigError::InvalidPattern { at, source })
 }
 
 impl PolicyConfig {
@@ -356,13 +356,13 @@ impl PolicyConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] naming the first problem and where it is.
-    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+    /// [`PolicyConfigError`] naming the first problem and where it is.
+    pub fn from_toml_str(text: &str) -> Result<Self, PolicyConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| PolicyConfigError::Parse {
             message: clip(e.to_string().trim_end()),
         })?;
         if raw.version != CONFIG_VERSION {
-            return Err(ConfigError::UnsupportedVersion { found: raw.version });
+            return Err(PolicyConfigError::UnsupportedVersion { found: raw.version });
         }
         let mut profiles = BTreeMap::new();
         for (name, profile) in &raw.tools.profiles {
@@ -373,7 +373,7 @@ impl PolicyConfig {
             None => None,
             Some(name) => match profiles.remove(&name) {
                 Some(list) => Some((name, list)),
-                None => return Err(ConfigError::UnknownProfile { name: clip(&name) }),
+                None => return Err(PolicyConfigError::UnknownProfile { name: clip(&name) }),
             },
         };
         let tools = ToolsConfig {
@@ -392,21 +392,22 @@ impl PolicyConfig {
         let mut rules = Vec::with_capacity(raw.policy.rules.len());
         for (i, rule) in raw.policy.rules.iter().enumerate() {
             let at = format!("policy.rules[{i}]");
-            let tool =
-                Selector::parse(&rule.tool).map_err(|source| ConfigError::InvalidSelector {
+            let tool = Selector::parse(&rule.tool).map_err(|source| {
+                PolicyConfigError::InvalidSelector {
                     at: format!("{at}.tool"),
                     selector: clip(&rule.tool),
                     source,
-                })?;
+                }
+            })?;
             let target = match &rule.target {
                 None => None,
                 Some(_) if !tool.is_exact_process_run() => {
-                    return Err(ConfigError::TargetOnNonProcessRule { at });
+                    return Err(PolicyConfigError::TargetOnNonProcessRule { at });
                 }
                 Some(t) => Some(pattern(t, format!("{at}.target"))?),
             };
             if rule.confinement.is_some() && !tool.is_exact_process_run() {
-                return Err(ConfigError::ConfinementOnNonProcessRule { at });
+                return Err(PolicyConfigError::ConfinementOnNonProcessRule { at });
             }
             rules.push(Rule {
                 tool,
@@ -442,7 +443,7 @@ impl PolicyConfig {
 mod tests {
     use super::*;
 
-    fn load(text: &str) -> Result<PolicyConfig, ConfigError> {
+    fn load(text: &str) -> Result<PolicyConfig, PolicyConfigError> {
         PolicyConfig::from_toml_str(text)
     }
 
@@ -495,7 +496,7 @@ mod tests {
             "version = 1\n[[policy.rules]]\ntool = \"bash\"\ndecision = \"allow\"\nwhy = 1",
         ] {
             match load(text) {
-                Err(ConfigError::Parse { message }) => {
+                Err(PolicyConfigError::Parse { message }) => {
                     assert!(message.contains("unknown field"), "{text}: {message}")
                 }
                 other => panic!("{text}: {other:?}"),
@@ -571,34 +572,34 @@ mod tests {
 
     #[test]
     fn bad_values_get_typed_errors() {
-        assert!(matches!(load(""), Err(ConfigError::Parse { .. })));
+        assert!(matches!(load(""), Err(PolicyConfigError::Parse { .. })));
         assert!(matches!(
             load("version = 1\n[tools]\ndefault_mode = \"maybe\""),
-            Err(ConfigError::Parse { .. })
+            Err(PolicyConfigError::Parse { .. })
         ));
         assert_eq!(
             load("version = 2"),
-            Err(ConfigError::UnsupportedVersion { found: 2 })
+            Err(PolicyConfigError::UnsupportedVersion { found: 2 })
         );
         assert!(matches!(
             load("version = 1\n[tools]\nallow = [\"fs.read\", \"group:shell\"]"),
-            Err(ConfigError::InvalidSelector { at, .. }) if at == "tools.allow[1]"
+            Err(PolicyConfigError::InvalidSelector { at, .. }) if at == "tools.allow[1]"
         ));
         assert!(matches!(
             load("version = 1\n[tools]\nprofile = \"nope\""),
-            Err(ConfigError::UnknownProfile { .. })
+            Err(PolicyConfigError::UnknownProfile { .. })
         ));
         assert!(matches!(
             load("version = 1\n[policy]\noverrides = [\"\"]"),
-            Err(ConfigError::InvalidPattern { at, .. }) if at == "policy.overrides[0]"
+            Err(PolicyConfigError::InvalidPattern { at, .. }) if at == "policy.overrides[0]"
         ));
         assert!(matches!(
             load("version = 1\n[[policy.rules]]\ntool = \"*\"\ndecision = \"allow\"\ntarget = \"x\""),
-            Err(ConfigError::TargetOnNonProcessRule { at }) if at == "policy.rules[0]"
+            Err(PolicyConfigError::TargetOnNonProcessRule { at }) if at == "policy.rules[0]"
         ));
         assert!(matches!(
             load("version = 1\n[[policy.rules]]\ntool = \"bash\"\ndecision = \"perhaps\""),
-            Err(ConfigError::Parse { .. })
+            Err(PolicyConfigError::Parse { .. })
         ));
     }
 }

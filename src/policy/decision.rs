@@ -206,7 +206,7 @@ pub struct Context {
 
 /// One call to decide.
 #[derive(Clone, Copy, Debug)]
-pub struct Request<'a> {
+pub struct Query<'a> {
     /// The tool ID as called (may be an alias).
     pub tool: &'a str,
     /// The `process.run` invocation; ignored for other tools.
@@ -250,7 +250,7 @@ pub struct Decision {
 }
 
 /// Decides one call; see the [module docs](self) for the order of checks.
-pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Request<'_>) -> Decision {
+pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Query<'_>) -> Decision {
     let mut decision = Decision {
         verdict: Verdict::Deny,
         reason: Reason::DefaultDecision,

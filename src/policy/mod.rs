@@ -34,7 +34,7 @@
 //!
 //! ```
 //! use custodian::policy::{
-//!     Context, PolicyConfig, ProcessTarget, Provenance, Registry, Request, StateMode, Verdict,
+//!     Context, PolicyConfig, ProcessTarget, Provenance, Query, Registry, StateMode, Verdict,
 //!     decide,
 //! };
 //!
@@ -53,7 +53,7 @@
 //!     argv: vec!["status".into()],
 //!     ..ProcessTarget::default()
 //! };
-//! let request = Request {
+//! let request = Query {
 //!     tool: "process.run",
 //!     process: Some(&invocation),
 //!     context: Context { provenance: Provenance::Untrusted, state_mode: StateMode::Local },
@@ -66,7 +66,7 @@
 //!     decision.suggested_override.unwrap().as_str(),
 //!     r#"{"executable":"git","argv":["status"],"cwd":".","env":{}}"#
 //! );
-//! # Ok::<(), custodian::policy::ConfigError>(())
+//! # Ok::<(), custodian::policy::PolicyConfigError>(())
 //! ```
 
 pub mod config;
@@ -76,9 +76,9 @@ pub mod pattern;
 pub mod target;
 pub mod tool;
 
-pub use config::{ConfigError, ConfigWarning, PolicyConfig};
+pub use config::{ConfigWarning, PolicyConfig, PolicyConfigError};
 pub use decision::{
-    AuditContext, Context, Decision, OverrideSource, Provenance, Reason, Request, Verdict, decide,
+    AuditContext, Context, Decision, OverrideSource, Provenance, Query, Reason, Verdict, decide,
 };
 pub use exposure::{Hidden, StateMode};
 pub use pattern::{Pattern, PatternError};

@@ -33,7 +33,7 @@ fn run(
     decide(
         &Registry::new(),
         c,
-        &Request {
+        &Query {
             tool: PROCESS_RUN,
             process: Some(p),
             context: ctx(provenance),
@@ -46,7 +46,7 @@ fn call(c: &PolicyConfig, tool: &str, provenance: Provenance) -> Decision {
     decide(
         &Registry::new(),
         c,
-        &Request {
+        &Query {
             tool,
             process: None,
             context: ctx(provenance),
@@ -97,7 +97,7 @@ fn stale_reserved_registration_is_denied_at_decision_time() {
     let d = decide(
         &registry,
         &c,
-        &Request {
+        &Query {
             tool: "process.exec",
             process: None,
             context: ctx(Provenance::Trusted),
@@ -135,7 +135,7 @@ fn shared_state_mode_denies_process_run() {
     let d = decide(
         &Registry::new(),
         &c,
-        &Request {
+        &Query {
             tool: PROCESS_RUN,
             process: Some(&p),
             context: Context {
@@ -661,14 +661,14 @@ fn a_confinement_is_refused_where_it_cannot_apply() {
     assert!(
         matches!(
             on_other_tool,
-            Err(ConfigError::ConfinementOnNonProcessRule { ref at }) if at == "policy.rules[0]"
+            Err(PolicyConfigError::ConfinementOnNonProcessRule { ref at }) if at == "policy.rules[0]"
         ),
         "{on_other_tool:?}"
     );
     let unknown =
         PolicyConfig::from_toml_str("version = 1\n[policy]\nrequire_confinement = \"none\"\n");
     assert!(
-        matches!(unknown, Err(ConfigError::Parse { .. })),
+        matches!(unknown, Err(PolicyConfigError::Parse { .. })),
         "{unknown:?}"
     );
 }

@@ -29,19 +29,9 @@ use super::env::Redactor;
 /// The longest omitted-bytes marker, in bytes.
 pub const MAX_MARKER_LEN: usize = "\n[... 18446744073709551615 bytes omitted ...]\n".len();
 
-/// How a stream ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum StreamState {
-    /// The stream reached end-of-file: every writer closed it.
-    Closed,
-    /// The root exited but a descendant still held the stream open when
-    /// the drain bound passed; what was read until then is kept.
-    HeldOpen,
-    /// The hard deadline closed the stream while it was still open.
-    CutAtDeadline,
-}
+/// How a stream ended (the one stream end of the crate, decided by the
+/// process machine).
+pub use crate::machine::process::StreamEnd;
 
 /// One captured stream, as it appears in the evidence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,12 +52,12 @@ pub struct CapturedStream {
     /// How many secret values were replaced by the redaction marker.
     pub redactions: u64,
     /// How the stream ended.
-    pub state: StreamState,
+    pub state: StreamEnd,
 }
 
 impl CapturedStream {
     /// An empty, closed stream (e.g. for a process that never ran).
-    pub fn empty(state: StreamState) -> Self {
+    pub fn empty(state: StreamEnd) -> Self {
         CapturedStream {
             text: String::new(),
             bytes_read: 0,
@@ -151,11 +141,11 @@ impl Capture {
     }
 
     /// Turns the kept bytes into the evidence form.
-    pub fn finish(self, state: StreamState) -> CapturedStream {
+    pub fn finish(self, state: StreamEnd) -> CapturedStream {
         self.finish_with(state, 0)
     }
 
-    fn finish_with(mut self, state: StreamState, redactions: u64) -> CapturedStream {
+    fn finish_with(mut self, state: StreamEnd, redactions: u64) -> CapturedStream {
         let mut tail = std::mem::take(&mut self.tail);
         tail.rotate_left(self.tail_start);
         let mut head = self.head;
@@ -278,7 +268,7 @@ impl StreamCapture {
     }
 
     /// Flushes the redactor and returns the evidence form.
-    pub fn finish(mut self, state: StreamState) -> CapturedStream {
+    pub fn finish(mut self, state: StreamEnd) -> CapturedStream {
         let capture = &mut self.capture;
         self.redactor.finish(|b| capture.push(b));
         let redactions = self.redactor.redactions();
@@ -297,7 +287,7 @@ mod tests {
         for ch in chunks {
             c.push(ch);
         }
-        c.finish(StreamState::Closed)
+        c.finish(StreamEnd::Closed)
     }
 
     #[test]
@@ -324,9 +314,9 @@ mod tests {
         for b in &data {
             c.push(std::slice::from_ref(b));
         }
-        let s = c.finish(StreamState::HeldOpen);
+        let s = c.finish(StreamEnd::HeldOpen);
         assert_eq!(s.text, "0123\n[... 42 bytes omitted ...]\n6789");
-        assert_eq!(s.state, StreamState::HeldOpen);
+        assert_eq!(s.state, StreamEnd::HeldOpen);
     }
 
     #[test]
@@ -380,7 +370,7 @@ mod tests {
         let mut sc = StreamCapture::new(1024, secrets.redactor());
         sc.push(b"token=hun");
         sc.push(b"ter2!");
-        let s = sc.finish(StreamState::Closed);
+        let s = sc.finish(StreamEnd::Closed);
         assert_eq!(s.text, "token=[REDACTED]!");
         assert_eq!(s.redactions, 1);
         assert_eq!(s.bytes_read, s.text.len() as u64);
@@ -392,7 +382,7 @@ mod tests {
         let mut sc = StreamCapture::new(8, secrets.redactor());
         sc.push(b"aaaaaaaaaahun");
         sc.push(b"ter2bbbbbbbbbbb");
-        let s = sc.finish(StreamState::Closed);
+        let s = sc.finish(StreamEnd::Closed);
         assert!(!s.text.contains("hunter2"));
         assert_eq!(s.redactions, 1);
     }
@@ -421,10 +411,10 @@ mod tests {
             let mut last = 0;
             for cut in cuts { c.push(&data[last..cut]); last = cut; }
             c.push(&data[last..]);
-            let s = c.finish(StreamState::Closed);
+            let s = c.finish(StreamEnd::Closed);
             check(&s, budget, data.len() as u64)?;
             // Chunking never changes the result.
-            prop_assert_eq!(&s, &whole.finish(StreamState::Closed));
+            prop_assert_eq!(&s, &whole.finish(StreamEnd::Closed));
             if !s.truncated {
                 prop_assert_eq!(s.text, String::from_utf8_lossy(&data));
             }

@@ -28,13 +28,12 @@ use tokio::process::Child;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::capture::{StreamCapture, StreamState};
+use super::capture::StreamCapture;
 use super::containment::{Plan, Selected};
 use super::env::ChildEnv;
 use super::evidence::{
-    self, CgroupRemoval, DescendantVerdict, Descendants as EvDescendants, EscalationAction,
-    EscalationReason, EscalationStep, Evidence, InvocationIdentity, SignalTarget, StepOutcome,
-    VerdictReason,
+    self, CgroupRemoval, DescendantVerdict, Descendants, EscalationAction, EscalationReason,
+    EscalationStep, Evidence, InvocationIdentity, SignalTarget, StepOutcome, VerdictReason,
 };
 use super::fault::{self, FaultPoint};
 use super::invocation::Invocation;
@@ -44,8 +43,8 @@ use crate::confine::build::{Prepared, PrivateTmp};
 use crate::confine::{ConfineError, ConfinementReport};
 use crate::contain::{Containment, Unavailable};
 use crate::machine::process::{
-    self as m, Action, Cause, Descendants, Event, ExitStatus, Phase, Probe, ProcessLimits, Signal,
-    Stream, StreamEnd, Summary, Tier, Timer,
+    self as m, Action, Cause, Event, ExitStatus, Phase, Probe, ProcessLimits, Signal, Stream,
+    StreamEnd, Summary, Tier, Timer,
 };
 
 /// Size of one pipe read.
@@ -1129,21 +1128,16 @@ impl Driver {
 
     fn evidence(&mut self, summary: &Summary<Instant>) -> Evidence {
         fault::hit(self.fault, FaultPoint::Evidence);
-        let state = |e: StreamEnd| match e {
-            StreamEnd::Closed => StreamState::Closed,
-            StreamEnd::HeldOpen => StreamState::HeldOpen,
-            StreamEnd::CutAtDeadline => StreamState::CutAtDeadline,
-        };
         let stdout = self
             .out
             .take()
-            .map(|c| c.finish(state(summary.stdout)))
-            .unwrap_or_else(|| evidence_empty(state(summary.stdout)));
+            .map(|c| c.finish(summary.stdout))
+            .unwrap_or_else(|| evidence_empty(summary.stdout));
         let stderr = self
             .err
             .take()
-            .map(|c| c.finish(state(summary.stderr)))
-            .unwrap_or_else(|| evidence_empty(state(summary.stderr)));
+            .map(|c| c.finish(summary.stderr))
+            .unwrap_or_else(|| evidence_empty(summary.stderr));
         let since = |i: Option<Instant>| i.map(|i| i - self.started);
         let t = summary.timings;
         let settled_at = t.settled.unwrap_or_else(Instant::now);
@@ -1179,7 +1173,7 @@ impl Driver {
         }
     }
 
-    fn descendants(&self, s: &Summary<Instant>) -> EvDescendants {
+    fn descendants(&self, s: &Summary<Instant>) -> Descendants {
         let tier = match s.tier {
             Tier::PinnedGroup if self.subreaper => evidence::ContainmentTier::Subreaper,
             Tier::PinnedGroup => evidence::ContainmentTier::PinnedProcessGroup,
@@ -1187,11 +1181,7 @@ impl Driver {
             Tier::Group => evidence::ContainmentTier::ProcessGroup,
             Tier::DirectChild => evidence::ContainmentTier::DirectChild,
         };
-        let verdict = match s.descendants {
-            Descendants::Terminated => DescendantVerdict::Terminated,
-            Descendants::UnconfirmedOrEscaped => DescendantVerdict::UnconfirmedOrEscaped,
-            Descendants::Unsupported => DescendantVerdict::Unsupported,
-        };
+        let verdict = s.descendants;
         let mut reasons = Vec::new();
         if verdict != DescendantVerdict::Terminated {
             let held = s.stdout != StreamEnd::Closed || s.stderr != StreamEnd::Closed;
@@ -1228,13 +1218,13 @@ impl Driver {
                 }
             }
         }
-        EvDescendants::new(verdict, tier, reasons)
+        Descendants::new(verdict, tier, reasons)
             .with_containment(self.requested, self.fallback)
             .with_cgroup_removal(self.removal)
     }
 }
 
-fn evidence_empty(state: StreamState) -> super::capture::CapturedStream {
+fn evidence_empty(state: StreamEnd) -> super::capture::CapturedStream {
     super::capture::CapturedStream::empty(state)
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::policy::{
     ConfineFs, ConfineTarget, Context, Decision, MatchTarget, PROCESS_RUN, Pattern, PolicyConfig,
-    ProcessTarget, Registry, Request, TargetEnvValue, Verdict, decide,
+    ProcessTarget, Query, Registry, TargetEnvValue, Verdict, decide,
 };
 
 use super::evidence::Evidence;
@@ -136,7 +136,7 @@ pub fn decide_invocation(invocation: &Invocation, gate: &Gate<'_>) -> Decision {
     decide(
         gate.registry,
         gate.config,
-        &Request {
+        &Query {
             tool: PROCESS_RUN,
             process: Some(&target),
             context: gate.context,

@@ -23,7 +23,7 @@ const SECONDS_PER_DAY: u64 = 86_400;
 /// Why a spill configuration was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum SpillConfigError {
     /// The file could not be read.
     #[error("cannot read spill config {path}: {source}")]
     Read {
@@ -101,10 +101,10 @@ impl SpillConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`] if the file cannot be read, otherwise as
+    /// [`SpillConfigError::Read`] if the file cannot be read, otherwise as
     /// [`from_toml_str`](Self::from_toml_str).
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    pub fn load(path: &Path) -> Result<Self, SpillConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpillConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
@@ -115,12 +115,12 @@ impl SpillConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidPeriod`] for a negative, fractional or
+    /// [`SpillConfigError::InvalidPeriod`] for a negative, fractional or
     /// non-integer `cleanup_period_days`; the other variants for syntax,
     /// types, prefixes, relative paths and unknown keys.
-    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+    pub fn from_toml_str(text: &str) -> Result<Self, SpillConfigError> {
         let mut table: toml::Table =
-            toml::from_str(text).map_err(|e| ConfigError::Syntax(e.message().to_owned()))?;
+            toml::from_str(text).map_err(|e| SpillConfigError::Syntax(e.message().to_owned()))?;
         if table.len() == 1 && matches!(table.get("spill"), Some(toml::Value::Table(_))) {
             if let Some(toml::Value::Table(inner)) = table.remove("spill") {
                 table = inner;
@@ -134,7 +134,7 @@ impl SpillConfig {
                 "cleanup_period_days" => cfg.cleanup_period_days = period(value)?,
                 "default_root_prefix" => {
                     let toml::Value::String(p) = value else {
-                        return Err(ConfigError::WrongType {
+                        return Err(SpillConfigError::WrongType {
                             key: "default_root_prefix",
                             expected: "a string",
                         });
@@ -144,14 +144,14 @@ impl SpillConfig {
                 }
                 "discover_default_roots" => {
                     let toml::Value::Boolean(b) = value else {
-                        return Err(ConfigError::WrongType {
+                        return Err(SpillConfigError::WrongType {
                             key: "discover_default_roots",
                             expected: "true or false",
                         });
                     };
                     cfg.discover_default_roots = b;
                 }
-                _ => return Err(ConfigError::UnknownKey(key)),
+                _ => return Err(SpillConfigError::UnknownKey(key)),
             }
         }
         Ok(cfg)
@@ -177,30 +177,30 @@ impl SpillConfig {
     }
 }
 
-fn abs_path(key: &'static str, value: toml::Value) -> Result<PathBuf, ConfigError> {
+fn abs_path(key: &'static str, value: toml::Value) -> Result<PathBuf, SpillConfigError> {
     let toml::Value::String(s) = value else {
-        return Err(ConfigError::WrongType {
+        return Err(SpillConfigError::WrongType {
             key,
             expected: "a string path",
         });
     };
     if s.contains('\0') {
-        return Err(ConfigError::WrongType {
+        return Err(SpillConfigError::WrongType {
             key,
             expected: "a path without NUL",
         });
     }
     let p = PathBuf::from(s);
     if !p.is_absolute() {
-        return Err(ConfigError::RelativePath { key });
+        return Err(SpillConfigError::RelativePath { key });
     }
     Ok(p)
 }
 
-fn period(value: toml::Value) -> Result<u64, ConfigError> {
+fn period(value: toml::Value) -> Result<u64, SpillConfigError> {
     match value {
         toml::Value::Integer(n) if n >= 0 => Ok(n.unsigned_abs()),
-        other => Err(ConfigError::InvalidPeriod {
+        other => Err(SpillConfigError::InvalidPeriod {
             found: render(&other),
         }),
     }
@@ -221,14 +221,14 @@ fn render(v: &toml::Value) -> String {
 ///
 /// # Errors
 ///
-/// [`ConfigError::InvalidPrefix`].
-pub fn validate_prefix(p: &str) -> Result<(), ConfigError> {
+/// [`SpillConfigError::InvalidPrefix`].
+pub fn validate_prefix(p: &str) -> Result<(), SpillConfigError> {
     if p.is_empty()
         || p.len() > 64
         || p.starts_with('.')
         || p.chars().any(|c| c == '/' || c.is_control())
     {
-        return Err(ConfigError::InvalidPrefix);
+        return Err(SpillConfigError::InvalidPrefix);
     }
     Ok(())
 }
@@ -259,7 +259,7 @@ mod tests {
             let err =
                 SpillConfig::from_toml_str(&format!("cleanup_period_days = {bad}")).unwrap_err();
             assert!(
-                matches!(err, ConfigError::InvalidPeriod { .. }),
+                matches!(err, SpillConfigError::InvalidPeriod { .. }),
                 "{bad}: {err}"
             );
             assert!(err.to_string().contains("whole number of days"));
@@ -274,15 +274,15 @@ mod tests {
         assert_eq!(cfg.root.as_deref(), Some(Path::new("/x")));
         assert!(matches!(
             SpillConfig::from_toml_str("cleanup_period_dayz = 1"),
-            Err(ConfigError::UnknownKey(_))
+            Err(SpillConfigError::UnknownKey(_))
         ));
         assert!(matches!(
             SpillConfig::from_toml_str("root = \"rel\""),
-            Err(ConfigError::RelativePath { .. })
+            Err(SpillConfigError::RelativePath { .. })
         ));
         assert!(matches!(
             SpillConfig::from_toml_str("default_root_prefix = \"a/b\""),
-            Err(ConfigError::InvalidPrefix)
+            Err(SpillConfigError::InvalidPrefix)
         ));
     }
 }

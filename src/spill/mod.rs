@@ -51,7 +51,8 @@ mod store;
 mod sweep;
 
 pub use config::{
-    ConfigError, DEFAULT_CLEANUP_PERIOD_DAYS, DEFAULT_ROOT_PREFIX, SpillConfig, validate_prefix,
+    DEFAULT_CLEANUP_PERIOD_DAYS, DEFAULT_ROOT_PREFIX, SpillConfig, SpillConfigError,
+    validate_prefix,
 };
 pub use locator::{
     LOCATOR_PREFIX, LOCATOR_VERSION, Locator, LocatorError, MAX_SESSION_LEN, RootTag,

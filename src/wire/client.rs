@@ -13,7 +13,7 @@ use tracing::warn;
 
 use super::codec::{FrameReader, decode_response, encode_request};
 use super::message::{
-    CleanupReport, CleanupStatus, Code, ProcessSummary, Request, Response, RunSpec,
+    CleanupStatus, CleanupSummary, Code, Operation, ProcessSummary, Response, RunSpec,
 };
 use super::transport::{NodeTransport, SpawnError};
 use crate::coordinator::{
@@ -308,7 +308,7 @@ impl WireClient {
     /// # Errors
     ///
     /// [`WireError::Disconnected`] when the connection is (or goes) down.
-    pub async fn call(&self, op: Request) -> Result<Response, WireError> {
+    pub async fn call(&self, op: Operation) -> Result<Response, WireError> {
         let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
@@ -336,7 +336,7 @@ impl WireClient {
     /// As [`WireClient::call`], plus [`WireError::Refused`].
     pub async fn open_workspace(&self, request_id: &RequestId) -> Result<bool, WireError> {
         match self
-            .call(Request::OpenWorkspace {
+            .call(Operation::OpenWorkspace {
                 request_id: request_id.clone(),
             })
             .await?
@@ -383,7 +383,7 @@ impl WireClient {
         name: &str,
         contents: &str,
     ) -> Result<u64, WireError> {
-        let op = Request::WriteArtifact {
+        let op = Operation::WriteArtifact {
             request_id: request_id.clone(),
             name: name.to_owned(),
             contents: contents.to_owned(),
@@ -405,7 +405,7 @@ impl WireClient {
         spec: RunSpec,
     ) -> Result<ProcessSummary, WireError> {
         match self
-            .call(Request::RunProcess {
+            .call(Operation::RunProcess {
                 request_id: request_id.clone(),
                 spec,
             })
@@ -423,7 +423,7 @@ impl WireClient {
     /// As [`WireClient::call`], plus [`WireError::Refused`].
     pub async fn cancel(&self, request_id: &RequestId) -> Result<u32, WireError> {
         match self
-            .call(Request::Cancel {
+            .call(Operation::Cancel {
                 request_id: request_id.clone(),
             })
             .await?
@@ -441,9 +441,9 @@ impl WireClient {
     pub async fn cleanup_workspace(
         &self,
         request_id: &RequestId,
-    ) -> Result<CleanupReport, WireError> {
+    ) -> Result<CleanupSummary, WireError> {
         match self
-            .call(Request::CleanupWorkspace {
+            .call(Operation::CleanupWorkspace {
                 request_id: request_id.clone(),
             })
             .await?

@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 
-use super::message::{Code, Request, RequestFrame, Response, ResponseFrame, VERSION, codes};
+use super::message::{Code, Operation, RequestFrame, Response, ResponseFrame, VERSION, codes};
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 
@@ -328,7 +328,7 @@ pub fn decode_response(frame: &[u8]) -> Result<ResponseFrame, BadResponse> {
 }
 
 /// Encodes a request frame as one line (edge side).
-pub fn encode_request(seq: u64, op: Request, out: &mut Vec<u8>) {
+pub fn encode_request(seq: u64, op: Operation, out: &mut Vec<u8>) {
     encode_line(
         &RequestFrame {
             v: VERSION,
@@ -450,7 +450,7 @@ mod tests {
 
     #[test]
     fn request_round_trips() {
-        let op = Request::CleanupWorkspace {
+        let op = Operation::CleanupWorkspace {
             request_id: RequestId::new("r1").unwrap(),
         };
         let mut line = Vec::new();

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
+pub use crate::workspace::CleanupStatus;
 
 /// The wire version this build speaks. A frame with any other `v` is
 /// answered with the error code `unsupported_version`.
@@ -27,7 +28,7 @@ pub struct RequestFrame {
     pub seq: u64,
     /// What the edge asks for.
     #[serde(flatten)]
-    pub op: Request,
+    pub op: Operation,
 }
 
 /// An operation the edge asks the node to perform.
@@ -37,7 +38,7 @@ pub struct RequestFrame {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum Request {
+pub enum Operation {
     /// Open the request's job namespace in the node's workspace. Opening an
     /// already open request is answered as success with `already_open`.
     OpenWorkspace {
@@ -76,26 +77,26 @@ pub enum Request {
     },
 }
 
-impl Request {
+impl Operation {
     /// The request this operation belongs to.
     pub fn request_id(&self) -> &RequestId {
         match self {
-            Request::OpenWorkspace { request_id }
-            | Request::WriteArtifact { request_id, .. }
-            | Request::RunProcess { request_id, .. }
-            | Request::Cancel { request_id }
-            | Request::CleanupWorkspace { request_id } => request_id,
+            Operation::OpenWorkspace { request_id }
+            | Operation::WriteArtifact { request_id, .. }
+            | Operation::RunProcess { request_id, .. }
+            | Operation::Cancel { request_id }
+            | Operation::CleanupWorkspace { request_id } => request_id,
         }
     }
 
     /// The operation's name as it appears in `op`.
     pub fn op_name(&self) -> &'static str {
         match self {
-            Request::OpenWorkspace { .. } => "open_workspace",
-            Request::WriteArtifact { .. } => "write_artifact",
-            Request::RunProcess { .. } => "run_process",
-            Request::Cancel { .. } => "cancel",
-            Request::CleanupWorkspace { .. } => "cleanup_workspace",
+            Operation::OpenWorkspace { .. } => "open_workspace",
+            Operation::WriteArtifact { .. } => "write_artifact",
+            Operation::RunProcess { .. } => "run_process",
+            Operation::Cancel { .. } => "cancel",
+            Operation::CleanupWorkspace { .. } => "cleanup_workspace",
         }
     }
 }
@@ -191,7 +192,7 @@ pub enum Response {
         processes: u32,
     },
     /// The request's cleanup result (the first one, for duplicates).
-    Cleanup(CleanupReport),
+    Cleanup(CleanupSummary),
     /// The node's own policy refused a `run_process`: nothing was launched.
     /// Sent only by a node started with a policy (`custodian node --policy`).
     PolicyRefused {
@@ -272,10 +273,10 @@ pub struct ProcessSummary {
     pub stderr_truncated: bool,
 }
 
-/// The typed result of one request's cleanup: identity, status and a safe
+/// One request's cleanup as the wire reports it: identity, status and a safe
 /// code only — never a raw path, an environment value or captured output.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CleanupReport {
+pub struct CleanupSummary {
     /// The request that was cleaned up.
     pub request_id: RequestId,
     /// What the cleanup did.
@@ -286,27 +287,6 @@ pub struct CleanupReport {
     /// `true` when this answer is the cached result of an earlier cleanup.
     #[serde(default)]
     pub cached: bool,
-}
-
-/// The outcome class of a cleanup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum CleanupStatus {
-    /// Every request-owned process is gone and every registered artifact
-    /// was removed.
-    Cleaned,
-    /// The node holds nothing for this request (it was never opened on this
-    /// node, or its job namespace is already gone): nothing was touched.
-    AlreadyGone,
-    /// The request belonged to an earlier run of this node that died before
-    /// its cleanup finished; the node replayed the request's ownership
-    /// journal when it started and removed every artifact the journal
-    /// proves (see `docs/contracts/workspace-cleanup.md`, "The journal").
-    Reclaimed,
-    /// Cleanup failed closed; `code` says why and the suspect subtree was
-    /// kept for inspection.
-    Failed,
 }
 
 /// A safe, stable, machine-readable code received over the wire: 1 to 64
@@ -406,4 +386,25 @@ pub mod codes {
     pub const POLICY_DENIED: SafeCode = SafeCode::new("policy_denied");
     /// The node's policy requires an approval the node does not hold.
     pub const APPROVAL_REQUIRED: SafeCode = SafeCode::new("approval_required");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contract's example cleanup answers, byte for byte: the status is
+    /// the workspace's own `CleanupStatus`, spelled `cleaned` as everywhere.
+    #[test]
+    fn cleanup_answers_read_and_write_as_the_contract_shows() {
+        for line in [
+            r#"{"v":1,"seq":5,"result":"cleanup","request_id":"req-42","status":"cleaned","cached":false}"#,
+            r#"{"v":1,"seq":6,"result":"cleanup","request_id":"req-42","status":"failed","code":"symlink_in_job","cached":true}"#,
+        ] {
+            let frame: ResponseFrame = serde_json::from_str(line).unwrap();
+            assert!(matches!(frame.result, Response::Cleanup(_)), "{frame:?}");
+            assert_eq!(serde_json::to_string(&frame).unwrap(), line);
+        }
+        let old = r#"{"v":1,"seq":5,"result":"cleanup","request_id":"req-42","status":"clean","cached":false}"#;
+        assert!(serde_json::from_str::<ResponseFrame>(old).is_err());
+    }
 }

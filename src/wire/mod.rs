@@ -50,7 +50,7 @@ pub use client::{
 };
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
 pub use message::{
-    CleanupReport, CleanupStatus, Code, PolicyRefusal, ProcessSummary, Request, RequestFrame,
+    CleanupStatus, CleanupSummary, Code, Operation, PolicyRefusal, ProcessSummary, RequestFrame,
     Response, ResponseFrame, RunSpec, VERSION,
 };
 pub use node::{

@@ -39,7 +39,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::codec::{FrameError, FrameReader, decode_request, encode_line};
 use super::message::{
-    CleanupReport, CleanupStatus, Code, PolicyRefusal, ProcessSummary, Request, Response,
+    CleanupStatus, CleanupSummary, Code, Operation, PolicyRefusal, ProcessSummary, Response,
     ResponseFrame, RunSpec, VERSION, codes,
 };
 use crate::coordinator::RequestId;
@@ -258,7 +258,7 @@ impl<W: NodeWorkspace> Node<W> {
 
     /// Handles one decoded request and returns its answer: the request's
     /// decision is taken at once ([`Node::admit`]), then carried out.
-    pub async fn handle(self: &Arc<Self>, op: Request) -> Response {
+    pub async fn handle(self: &Arc<Self>, op: Operation) -> Response {
         self.admit(op).perform().await
     }
 
@@ -273,9 +273,9 @@ impl<W: NodeWorkspace> Node<W> {
     /// A cleanup that this call starts runs in its own task from here on.
     ///
     /// Call it from within a tokio runtime (a cleanup may be spawned).
-    pub fn admit(self: &Arc<Self>, op: Request) -> Admitted<W> {
+    pub fn admit(self: &Arc<Self>, op: Operation) -> Admitted<W> {
         let decided = match op {
-            Request::OpenWorkspace { request_id } => {
+            Operation::OpenWorkspace { request_id } => {
                 let actions = self.decide(&request_id, Input::Open);
                 match actions.first() {
                     Some(Action::Open) => Decided::Open(request_id),
@@ -283,7 +283,7 @@ impl<W: NodeWorkspace> Node<W> {
                     other => unreachable_decision(other),
                 }
             }
-            Request::WriteArtifact {
+            Operation::WriteArtifact {
                 request_id,
                 name,
                 contents,
@@ -295,14 +295,14 @@ impl<W: NodeWorkspace> Node<W> {
                 },
                 Err(code) => Decided::Answer(error(request_id, code)),
             },
-            Request::RunProcess { request_id, spec } => match self.work(&request_id) {
+            Operation::RunProcess { request_id, spec } => match self.work(&request_id) {
                 Ok(()) => match self.workspace.admit_run(&request_id, &spec) {
                     Ok(()) => Decided::Run { request_id, spec },
                     Err(refusal) => Decided::Answer(refusal.into_response(request_id)),
                 },
                 Err(code) => Decided::Answer(error(request_id, code)),
             },
-            Request::Cancel { request_id } => {
+            Operation::Cancel { request_id } => {
                 if self
                     .decide(&request_id, Input::Cancel)
                     .contains(&Action::CancelProcesses)
@@ -315,7 +315,7 @@ impl<W: NodeWorkspace> Node<W> {
                     })
                 }
             }
-            Request::CleanupWorkspace { request_id } => match self.start_cleanup(request_id) {
+            Operation::CleanupWorkspace { request_id } => match self.start_cleanup(request_id) {
                 Ok(report) => Decided::Answer(Response::Cleanup(report)),
                 Err(pending) => Decided::Cleanup(pending),
             },
@@ -427,7 +427,7 @@ impl<W: NodeWorkspace> Node<W> {
     /// open), or is answered from the state at once. Every caller,
     /// concurrent or late, gets the same verdict; `cached` is false only for
     /// the first caller to ask (or an immediate "already gone").
-    pub async fn cleanup(self: &Arc<Self>, request_id: RequestId) -> CleanupReport {
+    pub async fn cleanup(self: &Arc<Self>, request_id: RequestId) -> CleanupSummary {
         match self.start_cleanup(request_id) {
             Ok(report) => report,
             Err(pending) => pending.wait().await,
@@ -439,7 +439,7 @@ impl<W: NodeWorkspace> Node<W> {
     fn start_cleanup(
         self: &Arc<Self>,
         request_id: RequestId,
-    ) -> Result<CleanupReport, PendingCleanup> {
+    ) -> Result<CleanupSummary, PendingCleanup> {
         let applied = self.step(&request_id, Input::Cleanup);
         let waiter = match applied.cleanup {
             Some(Elected::Owner(guard)) => {
@@ -482,7 +482,7 @@ impl<W: NodeWorkspace> Node<W> {
 
     /// Cleans up every request that is still open, through the same
     /// exactly-once path as a wire cleanup. Used when the node shuts down.
-    pub async fn close(self: &Arc<Self>) -> Vec<CleanupReport> {
+    pub async fn close(self: &Arc<Self>) -> Vec<CleanupSummary> {
         let mut out = Vec::new();
         for id in self.open_requests() {
             out.push(self.cleanup(id).await);
@@ -547,7 +547,7 @@ impl<W: NodeWorkspace> Node<W> {
                 }
                 Ok(frame) => {
                     self.counters.requests.fetch_add(1, Ordering::Relaxed);
-                    if matches!(frame.op, Request::CleanupWorkspace { .. }) {
+                    if matches!(frame.op, Operation::CleanupWorkspace { .. }) {
                         self.counters
                             .cleanup_requests
                             .fetch_add(1, Ordering::Relaxed);
@@ -637,7 +637,7 @@ struct PendingCleanup {
 }
 
 impl PendingCleanup {
-    async fn wait(self) -> CleanupReport {
+    async fn wait(self) -> CleanupSummary {
         let verdict = match self.waiter.await {
             Ok(verdict) => verdict,
             Err(Abandoned) => CleanupVerdict::Failed(codes::SHUTTING_DOWN),
@@ -746,14 +746,14 @@ fn unreachable_decision(action: Option<&Action>) -> ! {
     unreachable!("the node machine returned {action:?} for this input")
 }
 
-fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupReport {
+fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupSummary {
     let (status, code) = match verdict {
         CleanupVerdict::Cleaned => (CleanupStatus::Cleaned, None),
         CleanupVerdict::AlreadyGone => (CleanupStatus::AlreadyGone, None),
         CleanupVerdict::Reclaimed => (CleanupStatus::Reclaimed, None),
         CleanupVerdict::Failed(code) => (CleanupStatus::Failed, Some(Code::from(code))),
     };
-    CleanupReport {
+    CleanupSummary {
         request_id,
         status,
         code,

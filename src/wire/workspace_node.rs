@@ -315,7 +315,7 @@ impl NodeWorkspace for WorkspaceNode {
             tracing::warn!(request_id = %request, %code, suspect = ?result.suspect, "cleanup failed closed");
         }
         match result.status {
-            CleanupStatus::Clean => CleanupVerdict::Cleaned,
+            CleanupStatus::Cleaned => CleanupVerdict::Cleaned,
             CleanupStatus::AlreadyGone => CleanupVerdict::AlreadyGone,
             CleanupStatus::Reclaimed => CleanupVerdict::Reclaimed,
             _ => CleanupVerdict::Failed(result.safe_code().unwrap_or(codes::WORKSPACE_ERROR)),

@@ -226,7 +226,7 @@ fn put_identity(out: &mut Vec<u8>, id: &Identity) {
 }
 
 const STATUSES: [CleanupStatus; 3] = [
-    CleanupStatus::Clean,
+    CleanupStatus::Cleaned,
     CleanupStatus::AlreadyGone,
     CleanupStatus::Failed,
 ];

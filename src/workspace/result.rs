@@ -4,24 +4,30 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SafeCode;
 
-/// How a request's cleanup ended.
+/// How a request's cleanup ended: the one status of a cleanup, the same in
+/// a [`CleanupResult`], on the wire (`wire::CleanupSummary`) and in the CLI's
+/// and the MCP server's JSON (`"cleaned"`, `"already_gone"`, `"reclaimed"`,
+/// `"failed"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CleanupStatus {
-    /// Every process group was settled and every registered artifact removed
-    /// (artifacts already gone are counted as `missing`).
-    Clean,
-    /// The request was no longer known (never opened here, or its result was
-    /// evicted from the cache) and its job directory does not exist.
+    /// Every process group was settled and every registered entry still
+    /// present was destroyed, nothing else was (artifacts already gone are
+    /// counted as `missing`); see `docs/contracts/workspace-cleanup.md`.
+    Cleaned,
+    /// Nothing is held for the request (never opened here, or its result
+    /// was evicted from the cache) and its job directory does not exist:
+    /// nothing was touched.
     AlreadyGone,
     /// The request belonged to a node that died before its cleanup
     /// finished; a node started again on the same workspace replayed the
     /// request's ownership journal and removed every artifact the journal
     /// proves (and nothing else was in the job tree).
     Reclaimed,
-    /// Cleanup failed closed; [`CleanupResult::code`] says why. Whatever was
-    /// not yet removed is preserved for inspection.
+    /// Cleanup failed closed; the code ([`CleanupResult::code`], or the
+    /// wire's `code`) says why. Whatever was not yet removed is preserved
+    /// for inspection.
     Failed,
 }
 
@@ -122,12 +128,12 @@ pub struct CleanupResult {
 }
 
 impl CleanupResult {
-    /// True when nothing of the request remains (`Clean`, `AlreadyGone` or
+    /// True when nothing of the request remains (`Cleaned`, `AlreadyGone` or
     /// `Reclaimed`).
     pub fn is_clean(&self) -> bool {
         matches!(
             self.status,
-            CleanupStatus::Clean | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed
+            CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed
         )
     }
 
@@ -167,6 +173,26 @@ mod tests {
         let back: CleanupResult = serde_json::from_str(&json).unwrap();
         assert_eq!(back.code, Some(CleanupCode::SymlinkInJob));
         assert_eq!(back.suspect, None);
+    }
+
+    /// The contracts' spellings (`docs/contracts/workspace-cleanup.md`,
+    /// `docs/contracts/edge-node-wire.md`): one per status, on every surface.
+    #[test]
+    fn statuses_serialize_as_the_contracts_spell_them() {
+        for (status, spelled) in [
+            (CleanupStatus::Cleaned, "cleaned"),
+            (CleanupStatus::AlreadyGone, "already_gone"),
+            (CleanupStatus::Reclaimed, "reclaimed"),
+            (CleanupStatus::Failed, "failed"),
+        ] {
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{spelled}\""));
+            assert_eq!(
+                serde_json::from_str::<CleanupStatus>(&json).unwrap(),
+                status
+            );
+        }
+        assert!(serde_json::from_str::<CleanupStatus>("\"clean\"").is_err());
     }
 
     #[test]

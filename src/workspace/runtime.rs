@@ -60,7 +60,7 @@ enum Prepared {
 /// job.create_file("out/result.json")?.write_all(b"{}")?;
 ///
 /// let result = workspace.cleanup("req-1").await?;
-/// assert_eq!(result.status, CleanupStatus::Clean);
+/// assert_eq!(result.status, CleanupStatus::Cleaned);
 /// assert_eq!((result.counts.files_removed, result.counts.dirs_removed), (1, 2));
 /// assert!(dir.path().join("user.txt").exists());
 /// // Every later caller receives the same result; nothing runs twice.
@@ -811,7 +811,7 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
         return gone_check(inner, id);
     };
     let mut result = cleanup_request(inner, id, &state).await;
-    if state.reclaimed && result.status == CleanupStatus::Clean {
+    if state.reclaimed && result.status == CleanupStatus::Cleaned {
         result.status = CleanupStatus::Reclaimed;
     }
     let mut fs = lock(&state.fs);
@@ -916,7 +916,7 @@ async fn cleanup_request(
         return CleanupResult::failed(CleanupCode::ProcessBoundExceeded, counts, None);
     }
     CleanupResult {
-        status: CleanupStatus::Clean,
+        status: CleanupStatus::Cleaned,
         code: None,
         counts,
         suspect: None,

@@ -148,7 +148,7 @@ async def t_run(env, s):
     check("CANARY_ENV" not in stdout, "the server's environment is not inherited")
     check(ev["stdout"]["redactions"] >= 1, "redaction counted")
     check(out["cancelled"] is False, "not cancelled")
-    check(out["cleanup"]["status"] == "clean", f"cleanup {out['cleanup']}")
+    check(out["cleanup"]["status"] == "cleaned", f"cleanup {out['cleanup']}")
     check(out["request_id"] not in env.jobs(), "job dir removed")
     check(out["spill"] == {"stdout": None, "stderr": None}, "nothing spilled")
     text = text_of(res)

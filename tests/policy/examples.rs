@@ -2,7 +2,7 @@
 //! comments say.
 
 use custodian::policy::{
-    Context, PolicyConfig, ProcessTarget, Provenance, Registry, Request, StateMode, Verdict, decide,
+    Context, PolicyConfig, ProcessTarget, Provenance, Query, Registry, StateMode, Verdict, decide,
 };
 
 fn load(name: &str) -> PolicyConfig {
@@ -20,7 +20,7 @@ fn verdict(c: &PolicyConfig, provenance: Provenance, exe: &str, argv: &[&str]) -
     decide(
         &Registry::new(),
         c,
-        &Request {
+        &Query {
             tool: "process.run",
             process: Some(&p),
             context: Context {

@@ -3,7 +3,7 @@
 //! into allow or require_approval.
 
 use custodian::policy::{
-    Context, MAX_TARGET_BYTES, Pattern, PolicyConfig, ProcessTarget, Provenance, Registry, Request,
+    Context, MAX_TARGET_BYTES, Pattern, PolicyConfig, ProcessTarget, Provenance, Query, Registry,
     StateMode, TargetEnvValue, Verdict, decide,
 };
 use custodian::process::governed::{Gate, decide_invocation};
@@ -192,7 +192,7 @@ fn verdict(
     decide(
         &Registry::new(),
         config,
-        &Request {
+        &Query {
             tool: "process.run",
             process: Some(p),
             context: context(provenance),

@@ -242,7 +242,7 @@ mod explain_equals_run {
     //! decide over it. Both must reach the same decision.
 
     use custodian::policy::{
-        Context, Decision, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Request,
+        Context, Decision, PolicyConfig, ProcessTarget, Provenance, Query, Reason, Registry,
         StateMode, TargetEnvValue, Verdict, decide,
     };
     use custodian::process::governed::{Gate, decide_invocation};
@@ -312,7 +312,7 @@ target = '{"executable":"x",*'
         decide(
             &Registry::new(),
             config,
-            &Request {
+            &Query {
                 tool: "process.run",
                 process: Some(p),
                 context: Context {
@@ -396,7 +396,7 @@ mod toml_round_trip {
     //! exactly the same exact override.
 
     use custodian::policy::{
-        Context, Pattern, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Request,
+        Context, Pattern, PolicyConfig, ProcessTarget, Provenance, Query, Reason, Registry,
         StateMode, TargetEnvValue, Verdict, decide,
     };
     use proptest::prelude::*;
@@ -442,7 +442,7 @@ mod toml_round_trip {
             let d = decide(
                 &Registry::new(),
                 &config,
-                &Request {
+                &Query {
                     tool: "process.run",
                     process: Some(&p),
                     context: Context { provenance: Provenance::Untrusted, state_mode: StateMode::Local },

@@ -119,7 +119,7 @@ async fn dropping_every_caller_handle_is_a_disconnect_whatever_the_executor_hold
     assert_eq!(c.result.status(), RequestStatus::Cancelled);
     assert_eq!(c.delivery, Delivery::CallerGone);
     let cleanup = c.cleanup.expect("the cleanup ran and is reported");
-    assert_eq!(cleanup.status, CleanupStatus::Clean);
+    assert_eq!(cleanup.status, CleanupStatus::Cleaned);
     assert_eq!(cleanup.counts.files_removed, 1);
     assert_eq!(c.processes.len(), 1);
     assert_eq!(c.processes[0].pid, running.pid());
@@ -215,7 +215,7 @@ async fn the_completion_carries_the_cleanup_counts_and_every_verdict() {
         .unwrap();
     assert_eq!(c.result.status(), RequestStatus::Succeeded);
     let cleanup = c.cleanup.clone().unwrap();
-    assert_eq!(cleanup.status, CleanupStatus::Clean);
+    assert_eq!(cleanup.status, CleanupStatus::Cleaned);
     assert_eq!(cleanup.code, None);
     // The job directory, `out`, and three files.
     assert_eq!(cleanup.counts.registered, 5);

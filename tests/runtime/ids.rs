@@ -27,12 +27,12 @@ fn a_leading_dot_is_refused_on_the_wire_and_by_the_workspace_alike() {
         );
         let frame = format!(r#"{{"op":"open_workspace","request_id":"{bad}"}}"#);
         assert!(
-            serde_json::from_str::<custodian::wire::message::Request>(&frame).is_err(),
+            serde_json::from_str::<custodian::wire::message::Operation>(&frame).is_err(),
             "the wire accepted {bad:?}"
         );
     }
     let ok = r#"{"op":"open_workspace","request_id":"x.y-z_1"}"#;
-    assert!(serde_json::from_str::<custodian::wire::message::Request>(ok).is_ok());
+    assert!(serde_json::from_str::<custodian::wire::message::Operation>(ok).is_ok());
 }
 
 #[test]

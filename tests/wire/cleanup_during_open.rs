@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use custodian::coordinator::RequestId;
-use custodian::wire::{CleanupStatus, Node, NodeConfig, Request, Response};
+use custodian::wire::{CleanupStatus, Node, NodeConfig, Operation, Response};
 
 use crate::fake_node::FakeNode;
 
@@ -20,7 +20,10 @@ async fn a_cleanup_during_the_open_waits_for_it_and_removes_the_job_once() {
     let r = RequestId::new("cleanup-during-open").unwrap();
     let open = tokio::spawn({
         let (node, r) = (Arc::clone(&node), r.clone());
-        async move { node.handle(Request::OpenWorkspace { request_id: r }).await }
+        async move {
+            node.handle(Operation::OpenWorkspace { request_id: r })
+                .await
+        }
     });
     while node.workspace().calls(&r).open == 0 {
         tokio::task::yield_now().await;
@@ -55,7 +58,9 @@ async fn a_cleanup_during_the_open_waits_for_it_and_removes_the_job_once() {
     let calls = node.workspace().calls(&r);
     assert_eq!((calls.open, calls.cleanup), (1, 1));
     assert!(node.open_requests().is_empty());
-    let again = node.handle(Request::OpenWorkspace { request_id: r }).await;
+    let again = node
+        .handle(Operation::OpenWorkspace { request_id: r })
+        .await;
     assert!(
         matches!(again, Response::Error { ref code, .. } if code.as_str() == "request_closed"),
         "{again:?}"

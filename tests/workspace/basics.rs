@@ -22,7 +22,7 @@ async fn user_results_beside_the_internal_namespace_survive_cleanup() {
     let gone = inventoried(&fx, &job);
     assert_eq!(gone.len(), 6);
     let r = job.cleanup().await;
-    assert_eq!(r.status, CleanupStatus::Clean, "{r:?}");
+    assert_eq!(r.status, CleanupStatus::Cleaned, "{r:?}");
     assert_eq!(
         (
             r.counts.files_removed,
@@ -57,7 +57,7 @@ async fn two_concurrent_requests_each_remove_only_their_own() {
     });
     let r1 = one.cleanup().await;
     writer.join().unwrap();
-    assert_eq!(r1.status, CleanupStatus::Clean, "{r1:?}");
+    assert_eq!(r1.status, CleanupStatus::Cleaned, "{r1:?}");
     let mut after = fx.snapshot();
     after.retain(|p, _| {
         !p.to_string_lossy()
@@ -285,7 +285,7 @@ async fn after_eviction_a_repeated_cleanup_only_checks_the_directory_is_gone() {
     let a = fx.ws.open_request("a").unwrap();
     populate(&a);
     let first = a.cleanup().await;
-    assert_eq!(first.status, CleanupStatus::Clean);
+    assert_eq!(first.status, CleanupStatus::Cleaned);
     // Cached: the very same result.
     assert_eq!(fx.ws.cleanup("a").await.unwrap(), first);
     // Evict "a" by cleaning "b".

@@ -173,7 +173,7 @@ async fn an_active_child_is_terminated_before_anything_is_removed() {
     let before = fx.snapshot();
     let gone = inventoried(&fx, &job);
     let r = job.cleanup().await;
-    assert_eq!(r.status, CleanupStatus::Clean, "{r:?}");
+    assert_eq!(r.status, CleanupStatus::Cleaned, "{r:?}");
     assert_eq!(
         (r.counts.processes_cancelled, r.counts.processes_unsettled),
         (1, 0)

@@ -42,7 +42,7 @@ async fn duplicate_and_concurrent_cleanup_calls_get_one_result() {
         results.push(r.unwrap());
     }
     let first = results[0].clone();
-    assert_eq!(first.status, CleanupStatus::Clean, "{first:?}");
+    assert_eq!(first.status, CleanupStatus::Cleaned, "{first:?}");
     assert_eq!(first.counts.files_removed, 3);
     assert!(results.iter().all(|r| *r == first));
     // Late duplicates get the same result too.

@@ -154,7 +154,7 @@ fn run_trials(base: &Path, label: &str, trials: usize) {
         let survived = reg_pins.iter().any(|fd| nlink(fd) > 0);
         let won = displaced || survived;
         match r.status {
-            CleanupStatus::Clean => {
+            CleanupStatus::Cleaned => {
                 assert!(!won, "{label} trial {trial}: racer won but cleaned: {r:?}");
                 t.cleaned += 1;
             }

@@ -39,9 +39,9 @@ fn render(actions: &[Action<Duration>]) -> String {
             Action::Settle(s) => {
                 let status = serde_json::to_value(s.status()).unwrap();
                 let verdict = match s.descendants {
-                    Descendants::Terminated => "terminated",
-                    Descendants::UnconfirmedOrEscaped => "unconfirmed",
-                    Descendants::Unsupported => "unsupported",
+                    DescendantVerdict::Terminated => "terminated",
+                    DescendantVerdict::UnconfirmedOrEscaped => "unconfirmed",
+                    DescendantVerdict::Unsupported => "unsupported",
                 };
                 format!("settle:{}:{verdict}", status.as_str().unwrap())
             }
@@ -660,7 +660,7 @@ proptest! {
                         settles += 1;
                         prop_assert_eq!(reaps, 1, "exactly one reap precedes settle");
                         held_or_cut |= sum.stdout != StreamEnd::Closed || sum.stderr != StreamEnd::Closed;
-                        if sum.descendants == Descendants::Terminated {
+                        if sum.descendants == DescendantVerdict::Terminated {
                             prop_assert!(matches!(tier, Tier::PinnedGroup | Tier::Cgroup));
                             prop_assert_eq!(last_probe, Some(Probe::Empty));
                             if tier == Tier::PinnedGroup {
@@ -670,10 +670,10 @@ proptest! {
                         // The cgroup tier says terminated whenever the
                         // cgroup was seen empty, held pipes or not.
                         if tier == Tier::Cgroup && last_probe == Some(Probe::Empty) {
-                            prop_assert_eq!(sum.descendants, Descendants::Terminated);
+                            prop_assert_eq!(sum.descendants, DescendantVerdict::Terminated);
                         }
                         if tier == Tier::DirectChild {
-                            prop_assert_eq!(sum.descendants, Descendants::Unsupported);
+                            prop_assert_eq!(sum.descendants, DescendantVerdict::Unsupported);
                         }
                         prop_assert_eq!(t.next.phase, Phase::Settled);
                     }
@@ -765,7 +765,11 @@ fn a_late_drain_bound_during_a_probe_records_no_held_stdio() {
             panic!("{tier:?}: no settle in {:?}", done.actions);
         };
         assert_eq!(summary.cause, None, "{tier:?}");
-        assert_eq!(summary.descendants, Descendants::Terminated, "{tier:?}");
+        assert_eq!(
+            summary.descendants,
+            DescendantVerdict::Terminated,
+            "{tier:?}"
+        );
     }
 }
 
