@@ -1302,6 +1302,17 @@ impl Job {
         invocation: crate::process::Invocation,
         options: &crate::process::LaunchOptions,
     ) -> Result<crate::process::Running, WorkspaceError> {
+        self.launch_with(invocation, options.clone())
+    }
+
+    /// [`Job::launch`] with options the caller gives up (no copy of the
+    /// baseline environment is made).
+    pub(crate) fn launch_with(
+        &self,
+        invocation: crate::process::Invocation,
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+        mut options: crate::process::LaunchOptions,
+    ) -> Result<crate::process::Running, WorkspaceError> {
         // The root was given twice (here and in the options): they must be
         // the same directory, compared by identity, not by spelling.
         let root = &self.ws.inner.root_identity;
@@ -1321,14 +1332,14 @@ impl Job {
             });
         }
         #[cfg(target_os = "linux")]
-        let options = &self.with_request_cgroup(options)?;
+        self.with_request_cgroup(&mut options)?;
         let running =
-            crate::process::launch(invocation, options).map_err(WorkspaceError::Launch)?;
+            crate::process::launch(invocation, &options).map_err(WorkspaceError::Launch)?;
         p.active.push(Arc::new(running.clone()));
         Ok(running)
     }
 
-    /// `options`, with this request's cgroup (created on first use) as the
+    /// Sets this request's cgroup (created on first use) in `options` as the
     /// parent of the process's cgroup when the cgroup tier may be used.
     /// Where no request cgroup can be created, the options are unchanged and
     /// the launcher decides (`auto` falls back, `cgroup` fails). A new
@@ -1342,12 +1353,11 @@ impl Job {
     #[cfg(target_os = "linux")]
     fn with_request_cgroup(
         &self,
-        options: &crate::process::LaunchOptions,
-    ) -> Result<crate::process::LaunchOptions, WorkspaceError> {
+        options: &mut crate::process::LaunchOptions,
+    ) -> Result<(), WorkspaceError> {
         use crate::contain::Containment;
-        let mut options = options.clone();
         if !matches!(options.containment, Containment::Auto | Containment::Cgroup) {
-            return Ok(options);
+            return Ok(());
         }
         let mut slot = lock(&self.state.cgroup);
         if matches!(*slot, CgroupSlot::Untried) {
@@ -1377,7 +1387,7 @@ impl Job {
         if let CgroupSlot::Ready(rc) = &*slot {
             options.cgroup_parent = Some(rc.cg.clone());
         }
-        Ok(options)
+        Ok(())
     }
 
     /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,
