@@ -19,8 +19,10 @@
 //!
 //! Run: `cargo bench --bench runtime_throughput` (prints a table);
 //! `RUNTIME_BENCH_WORKERS` changes the worker count from 2,
-//! `RUNTIME_BENCH_BLOCKS` the rounds from 5. Everything it creates lives in
-//! a temporary directory of its own.
+//! `RUNTIME_BENCH_BLOCKS` the rounds from 5; `RUNTIME_BENCH_ONLY` set to
+//! `anchor`, `facade` or `group` runs only that path (for profiling) and
+//! `RUNTIME_BENCH_SIZES` (e.g. `100`) only those in-flight counts.
+//! Everything it creates lives in a temporary directory of its own.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -122,7 +124,11 @@ impl Samples {
     }
 }
 
+/// The median, or NaN for no samples (a path left out by `RUNTIME_BENCH_ONLY`).
 fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -158,6 +164,11 @@ fn main() {
             .unwrap_or(d)
     };
     let workers = env("RUNTIME_BENCH_WORKERS", 2);
+    let only = std::env::var("RUNTIME_BENCH_ONLY").ok();
+    let runs = |path: &str| only.as_deref().is_none_or(|o| o == path);
+    let sizes: Option<Vec<usize>> = std::env::var("RUNTIME_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
     let blocks = env("RUNTIME_BENCH_BLOCKS", 5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -181,39 +192,56 @@ fn main() {
         "path", "concurrency", "requests", "requests/s", "wall", "cpu", "vs anchor"
     );
     for (concurrency, block) in [(1, 60), (100, 500), (1_000, 1_000)] {
+        if sizes.as_ref().is_some_and(|s| !s.contains(&concurrency)) {
+            continue;
+        }
         // Warm up: the cgroup base, allocators, the blocking pool.
-        rt.block_on(drive(concurrency, concurrency, || {
-            facade_request(auto.clone())
-        }));
+        if runs("facade") || runs("group") {
+            rt.block_on(drive(concurrency, concurrency, || {
+                facade_request(auto.clone())
+            }));
+        }
         let (mut a, mut f, mut g) = (Samples::default(), Samples::default(), Samples::default());
         for _ in 0..blocks {
             let base = anchor_base.clone();
-            a.push(
-                measure(
-                    &rt,
-                    drive(concurrency, block, || anchor_request(base.clone())),
-                ),
-                block,
-            );
-            f.push(
-                measure(
-                    &rt,
-                    drive(concurrency, block, || facade_request(auto.clone())),
-                ),
-                block,
-            );
-            g.push(
-                measure(
-                    &rt,
-                    drive(concurrency, block, || facade_request(group.clone())),
-                ),
-                block,
-            );
+            if runs("anchor") {
+                a.push(
+                    measure(
+                        &rt,
+                        drive(concurrency, block, || anchor_request(base.clone())),
+                    ),
+                    block,
+                );
+            }
+            if runs("facade") {
+                f.push(
+                    measure(
+                        &rt,
+                        drive(concurrency, block, || facade_request(auto.clone())),
+                    ),
+                    block,
+                );
+            }
+            if runs("group") {
+                g.push(
+                    measure(
+                        &rt,
+                        drive(concurrency, block, || facade_request(group.clone())),
+                    ),
+                    block,
+                );
+            }
         }
         let total = block * blocks;
-        row("anchor", concurrency, total, &a, &a);
-        row("facade", concurrency, total, &f, &a);
-        row("facade (group)", concurrency, total, &g, &a);
+        for (label, path, s) in [
+            ("anchor", "anchor", &a),
+            ("facade", "facade", &f),
+            ("facade (group)", "group", &g),
+        ] {
+            if runs(path) {
+                row(label, concurrency, total, s, &a);
+            }
+        }
     }
     rt.block_on(async {
         auto.shutdown().await;

@@ -573,13 +573,18 @@ fn each_child_dir(dir: &OwnedFd, mut f: impl FnMut(&OwnedFd) -> usize) -> usize 
 
 impl Cgroup {
     /// `rmdir` of every child cgroup (deepest first, at most 16 levels),
-    /// then of this one.
+    /// then of this one. A cgroup without children is removed with one
+    /// `rmdir`, without listing it.
     ///
     /// # Errors
     ///
     /// As [`Cgroup::remove`]: [`CgroupError::Busy`] if a task is left
     /// anywhere in the tree.
     pub fn remove_tree(&self) -> Result<(), CgroupError> {
+        // `EBUSY` while a child cgroup (or a task) is left: then the walk.
+        if let Ok(()) = self.remove() {
+            return Ok(());
+        }
         remove_children(&self.dir, 0)?;
         self.remove()
     }

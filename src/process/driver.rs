@@ -67,8 +67,13 @@ type Reader = Box<dyn AsyncRead + Send + Unpin>;
 #[cfg(target_os = "linux")]
 struct CgroupRun {
     cg: crate::contain::Cgroup,
-    /// `None` if inotify is unavailable: the probe then rescans on a timer.
+    /// Armed by the first probe that finds the cgroup populated (most
+    /// settle on a first read that finds it empty, and never need one);
+    /// `None` before, or if the watch is unavailable: the probe then
+    /// rescans on a timer.
     watch: Option<crate::contain::EventsWatch>,
+    /// Whether arming was tried.
+    armed: bool,
 }
 #[cfg(not(target_os = "linux"))]
 struct CgroupRun;
@@ -225,12 +230,6 @@ fn spawn_in_cgroup(
 ) -> Result<Started, Result<Unavailable, ProcessError>> {
     use super::cgroup_root::{self, StartError};
     let _guard = runtime.enter();
-    // Watch before the root exists, so no change of `cgroup.events` is
-    // missed.
-    let watch = cg
-        .watch()
-        .map_err(|e| tracing::warn!(error = %e, "no inotify on cgroup.events; polling"))
-        .ok();
     let started_wall = SystemTime::now();
     let started = Instant::now();
     let root = {
@@ -288,7 +287,11 @@ fn spawn_in_cgroup(
         tier: Tier::Cgroup,
         stdout: Some(Box::new(root.stdout)),
         stderr: Some(Box::new(root.stderr)),
-        cgroup: Some(CgroupRun { cg, watch }),
+        cgroup: Some(CgroupRun {
+            cg,
+            watch: None,
+            armed: false,
+        }),
         subreaper: false,
         started_wall,
         started,
@@ -821,6 +824,27 @@ impl Driver {
         }
     }
 
+    /// The first look of a probe. In the cgroup tier, a populated cgroup
+    /// arms the watch on `cgroup.events` and is read again: a change
+    /// between the two reads is then seen by the second, any later one
+    /// wakes the watch.
+    fn probe_view(&mut self) -> View {
+        let v = self.view();
+        #[cfg(target_os = "linux")]
+        if matches!(v, View::Occupied | View::Unstable) {
+            if let Some(run) = self.cgroup.as_mut().filter(|r| !r.armed) {
+                run.armed = true;
+                run.watch = run
+                    .cg
+                    .watch()
+                    .map_err(|e| tracing::warn!(error = %e, "no watch on cgroup.events; polling"))
+                    .ok();
+                return self.view();
+            }
+        }
+        v
+    }
+
     fn rescan(&mut self, now: Instant) -> Option<Event> {
         let run = self.probe?;
         match self.view() {
@@ -894,7 +918,7 @@ impl Driver {
                         ));
                     }
                 }
-                Action::ProbeGroup => match self.view() {
+                Action::ProbeGroup => match self.probe_view() {
                     View::Occupied | View::Unstable => {
                         let delay = Duration::from_millis(1);
                         let give_up = now + self.probe_window;

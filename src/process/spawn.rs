@@ -348,6 +348,37 @@ mod imp {
         len: usize,
     }
 
+    // SAFETY: a `Stack` is an address range this process owns; moving the
+    // owner to another thread moves nothing the type does not own.
+    unsafe impl Send for Stack {}
+
+    /// Stacks of children that have exec'ed or exited, kept for the next
+    /// spawns: a mapping, its guard page and its first touched pages are not
+    /// made again per launch.
+    static SPARE_STACKS: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
+    /// At most this many spare stacks are kept (64 KiB + a page each).
+    const MAX_SPARE_STACKS: usize = 16;
+
+    impl Stack {
+        /// A spare stack, or a new one.
+        fn take() -> Result<Stack, Errno> {
+            let spare = SPARE_STACKS.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            match spare {
+                Some(stack) => Ok(stack),
+                None => Stack::new(STACK),
+            }
+        }
+
+        /// Keeps this stack for a later spawn, or unmaps it. Only for a
+        /// stack whose child has exec'ed or exited (`CLONE_VFORK` returned).
+        fn give_back(self) {
+            let mut spare = SPARE_STACKS.lock().unwrap_or_else(|e| e.into_inner());
+            if spare.len() < MAX_SPARE_STACKS {
+                spare.push(self);
+            }
+        }
+    }
+
     /// The calling thread's `errno` after a failed libc call (parent only).
     fn last_errno() -> Errno {
         Errno::from_raw_os_error(
@@ -904,7 +935,7 @@ mod imp {
             failed_stage: AtomicU32::new(0),
             failed_errno: AtomicI32::new(0),
         };
-        let stack = Stack::new(STACK).map_err(|errno| SpawnError::Failed {
+        let stack = Stack::take().map_err(|errno| SpawnError::Failed {
             stage: Stage::Stack,
             errno,
         })?;
@@ -929,7 +960,8 @@ mod imp {
             // never returns and is written for exactly this child.
             unsafe { clone3(&mut args, child_main, &raw const child) }
         };
-        drop(stack);
+        // The child exec'ed or exited (CLONE_VFORK): nothing uses the stack.
+        stack.give_back();
         if ret < 0 {
             return Err(classify(
                 Errno::from_raw_os_error(-(ret as i32)),

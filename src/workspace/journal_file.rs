@@ -6,9 +6,9 @@
 //! record: the durability policy is in `docs/contracts/workspace-cleanup.md`
 //! ("The journal").
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read as _, Seek as _, Write as _};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::journal::{self, Record};
@@ -58,7 +58,89 @@ impl JournalFile {
         journal::encode(record, &mut self.buf);
         self.file.write_all(&self.buf)
     }
+
+    /// `ftruncate(fd, 0)`, `lseek(fd, 0)`, then `renameat2(dir, name, dir,
+    /// spare, RENAME_NOREPLACE)`—Empties the journal of a request cleaned
+    /// clean and moves it to the spare name `spare` (never a request id:
+    /// it starts with a dot), for [`JournalFile::adopt`] to reuse: a new
+    /// request then costs no inode allocation, nor its removal an inode
+    /// release. Emptied first, so that the name `name` never holds a
+    /// record after this returns `Ok` or fails after the truncation (an
+    /// empty journal proves nothing: a reclaim removes it).
+    ///
+    /// # Errors
+    ///
+    /// The failing call's errno, with the journal (still named `name`,
+    /// possibly emptied): the caller removes it.
+    ///
+    /// # References
+    ///
+    /// [ftruncate(2)](https://man7.org/linux/man-pages/man2/ftruncate.2.html),
+    /// [rename(2)](https://man7.org/linux/man-pages/man2/rename.2.html)
+    pub(super) fn retire(
+        mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        spare: CString,
+    ) -> Result<Spare, Errno> {
+        fs::truncate(self.file.as_fd(), 0)?;
+        self.file
+            .rewind()
+            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+        rustix::fs::renameat_with(
+            dir,
+            name,
+            dir,
+            spare.as_c_str(),
+            rustix::fs::RenameFlags::NOREPLACE,
+        )?;
+        self.buf.clear();
+        Ok(Spare {
+            name: spare,
+            journal: self,
+        })
+    }
+
+    /// `renameat2(dir, spare, dir, name, RENAME_NOREPLACE)`—Reuses an
+    /// emptied journal as the new journal `name`. Like [`JournalFile::create`]
+    /// (`O_EXCL`), it fails with `EEXIST` when anything holds the name: a
+    /// journal left by an earlier run is never reused.
+    ///
+    /// # Errors
+    ///
+    /// The errno, with the spare given back (still under its own name).
+    ///
+    /// # References
+    ///
+    /// [rename(2)](https://man7.org/linux/man-pages/man2/rename.2.html)
+    pub(super) fn adopt(
+        spare: Spare,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+    ) -> Result<Self, (Spare, Errno)> {
+        match rustix::fs::renameat_with(
+            dir,
+            spare.name.as_c_str(),
+            dir,
+            name,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => Ok(spare.journal),
+            Err(e) => Err((spare, e)),
+        }
+    }
 }
+
+/// An emptied journal kept under a spare name (see [`JournalFile::retire`]).
+pub(super) struct Spare {
+    /// Its name in the journal directory (`.spare-<n>`).
+    pub(super) name: CString,
+    journal: JournalFile,
+}
+
+/// The prefix of a spare journal's name. Request ids never start with a
+/// dot, so no spare is ever read as a request's journal.
+pub(super) const SPARE_PREFIX: &str = ".spare-";
 
 /// Reads the whole journal `name` in `dir` (a regular file, never followed
 /// through a symlink; at most `limit` bytes).

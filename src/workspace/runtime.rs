@@ -7,13 +7,13 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
 use super::journal::{self, Record};
-use super::journal_file::{self, JournalFile};
+use super::journal_file::{self, JournalFile, SPARE_PREFIX, Spare};
 use super::leftovers;
 use super::process::RequestProcess;
 use super::remove;
@@ -27,6 +27,8 @@ const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
 /// The largest journal replayed (a journal is about 80 bytes per artifact).
 const MAX_JOURNAL: u64 = 1 << 30;
+/// At most this many emptied journals are kept for reuse.
+const MAX_SPARE_JOURNALS: usize = 256;
 
 /// What [`Workspace::reclaim`] does with one journal.
 enum Prepared {
@@ -92,6 +94,76 @@ struct Inner {
     requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
     elections: Elections<RequestId, CleanupResult>,
     closed: AtomicBool,
+    /// Journals of requests cleaned clean, emptied and renamed to a spare
+    /// name, for new requests to reuse (no inode allocated per request).
+    spares: Mutex<Vec<Spare>>,
+    /// The number of the next spare name.
+    next_spare: AtomicU64,
+}
+
+impl Inner {
+    /// The journal of a new request `name`: a spare renamed to it, or a new
+    /// file. Either way `EEXIST` when anything holds the name.
+    fn new_journal(&self, name: &CStr) -> Result<JournalFile, Errno> {
+        let journals = self.journals.as_fd();
+        let spare = lock(&self.spares).pop();
+        if let Some(spare) = spare {
+            match JournalFile::adopt(spare, journals, name) {
+                Ok(j) => return Ok(j),
+                Err((spare, e)) if e == Errno::EXIST => {
+                    self.keep_spare(spare);
+                    return Err(e);
+                }
+                Err((spare, _)) => {
+                    let _ = fs::unlink_at(journals, spare.name.as_c_str());
+                }
+            }
+        }
+        JournalFile::create(journals, name)
+    }
+
+    /// Removes the journal `name` of a request cleaned clean: emptied and
+    /// kept as a spare while there is room, else unlinked.
+    fn retire_journal(&self, journal: JournalFile, id: &RequestId, name: &CStr) {
+        let journals = self.journals.as_fd();
+        if lock(&self.spares).len() < MAX_SPARE_JOURNALS && !self.closed.load(Ordering::Acquire) {
+            let n = self.next_spare.fetch_add(1, Ordering::Relaxed);
+            let spare = CString::new(format!("{SPARE_PREFIX}{n}")).expect("no NUL");
+            if let Ok(spare) = journal.retire(journals, name, spare) {
+                self.keep_spare(spare);
+                return;
+            }
+        } else {
+            drop(journal);
+        }
+        if let Err(e) = fs::unlink_at(journals, name) {
+            tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
+        }
+    }
+
+    fn keep_spare(&self, spare: Spare) {
+        let mut spares = lock(&self.spares);
+        if spares.len() < MAX_SPARE_JOURNALS && !self.closed.load(Ordering::Acquire) {
+            spares.push(spare);
+        } else {
+            drop(spares);
+            let _ = fs::unlink_at(self.journals.as_fd(), spare.name.as_c_str());
+        }
+    }
+
+    /// Unlinks every spare journal (the workspace is closing).
+    fn drop_spares(&self) {
+        let spares = std::mem::take(&mut *lock(&self.spares));
+        for spare in spares {
+            let _ = fs::unlink_at(self.journals.as_fd(), spare.name.as_c_str());
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.drop_spares();
+    }
 }
 
 struct RequestState {
@@ -120,16 +192,33 @@ enum CgroupSlot {
     Gone,
 }
 
-/// A request's cgroup; dropped (cleanup done, or the request dropped
-/// without one), it is removed if nothing is left in it, best effort: a
-/// populated one is logged and kept.
+/// A request's cgroup; dropped (the request dropped without a cleanup, or
+/// a cleanup that could not remove it), it is removed if nothing is left in
+/// it, best effort: a populated one is logged and kept.
 #[cfg(target_os = "linux")]
-struct RequestCgroup(Arc<crate::contain::Cgroup>);
+struct RequestCgroup {
+    cg: Arc<crate::contain::Cgroup>,
+    /// Removed by the cleanup already: nothing left to do on drop.
+    removed: bool,
+}
+
+#[cfg(target_os = "linux")]
+impl RequestCgroup {
+    fn new(cg: crate::contain::Cgroup) -> Self {
+        RequestCgroup {
+            cg: Arc::new(cg),
+            removed: false,
+        }
+    }
+}
 
 #[cfg(target_os = "linux")]
 impl Drop for RequestCgroup {
     fn drop(&mut self) {
-        if let Err(e) = self.0.remove_tree() {
+        if self.removed {
+            return;
+        }
+        if let Err(e) = self.cg.remove_tree() {
             tracing::warn!(error = %e, code = e.code(), "request cgroup left behind");
         }
     }
@@ -295,6 +384,8 @@ impl Workspace {
                 requests: Mutex::new(HashMap::new()),
                 elections: Elections::new(config.result_cache),
                 closed: AtomicBool::new(false),
+                spares: Mutex::new(Vec::new()),
+                next_spare: AtomicU64::new(0),
             }),
         })
     }
@@ -342,7 +433,7 @@ impl Workspace {
         // adopted, and one left by an earlier run (awaiting reclaim, or kept
         // with a failed verdict) is never reused.
         let journals = self.inner.journals.as_fd();
-        let mut journal = match JournalFile::create(journals, &cname) {
+        let mut journal = match self.inner.new_journal(&cname) {
             Ok(j) => j,
             Err(e) if e == Errno::EXIST => {
                 return Err(WorkspaceError::JobExists { request: id });
@@ -567,6 +658,14 @@ impl Workspace {
         }
         let mut out = Vec::new();
         for cname in names {
+            if cname.as_bytes().starts_with(SPARE_PREFIX.as_bytes()) {
+                // An emptied journal an earlier run kept for reuse: it
+                // belongs to no request.
+                if !lock(&self.inner.spares).iter().any(|s| s.name == cname) {
+                    let _ = fs::unlink_at(self.inner.journals.as_fd(), cname.as_c_str());
+                }
+                continue;
+            }
             let Some(id) = cname.to_str().ok().and_then(|s| RequestId::new(s).ok()) else {
                 tracing::warn!("a journal not named by a request id is kept, unread");
                 continue;
@@ -774,6 +873,7 @@ impl Workspace {
     /// [`Workspace::cleanup`] and returns each result.
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.drop_spares();
         let ids = self.active_requests();
         let mut set = tokio::task::JoinSet::new();
         for id in ids {
@@ -815,21 +915,22 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
         result.status = CleanupStatus::Reclaimed;
     }
     let mut fs = lock(&state.fs);
+    if result.is_clean() {
+        // A clean request's journal goes: emptied (a verdict record would be
+        // cut with it) and kept as a spare, or removed.
+        if let Some(journal) = fs.journal.take() {
+            inner.retire_journal(journal, id, state.cname.as_c_str());
+        } else if let Err(e) = fs::unlink_at(inner.journals.as_fd(), state.cname.as_c_str()) {
+            tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
+        }
+        return result;
+    }
     let verdict = Record::Verdict {
         status: result.status,
         code: result.code,
     };
-    match fs.journal(&verdict) {
-        Ok(()) if result.is_clean() => {
-            fs.journal = None;
-            if let Err(e) = fs::unlink_at(inner.journals.as_fd(), state.cname.as_c_str()) {
-                tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
-            }
-        }
-        Ok(()) => {}
-        Err(e) => {
-            tracing::warn!(request = %id, error = %e, "journalling the cleanup verdict failed")
-        }
+    if let Err(e) = fs.journal(&verdict) {
+        tracing::warn!(request = %id, error = %e, "journalling the cleanup verdict failed")
     }
     result
 }
@@ -923,10 +1024,13 @@ async fn cleanup_request(
     }
 }
 
-/// `cgroup.kill` on the request's cgroup, then waits (inotify on
+/// `cgroup.kill` on the request's cgroup, then waits (a watch on
 /// `cgroup.events`, at most `bound`, at least a second) until it is
 /// unpopulated, then removes it and whatever process cgroups are left
-/// beneath. Leaves the slot `Gone`, so no later launch uses it.
+/// beneath. A cgroup already seen unpopulated (every process settled and
+/// nothing outlived it: the usual case) holds nothing to kill, and nothing
+/// can enter it any more (the request's launches are closed), so it is
+/// removed at once. Leaves the slot `Gone`, so no later launch uses it.
 ///
 /// # Errors
 ///
@@ -938,24 +1042,27 @@ async fn kill_request_cgroup(
     bound: std::time::Duration,
 ) -> Result<(), CleanupCode> {
     let taken = std::mem::replace(&mut *lock(&state.cgroup), CgroupSlot::Gone);
-    let CgroupSlot::Ready(RequestCgroup(cg)) = &taken else {
+    let CgroupSlot::Ready(mut rc) = taken else {
         return Ok(());
     };
-    let cg = cg.clone();
-    if let Err(e) = cg.kill() {
-        tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
-    }
-    let deadline = tokio::time::Instant::now() + bound.max(std::time::Duration::from_secs(1));
-    match cg.wait_unpopulated(deadline).await {
-        Ok(true) => {}
-        Ok(false) | Err(_) => {
-            // Keep the handle's directory for the operator; the files too.
-            return Err(CleanupCode::ProcessBoundExceeded);
+    let cg = rc.cg.clone();
+    if !matches!(cg.populated(), Ok(false)) {
+        if let Err(e) = cg.kill() {
+            tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
+        }
+        let deadline = tokio::time::Instant::now() + bound.max(std::time::Duration::from_secs(1));
+        match cg.wait_unpopulated(deadline).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                // Keep the handle's directory for the operator; the files too.
+                return Err(CleanupCode::ProcessBoundExceeded);
+            }
         }
     }
-    if let Err(e) = cg.remove_tree() {
+    match cg.remove_tree() {
+        Ok(()) => rc.removed = true,
         // Empty but not removable: logged, the files are safe to remove.
-        tracing::warn!(error = %e, code = e.code(), "removing the request cgroup failed");
+        Err(e) => tracing::warn!(error = %e, code = e.code(), "removing the request cgroup failed"),
     }
     Ok(())
 }
@@ -980,7 +1087,7 @@ fn reopen_cgroup(base: &[u8], name: &[u8]) -> Result<CgroupSlot, CleanupCode> {
                 .ok_or(CleanupCode::ProcessBoundExceeded)
         };
         match crate::contain::reopen_request_cgroup(&as_name(base)?, &as_name(name)?) {
-            Ok(Some(cg)) => Ok(CgroupSlot::Ready(RequestCgroup(Arc::new(cg)))),
+            Ok(Some(cg)) => Ok(CgroupSlot::Ready(RequestCgroup::new(cg))),
             Ok(None) => Ok(CgroupSlot::Gone),
             Err(_) => Err(CleanupCode::ProcessBoundExceeded),
         }
@@ -1195,6 +1302,17 @@ impl Job {
         invocation: crate::process::Invocation,
         options: &crate::process::LaunchOptions,
     ) -> Result<crate::process::Running, WorkspaceError> {
+        self.launch_with(invocation, options.clone())
+    }
+
+    /// [`Job::launch`] with options the caller gives up (no copy of the
+    /// baseline environment is made).
+    pub(crate) fn launch_with(
+        &self,
+        invocation: crate::process::Invocation,
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+        mut options: crate::process::LaunchOptions,
+    ) -> Result<crate::process::Running, WorkspaceError> {
         // The root was given twice (here and in the options): they must be
         // the same directory, compared by identity, not by spelling.
         let root = &self.ws.inner.root_identity;
@@ -1214,14 +1332,14 @@ impl Job {
             });
         }
         #[cfg(target_os = "linux")]
-        let options = &self.with_request_cgroup(options)?;
+        self.with_request_cgroup(&mut options)?;
         let running =
-            crate::process::launch(invocation, options).map_err(WorkspaceError::Launch)?;
+            crate::process::launch(invocation, &options).map_err(WorkspaceError::Launch)?;
         p.active.push(Arc::new(running.clone()));
         Ok(running)
     }
 
-    /// `options`, with this request's cgroup (created on first use) as the
+    /// Sets this request's cgroup (created on first use) in `options` as the
     /// parent of the process's cgroup when the cgroup tier may be used.
     /// Where no request cgroup can be created, the options are unchanged and
     /// the launcher decides (`auto` falls back, `cgroup` fails). A new
@@ -1235,12 +1353,11 @@ impl Job {
     #[cfg(target_os = "linux")]
     fn with_request_cgroup(
         &self,
-        options: &crate::process::LaunchOptions,
-    ) -> Result<crate::process::LaunchOptions, WorkspaceError> {
+        options: &mut crate::process::LaunchOptions,
+    ) -> Result<(), WorkspaceError> {
         use crate::contain::Containment;
-        let mut options = options.clone();
         if !matches!(options.containment, Containment::Auto | Containment::Cgroup) {
-            return Ok(options);
+            return Ok(());
         }
         let mut slot = lock(&self.state.cgroup);
         if matches!(*slot, CgroupSlot::Untried) {
@@ -1253,7 +1370,7 @@ impl Job {
                             .to_vec(),
                         name: cg.name().as_bytes().to_vec(),
                     };
-                    let cg = RequestCgroup(Arc::new(cg));
+                    let cg = RequestCgroup::new(cg);
                     if let Err(e) = lock(&self.state.fs).journal(&record) {
                         *slot = CgroupSlot::Gone;
                         drop(cg);
@@ -1267,10 +1384,10 @@ impl Job {
                 }
             };
         }
-        if let CgroupSlot::Ready(RequestCgroup(cg)) = &*slot {
-            options.cgroup_parent = Some(cg.clone());
+        if let CgroupSlot::Ready(rc) = &*slot {
+            options.cgroup_parent = Some(rc.cg.clone());
         }
-        Ok(options)
+        Ok(())
     }
 
     /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,
@@ -1282,7 +1399,7 @@ impl Job {
         #[cfg(target_os = "linux")]
         {
             let cg = match &*lock(&self.state.cgroup) {
-                CgroupSlot::Ready(RequestCgroup(cg)) => cg.clone(),
+                CgroupSlot::Ready(rc) => rc.cg.clone(),
                 _ => return true,
             };
             if let Err(e) = cg.kill() {

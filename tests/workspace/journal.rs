@@ -365,3 +365,77 @@ async fn a_journal_killed_before_its_open_record_holds_nothing() {
         }
     }
 }
+
+/// A clean request's journal is emptied and kept under a spare name (not a
+/// request id); the next request reuses it and its journal holds only its
+/// own records. A name already taken still refuses the open (`JobExists`),
+/// as `O_EXCL` does, spare or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn a_clean_journal_is_reused_for_the_next_request_only_emptied() {
+    let mut fx = Fixture::new();
+    let journals = fx.root().join(".custodian/journal");
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&journals)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let first = fx.ws.open_request("first").unwrap();
+    populate(&first);
+    drop(first);
+    let r = fx.ws.cleanup("first").await.unwrap();
+    assert_eq!(r.status, CleanupStatus::Clean, "{r:?}");
+    let spare = names();
+    assert_eq!(spare.len(), 1, "{spare:?}");
+    assert!(spare[0].starts_with('.'), "{spare:?}");
+    assert_eq!(fs::metadata(journals.join(&spare[0])).unwrap().len(), 0);
+    let inode =
+        |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    let spare_ino = inode(&journals.join(&spare[0]));
+
+    // A journal planted under the next id: refused, the spare untouched.
+    fs::write(journal_path(&fx, "planted"), b"not ours").unwrap();
+    assert!(matches!(
+        fx.ws.open_request("planted"),
+        Err(WorkspaceError::JobExists { .. })
+    ));
+    assert_eq!(fs::read(journal_path(&fx, "planted")).unwrap(), b"not ours");
+    assert_eq!(names(), vec![spare[0].clone(), "planted".to_owned()]);
+
+    let job = fx.ws.open_request("second").unwrap();
+    job.create_file("one.txt").unwrap();
+    assert_eq!(
+        inode(&journal_path(&fx, "second")),
+        spare_ino,
+        "the spare is reused"
+    );
+    let rep = journal::replay(&journal::read(
+        &fs::read(journal_path(&fx, "second")).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(rep.request, b"second");
+    assert_eq!(rep.inventory.expect("job proven").len(), 2);
+    assert!(rep.verdict.is_none());
+
+    // A dropped workspace removes its spares; a killed node's (planted
+    // here) are removed by the next reclaim, with nothing reclaimed for
+    // them.
+    drop(job);
+    fs::remove_file(journal_path(&fx, "planted")).unwrap();
+    let ws = restart(&mut fx);
+    assert_eq!(names(), vec!["second".to_owned()]);
+    fs::write(journals.join(".spare-7"), b"").unwrap();
+    let results = ws.reclaim().await;
+    let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, vec!["second"], "{results:?}");
+    assert_eq!(results[0].1.status, CleanupStatus::Reclaimed);
+    // The reclaimed journal is this workspace's spare now.
+    let left = names();
+    assert!(left.len() == 1 && left[0] != ".spare-7", "{left:?}");
+    drop(ws);
+    restart(&mut fx);
+    assert_eq!(names(), Vec::<String>::new());
+}
