@@ -387,7 +387,7 @@ async fn a_clean_journal_is_reused_for_the_next_request_only_emptied() {
     populate(&first);
     drop(first);
     let r = fx.ws.cleanup("first").await.unwrap();
-    assert_eq!(r.status, CleanupStatus::Clean, "{r:?}");
+    assert_eq!(r.status, CleanupStatus::Cleaned, "{r:?}");
     let spare = names();
     assert_eq!(spare.len(), 1, "{spare:?}");
     assert!(spare[0].starts_with('.'), "{spare:?}");
