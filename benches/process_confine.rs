@@ -84,7 +84,10 @@ fn main() {
         let (name, c) = &variants[k.min(variants.len() - 1)];
         let mut s: Vec<Duration> = (0..n).map(|_| once(&rt, &opts, c).1).collect();
         s.sort();
-        println!("{name}: {n} launches, p50 {:.0} us", s[n / 2].as_secs_f64() * 1e6);
+        println!(
+            "{name}: {n} launches, p50 {:.0} us",
+            s[n / 2].as_secs_f64() * 1e6
+        );
         return;
     }
     for (_, c) in &variants {

@@ -45,7 +45,7 @@ impl Prepared {
     }
 
     /// The seccomp program to install in the child.
-    pub(crate) fn program(&self) -> Option<&[seccompiler::sock_filter]> {
+    pub(crate) fn program(&self) -> Option<&'static [seccompiler::sock_filter]> {
         self.program
     }
 
@@ -420,7 +420,7 @@ fn read_except(
 }
 
 /// [`network_filter`], compiled once: it never changes.
-fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
+pub(crate) fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
     static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
     match PROGRAM.get_or_init(|| {
         network_filter().map_err(|e| match e {

@@ -80,7 +80,7 @@ pub(crate) mod build {
             match *self {}
         }
         #[cfg(target_os = "linux")]
-        pub(crate) fn program(&self) -> Option<&[seccompiler::sock_filter]> {
+        pub(crate) fn program(&self) -> Option<&'static [seccompiler::sock_filter]> {
             match *self {}
         }
         pub(crate) fn tmp_dir(&self) -> Option<&Path> {
