@@ -429,6 +429,14 @@ fn fixed_fd(fixed: &'static Fixed) -> Result<BorrowedFd<'static>, ConfineError> 
 /// access through one is checked on its target). Entries are opened
 /// relative to `dir` with `O_NOFOLLOW`; `path` only names them for the
 /// comparison with the denies.
+///
+/// An entry that is neither denied nor on the way to a denied path is
+/// classified by the type `getdents(2)` gave (no `fstat`): if it changed
+/// meanwhile the rule can only grant less (file rights on what became a
+/// directory, a right on what became a symlink, which is never an
+/// ancestor in a path walk, or nothing), and never covers a denied path,
+/// which lies beneath none of these names. Entries on the way to a denied
+/// path are always opened as directories and checked.
 fn read_except(
     mut rs: RulesetCreated,
     dir: OwnedFd,
@@ -447,13 +455,37 @@ fn read_except(
         let entry = entry.map_err(io)?;
         let name = entry.file_name().to_bytes();
         if name != b"." && name != b".." {
-            names.push(entry.file_name().to_owned());
+            names.push((entry.file_name().to_owned(), entry.file_type()));
         }
     }
-    for name in names {
+    for (name, listed) in names {
         let child = path.join(OsStr::from_bytes(name.as_bytes()));
         if denies.contains(&child) {
             continue;
+        }
+        if !denies.iter().any(|d| d.starts_with(&child)) {
+            let (flags, is_dir) = match listed {
+                FileType::Symlink => continue,
+                FileType::Directory => (OFlags::DIRECTORY, true),
+                _ => (OFlags::empty(), false),
+            };
+            if listed != FileType::Unknown {
+                match rustix::fs::openat(
+                    &dir,
+                    &name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC | flags,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => {
+                        rs = add(rs, fd, is_dir, read, abi)?;
+                        continue;
+                    }
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    // No longer a directory: classify it below.
+                    Err(rustix::io::Errno::NOTDIR) if is_dir => {}
+                    Err(e) => return Err(io(e)),
+                }
+            }
         }
         let fd = match rustix::fs::openat(
             &dir,
