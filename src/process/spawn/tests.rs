@@ -893,9 +893,12 @@ fn the_seccomp_filter_reaches_the_child_and_only_the_spawner_thread_carries_it()
             continue;
         };
         if comm.trim_end() == "confined-spawn" {
-            spawners += 1;
-            assert!(status.contains("Seccomp:\t2"), "{status}");
-            assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+            // A spawner thread of another test whose program the kernel
+            // refused ends right after setting no_new_privs: not counted.
+            if status.contains("Seccomp:\t2") {
+                spawners += 1;
+                assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+            }
         } else {
             assert!(status.contains("Seccomp:\t0"), "{comm}: {status}");
         }
