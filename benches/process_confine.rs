@@ -3,7 +3,9 @@
 //! so the machine's drift hits every variant alike.
 //!
 //! Run: `cargo bench -p custodian --bench process_confine`
-//! (`CONFINE_ROUNDS=N` for more rounds on a noisy machine). The last
+//! (`CONFINE_ROUNDS=N` for more rounds on a noisy machine;
+//! `CONFINE_ONLY=K` runs variant `K` of the table alone, 0-based, for a
+//! profiler: `perf record -g` of one variant). The last
 //! column is the p50 of `launch()` alone (spawn latency: plan, build,
 //! clone, the child's confinement calls, until `execve` returned).
 //!
@@ -75,6 +77,19 @@ fn main() {
             Confinement::workspace_write().with_deny_read(ssh),
         ),
     ];
+    if let Some(k) = std::env::var("CONFINE_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let (name, c) = &variants[k.min(variants.len() - 1)];
+        let mut s: Vec<Duration> = (0..n).map(|_| once(&rt, &opts, c).1).collect();
+        s.sort();
+        println!(
+            "{name}: {n} launches, p50 {:.0} us",
+            s[n / 2].as_secs_f64() * 1e6
+        );
+        return;
+    }
     for (_, c) in &variants {
         once(&rt, &opts, c); // warm-up
     }

@@ -45,7 +45,7 @@ impl Prepared {
     }
 
     /// The seccomp program to install in the child.
-    pub(crate) fn program(&self) -> Option<&[seccompiler::sock_filter]> {
+    pub(crate) fn program(&self) -> Option<&'static [seccompiler::sock_filter]> {
         self.program
     }
 
@@ -151,7 +151,13 @@ fn is_shared_tmpfs(dir: &Path) -> bool {
 
 impl Drop for PrivateTmp {
     fn drop(&mut self) {
-        // std's remove_dir_all never follows a symlink (CVE-2022-21658).
+        // Most processes leave it empty: one rmdir(2), which removes only
+        // an empty directory and never a symlink (ENOTDIR). Anything else
+        // goes through std's remove_dir_all, which never follows a symlink
+        // (CVE-2022-21658).
+        if rustix::fs::rmdir(&self.path).is_ok() {
+            return;
+        }
         if let Err(e) = std::fs::remove_dir_all(&self.path) {
             tracing::warn!(error = %e, "removing the private temporary directory failed");
         }
@@ -271,7 +277,7 @@ fn ruleset(
 /// not a directory).
 fn add(
     rs: RulesetCreated,
-    fd: OwnedFd,
+    fd: impl AsFd,
     dir: bool,
     access: BitFlags<AccessFs>,
     abi: ABI,
@@ -335,25 +341,86 @@ fn fs_rules(
         }
     }
     // Read and execute everywhere but the denied hierarchies.
-    let root = rustix::fs::open(
-        "/",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| landlock_err(std::io::Error::from(e)))?;
-    rs = read_except(rs, root, Path::new("/"), &denies, read, abi)?;
+    if denies.is_empty() {
+        rs = add(rs, fixed_fd(&ROOT)?, true, read, abi)?;
+    } else {
+        let root = rustix::fs::open(
+            "/",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| landlock_err(std::io::Error::from(e)))?;
+        rs = read_except(rs, root, Path::new("/"), &denies, read, abi)?;
+    }
     for (path, access) in grants {
         let (fd, dir) = open_grant(&path)?;
         rs = add(rs, fd, dir, access, abi)?;
     }
     if let Some(tmp) = tmp {
-        let (fd, dir) = open_grant(tmp.path())?;
-        rs = add(rs, fd, dir, all, abi)?;
+        // Just made by this process as a directory: O_DIRECTORY and
+        // O_NOFOLLOW make sure it still is one (no fstat needed).
+        let fd = rustix::fs::open(
+            tmp.path(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| ConfineError::Path {
+            path: tmp.path().to_owned(),
+            source: e.into(),
+        })?;
+        rs = add(rs, fd, true, all, abi)?;
     }
     // `> /dev/null` opens it for writing, with O_TRUNC.
-    let (null, _) = open_grant(Path::new("/dev/null"))?;
     let null_access = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate) & all;
-    add(rs, null, false, null_access, abi)
+    add(rs, fixed_fd(&DEV_NULL)?, false, null_access, abi)
+}
+
+/// A path every filesystem confinement grants the same rights on.
+struct Fixed {
+    path: &'static str,
+    flags: OFlags,
+    fd: OnceLock<OwnedFd>,
+}
+
+/// `/`, read and execute beneath it when nothing is denied.
+static ROOT: Fixed = Fixed {
+    path: "/",
+    flags: OFlags::DIRECTORY,
+    fd: OnceLock::new(),
+};
+
+/// `/dev/null`, read and write (a character device: not a directory).
+static DEV_NULL: Fixed = Fixed {
+    path: "/dev/null",
+    flags: OFlags::empty(),
+    fd: OnceLock::new(),
+};
+
+/// An `O_PATH` descriptor of `fixed`, opened once per process rather
+/// than re-resolved on every launch (`landlock_add_rule` only reads it).
+///
+/// A cached descriptor can only grant *less* than a fresh open: if the
+/// path is replaced later, the rule names the old inode (a root that was
+/// `chroot`ed away still contains the new one; a replaced `/dev/null` is
+/// simply not writable). Neither path is ever a denied one (`/` cannot be
+/// denied; a deny beneath `/` takes the other branch).
+fn fixed_fd(fixed: &'static Fixed) -> Result<BorrowedFd<'static>, ConfineError> {
+    let fd = match fixed.fd.get() {
+        Some(fd) => fd,
+        None => {
+            let fd = rustix::fs::open(
+                fixed.path,
+                OFlags::PATH | OFlags::CLOEXEC | fixed.flags,
+                Mode::empty(),
+            )
+            .map_err(|e| ConfineError::Path {
+                path: PathBuf::from(fixed.path),
+                source: e.into(),
+            })?;
+            fixed.fd.get_or_init(|| fd)
+        }
+    };
+    Ok(fd.as_fd())
 }
 
 /// Grants `read` beneath `dir` (at `path`) unless a denied path lies
@@ -362,6 +429,14 @@ fn fs_rules(
 /// access through one is checked on its target). Entries are opened
 /// relative to `dir` with `O_NOFOLLOW`; `path` only names them for the
 /// comparison with the denies.
+///
+/// An entry that is neither denied nor on the way to a denied path is
+/// classified by the type `getdents(2)` gave (no `fstat`): if it changed
+/// meanwhile the rule can only grant less (file rights on what became a
+/// directory, a right on what became a symlink, which is never an
+/// ancestor in a path walk, or nothing), and never covers a denied path,
+/// which lies beneath none of these names. Entries on the way to a denied
+/// path are always opened as directories and checked.
 fn read_except(
     mut rs: RulesetCreated,
     dir: OwnedFd,
@@ -380,13 +455,37 @@ fn read_except(
         let entry = entry.map_err(io)?;
         let name = entry.file_name().to_bytes();
         if name != b"." && name != b".." {
-            names.push(entry.file_name().to_owned());
+            names.push((entry.file_name().to_owned(), entry.file_type()));
         }
     }
-    for name in names {
+    for (name, listed) in names {
         let child = path.join(OsStr::from_bytes(name.as_bytes()));
         if denies.contains(&child) {
             continue;
+        }
+        if !denies.iter().any(|d| d.starts_with(&child)) {
+            let (flags, is_dir) = match listed {
+                FileType::Symlink => continue,
+                FileType::Directory => (OFlags::DIRECTORY, true),
+                _ => (OFlags::empty(), false),
+            };
+            if listed != FileType::Unknown {
+                match rustix::fs::openat(
+                    &dir,
+                    &name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC | flags,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => {
+                        rs = add(rs, fd, is_dir, read, abi)?;
+                        continue;
+                    }
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    // No longer a directory: classify it below.
+                    Err(rustix::io::Errno::NOTDIR) if is_dir => {}
+                    Err(e) => return Err(io(e)),
+                }
+            }
         }
         let fd = match rustix::fs::openat(
             &dir,
@@ -420,7 +519,7 @@ fn read_except(
 }
 
 /// [`network_filter`], compiled once: it never changes.
-fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
+pub(crate) fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
     static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
     match PROGRAM.get_or_init(|| {
         network_filter().map_err(|e| match e {

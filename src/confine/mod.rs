@@ -23,12 +23,20 @@
 //! (strict: refuse when something is missing; best-effort: launch and list
 //! what was not enforced), creates the Landlock ruleset with the `landlock`
 //! crate (close-on-exec descriptor), compiles the seccomp program with
-//! `seccompiler`, and creates a private temporary directory. The child of
-//! the `clone3` spawner, already in its cgroup, makes three raw system
-//! calls on that pre-built memory just before `execve`:
-//! `prctl(PR_SET_NO_NEW_PRIVS)`, `landlock_restrict_self(fd, 0)` and
-//! `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`. A failure is reported with
-//! its stage and errno and nothing runs. The evidence records a
+//! `seccompiler` (once per process), and creates a private temporary
+//! directory. The child of the `clone3` spawner, already in its cgroup,
+//! makes its raw system calls on that pre-built memory just before
+//! `execve`: `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self(fd,
+//! 0)`. The seccomp program is installed once per process on a spawner
+//! thread that does nothing else, and every network-off child is cloned by
+//! that thread, so it inherits the filter (and `no_new_privs`) from its
+//! first instruction: installing a filter costs the kernel tens of
+//! microseconds per call (conversion, JIT, its allow cache), releasing it
+//! as much again (`crate::process::spawn`, *Inherited seccomp filter*;
+//! where that thread cannot be set up, the child installs the program
+//! itself with `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`). A failure is
+//! reported with its stage and errno and nothing runs. The evidence
+//! records a
 //! [`ConfinementReport`]: the ABI, the handled rights, the network mode,
 //! the scopes, the seccomp denials and what was not enforced.
 //!
@@ -80,7 +88,7 @@ pub(crate) mod build {
             match *self {}
         }
         #[cfg(target_os = "linux")]
-        pub(crate) fn program(&self) -> Option<&[seccompiler::sock_filter]> {
+        pub(crate) fn program(&self) -> Option<&'static [seccompiler::sock_filter]> {
             match *self {}
         }
         pub(crate) fn tmp_dir(&self) -> Option<&Path> {

@@ -35,6 +35,27 @@
 //!    reads the slot, and on a failure reaps the child through its pidfd so
 //!    no zombie remains.
 //!
+//! ## Inherited seccomp filter
+//!
+//! Installing a seccomp filter costs the kernel tens of microseconds on
+//! every call (it converts and JITs the program, and emulates it for every
+//! system call number to fill its allow cache), and releasing it at the
+//! child's exit costs more. A filter is a property of a *thread*, and
+//! `clone3` copies the calling thread's filter (a reference, no copy) and
+//! its `no_new_privs` into the child. So a confinement with a seccomp
+//! program is spawned by a dedicated thread of this process, started on
+//! first use, that blocked every signal, set `no_new_privs` and installed
+//! the program **on itself only** (no `SECCOMP_FILTER_FLAG_TSYNC`: no other
+//! thread of the process is affected). That thread does nothing but
+//! `clone3` on behalf of the caller, which builds everything as above and
+//! parks until the clone returned; the child is filtered from its first
+//! instruction, before it applies the rest. One thread per distinct
+//! program; confined spawns through it are serialised (each holds it for
+//! the clone until `execve`, as `CLONE_VFORK` holds any caller). Where the
+//! thread cannot be started or cannot install the program (or after a
+//! `fork` of this process, which does not copy it), the child installs the
+//! program itself as its last step.
+//!
 //! # Caveats
 //!
 //! - x86-64 Linux only (the clone trampoline is assembly); elsewhere
@@ -105,12 +126,21 @@ pub(crate) struct SpawnSpec<'a> {
 /// this order: `prctl(PR_SET_NO_NEW_PRIVS, 1)` (always),
 /// `landlock_restrict_self(ruleset, 0)`, `seccomp(SECCOMP_SET_MODE_FILTER,
 /// 0, program)`. Everything is built by the parent (`crate::confine`).
+///
+/// The seccomp program is normally not installed by the child: it is
+/// installed once on a spawner thread of this process that has nothing
+/// else to do (see *Inherited seccomp filter* in the module docs), and
+/// the child, cloned by that thread, inherits it with `no_new_privs` from
+/// its first instruction. Only where that thread cannot be set up does
+/// the child install the program itself, as above.
 #[derive(Clone, Copy)]
 pub(crate) struct ChildConfine<'a> {
     /// A Landlock ruleset descriptor.
     pub ruleset: Option<BorrowedFd<'a>>,
-    /// A seccomp BPF program (at most `u16::MAX` instructions).
-    pub seccomp: Option<&'a [seccompiler::sock_filter]>,
+    /// A seccomp BPF program (at most `u16::MAX` instructions); `'static`
+    /// because the spawner thread that carries it lives as long as the
+    /// process.
+    pub seccomp: Option<&'static [seccompiler::sock_filter]>,
 }
 
 /// A started child: its pid and a pidfd that refers to it (close-on-exec).
@@ -290,8 +320,8 @@ mod imp {
     use std::ffi::{CStr, c_char, c_int, c_void};
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
     use std::ptr;
-    use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicIsize, AtomicU32, Ordering};
+    use std::sync::{Mutex, OnceLock, mpsc};
 
     use rustix::io::Errno;
 
@@ -845,6 +875,172 @@ mod imp {
         exit_127()
     }
 
+    /// A thread that installed one seccomp program on itself and clones
+    /// children that inherit it (module docs, *Inherited seccomp filter*).
+    struct FilteringSpawner {
+        jobs: mpsc::Sender<Job>,
+        /// The process that started the thread: a `fork` of it has none.
+        pid: u32,
+    }
+
+    /// One clone for the spawner thread to make: pointers into the frame
+    /// of a caller that stays parked until `done` is set.
+    struct Job {
+        args: *mut libc::clone_args,
+        child: *const ChildArgs,
+        ret: *const AtomicIsize,
+        done: *const AtomicBool,
+        caller: std::thread::Thread,
+    }
+
+    // SAFETY: a `Job`'s pointers refer to the frame of the thread that sent
+    // it, which does not return (and so keeps them alive and unmoved)
+    // until the spawner thread set `done`; after that store the spawner
+    // thread touches none of them.
+    unsafe impl Send for Job {}
+
+    impl FilteringSpawner {
+        /// The spawner thread for `program`, started (and the program
+        /// installed on it) on first use; `None` when that failed or this
+        /// process is a `fork` of the one that started it.
+        fn get(program: &'static [seccompiler::sock_filter]) -> Option<&'static FilteringSpawner> {
+            type Key = (usize, usize);
+            static SPAWNERS: Mutex<Vec<(Key, Option<&'static FilteringSpawner>)>> =
+                Mutex::new(Vec::new());
+            let key = (program.as_ptr() as usize, program.len());
+            let mut spawners = SPAWNERS.lock().unwrap_or_else(|e| e.into_inner());
+            let found = match spawners.iter().find(|(k, _)| *k == key) {
+                Some((_, found)) => *found,
+                None => {
+                    let started = FilteringSpawner::start(program)
+                        .map(|s| &*Box::leak(Box::new(s)))
+                        .inspect_err(|e| {
+                            tracing::debug!(
+                                error = %e,
+                                "no seccomp spawner thread; the child installs the filter"
+                            );
+                        })
+                        .ok();
+                    spawners.push((key, started));
+                    started
+                }
+            };
+            drop(spawners);
+            found.filter(|s| s.pid == std::process::id())
+        }
+
+        fn start(program: &'static [seccompiler::sock_filter]) -> Result<FilteringSpawner, Errno> {
+            let (jobs, queue) = mpsc::channel::<Job>();
+            let (ready_tx, ready) = mpsc::sync_channel::<Result<(), Errno>>(1);
+            std::thread::Builder::new()
+                .name("confined-spawn".into())
+                .stack_size(128 * 1024)
+                .spawn(move || {
+                    let setup = filter_this_thread(program);
+                    let ok = setup.is_ok();
+                    let _ = ready_tx.send(setup);
+                    if ok {
+                        serve(&queue);
+                    }
+                })
+                .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::AGAIN))?;
+            ready.recv().unwrap_or(Err(Errno::CHILD))?;
+            Ok(FilteringSpawner {
+                jobs,
+                pid: std::process::id(),
+            })
+        }
+
+        /// Has the spawner thread run `clone3(args)` for `child_main(child)`
+        /// and waits for its result (the pid, or `-errno`).
+        fn clone3(&self, args: &mut libc::clone_args, child: &ChildArgs) -> isize {
+            let ret = AtomicIsize::new(-(libc::EAGAIN as isize));
+            let done = AtomicBool::new(false);
+            let job = Job {
+                args: ptr::from_mut(args),
+                child: ptr::from_ref(child),
+                ret: &raw const ret,
+                done: &raw const done,
+                caller: std::thread::current(),
+            };
+            if self.jobs.send(job).is_err() {
+                // The thread is gone (it never exits while the process
+                // runs): nothing was cloned.
+                return -(libc::EAGAIN as isize);
+            }
+            while !done.load(Ordering::Acquire) {
+                std::thread::park();
+            }
+            ret.load(Ordering::Relaxed)
+        }
+    }
+
+    /// On the calling thread only: every signal blocked for good (a child
+    /// starts with the mask of the thread that cloned it, and no handler
+    /// may run here), `prctl(PR_SET_NO_NEW_PRIVS, 1)`, then
+    /// `seccomp(SECCOMP_SET_MODE_FILTER, 0, program)` without
+    /// `SECCOMP_FILTER_FLAG_TSYNC` (seccomp(2): the filter applies to the
+    /// calling thread and what it creates).
+    fn filter_this_thread(program: &'static [seccompiler::sock_filter]) -> Result<(), Errno> {
+        std::mem::forget(BlockAll::new());
+        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) takes integers.
+        let r = unsafe {
+            raw5(
+                libc::SYS_prctl as usize,
+                libc::PR_SET_NO_NEW_PRIVS as usize,
+                1,
+                0,
+                0,
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(Errno::from_raw_os_error(-(r as i32)));
+        }
+        let fprog = libc::sock_fprog {
+            len: u16::try_from(program.len()).map_err(|_| Errno::INVAL)?,
+            // seccompiler's sock_filter is `repr(C)` with the kernel's
+            // layout (u16, u8, u8, u32), as is libc's.
+            filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+        };
+        // SAFETY: seccomp reads one sock_fprog from this frame and the
+        // 'static program it points to.
+        let r = unsafe {
+            raw4(
+                libc::SYS_seccomp as usize,
+                libc::SECCOMP_SET_MODE_FILTER as usize,
+                0,
+                (&raw const fprog) as usize,
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(Errno::from_raw_os_error(-(r as i32)));
+        }
+        Ok(())
+    }
+
+    /// The spawner thread's loop: one `clone3` per job, for as long as the
+    /// process runs.
+    fn serve(queue: &mpsc::Receiver<Job>) {
+        while let Ok(job) = queue.recv() {
+            // SAFETY: the sender is parked until `done` is set below, so
+            // `args` (with its stack) and `child` (with every pointer in it)
+            // are alive and unchanged; the clone returns only once the child
+            // exec'ed or exited (CLONE_VFORK). `child_main` never returns.
+            let r = unsafe { clone3(&mut *job.args, child_main, job.child) };
+            let caller = job.caller;
+            // SAFETY: `ret` and `done` live in the parked sender's frame,
+            // which stays until it sees `done`; neither is touched after
+            // the store to `done`.
+            unsafe {
+                (*job.ret).store(r, Ordering::Relaxed);
+                (*job.done).store(true, Ordering::Release);
+            }
+            caller.unpark();
+        }
+    }
+
     /// Moves `fd` out of 0–2 unless it already sits on `target`, so that
     /// installing one stdio descriptor cannot overwrite the source of
     /// another.
@@ -912,9 +1108,12 @@ mod imp {
             .map(|l| l.as_fd().as_raw_fd())
             .or(ruleset.map(|fd| fd.as_raw_fd()))
             .unwrap_or(-1);
-        let fprog = spec
-            .confine
-            .and_then(|c| c.seccomp)
+        let program = spec.confine.and_then(|c| c.seccomp);
+        // A thread that carries the program spawns the child, which then
+        // inherits it; otherwise the child installs it.
+        let filtering = program.and_then(FilteringSpawner::get);
+        let fprog = program
+            .filter(|_| filtering.is_none())
             .map(|prog| libc::sock_fprog {
                 // The parent checked the length (`confine::build`).
                 len: u16::try_from(prog.len()).unwrap_or(u16::MAX),
@@ -951,14 +1150,18 @@ mod imp {
             args.flags |= CLONE_INTO_CGROUP;
             args.cgroup = cg.as_raw_fd() as u64;
         }
-        let ret = {
-            let _blocked = BlockAll::new();
-            // SAFETY: `stack` outlives the child's use of it and `child`
-            // (with every pointer in it: `argv`, `envp`, the spec's strings,
-            // the lifted descriptors) outlives the call, which returns only
-            // once the child exec'ed or exited (CLONE_VFORK). `child_main`
-            // never returns and is written for exactly this child.
-            unsafe { clone3(&mut args, child_main, &raw const child) }
+        let ret = match filtering {
+            Some(worker) => worker.clone3(&mut args, &child),
+            None => {
+                let _blocked = BlockAll::new();
+                // SAFETY: `stack` outlives the child's use of it and `child`
+                // (with every pointer in it: `argv`, `envp`, the spec's
+                // strings, the lifted descriptors) outlives the call, which
+                // returns only once the child exec'ed or exited
+                // (CLONE_VFORK). `child_main` never returns and is written
+                // for exactly this child.
+                unsafe { clone3(&mut args, child_main, &raw const child) }
+            }
         };
         // The child exec'ed or exited (CLONE_VFORK): nothing uses the stack.
         stack.give_back();

@@ -793,7 +793,7 @@ fn a_failing_confinement_step_reports_its_stage_and_nothing_runs() {
     let c = Child::new("/bin/sh", &[b"sh", b"-c", script.as_bytes()]);
     let null = dev_null();
     let not_a_ruleset = dev_null();
-    let empty: [seccompiler::sock_filter; 0] = [];
+    static EMPTY: [seccompiler::sock_filter; 0] = [];
     let cases = [
         (
             super::ChildConfine {
@@ -806,7 +806,7 @@ fn a_failing_confinement_step_reports_its_stage_and_nothing_runs() {
         (
             super::ChildConfine {
                 ruleset: None,
-                seccomp: Some(&empty),
+                seccomp: Some(&EMPTY),
             },
             Stage::Seccomp,
             Errno::INVAL,
@@ -855,4 +855,53 @@ fn a_confined_child_has_no_new_privs_and_the_parent_is_untouched() {
     }
     let (plain, _) = c.output(None).unwrap();
     assert!(String::from_utf8_lossy(&plain).contains("NoNewPrivs:\t0"));
+}
+
+/// A confinement's seccomp program reaches the child (filter mode, one
+/// filter) through the spawner thread that carries it, and no other
+/// thread of this process is filtered.
+#[test]
+fn the_seccomp_filter_reaches_the_child_and_only_the_spawner_thread_carries_it() {
+    if !host_ok() {
+        return;
+    }
+    let program = crate::confine::build::network_program().unwrap();
+    let c = Child::new("/bin/grep", &[b"grep", b"^Seccomp", b"/proc/self/status"]);
+    let null = dev_null();
+    for _ in 0..2 {
+        let (r, w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+        let mut spec = c.spec(&null, &w, &null, None);
+        spec.confine = Some(super::ChildConfine {
+            ruleset: None,
+            seccomp: Some(program),
+        });
+        let spawned = spawn(&spec).unwrap();
+        drop(w);
+        let mut out = String::new();
+        File::from(r).read_to_string(&mut out).unwrap();
+        assert_eq!(wait(&spawned), Ok(0));
+        assert!(out.contains("Seccomp:\t2"), "{out}");
+        assert!(out.contains("Seccomp_filters:\t1"), "{out}");
+    }
+    let mut spawners = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap().path();
+        let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
+            continue; // a test thread that ended meanwhile
+        };
+        let Ok(status) = std::fs::read_to_string(task.join("status")) else {
+            continue;
+        };
+        if comm.trim_end() == "confined-spawn" {
+            // A spawner thread of another test whose program the kernel
+            // refused ends right after setting no_new_privs: not counted.
+            if status.contains("Seccomp:\t2") {
+                spawners += 1;
+                assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+            }
+        } else {
+            assert!(status.contains("Seccomp:\t0"), "{comm}: {status}");
+        }
+    }
+    assert_eq!(spawners, 1, "one spawner thread for one program");
 }
