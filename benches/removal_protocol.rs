@@ -404,6 +404,211 @@ fn overwrite_2t(tree: &OwnedFd, qs: &[OwnedFd; 2], files: &[Vec<u64>], dirs: &[u
     });
 }
 
+/// The five calls of `overwrite` for files `fs` of one directory, through
+/// quarantine slot `slot`; descriptors closed 16 at a time.
+fn overwrite_run(
+    dfd: BorrowedFd<'_>,
+    q: BorrowedFd<'_>,
+    slot: &std::ffi::CStr,
+    fs: std::ops::Range<usize>,
+    inos: &[u64],
+    fds: &mut Vec<OwnedFd>,
+) {
+    let mut prev: Option<OwnedFd> = None;
+    for f in fs {
+        rustix::fs::renameat_with(dfd, name('f', f).as_c_str(), q, slot, RenameFlags::empty())
+            .unwrap();
+        if let Some(p) = prev.take() {
+            let s = rustix::fs::statx(&p, c"", AtFlags::EMPTY_PATH, StatxFlags::NLINK).unwrap();
+            assert_eq!(s.stx_nlink, 0);
+            if fds.len() >= 16 {
+                fds.clear();
+            }
+            fds.push(p);
+        }
+        let fd = rustix::fs::openat(
+            q,
+            slot,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let s = rustix::fs::statx(
+            &fd,
+            c"",
+            AtFlags::EMPTY_PATH,
+            StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+        )
+        .unwrap();
+        assert_eq!(s.stx_ino, inos[f]);
+        prev = Some(fd);
+    }
+    rustix::fs::unlinkat(q, slot, AtFlags::empty()).unwrap();
+    let s = rustix::fs::statx(
+        prev.as_ref().unwrap(),
+        c"",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::NLINK,
+    )
+    .unwrap();
+    assert_eq!(s.stx_nlink, 0);
+}
+
+/// The directories, deepest first, after all their files are gone.
+fn remove_dirs(tree: &OwnedFd, q: &OwnedFd, dirs: &[u64]) {
+    for d in 0..DIRS {
+        sync_one(
+            tree.as_fd(),
+            &name('d', d),
+            q.as_fd(),
+            &name('q', d),
+            dirs[d],
+            true,
+        );
+    }
+}
+
+/// The cleaners' split before whole directories were shared out: each
+/// directory's files halved, the second half handed to a helper thread and
+/// waited for, then the directory removed.
+fn overwrite_split(tree: &OwnedFd, qs: &[OwnedFd; 2], files: &[Vec<u64>], dirs: &[u64]) {
+    let (jobs, inbox) = std::sync::mpsc::channel::<(OwnedFd, usize)>();
+    let (reply, done) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        let q1 = &qs[1];
+        sc.spawn(move || {
+            let mut fds = Vec::with_capacity(16);
+            for (dfd, d) in inbox {
+                overwrite_run(
+                    dfd.as_fd(),
+                    q1.as_fd(),
+                    c"slot",
+                    FILES / 2..FILES,
+                    &files[d],
+                    &mut fds,
+                );
+                reply.send(()).unwrap();
+            }
+        });
+        let mut fds = Vec::with_capacity(16);
+        for d in 0..DIRS {
+            let dfd = open_dir(tree.as_fd(), &name('d', d));
+            jobs.send((rustix::io::fcntl_dupfd_cloexec(&dfd, 0).unwrap(), d))
+                .unwrap();
+            overwrite_run(
+                dfd.as_fd(),
+                qs[0].as_fd(),
+                c"slot",
+                0..FILES / 2,
+                &files[d],
+                &mut fds,
+            );
+            done.recv().unwrap();
+            drop(dfd);
+            sync_one(
+                tree.as_fd(),
+                &name('d', d),
+                qs[0].as_fd(),
+                &name('q', d),
+                dirs[d],
+                true,
+            );
+        }
+        drop(jobs);
+    });
+}
+
+/// Whole directories claimed one at a time by two threads (an atomic
+/// counter), each through its own quarantine; one barrier, then the
+/// directories.
+fn overwrite_claim(tree: &OwnedFd, qs: &[OwnedFd; 2], files: &[Vec<u64>], dirs: &[u64]) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        let work = |q: &OwnedFd| {
+            let mut fds = Vec::with_capacity(16);
+            loop {
+                let d = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if d >= DIRS {
+                    break;
+                }
+                let dfd = open_dir(tree.as_fd(), &name('d', d));
+                overwrite_run(
+                    dfd.as_fd(),
+                    q.as_fd(),
+                    c"slot",
+                    0..FILES,
+                    &files[d],
+                    &mut fds,
+                );
+            }
+        };
+        let q1 = &qs[1];
+        sc.spawn(move || work(q1));
+        work(&qs[0]);
+    });
+    remove_dirs(tree, &qs[0], dirs);
+}
+
+/// Two threads in a pipeline: the first moves every file into a fresh
+/// quarantine name (the renames are serialised by the filesystem's rename
+/// lock anyway), the second identifies, unlinks, proves and closes; a
+/// directory's batch is handed over whole, into alternating quarantines so
+/// the two never lock the same one.
+fn pipeline(tree: &OwnedFd, qs: &[OwnedFd; 2], files: &[Vec<u64>], dirs: &[u64]) {
+    let (jobs, inbox) = std::sync::mpsc::sync_channel::<(usize, usize)>(0);
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            let mut fds: Vec<OwnedFd> = Vec::with_capacity(16);
+            for (d, which) in inbox {
+                let q = qs[which].as_fd();
+                for f in 0..FILES {
+                    let qn = name('q', f);
+                    let fd = rustix::fs::openat(
+                        q,
+                        &qn,
+                        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .unwrap();
+                    let s = rustix::fs::statx(
+                        &fd,
+                        c"",
+                        AtFlags::EMPTY_PATH,
+                        StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+                    )
+                    .unwrap();
+                    assert_eq!(s.stx_ino, files[d][f]);
+                    rustix::fs::unlinkat(q, &qn, AtFlags::empty()).unwrap();
+                    let s = rustix::fs::statx(&fd, c"", AtFlags::EMPTY_PATH, StatxFlags::NLINK)
+                        .unwrap();
+                    assert_eq!(s.stx_nlink, 0);
+                    if fds.len() >= 16 {
+                        fds.clear();
+                    }
+                    fds.push(fd);
+                }
+            }
+        });
+        for d in 0..DIRS {
+            let dfd = open_dir(tree.as_fd(), &name('d', d));
+            let q = qs[d % 2].as_fd();
+            for f in 0..FILES {
+                rustix::fs::renameat_with(
+                    &dfd,
+                    name('f', f).as_c_str(),
+                    q,
+                    name('q', f).as_c_str(),
+                    RenameFlags::NOREPLACE,
+                )
+                .unwrap();
+            }
+            jobs.send((d, d % 2)).unwrap();
+        }
+        drop(jobs);
+    });
+    remove_dirs(tree, &qs[0], dirs);
+}
+
 /// The six calls, the descriptors of a directory's entries closed together
 /// at its end.
 fn held(tree: &OwnedFd, q: &OwnedFd, files: &[Vec<u64>], dirs: &[u64]) {
@@ -701,7 +906,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-const VARIANTS: [(&str, &str); 12] = [
+const VARIANTS: [(&str, &str); 15] = [
     ("plain", "plain unlinkat (rm -rf's calls)"),
     ("unproven", "moved and checked, unproven (3 calls)"),
     ("protocol", "protocol, 6 calls per entry"),
@@ -720,6 +925,15 @@ const VARIANTS: [(&str, &str); 12] = [
         "protocol, 5 calls, closes held, two threads",
     ),
     ("one_name", "protocol, one quarantine name reused"),
+    (
+        "overwrite_split",
+        "protocol, 5 calls, each dir halved over 2 threads",
+    ),
+    (
+        "overwrite_claim",
+        "protocol, 5 calls, whole dirs claimed by 2 threads",
+    ),
+    ("pipeline", "protocol, 6 calls, mover + destroyer pipeline"),
 ];
 
 fn main() {
@@ -796,6 +1010,9 @@ fn main() {
                 "protocol_2t" => protocol_2t(&tree, &qs, &files, &dirs),
                 "plain_2t" => plain_2t(&tree),
                 "one_name" => one_name(&tree, &qs[0], &files, &dirs),
+                "overwrite_split" => overwrite_split(&tree, &qs, &files, &dirs),
+                "overwrite_claim" => overwrite_claim(&tree, &qs, &files, &dirs),
+                "pipeline" => pipeline(&tree, &qs, &files, &dirs),
                 other => unreachable!("{other}"),
             }
             times[which].push(t.elapsed());

@@ -115,6 +115,14 @@ fn std_round(at: &Path) -> Took {
     }
 }
 
+/// `/proc/loadavg`'s three averages: wall ratios mean little on a busy
+/// machine, so the table says how busy it was.
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Medians of the wall and of the CPU times.
 fn median(v: &[Took]) -> Took {
     let mid = |mut d: Vec<Duration>| {
@@ -151,6 +159,7 @@ fn main() {
             std_round(&tmp.path().join("plain"));
         }
         "compare" => {
+            let load_before = loadavg();
             let rounds: usize = std::env::var("WORKSPACE_BENCH_ROUNDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -165,7 +174,12 @@ fn main() {
             let (c, r, s) = (median(&c), median(&r), median(&s));
             let n = (DIRS * FILES_PER_DIR + DIRS + 1) as f64;
             println!(
-                "workspace cleanup: {DIRS} dirs x {FILES_PER_DIR} files, {rounds} rounds, median"
+                "workspace cleanup: {DIRS} dirs x {FILES_PER_DIR} files in {}, {rounds} rounds, median",
+                base().display()
+            );
+            println!(
+                "load average (1/5/15 min) before: {load_before}, after: {}",
+                loadavg()
             );
             println!(
                 "{:<32} {:>10} {:>12} {:>10} {:>8} {:>10}",

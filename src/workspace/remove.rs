@@ -1,50 +1,70 @@
 //! The filesystem half of cleanup: verify the job tree against the
-//! inventory, then remove it deepest first (`cfg(unix)`).
+//! inventory, then remove it, files first, then directories deepest first
+//! (`cfg(unix)`).
 //!
 //! # Theory of operation
 //!
-//! Both passes walk only registered directories, one descriptor at a time:
+//! Every pass walks only registered directories, one descriptor at a time:
 //! a child is opened `O_NOFOLLOW | O_DIRECTORY` relative to its parent's
 //! descriptor and its identity checked; the walk climbs back with
 //! `openat(dir, "..")` and checks that the parent it lands in is the
-//! registered parent (fts(3)'s trick), so a tree of any depth needs two open
-//! descriptors, never one per level.
+//! registered parent (fts(3)'s trick), so a tree of any depth needs two
+//! descriptors for the walk, never one per level.
 //!
 //! 1. **Verify.** Every name in every registered directory must be a
 //!    registered artifact of the recorded kind and identity on the
 //!    workspace's device and mount. The first symlink, special file, mount,
 //!    device change, replacement or unregistered name stops the cleanup
 //!    before anything is removed.
-//! 2. **Remove.** Post-order: in each directory, its registered files, then
-//!    its registered subdirectories (each emptied first), then the directory
-//!    itself from its parent — each through `crate::fs::Quarantine`: moved
-//!    out of the tree into `<internal>/quarantine/<id>/`, identified there by
-//!    descriptor, destroyed only if it is the registered inode (else put
-//!    back), and proven gone by the held descriptor. Any mismatch stops the
-//!    walk where it is with `tampered` (the tree changed after it was
-//!    verified), and nothing is ever retried under another name.
+//! 2. **Remove the files.** Every registered file, each through
+//!    `crate::fs::Quarantine`: moved out of the tree into
+//!    `<internal>/quarantine/<id>/`, identified there by descriptor,
+//!    destroyed only if it is the registered inode (else put back), and
+//!    proven gone by the held descriptor.
+//! 3. **Remove the directories**, once no file is left: post-order, each
+//!    directory (now empty) through the same protocol, from its verified
+//!    parent.
 //!
-//! # Two threads
+//! Any mismatch stops the cleanup where it is with `tampered` (the tree
+//! changed after it was verified); nothing is ever retried under another
+//! name, and after a failure among the files no directory is removed.
 //!
-//! The removal pass splits the registered files of a directory holding at
-//! least `SPLIT_MIN` of them: the walk's thread removes the first half
-//! through its quarantine, a second thread the second half through its own
-//! (`<internal>/quarantine/<id>/1`), on its own descriptor of the directory
-//! (`dup`); the directory itself is removed only once both halves are
-//! done. The protocol runs per entry in either thread, unchanged. The report
-//! stays exact and deterministic: counts are of proven destructions only,
-//! and a failure in the first half is reported before one in the second,
-//! as the sequential order would have met them. A failure in the first half
-//! stops the second at its next entry; one in the second half does not stop
-//! the first (the sequential walk would have removed all of it first). Two
-//! threads because the machine the goal is measured on has two cores and
-//! the protocol costs about two and a half times `rm -rf`'s CPU per entry
-//! (`docs/performance.md`); the split costs one hand-off per directory.
+//! # Two threads, whole directories
+//!
+//! Passes 1 and 2 share their work between the walk's thread and one helper
+//! thread by directory. The walk opens and checks each registered directory
+//! as above and queues a job: a duplicate of the directory's descriptor and
+//! either its listing (verify: the `statx` of each name and its verdict) or
+//! its registered files (remove), in runs of at most `RUN` entries. Whichever
+//! thread is free takes the oldest job; the walk's thread joins in once the
+//! walk is done, or whenever `QUEUE_MAX` jobs wait (which bounds the
+//! descriptors held). Each thread removes through its own quarantine
+//! (`<internal>/quarantine/<id>/1` for the helper) and, but for a directory
+//! split into several runs, in its own directories, so the two threads share
+//! no directory lock; the one lock they do share is the filesystem's rename
+//! lock, which every cross-directory rename takes, so their moves are
+//! serialised whatever the split (`docs/performance.md`, "Workspace
+//! cleanup"). Sharing whole directories costs one hand-off per pass instead
+//! of one per directory, and keeps both threads busy however the scheduler
+//! treats either.
+//!
+//! The protocol runs per entry in either thread, unchanged, and the report
+//! stays exact and deterministic: every job carries its place in the walk's
+//! order, the verdicts are merged in that order, and the failure reported is
+//! the first in that order, the one a single-threaded walk would meet first.
+//! A failure in a job stops the jobs after it at their next entry (never
+//! those before it) and the walk queues nothing more. Counts are of proven
+//! destructions only, so after a failure they may include files of later
+//! jobs that were removed before the stop reached them. Every job of a pass
+//! is finished before the next pass starts: everything that fails in the
+//! verify pass removes nothing.
 
+use std::collections::VecDeque;
 use std::ffi::CStr;
+use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
@@ -67,27 +87,27 @@ pub(crate) struct Fail {
     pub suspect: String,
 }
 
-struct Ctx<'a> {
-    jobs: BorrowedFd<'a>,
-    job_name: &'a CStr,
+/// Entries of one directory a job takes at most: a directory holding more
+/// is shared out in runs of this many.
+const RUN: usize = 256;
+
+/// Jobs that may wait in the queue (each holds a descriptor): when more
+/// would, the walk's thread takes one itself.
+const QUEUE_MAX: usize = 8;
+
+/// Below this many registered entries the passes run on the walk's thread
+/// alone: a second thread costs more to start than it saves.
+const HELP_MIN: usize = 64;
+
+/// What every thread of a pass reads.
+#[derive(Clone, Copy)]
+struct Rules<'a> {
     inv: &'a Inventory,
-    tree: Tree,
+    tree: &'a Tree,
     anchor: Anchor,
-    name_buf: Vec<u8>,
 }
 
-impl Ctx<'_> {
-    /// `inv.name(i)` as a C string, in a reused buffer.
-    fn cname(&mut self, i: u32) -> &CStr {
-        if i == JOB_ROOT {
-            return self.job_name;
-        }
-        self.name_buf.clear();
-        self.name_buf.extend_from_slice(self.inv.name(i));
-        self.name_buf.push(0);
-        CStr::from_bytes_with_nul(&self.name_buf).expect("validated names hold no NUL")
-    }
-
+impl Rules<'_> {
     fn fail_at(&self, code: CleanupCode, i: u32) -> Fail {
         Fail {
             code,
@@ -104,6 +124,11 @@ impl Ctx<'_> {
         Fail { code, suspect: p }
     }
 
+    fn io_fail(&self, i: u32, e: &Errno) -> Fail {
+        tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
+        self.fail_at(CleanupCode::IoError, i)
+    }
+
     /// Checks a fresh observation of registered entry `i`.
     fn check(&self, i: u32, obs: &Observed) -> Result<(), Fail> {
         let e = self.inv.entry(i);
@@ -111,6 +136,26 @@ impl Ctx<'_> {
             .admit(obs)
             .and_then(|()| e.identity.check(e.kind.file_kind(), obs))
             .map_err(|m| self.fail_at(code_of(m), i))
+    }
+}
+
+struct Ctx<'a> {
+    jobs: BorrowedFd<'a>,
+    job_name: &'a CStr,
+    rules: Rules<'a>,
+    name_buf: Vec<u8>,
+}
+
+impl Ctx<'_> {
+    /// `inv.name(i)` as a C string, in a reused buffer.
+    fn cname(&mut self, i: u32) -> &CStr {
+        if i == JOB_ROOT {
+            return self.job_name;
+        }
+        self.name_buf.clear();
+        self.name_buf.extend_from_slice(self.rules.inv.name(i));
+        self.name_buf.push(0);
+        CStr::from_bytes_with_nul(&self.name_buf).expect("validated names hold no NUL")
     }
 }
 
@@ -124,11 +169,6 @@ fn code_of(m: Mismatch) -> CleanupCode {
     }
 }
 
-fn io_fail(ctx: &Ctx<'_>, i: u32, e: &Errno) -> Fail {
-    tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
-    ctx.fail_at(CleanupCode::IoError, i)
-}
-
 enum Opened {
     Dir(OwnedFd),
     Vanished,
@@ -136,6 +176,7 @@ enum Opened {
 
 /// Opens registered directory `i` in `parent` without following, and checks it.
 fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<Opened, Fail> {
+    let rules = ctx.rules;
     let fd = match fs::open_dir_at(parent, ctx.cname(i)) {
         Ok(fd) => fd,
         // Already gone: nothing of ours left to remove there.
@@ -143,7 +184,7 @@ fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<
             return Ok(Opened::Vanished);
         }
         Err(e) if e == Errno::LOOP => {
-            return Err(ctx.fail_at(CleanupCode::SymlinkInJob, i));
+            return Err(rules.fail_at(CleanupCode::SymlinkInJob, i));
         }
         Err(e) if e == Errno::NOTDIR => {
             // Something else now has the name; say what.
@@ -152,49 +193,78 @@ fn open_registered(ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<
                 Ok(FileKind::Special) => CleanupCode::SpecialFileInJob,
                 _ => CleanupCode::IdentityReplaced,
             };
-            return Err(ctx.fail_at(code, i));
+            return Err(rules.fail_at(code, i));
         }
-        Err(e) => return Err(io_fail(ctx, i, &e)),
+        Err(e) => return Err(rules.io_fail(i, &e)),
     };
-    let obs = fs::observe_fd(fd.as_fd()).map_err(|e| io_fail(ctx, i, &e))?;
-    ctx.check(i, &obs)?;
+    let obs = fs::observe_fd(fd.as_fd()).map_err(|e| rules.io_fail(i, &e))?;
+    rules.check(i, &obs)?;
     Ok(Opened::Dir(fd))
 }
 
 trait Visit {
-    /// `dir` has been opened as `fd` and verified.
-    fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail>;
+    /// `dir` has been opened as `fd` and verified; `parent` is its verified
+    /// parent (`None` for the job directory).
+    fn enter(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        parent: Option<&Arc<OwnedFd>>,
+        fd: &Arc<OwnedFd>,
+        dir: u32,
+    ) -> Result<(), Fail>;
     /// Everything below `dir` is done; `parent` is its verified parent.
     fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail>;
     /// Whether to walk into registered directory `dir`.
     fn descend(&self, dir: u32) -> bool;
     /// Registered `dir` was gone when the walk reached it.
     fn vanished(&mut self, dir: u32);
+    /// Whether the walk leaves a directory it does not descend from by
+    /// returning to the parent's descriptor it still holds, rather than
+    /// climbing through `..` and checking where it landed. Only for a
+    /// visitor whose jobs may remove such a directory while the walk is
+    /// still in it, and which re-identify it then themselves.
+    fn keeps_parent(&self) -> bool {
+        false
+    }
 }
 
 /// Walks the registered directories depth first, pre- and post-order.
+///
+/// The walk holds the descriptors of the directory it is in and, while
+/// entering, of its parent; a visitor may keep either (shared) for a job.
 fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
     let jobs = ctx.jobs;
     let mut cur = match open_registered(ctx, jobs, JOB_ROOT)? {
-        Opened::Dir(fd) => fd,
+        Opened::Dir(fd) => Arc::new(fd),
         Opened::Vanished => return Ok(false),
     };
-    v.enter(ctx, cur.as_fd(), JOB_ROOT)?;
+    v.enter(ctx, None, &cur, JOB_ROOT)?;
     // (directory, position of the next child to consider); no descriptors.
     let mut stack: Vec<(u32, usize)> = vec![(JOB_ROOT, 0)];
     while let Some(&(dir, pos)) = stack.last() {
-        let kids = ctx.tree.children(ctx.inv, dir);
+        let (inv, tree) = (ctx.rules.inv, ctx.rules.tree);
+        let kids = tree.children(inv, dir);
         let next = kids[pos..]
             .iter()
-            .position(|&c| ctx.inv.entry(c).kind == ArtifactKind::Dir && v.descend(c));
+            .position(|&c| inv.entry(c).kind == ArtifactKind::Dir && v.descend(c));
         if let Some(off) = next {
             let child = kids[pos + off];
             stack.last_mut().expect("non-empty").1 = pos + off + 1;
             match open_registered(ctx, cur.as_fd(), child)? {
                 Opened::Dir(fd) => {
-                    cur = fd;
-                    v.enter(ctx, cur.as_fd(), child)?;
-                    stack.push((child, 0));
+                    let leaf = v.keeps_parent()
+                        && !tree
+                            .children(inv, child)
+                            .iter()
+                            .any(|&c| inv.entry(c).kind == ArtifactKind::Dir && v.descend(c));
+                    let parent = std::mem::replace(&mut cur, Arc::new(fd));
+                    v.enter(ctx, Some(&parent), &cur, child)?;
+                    if leaf {
+                        cur = parent;
+                        v.leave(ctx, cur.as_fd(), child)?;
+                    } else {
+                        stack.push((child, 0));
+                    }
                 }
                 Opened::Vanished => v.vanished(child),
             }
@@ -206,11 +276,13 @@ fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
             Some(&(parent, _)) => {
                 // Climb back through "..": it must be the registered parent,
                 // or `dir` was moved while we were inside it.
-                let up = fs::open_parent(cur.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
-                let obs = fs::observe_fd(up.as_fd()).map_err(|e| io_fail(ctx, dir, &e))?;
-                ctx.check(parent, &obs)
-                    .map_err(|_| ctx.fail_at(CleanupCode::IdentityReplaced, dir))?;
-                cur = up;
+                let rules = ctx.rules;
+                let up = fs::open_parent(cur.as_fd()).map_err(|e| rules.io_fail(dir, &e))?;
+                let obs = fs::observe_fd(up.as_fd()).map_err(|e| rules.io_fail(dir, &e))?;
+                rules
+                    .check(parent, &obs)
+                    .map_err(|_| rules.fail_at(CleanupCode::IdentityReplaced, dir))?;
+                cur = Arc::new(up);
                 v.leave(ctx, cur.as_fd(), dir)?;
             }
         }
@@ -218,91 +290,236 @@ fn walk(ctx: &mut Ctx<'_>, v: &mut impl Visit) -> Result<bool, Fail> {
     Ok(true)
 }
 
-/// Pass 1: every name present must be registered and unchanged.
-struct Verify {
-    seen: Vec<bool>,
-    buf: Vec<std::mem::MaybeUninit<u8>>,
-    names: Vec<fs::Entry>,
-    /// The second thread's `statx` of the second half of a long listing.
-    helper: Option<Looker>,
-}
+/// The earliest job, in the walk's order, that failed so far.
+struct Stop(AtomicU64);
 
-/// A directory listing is looked at (`statx`) by two threads from this
-/// many names on.
-const LOOK_SPLIT_MIN: usize = 16;
+impl Stop {
+    fn new() -> Self {
+        Stop(AtomicU64::new(u64::MAX))
+    }
 
-/// The verify pass's second thread: `statx` of the second half of a long
-/// listing, on its own descriptor; the verdicts stay with the walk.
-struct Looker {
-    jobs: mpsc::Sender<(OwnedFd, Vec<std::ffi::CString>)>,
-    done: mpsc::Receiver<Vec<Result<Observed, Errno>>>,
-}
+    fn fail(&self, seq: u64) {
+        self.0.fetch_min(seq, Ordering::Relaxed);
+    }
 
-fn observe_all<'a>(
-    dir: BorrowedFd<'_>,
-    names: impl Iterator<Item = &'a CStr>,
-) -> Vec<Result<Observed, Errno>> {
-    names.map(|n| fs::observe_at(dir, n)).collect()
-}
+    /// Whether a job before `seq` failed: job `seq` then stops.
+    fn before(&self, seq: u64) -> bool {
+        self.0.load(Ordering::Relaxed) < seq
+    }
 
-impl Verify {
-    /// `statx` of every listed name, the second half by the second thread
-    /// when the listing is long.
-    fn observe(&self, fd: BorrowedFd<'_>) -> Vec<Result<Observed, Errno>> {
-        let n = self.names.len();
-        let all = || observe_all(fd, self.names.iter().map(|e| e.name.as_c_str()));
-        let Some(h) = self.helper.as_ref().filter(|_| n >= LOOK_SPLIT_MIN) else {
-            return all();
-        };
-        let Ok(dup) = fs::dup(fd) else {
-            return all();
-        };
-        let mid = n / 2;
-        let second: Vec<_> = self.names[mid..].iter().map(|e| e.name.clone()).collect();
-        if h.jobs.send((dup, second)).is_err() {
-            return all();
-        }
-        let mut obs = observe_all(fd, self.names[..mid].iter().map(|e| e.name.as_c_str()));
-        match h.done.recv() {
-            Ok(rest) => obs.extend(rest),
-            Err(_) => obs.extend(observe_all(
-                fd,
-                self.names[mid..].iter().map(|e| e.name.as_c_str()),
-            )),
-        }
-        obs
+    fn any(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != u64::MAX
     }
 }
 
-impl Visit for Verify {
-    fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        // `fd` was just opened by the walk: its offset is at the start.
-        if let Err(e) = fs::list(fd, &mut self.buf, &mut self.names) {
-            return Err(io_fail(ctx, dir, &e));
+/// The jobs of one pass, queued by the walk, taken oldest first by the walk's
+/// thread and the helper thread.
+struct Lanes<J> {
+    state: Mutex<(VecDeque<J>, bool)>,
+    ready: Condvar,
+}
+
+impl<J> Lanes<J> {
+    fn new() -> Self {
+        Lanes {
+            state: Mutex::new((VecDeque::new(), false)),
+            ready: Condvar::new(),
         }
-        let observed = self.observe(fd);
-        for (entry, obs) in self.names.iter().zip(observed) {
-            let name = entry.name.as_c_str();
-            let found = ctx.tree.child(ctx.inv, dir, name.to_bytes());
-            let obs = match obs {
-                Ok(o) => o,
-                // Vanished between listing and looking: nothing to judge.
-                Err(e) if e == Errno::NOENT => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "workspace cleanup: statx failed");
-                    return Err(ctx.fail_name(CleanupCode::IoError, dir, name));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (VecDeque<J>, bool)> {
+        // Plain data: a panic elsewhere leaves nothing half-done here.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `job`; returns how many jobs wait.
+    fn push(&self, job: J) -> usize {
+        let n = {
+            let mut s = self.lock();
+            s.0.push_back(job);
+            s.0.len()
+        };
+        self.ready.notify_one();
+        n
+    }
+
+    /// The oldest waiting job, if any.
+    fn try_take(&self) -> Option<J> {
+        self.lock().0.pop_front()
+    }
+
+    /// The oldest job, waiting for one; `None` once closed and empty.
+    fn take(&self) -> Option<J> {
+        let mut s = self.lock();
+        loop {
+            if let Some(j) = s.0.pop_front() {
+                return Some(j);
+            }
+            if s.1 {
+                return None;
+            }
+            s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// No more jobs will come.
+    fn close(&self) {
+        self.lock().1 = true;
+        self.ready.notify_all();
+    }
+}
+
+/// Runs one pass: `walk_pass` queues jobs into the lanes (and may do some
+/// itself), `work` does one job; a helper thread (when `help`) takes jobs
+/// until the walk is done and the queue empty. Returns the walk's result and
+/// every job's output (the helper's last), or `None` for the helper's if it
+/// died.
+fn shared_pass<J: Send, O: Send, R>(
+    lanes: &Lanes<J>,
+    help: Option<impl FnMut(&J) -> O + Send>,
+    walk_pass: impl FnOnce() -> R,
+) -> (R, Option<Vec<O>>) {
+    std::thread::scope(|sc| {
+        let helper = help.and_then(|mut work| {
+            std::thread::Builder::new()
+                .name("custodian-cleanup".into())
+                .spawn_scoped(sc, move || {
+                    let mut out = Vec::new();
+                    while let Some(j) = lanes.take() {
+                        out.push(work(&j));
+                    }
+                    out
+                })
+                .ok()
+        });
+        let r = walk_pass();
+        lanes.close();
+        let theirs = match helper {
+            Some(h) => h.join().ok(),
+            None => Some(Vec::new()),
+        };
+        (r, theirs)
+    })
+}
+
+/// One run of a directory's listing for the verify pass.
+struct Look {
+    seq: u64,
+    dir: u32,
+    fd: Arc<OwnedFd>,
+    names: Arc<Vec<fs::Entry>>,
+    run: Range<usize>,
+}
+
+/// What looking at one run found.
+struct Looked {
+    seq: u64,
+    /// Registered entries seen and matching.
+    seen: Vec<u32>,
+    /// The first mismatch, by position in the listing.
+    fail: Option<(usize, Fail)>,
+}
+
+/// `statx` of every name in the run and its verdict, in listing order, up to
+/// the first mismatch.
+fn look(rules: Rules<'_>, job: &Look, stop: &Stop) -> Looked {
+    let mut out = Looked {
+        seq: job.seq,
+        seen: Vec::with_capacity(job.run.len()),
+        fail: None,
+    };
+    let kids = rules.tree.children(rules.inv, job.dir);
+    for pos in job.run.clone() {
+        if stop.before(job.seq) {
+            break;
+        }
+        let name = job.names[pos].name.as_c_str();
+        let obs = match fs::observe_at(job.fd.as_fd(), name) {
+            Ok(o) => o,
+            // Vanished between listing and looking: nothing to judge.
+            Err(e) if e == Errno::NOENT => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "workspace cleanup: statx failed");
+                out.fail = Some((pos, rules.fail_name(CleanupCode::IoError, job.dir, name)));
+                break;
+            }
+        };
+        let registered = kids
+            .binary_search_by(|&i| rules.inv.name(i).cmp(name.to_bytes()))
+            .map(|k| kids[k]);
+        let verdict = match registered.ok() {
+            Some(c) => rules.check(c, &obs).map(|()| c),
+            None => Err(match rules.anchor.admit(&obs) {
+                Err(m) => rules.fail_name(code_of(m), job.dir, name),
+                Ok(()) => rules.fail_name(CleanupCode::UnregisteredEntry, job.dir, name),
+            }),
+        };
+        match verdict {
+            Ok(c) => out.seen.push(c),
+            Err(f) => {
+                out.fail = Some((pos, f));
+                break;
+            }
+        }
+    }
+    if out.fail.is_some() {
+        stop.fail(job.seq);
+    }
+    out
+}
+
+/// Pass 1: every name present must be registered and unchanged.
+struct Verify<'l> {
+    lanes: &'l Lanes<Look>,
+    stop: &'l Stop,
+    /// The next job's place in the walk's order.
+    seq: u64,
+    /// Registered directories whose names their parent's listing showed.
+    listed: Vec<bool>,
+    vanished: Vec<u32>,
+    buf: Vec<std::mem::MaybeUninit<u8>>,
+    /// What the walk's thread looked at itself.
+    done: Vec<Looked>,
+}
+
+impl Visit for Verify<'_> {
+    fn enter(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        _: Option<&Arc<OwnedFd>>,
+        fd: &Arc<OwnedFd>,
+        dir: u32,
+    ) -> Result<(), Fail> {
+        let rules = ctx.rules;
+        let mut names = Vec::new();
+        // `fd` was just opened by the walk: its offset is at the start.
+        fs::list(fd.as_fd(), &mut self.buf, &mut names).map_err(|e| rules.io_fail(dir, &e))?;
+        for e in &names {
+            if matches!(e.kind, Some(FileKind::Dir) | None) {
+                if let Some(c) = rules.tree.child(rules.inv, dir, e.name.to_bytes()) {
+                    self.listed[c as usize] = rules.inv.entry(c).kind == ArtifactKind::Dir;
                 }
+            }
+        }
+        if names.is_empty() {
+            return Ok(());
+        }
+        let names = Arc::new(names);
+        let mut start = 0;
+        while start < names.len() {
+            let run = start..names.len().min(start + RUN);
+            start = run.end;
+            let job = Look {
+                seq: self.seq,
+                dir,
+                fd: fd.clone(),
+                names: names.clone(),
+                run,
             };
-            match found {
-                Some(c) => {
-                    ctx.check(c, &obs)?;
-                    self.seen[c as usize] = true;
-                }
-                None => {
-                    return Err(match ctx.anchor.admit(&obs) {
-                        Err(m) => ctx.fail_name(code_of(m), dir, name),
-                        Ok(()) => ctx.fail_name(CleanupCode::UnregisteredEntry, dir, name),
-                    });
+            self.seq += 1;
+            if self.lanes.push(job) > QUEUE_MAX {
+                if let Some(j) = self.lanes.try_take() {
+                    self.done.push(look(rules, &j, self.stop));
                 }
             }
         }
@@ -314,24 +531,97 @@ impl Visit for Verify {
     }
 
     fn descend(&self, dir: u32) -> bool {
-        self.seen[dir as usize]
+        self.listed[dir as usize] && !self.stop.any()
     }
 
     fn vanished(&mut self, dir: u32) {
-        self.seen[dir as usize] = false;
+        self.vanished.push(dir);
     }
 }
 
-/// A directory's registered files are split between two threads when it
-/// holds at least this many (fewer are not worth the hand-off).
-const SPLIT_MIN: usize = 4;
+/// Keeps the first failure in the walk's order: `(job, position + 1)`, or
+/// `(next job, 0)` for the walk's own.
+fn earliest(best: &mut Option<((u64, usize), Fail)>, key: (u64, usize), f: Fail) {
+    if best.as_ref().is_none_or(|(k, _)| key < *k) {
+        *best = Some((key, f));
+    }
+}
 
-/// What removing one run of files in one directory did.
+/// The verify pass. `Ok(None)`: the job directory is gone.
+fn verify(ctx: &mut Ctx<'_>, seen: &mut [bool], help: bool) -> Result<Option<()>, Fail> {
+    let rules = ctx.rules;
+    let lanes = Lanes::new();
+    let stop = Stop::new();
+    let mut v = Verify {
+        lanes: &lanes,
+        stop: &stop,
+        seq: 0,
+        listed: vec![false; rules.inv.len()],
+        vanished: Vec::new(),
+        buf: vec![std::mem::MaybeUninit::uninit(); 64 * 1024],
+        done: Vec::new(),
+    };
+    let helper = help.then_some(|j: &Look| look(rules, j, &stop));
+    let (walked, theirs) = shared_pass(&lanes, helper, || {
+        let r = walk(ctx, &mut v);
+        let r = r.map_err(|f| ((v.seq, 0), f));
+        // The walk is done: help with what is left.
+        lanes.close();
+        while let Some(j) = lanes.try_take() {
+            v.done.push(look(rules, &j, &stop));
+        }
+        r
+    });
+    let Some(theirs) = theirs else {
+        tracing::warn!("workspace cleanup: the verify pass's helper thread died");
+        return Err(rules.fail_at(CleanupCode::IoError, JOB_ROOT));
+    };
+    let mut first = None;
+    let present = match walked {
+        Ok(p) => p,
+        Err((key, f)) => {
+            earliest(&mut first, key, f);
+            true
+        }
+    };
+    for l in v.done.into_iter().chain(theirs) {
+        for c in l.seen {
+            seen[c as usize] = true;
+        }
+        if let Some((pos, f)) = l.fail {
+            earliest(&mut first, (l.seq, pos + 1), f);
+        }
+    }
+    if let Some((_, f)) = first {
+        return Err(f);
+    }
+    for d in v.vanished {
+        seen[d as usize] = false;
+    }
+    Ok(present.then_some(()))
+}
+
+/// One run of a directory's registered files for the removal pass.
+struct Sweep {
+    seq: u64,
+    fd: Arc<OwnedFd>,
+    files: Arc<Vec<u32>>,
+    run: Range<usize>,
+    /// A registered directory with no registered subdirectory, all of whose
+    /// files are in this run: removed from this parent once they are gone.
+    then: Option<(Arc<OwnedFd>, u32)>,
+}
+
+/// What removing one run of files (and maybe its directory) did.
 #[derive(Default)]
 struct Half {
+    seq: u64,
     files: u64,
     missing: u64,
-    /// The first failure, by position in the run.
+    /// The directory removed after the files.
+    dir: Option<u32>,
+    /// The first failure, by position in the run (the directory's is the
+    /// run's length).
     fail: Option<(usize, Fail)>,
 }
 
@@ -343,32 +633,25 @@ impl Half {
     }
 }
 
-/// Moves the registered files `files` (all named in `parent`) out through
-/// `q` and destroys each that is still its registered inode; stops at the
-/// first failure, or once `stop` is set.
+/// Moves the run's files out through `q` and destroys each that is still its
+/// registered inode; stops at the first failure, or once a job before this
+/// one failed.
 ///
 /// Each file is settled (destroyed and proven) by the next one's move or by
 /// the flush at the end, so a run ends with nothing pending.
-fn remove_files(
-    inv: &Inventory,
-    anchor: Anchor,
-    q: &mut fs::Quarantine,
-    parent: BorrowedFd<'_>,
-    files: &[u32],
-    stop: Option<&AtomicBool>,
-) -> Half {
-    let mut half = Half::default();
+fn remove_files(rules: Rules<'_>, q: &mut fs::Quarantine, job: &Sweep, stop: &Stop) -> Half {
+    let Rules { inv, anchor, .. } = rules;
+    let mut half = Half {
+        seq: job.seq,
+        ..Half::default()
+    };
+    let files = &job.files[job.run.clone()];
+    let parent = job.fd.as_fd();
     let mut name = Vec::with_capacity(256);
-    let fail_at = |code, i: u32| Fail {
-        code,
-        suspect: inv.relative_path(i),
-    };
-    let io = |e: Errno, i: u32| {
-        tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
-        fail_at(CleanupCode::IoError, i)
-    };
+    let fail_at = |code, i: u32| rules.fail_at(code, i);
+    let io = |e: Errno, i: u32| rules.io_fail(i, &e);
     for (pos, &i) in files.iter().enumerate() {
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        if stop.before(job.seq) {
             break;
         }
         name.clear();
@@ -404,7 +687,58 @@ fn remove_files(
     }
     q.flush();
     settle(q, files, &mut half, &fail_at, &io);
+    if let (None, Some((parent, dir))) = (&half.fail, &job.then) {
+        if !stop.before(job.seq) {
+            name.clear();
+            name.extend_from_slice(inv.name(*dir));
+            name.push(0);
+            let cname = CStr::from_bytes_with_nul(&name).expect("validated names hold no NUL");
+            match remove_dir(rules, q, parent.as_fd(), cname, *dir) {
+                Ok(Some(())) => half.dir = Some(*dir),
+                // We were inside it a moment ago, and now its name is gone
+                // from its verified parent: moved or removed under us.
+                Ok(None) => half.fail(files.len(), fail_at(CleanupCode::Tampered, *dir)),
+                Err(f) => half.fail(files.len(), f),
+            }
+        }
+    }
+    if half.fail.is_some() {
+        stop.fail(job.seq);
+    }
     half
+}
+
+/// Moves registered directory `i` (`name` in `parent`) out through the
+/// quarantine and destroys it if it is still the registered, empty inode.
+/// `Ok(None)`: nothing had its name.
+fn remove_dir(
+    rules: Rules<'_>,
+    q: &mut fs::Quarantine,
+    parent: BorrowedFd<'_>,
+    name: &CStr,
+    i: u32,
+) -> Result<Option<()>, Fail> {
+    let anchor = rules.anchor;
+    let identity = rules.inv.entry(i).identity;
+    let removal = q
+        .remove(parent, name, FileKind::Dir, |seen| {
+            let obs = seen.observed();
+            anchor
+                .admit(&obs)
+                .and_then(|()| identity.check(FileKind::Dir, &obs))
+        })
+        .map_err(|e| rules.io_fail(i, &e))?;
+    match removal {
+        Removal::Destroyed => Ok(Some(())),
+        Removal::Missing => Ok(None),
+        Removal::Pending | Removal::Restored(_) | Removal::Kept(..) | Removal::Tampered => {
+            Err(rules.fail_at(CleanupCode::Tampered, i))
+        }
+        // Something appeared in the directory after verification: keep it
+        // and stop.
+        Removal::NotEmpty(_) => Err(rules.fail_at(CleanupCode::DirectoryNotEmpty, i)),
+        Removal::Mount => Err(rules.fail_at(CleanupCode::MountBoundary, i)),
+    }
 }
 
 /// Counts the proven destructions and records a disproven one.
@@ -428,107 +762,124 @@ fn settle(
     }
 }
 
-/// The second thread of the removal pass: removes the second half of a
-/// directory's files through its own quarantine while the walk's thread
-/// removes the first half.
-struct Helper {
-    jobs: mpsc::Sender<(OwnedFd, Vec<u32>)>,
-    done: mpsc::Receiver<Half>,
-    /// Set when the first half fails: the second half (later in the
-    /// sequential order) stops too.
-    stop: Arc<AtomicBool>,
+/// Pass 2: queues every directory's registered files.
+struct Files<'l, 's> {
+    lanes: &'l Lanes<Sweep>,
+    stop: &'l Stop,
+    seen: &'s [bool],
+    seq: u64,
+    quarantine: &'l mut fs::Quarantine,
+    /// What the walk's thread removed itself.
+    done: Vec<Half>,
 }
 
-/// Pass 2: registered files, then directories deepest first, each through
-/// the quarantine protocol of [`fs::Quarantine`].
-struct Remove<'s> {
-    seen: &'s [bool],
+impl Visit for Files<'_, '_> {
+    fn enter(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        parent: Option<&Arc<OwnedFd>>,
+        fd: &Arc<OwnedFd>,
+        dir: u32,
+    ) -> Result<(), Fail> {
+        let rules = ctx.rules;
+        let kids = rules.tree.children(rules.inv, dir);
+        let registered = |c: u32, kind| rules.inv.entry(c).kind == kind && self.seen[c as usize];
+        let files: Vec<u32> = kids
+            .iter()
+            .copied()
+            .filter(|&c| registered(c, ArtifactKind::File))
+            .collect();
+        // A directory with nothing but files goes with its files' job; the
+        // job directory and the others after every file (pass 3).
+        let leaf = !kids.iter().any(|&c| registered(c, ArtifactKind::Dir));
+        let then = parent
+            .filter(|_| leaf && files.len() <= RUN)
+            .map(|p| (p.clone(), dir));
+        if files.is_empty() && then.is_none() {
+            return Ok(());
+        }
+        let files = Arc::new(files);
+        let mut start = 0;
+        loop {
+            let run = start..files.len().min(start + RUN);
+            start = run.end;
+            let job = Sweep {
+                seq: self.seq,
+                fd: fd.clone(),
+                files: files.clone(),
+                run,
+                then: if start >= files.len() {
+                    then.clone()
+                } else {
+                    None
+                },
+            };
+            self.seq += 1;
+            if self.lanes.push(job) > QUEUE_MAX {
+                if let Some(j) = self.lanes.try_take() {
+                    let half = remove_files(rules, self.quarantine, &j, self.stop);
+                    self.done.push(half);
+                }
+            }
+            if start >= files.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn leave(&mut self, _: &mut Ctx<'_>, _: BorrowedFd<'_>, _: u32) -> Result<(), Fail> {
+        Ok(())
+    }
+
+    fn descend(&self, dir: u32) -> bool {
+        self.seen[dir as usize] && !self.stop.any()
+    }
+
+    fn vanished(&mut self, _: u32) {
+        // Counted by the directories' pass, which meets it again.
+    }
+
+    fn keeps_parent(&self) -> bool {
+        // A job removes a directory without subdirectories right after its
+        // files, perhaps before the walk is out of it; it re-identifies the
+        // directory in the quarantine, and a name gone from its parent is
+        // `tampered` there.
+        true
+    }
+}
+
+/// Pass 3: the registered directories the files' jobs did not take,
+/// deepest first, each through the quarantine protocol of [`fs::Quarantine`].
+struct Dirs<'s> {
+    /// Seen by the verify pass, and not removed yet.
+    left: &'s [bool],
     quarantine: fs::Quarantine,
-    helper: Option<Helper>,
-    files: u64,
     dirs: u64,
     missing: u64,
 }
 
-impl Remove<'_> {
-    /// Moves registered directory `i` (named in `parent`) out through the
-    /// quarantine and destroys it if it is still the registered, empty inode.
-    fn take_dir(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, i: u32) -> Result<(), Fail> {
-        let anchor = ctx.anchor;
-        let identity = ctx.inv.entry(i).identity;
-        let name = ctx.cname(i).to_owned();
-        let removal = self
-            .quarantine
-            .remove(parent, &name, FileKind::Dir, |seen| {
-                let obs = seen.observed();
-                anchor
-                    .admit(&obs)
-                    .and_then(|()| identity.check(FileKind::Dir, &obs))
-            })
-            .map_err(|e| io_fail(ctx, i, &e))?;
-        match removal {
-            Removal::Destroyed => self.dirs += 1,
-            Removal::Missing => self.missing += 1,
-            Removal::Pending | Removal::Restored(_) | Removal::Kept(..) | Removal::Tampered => {
-                return Err(ctx.fail_at(CleanupCode::Tampered, i));
-            }
-            // Something appeared in the directory after verification: keep
-            // it and stop.
-            Removal::NotEmpty(_) => return Err(ctx.fail_at(CleanupCode::DirectoryNotEmpty, i)),
-            Removal::Mount => return Err(ctx.fail_at(CleanupCode::MountBoundary, i)),
+impl Visit for Dirs<'_> {
+    fn enter(
+        &mut self,
+        _: &mut Ctx<'_>,
+        _: Option<&Arc<OwnedFd>>,
+        _: &Arc<OwnedFd>,
+        _: u32,
+    ) -> Result<(), Fail> {
+        Ok(())
+    }
+
+    fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
+        let rules = ctx.rules;
+        match remove_dir(rules, &mut self.quarantine, parent, ctx.cname(dir), dir)? {
+            Some(()) => self.dirs += 1,
+            None => self.missing += 1,
         }
         Ok(())
     }
 
-    fn add(&mut self, half: Half) -> Result<(), Fail> {
-        self.files += half.files;
-        self.missing += half.missing;
-        half.fail.map_or(Ok(()), |(_, f)| Err(f))
-    }
-}
-
-impl Visit for Remove<'_> {
-    fn enter(&mut self, ctx: &mut Ctx<'_>, fd: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        let files: Vec<u32> = ctx
-            .tree
-            .children(ctx.inv, dir)
-            .iter()
-            .copied()
-            .filter(|&c| ctx.inv.entry(c).kind == ArtifactKind::File && self.seen[c as usize])
-            .collect();
-        let (inv, anchor) = (ctx.inv, ctx.anchor);
-        let Some(helper) = self.helper.as_ref().filter(|_| files.len() >= SPLIT_MIN) else {
-            let half = remove_files(inv, anchor, &mut self.quarantine, fd, &files, None);
-            return self.add(half);
-        };
-        let mid = files.len() / 2;
-        let dup = fs::dup(fd).map_err(|e| io_fail(ctx, dir, &e))?;
-        helper.stop.store(false, Ordering::Relaxed);
-        let sent = helper.jobs.send((dup, files[mid..].to_vec())).is_ok();
-        let first = remove_files(inv, anchor, &mut self.quarantine, fd, &files[..mid], None);
-        if first.fail.is_some() {
-            helper.stop.store(true, Ordering::Relaxed);
-        }
-        let second = if sent { helper.done.recv().ok() } else { None };
-        let first = self.add(first);
-        let second = match second {
-            Some(h) => self.add(h),
-            // The helper is gone (it panicked): do its half here.
-            None => {
-                let half = remove_files(inv, anchor, &mut self.quarantine, fd, &files[mid..], None);
-                self.add(half)
-            }
-        };
-        // The first half comes first in the walk's order.
-        first.and(second)
-    }
-
-    fn leave(&mut self, ctx: &mut Ctx<'_>, parent: BorrowedFd<'_>, dir: u32) -> Result<(), Fail> {
-        self.take_dir(ctx, parent, dir)
-    }
-
     fn descend(&self, dir: u32) -> bool {
-        self.seen[dir as usize]
+        self.left[dir as usize]
     }
 
     fn vanished(&mut self, _: u32) {
@@ -571,6 +922,92 @@ fn open_quarantine(
     Ok(fs::Quarantine::new(dir))
 }
 
+/// What the files pass did.
+struct FilesDone {
+    /// The job directory was there.
+    present: bool,
+    files: u64,
+    dirs: u64,
+    missing: u64,
+    failure: Option<Fail>,
+}
+
+/// The files pass: every registered file the verify pass saw, shared out
+/// by directory, and each directory holding no registered subdirectory
+/// right after its files. `seen` loses the directories removed.
+fn remove_all_files(
+    ctx: &mut Ctx<'_>,
+    seen: &mut [bool],
+    quarantine: &mut fs::Quarantine,
+    second: Option<fs::Quarantine>,
+) -> FilesDone {
+    let rules = ctx.rules;
+    let lanes = Lanes::new();
+    let stop = Stop::new();
+    let mut files = Files {
+        lanes: &lanes,
+        stop: &stop,
+        seen: &*seen,
+        seq: 0,
+        quarantine,
+        done: Vec::new(),
+    };
+    let stop_ = &stop;
+    let helper = second.map(|mut q2| move |j: &Sweep| remove_files(rules, &mut q2, j, stop_));
+    let (walked, theirs) = shared_pass(&lanes, helper, || {
+        let r = walk(ctx, &mut files);
+        let r = r.map_err(|f| ((files.seq, 0), f));
+        if r.is_err() {
+            stop.fail(files.seq);
+        }
+        lanes.close();
+        while let Some(j) = lanes.try_take() {
+            let half = remove_files(rules, files.quarantine, &j, &stop);
+            files.done.push(half);
+        }
+        r
+    });
+    let mut first = None;
+    let present = match walked {
+        Ok(p) => p,
+        Err((key, f)) => {
+            earliest(&mut first, key, f);
+            true
+        }
+    };
+    let mut gone = Vec::new();
+    let mut done = FilesDone {
+        present,
+        files: 0,
+        dirs: 0,
+        missing: 0,
+        failure: None,
+    };
+    let theirs = theirs.unwrap_or_else(|| {
+        tracing::warn!("workspace cleanup: the removal's helper thread died");
+        earliest(
+            &mut first,
+            (0, 0),
+            rules.fail_at(CleanupCode::IoError, JOB_ROOT),
+        );
+        Vec::new()
+    });
+    for h in files.done.into_iter().chain(theirs) {
+        done.files += h.files;
+        done.missing += h.missing;
+        gone.extend(h.dir);
+        if let Some((pos, f)) = h.fail {
+            earliest(&mut first, (h.seq, pos + 1), f);
+        }
+    }
+    done.dirs = gone.len() as u64;
+    for d in gone {
+        seen[d as usize] = false;
+    }
+    done.failure = first.map(|(_, f)| f);
+    done
+}
+
 /// Verifies and removes the job directory `job_name` in `jobs` against `inv`.
 ///
 /// Touches nothing but registered entries below (and including)
@@ -582,47 +1019,26 @@ pub(crate) fn clean_job(
     inv: &Inventory,
     anchor: Anchor,
 ) -> FsOutcome {
+    let tree = Tree::new(inv);
     let mut ctx = Ctx {
         jobs,
         job_name,
-        inv,
-        tree: Tree::new(inv),
-        anchor,
+        rules: Rules {
+            inv,
+            tree: &tree,
+            anchor,
+        },
         name_buf: Vec::with_capacity(256),
     };
-    let live = ctx.tree.live() as u64 + 1;
+    let live = tree.live() as u64 + 1;
+    let help = tree.live() >= HELP_MIN;
     let mut out = FsOutcome::default();
-    let mut verify = Verify {
-        seen: vec![false; inv.len()],
-        buf: vec![std::mem::MaybeUninit::uninit(); 64 * 1024],
-        names: Vec::new(),
-        helper: None,
-    };
-    verify.seen[JOB_ROOT as usize] = true;
-    // A second thread for the `statx`s where a directory lists enough names.
-    let looks = live as usize >= LOOK_SPLIT_MIN;
-    let verified = std::thread::scope(|scope| {
-        if looks {
-            let (jobs, inbox) = mpsc::channel::<(OwnedFd, Vec<std::ffi::CString>)>();
-            let (reply, done) = mpsc::channel();
-            scope.spawn(move || {
-                for (dir, names) in inbox {
-                    let obs = observe_all(dir.as_fd(), names.iter().map(|n| n.as_c_str()));
-                    if reply.send(obs).is_err() {
-                        break;
-                    }
-                }
-            });
-            verify.helper = Some(Looker { jobs, done });
-        }
-        let r = walk(&mut ctx, &mut verify);
-        // Ends the thread's loop; the scope joins it.
-        verify.helper = None;
-        r
-    });
+    let mut seen = vec![false; inv.len()];
+    seen[JOB_ROOT as usize] = true;
+    let verified = verify(&mut ctx, &mut seen, help);
     match verified {
-        Ok(true) => {}
-        Ok(false) => {
+        Ok(Some(())) => {}
+        Ok(None) => {
             out.missing = live;
             return out;
         }
@@ -631,74 +1047,49 @@ pub(crate) fn clean_job(
             return out;
         }
     }
-    let seen_count = ctx
-        .tree
+    let seen_count = tree
         .children_all()
         .iter()
-        .filter(|&&i| verify.seen[i as usize])
+        .filter(|&&i| seen[i as usize])
         .count() as u64
         + 1;
-    let quarantine = match open_quarantine(qroot, job_name, anchor) {
+    let mut quarantine = match open_quarantine(qroot, job_name, anchor) {
         Ok(q) => q,
         Err(f) => {
             out.failure = Some(f);
             return out;
         }
     };
-    // A second thread pays where some directory holds enough files.
-    let mut per_dir = std::collections::HashMap::<u32, usize>::new();
-    for &i in ctx.tree.children_all() {
-        let e = inv.entry(i);
-        if e.kind == ArtifactKind::File && verify.seen[i as usize] {
-            *per_dir.entry(e.parent()).or_default() += 1;
-        }
-    }
-    let split = per_dir.values().any(|&n| n >= SPLIT_MIN);
-    let second = if split {
+    let second = if help {
         open_quarantine(quarantine.dir(), c"1", anchor).ok()
     } else {
         None
     };
-    let missing = live - seen_count;
-    let seen = &verify.seen;
-    let (result, remove) = std::thread::scope(|scope| {
-        let helper = second.map(|mut q2| {
-            let (jobs, inbox) = mpsc::channel::<(OwnedFd, Vec<u32>)>();
-            let (reply, done) = mpsc::channel();
-            let stop = Arc::new(AtomicBool::new(false));
-            let stop2 = stop.clone();
-            scope.spawn(move || {
-                for (dir, files) in inbox {
-                    let half =
-                        remove_files(inv, anchor, &mut q2, dir.as_fd(), &files, Some(&stop2));
-                    if reply.send(half).is_err() {
-                        break;
-                    }
-                }
-                drop(q2);
-            });
-            Helper { jobs, done, stop }
-        });
-        let mut remove = Remove {
-            seen,
-            quarantine,
-            helper,
-            files: 0,
-            dirs: 0,
-            missing,
-        };
-        let result = walk(&mut ctx, &mut remove);
-        // Ends the helper's loop; the scope joins it.
-        remove.helper = None;
-        (result, remove)
-    });
-    if split {
-        let _ = fs::rmdir_at(remove.quarantine.dir(), c"1");
+    let helped = second.is_some();
+    out.missing = live - seen_count;
+    let done = remove_all_files(&mut ctx, &mut seen, &mut quarantine, second);
+    if helped {
+        let _ = fs::rmdir_at(quarantine.dir(), c"1");
     }
-    out.files_removed = remove.files;
-    out.dirs_removed = remove.dirs;
-    out.missing = remove.missing;
-    drop(remove);
+    out.files_removed = done.files;
+    out.dirs_removed = done.dirs;
+    out.missing += done.missing;
+    let result = match done.failure {
+        Some(f) => Err(f),
+        None if !done.present => Ok(false),
+        None => {
+            let mut dirs = Dirs {
+                left: &seen,
+                quarantine,
+                dirs: 0,
+                missing: 0,
+            };
+            let r = walk(&mut ctx, &mut dirs);
+            out.dirs_removed += dirs.dirs;
+            out.missing += dirs.missing;
+            r
+        }
+    };
     match result {
         Ok(true) => {}
         Ok(false) => out.missing += 1,

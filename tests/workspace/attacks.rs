@@ -31,6 +31,37 @@ async fn an_injected_sibling_job_inside_the_job_fails_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
+async fn the_first_stray_in_walk_order_is_reported_whichever_thread_finds_it() {
+    // Big enough for the cleanup's second thread. The early stray is the last
+    // name of a long listing, so while one thread is still looking there the
+    // other finds the late stray first; the early one must be reported.
+    for round in 0..20 {
+        let fx = Fixture::new();
+        let job = fx.ws.open_request("many").unwrap();
+        let big = job.create_dir("d00").unwrap();
+        for f in 0..255 {
+            big.create_file(&format!("f{f:03}")).unwrap();
+        }
+        for d in 1..11 {
+            job.create_dir(&format!("d{d:02}"))
+                .unwrap()
+                .create_file("f")
+                .unwrap();
+        }
+        let jd = fx.job_dir("many");
+        fs::write(jd.join("d00/stray"), b"early").unwrap();
+        fs::write(jd.join("d10/stray"), b"late").unwrap();
+        let before = fx.snapshot();
+        let r = job.cleanup().await;
+        assert_failed(&r, CleanupCode::UnregisteredEntry);
+        assert_eq!(r.suspect.as_deref(), Some("d00/stray"), "round {round}");
+        assert_eq!(r.counts.files_removed + r.counts.dirs_removed, 0);
+        assert_unchanged(&before, &fx.snapshot());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::attacks_in_a_private_mount_namespace"]
 async fn an_unregistered_file_fails_closed() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("r").unwrap();

@@ -66,6 +66,13 @@ fn run_trials(base: &Path, label: &str, trials: usize) {
         }
         let e = d.create_dir("e").unwrap();
         e.create_file("g").unwrap();
+        // Every other trial with a tree big enough for the cleanup's second
+        // thread (it takes whole directories: `d` and `e` may go to either).
+        if trial % 2 == 1 {
+            for i in 0..64 {
+                d.create_file(&format!("h{i}")).unwrap();
+            }
+        }
         drop((d, e));
         for i in 0..3 {
             job.create_file(&format!("t{i}")).unwrap();
