@@ -2,8 +2,8 @@
 # Runs a command that deletes (as root) inside a private mount namespace where
 # every mount but a fresh scratch directory (its TMPDIR) and the cgroup v2
 # hierarchy is read-only, after checking that; unprivileged, it runs directly
-# with the scratch as its TMPDIR. The same remount as tests/support/sandbox.rs
-# and tests/mcp/run.sh.
+# with the scratch as its TMPDIR. The same remount as tests/support/sandbox.rs;
+# used by .ci/run for the agent example and by tests/mcp/run.sh.
 #
 # usage: tests/support/run-guarded.sh COMMAND [ARG...]
 set -eu
