@@ -55,6 +55,7 @@
 //! | `statx` | [`stat_at`], [`stat_fd`], [`observe_at`], [`observe_fd`] | `AT_SYMLINK_NOFOLLOW \| AT_NO_AUTOMOUNT` | identity, trust, mount fence |
 //! | `getdents64` | [`list`], [`for_each_name`] | — | listings |
 //! | `renameat2` | [`Quarantine::remove`], [`Quarantine::remove_file`] | `RENAME_NOREPLACE`; `0` only onto the name of a file pending in the caller's own quarantine, which it destroys | the only way anything leaves a tree |
+//! | `renameat2` | [`rename_noreplace`] | `RENAME_NOREPLACE`, within one directory | the workspace's own journals, to and from a spare name |
 //! | `unlinkat` | [`Quarantine::remove`], [`Quarantine::flush`] (in the quarantine), [`unlink_at`], [`rmdir_at`] | — | destruction; `unlink_at` only for a file the caller just created or the workspace's own journal, `rmdir_at` only for a cleaner's own empty quarantine or root |
 //! | `fchmod`, `flock`, `fcntl` | [`fchmod`], [`flock`], [`open_regular`], [`dup`] | `F_DUPFD_CLOEXEC` for [`dup`] | spill roots and sessions; clearing `O_NONBLOCK`; a directory's descriptor for a cleaner's second thread |
 //! | `ftruncate` | [`truncate`] | — | the workspace's own ownership journals (cut a torn tail before appending) |
@@ -76,7 +77,7 @@ mod stat;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use append::truncate;
+pub(crate) use append::{rename_noreplace, truncate};
 pub use stat::{BirthTime, FileKind, Identity, MountId, Observed};
 
 pub(crate) use dir::{

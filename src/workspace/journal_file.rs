@@ -87,13 +87,7 @@ impl JournalFile {
         self.file
             .rewind()
             .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
-        rustix::fs::renameat_with(
-            dir,
-            name,
-            dir,
-            spare.as_c_str(),
-            rustix::fs::RenameFlags::NOREPLACE,
-        )?;
+        fs::rename_noreplace(dir, name, spare.as_c_str())?;
         self.buf.clear();
         Ok(Spare {
             name: spare,
@@ -118,13 +112,7 @@ impl JournalFile {
         dir: BorrowedFd<'_>,
         name: &CStr,
     ) -> Result<Self, (Spare, Errno)> {
-        match rustix::fs::renameat_with(
-            dir,
-            spare.name.as_c_str(),
-            dir,
-            name,
-            rustix::fs::RenameFlags::NOREPLACE,
-        ) {
+        match fs::rename_noreplace(dir, spare.name.as_c_str(), name) {
             Ok(()) => Ok(spare.journal),
             Err(e) => Err((spare, e)),
         }
