@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
@@ -230,8 +230,8 @@ fn unescape(s: &str) -> String {
 /// A cgroup v2 directory held open. Every operation is relative to the
 /// descriptor.
 ///
-/// Dropping a `Cgroup` does not remove it: call [`Cgroup::remove`] and
-/// report what it says.
+/// Dropping a `Cgroup` does not remove it: call [`Cgroup::remove`] (or
+/// [`Cgroup::release`]) and report what it says.
 #[derive(Debug)]
 pub struct Cgroup {
     dir: Arc<OwnedFd>,
@@ -239,6 +239,42 @@ pub struct Cgroup {
     name: CgroupName,
     /// Held while this cgroup lives under the per-process base.
     _lease: Option<BaseLease>,
+    /// A request cgroup's empty process cgroups, kept for its next
+    /// launches ([`Cgroup::process_child`]); `None` for other cgroups.
+    spares: Option<Arc<Spares>>,
+    /// Where [`Cgroup::release`] keeps this process cgroup once it is seen
+    /// empty: its request cgroup's spares (weak: a spare must not keep its
+    /// own list alive).
+    home: Option<Weak<Spares>>,
+}
+
+/// Empty process cgroups kept beneath one request cgroup.
+#[derive(Debug, Default)]
+struct Spares(Mutex<Vec<Cgroup>>);
+
+impl Spares {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Cgroup>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// At most this many empty process cgroups are kept beneath one request
+/// cgroup.
+const MAX_SPARE_PROCESS_CGROUPS: usize = 8;
+/// At most this many empty request cgroups are kept beneath the base.
+const MAX_SPARE_REQUEST_CGROUPS: usize = 256;
+
+/// What [`Cgroup::release`] did with a cgroup seen empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Released {
+    /// `rmdir` succeeded (or it was already gone).
+    Removed,
+    /// Seen empty and not frozen (`cgroup.events`: `populated 0`,
+    /// `frozen 0`) and kept, unchanged, for another process (or request)
+    /// of this custodian process; removed with its parent, or when this
+    /// process's last request cgroup is released.
+    Kept,
 }
 
 /// `open(path, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)` of a cgroup v2
@@ -289,6 +325,8 @@ impl Cgroup {
             parent: self.dir.clone(),
             name: name.clone(),
             _lease: None,
+            spares: None,
+            home: None,
         })
     }
 
@@ -317,14 +355,90 @@ impl Cgroup {
         })
     }
 
-    /// A fresh child cgroup for one governed process under this one (a
-    /// request's cgroup).
+    /// A cgroup for one governed process under this one (a request's
+    /// cgroup): one of its empty process cgroups kept by
+    /// [`Cgroup::release`] if there is one, else a fresh child.
     ///
     /// # Errors
     ///
     /// As [`Cgroup::child`].
     pub fn process_child(&self) -> Result<Cgroup, CgroupError> {
-        self.fresh_child("p")
+        let home = self.spares.as_ref().map(Arc::downgrade);
+        if let Some(mut kept) = self.spares.as_ref().and_then(|s| s.lock().pop()) {
+            kept.home = home;
+            return Ok(kept);
+        }
+        let mut cg = self.fresh_child("p")?;
+        cg.home = home;
+        Ok(cg)
+    }
+
+    /// `read(cgroup.events)`—Whether this cgroup is empty and not frozen
+    /// (`populated 0` and `frozen 0`): a cgroup a new process may be
+    /// cloned into as if it were fresh.
+    fn empty_and_thawed(&self) -> bool {
+        let Ok(fd) = rustix::fs::openat(
+            &*self.dir,
+            c"cgroup.events",
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            return false;
+        };
+        let mut buf = [0u8; 256];
+        let Ok(n) = rustix::io::read(&fd, &mut buf) else {
+            return false;
+        };
+        parse_populated(&buf[..n]) == Some(false) && parse_frozen(&buf[..n]) == Some(false)
+    }
+
+    /// Ends this cgroup's use: a process cgroup of a request cgroup, or a
+    /// request cgroup, that `cgroup.events` shows empty and not frozen is
+    /// kept for the next process of the request (or the next request of
+    /// this custodian process) instead of being removed and created again;
+    /// any other is removed as by [`Cgroup::remove`].
+    ///
+    /// A kept cgroup is reused as it is: nothing can enter an empty cgroup
+    /// but a process that writes its `cgroup.procs` (root or the
+    /// delegatee: the same OS user, outside custodian's trust boundary),
+    /// and a frozen one is never kept. Child cgroups a process made in it
+    /// stay (empty: they hold nothing, and `populated` counts them).
+    ///
+    /// # Errors
+    ///
+    /// As [`Cgroup::remove`], with the cgroup handed back so that the
+    /// caller can kill it and retry.
+    pub fn release(mut self) -> Result<Released, (Cgroup, CgroupError)> {
+        if self.spares.is_some() && self._lease.is_some() {
+            if self.empty_and_thawed() {
+                return Ok(keep_request_cgroup(self));
+            }
+        } else if let Some(home) = self.home.take().and_then(|w| w.upgrade()) {
+            if self.empty_and_thawed() {
+                let mut kept = home.lock();
+                if kept.len() < MAX_SPARE_PROCESS_CGROUPS {
+                    kept.push(self);
+                    return Ok(Released::Kept);
+                }
+            }
+        }
+        match self.remove_tree() {
+            Ok(()) => Ok(Released::Removed),
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// Removes a kept cgroup: its own kept process cgroups first (known,
+    /// so no listing), then it, best effort.
+    fn discard(self) {
+        if let Some(spares) = &self.spares {
+            for p in std::mem::take(&mut *spares.lock()) {
+                let _ = p.remove();
+            }
+        }
+        if let Err(e) = self.remove_tree() {
+            tracing::warn!(error = %e, "removing a spare cgroup failed");
+        }
     }
 
     /// `write(cgroup.kill, "1")`—Sends `SIGKILL` to every task in this
@@ -643,6 +757,15 @@ fn child_dirs(dir: &OwnedFd) -> Vec<(CString, OwnedFd)> {
         .collect()
 }
 
+fn parse_frozen(text: &[u8]) -> Option<bool> {
+    let text = std::str::from_utf8(text).ok()?;
+    text.lines().find_map(|l| match l.strip_prefix("frozen ")? {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    })
+}
+
 fn parse_populated(text: &[u8]) -> Option<bool> {
     let text = std::str::from_utf8(text).ok()?;
     text.lines()
@@ -687,12 +810,45 @@ impl EventsWatch {
 #[derive(Debug, Default)]
 struct BaseState {
     dir: Option<(Arc<OwnedFd>, Arc<OwnedFd>)>,
+    /// Request cgroups in use (each holds a lease), and process cgroups
+    /// made directly beneath the base.
     live: usize,
+    /// Empty request cgroups kept for the next requests; they hold no
+    /// lease, and go when the last lease does if no keeper is left.
+    spares: Vec<Cgroup>,
+    /// Live [`SpareKeeper`]s.
+    keepers: usize,
 }
 
-static BASE: Mutex<BaseState> = Mutex::new(BaseState { dir: None, live: 0 });
+static BASE: Mutex<BaseState> = Mutex::new(BaseState {
+    dir: None,
+    live: 0,
+    spares: Vec::new(),
+    keepers: 0,
+});
 
-/// Keeps the base alive; the last lease to go removes it, best effort.
+/// Keeps `cg`, a request cgroup seen empty, for the next
+/// [`request_cgroup`] while there is room, else removes it.
+fn keep_request_cgroup(mut cg: Cgroup) -> Released {
+    let lease = cg._lease.take();
+    let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+    let out = if base.dir.is_some() && base.spares.len() < MAX_SPARE_REQUEST_CGROUPS {
+        base.spares.push(cg);
+        drop(base);
+        Released::Kept
+    } else {
+        drop(base);
+        cg.discard();
+        Released::Removed
+    };
+    // Last: the lease's drop takes the lock (and, the last one, removes
+    // every spare and the base).
+    drop(lease);
+    out
+}
+
+/// Keeps the base alive; the last lease to go removes it, best effort
+/// (unless a [`SpareKeeper`] keeps the spare request cgroups).
 #[derive(Debug)]
 struct BaseLease;
 
@@ -700,13 +856,63 @@ impl Drop for BaseLease {
     fn drop(&mut self) {
         let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
         base.live = base.live.saturating_sub(1);
-        if base.live == 0 {
-            if let Some((parent, _)) = base.dir.take() {
+        base.tidy();
+    }
+}
+
+impl BaseState {
+    /// With no cgroup in use: the spares go unless a keeper keeps them,
+    /// and the base goes once it holds nothing.
+    fn tidy(&mut self) {
+        if self.live > 0 {
+            return;
+        }
+        if self.keepers == 0 {
+            // Spares hold no lease: removing them takes no lock.
+            for spare in std::mem::take(&mut self.spares) {
+                spare.discard();
+            }
+        }
+        if self.spares.is_empty() {
+            if let Some((parent, _)) = self.dir.take() {
                 // Best effort: a leftover child (reported by its owner)
                 // keeps the base; the next launch opens it again.
                 let _ = rustix::fs::unlinkat(&*parent, base_name().as_c_str(), AtFlags::REMOVEDIR);
             }
         }
+    }
+}
+
+/// While one lives, empty request cgroups released by
+/// [`Cgroup::release`] are kept beneath the base for the next requests
+/// even when no request is open; the last keeper's drop removes them (and
+/// the base, if nothing else is in use). A workspace holds one for its
+/// lifetime. A process that dies leaves them to
+/// [`remove_dead_bases`], as it leaves its base.
+#[derive(Debug)]
+#[must_use = "the spares go when the keeper is dropped"]
+pub struct SpareKeeper(());
+
+impl SpareKeeper {
+    /// Takes a keeper.
+    pub fn new() -> SpareKeeper {
+        let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+        base.keepers += 1;
+        SpareKeeper(())
+    }
+}
+
+impl Default for SpareKeeper {
+    fn default() -> Self {
+        SpareKeeper::new()
+    }
+}
+
+impl Drop for SpareKeeper {
+    fn drop(&mut self) {
+        let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+        base.keepers = base.keepers.saturating_sub(1);
+        base.tidy();
     }
 }
 
@@ -773,6 +979,8 @@ fn with_base<T>(
         parent: own,
         name: base_name(),
         _lease: None,
+        spares: None,
+        home: None,
     };
     let out = if handle.has_kill() {
         f(&handle).map_err(|e| match e {
@@ -942,15 +1150,27 @@ pub fn process_cgroup() -> Result<Cgroup, Unavailable> {
     Ok(cg)
 }
 
-/// A fresh cgroup `custodian-<pid>/r<n>` for one request; its processes'
-/// cgroups are created beneath it with [`Cgroup::process_child`].
+/// A cgroup `custodian-<pid>/r<n>` for one request: an empty one kept by
+/// [`Cgroup::release`] if there is one, else a fresh one. Its processes'
+/// cgroups are created (or reused) beneath it with
+/// [`Cgroup::process_child`].
 ///
 /// # Errors
 ///
 /// As [`process_cgroup`].
 pub fn request_cgroup() -> Result<Cgroup, Unavailable> {
+    {
+        let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut kept) = base.spares.pop() {
+            base.live += 1;
+            drop(base);
+            kept._lease = Some(BaseLease);
+            return Ok(kept);
+        }
+    }
     let (mut cg, lease) = with_base(|b| b.fresh_child("r"))?;
     cg._lease = Some(lease);
+    cg.spares = Some(Arc::default());
     Ok(cg)
 }
 
@@ -1003,6 +1223,8 @@ pub fn reopen_request_cgroup(
         parent: Arc::new(base_fd),
         name: name.clone(),
         _lease: None,
+        spares: None,
+        home: None,
     }))
 }
 
@@ -1154,11 +1376,54 @@ mod tests {
         cg.remove().unwrap();
     }
 
+    /// Kept cgroups are reused only empty and thawed; they go with their
+    /// keeper.
+    #[test]
+    fn an_empty_process_cgroup_is_kept_for_the_next_and_a_frozen_one_is_not() {
+        let keeper = SpareKeeper::new();
+        let request = match request_cgroup() {
+            Ok(cg) => cg,
+            Err(e) => {
+                eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+                return;
+            }
+        };
+        let first = request.process_child().unwrap();
+        let name = first.name().to_owned();
+        assert_eq!(first.release().unwrap(), Released::Kept);
+        let again = request.process_child().unwrap();
+        assert_eq!(
+            again.name(),
+            name,
+            "the kept cgroup was not handed out again"
+        );
+
+        // Frozen (by whoever can write its `cgroup.freeze`): removed, never
+        // kept, and the next launch gets a fresh one.
+        again.freeze(true).unwrap();
+        assert_eq!(again.release().unwrap(), Released::Removed);
+        let fresh = request.process_child().unwrap();
+        assert_ne!(fresh.name(), name);
+        assert_eq!(fresh.release().unwrap(), Released::Kept);
+
+        // (That the request cgroup itself serves the next request is
+        // checked in `tests/workspace/containment.rs`, in a process of its
+        // own: here other tests share the pool.)
+        assert!(matches!(
+            request.release(),
+            Ok(Released::Kept | Released::Removed)
+        ));
+        drop(keeper);
+    }
+
     #[test]
     fn populated_is_read_from_the_events_text() {
         assert_eq!(parse_populated(b"populated 1\nfrozen 0\n"), Some(true));
         assert_eq!(parse_populated(b"frozen 0\npopulated 0\n"), Some(false));
         assert_eq!(parse_populated(b"frozen 0\n"), None);
         assert_eq!(parse_populated(b"populated 2\n"), None);
+        assert_eq!(parse_frozen(b"populated 0\nfrozen 1\n"), Some(true));
+        assert_eq!(parse_frozen(b"populated 0\nfrozen 0\n"), Some(false));
+        assert_eq!(parse_frozen(b"populated 0\n"), None);
     }
 }

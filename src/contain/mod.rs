@@ -25,6 +25,11 @@
 //!                                 p<n>/  ... with its processes' cgroups
 //! ```
 //!
+//! Empty cgroups are kept for reuse ([`Cgroup::release`]): a process
+//! cgroup beneath its request cgroup for the request's next process, a
+//! request cgroup beneath the base for the next request while a
+//! [`SpareKeeper`] (a workspace) lives.
+//!
 //! The base is created on first use and removed, best effort, whenever its
 //! last child is removed; while it is in use its process holds a shared
 //! `flock` on it. A base whose process died (SIGKILL) outlives it:
@@ -52,8 +57,8 @@ mod cgroup;
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{
-    Cgroup, CgroupError, CgroupName, DeadBases, EventsWatch, Hierarchy, base_cgroup_name,
-    process_cgroup, remove_dead_bases, reopen_request_cgroup, request_cgroup,
+    Cgroup, CgroupError, CgroupName, DeadBases, EventsWatch, Hierarchy, Released, SpareKeeper,
+    base_cgroup_name, process_cgroup, remove_dead_bases, reopen_request_cgroup, request_cgroup,
 };
 
 use std::fmt;

@@ -1085,19 +1085,21 @@ impl Driver {
         }
     }
 
-    /// Cgroup tier: removes the cgroup after settlement and records what
-    /// came of it. A cgroup that is still populated is killed and reported
-    /// `left_populated`; a thread removes it once it is empty.
+    /// Cgroup tier: releases the cgroup after settlement (removed, or kept
+    /// empty for the request's next process: [`crate::contain::Cgroup::release`])
+    /// and records what came of it. A cgroup that is still populated is
+    /// killed and reported `left_populated`; a thread removes it once it is
+    /// empty.
     #[cfg(target_os = "linux")]
     fn remove_cgroup(&mut self) {
         let Some(run) = self.cgroup.take() else {
             return;
         };
-        self.removal = Some(match run.cg.remove() {
-            Ok(()) => CgroupRemoval::Removed,
-            Err(crate::contain::CgroupError::Busy { .. }) => {
-                let _ = run.cg.kill();
-                let cg = run.cg;
+        self.removal = Some(match run.cg.release() {
+            Ok(crate::contain::Released::Kept) => CgroupRemoval::KeptEmpty,
+            Ok(_) => CgroupRemoval::Removed,
+            Err((cg, crate::contain::CgroupError::Busy { .. })) => {
+                let _ = cg.kill();
                 let _ = std::thread::Builder::new()
                     .name("custodian-rmdir".into())
                     .spawn(move || {
@@ -1111,7 +1113,7 @@ impl Driver {
                     });
                 CgroupRemoval::LeftPopulated
             }
-            Err(e) => {
+            Err((_, e)) => {
                 tracing::warn!(error = %e, "removing the cgroup failed");
                 CgroupRemoval::Failed
             }

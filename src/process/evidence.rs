@@ -329,6 +329,10 @@ impl Descendants {
 pub enum CgroupRemoval {
     /// `rmdir` succeeded.
     Removed,
+    /// A process cgroup of a request cgroup, seen empty and not frozen
+    /// (`cgroup.events`) and kept for the request's next process instead of
+    /// removed; it is removed with the request's cgroup.
+    KeptEmpty,
     /// `rmdir` answered `EBUSY`: a task is still in it (it was killed; the
     /// cgroup is left for the operator to inspect).
     LeftPopulated,

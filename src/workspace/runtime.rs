@@ -99,6 +99,10 @@ struct Inner {
     spares: Mutex<Vec<Spare>>,
     /// The number of the next spare name.
     next_spare: AtomicU64,
+    /// Keeps emptied request cgroups for the next requests while the
+    /// workspace is open, even between requests.
+    #[cfg(target_os = "linux")]
+    _cgroup_spares: crate::contain::SpareKeeper,
 }
 
 impl Inner {
@@ -124,20 +128,25 @@ impl Inner {
 
     /// Removes the journal `name` of a request cleaned clean: emptied and
     /// kept as a spare while there is room, else unlinked.
-    fn retire_journal(&self, journal: JournalFile, id: &RequestId, name: &CStr) {
+    /// Returns whether the journal is gone from the request's name.
+    fn retire_journal(&self, journal: JournalFile, id: &RequestId, name: &CStr) -> bool {
         let journals = self.journals.as_fd();
         if lock(&self.spares).len() < MAX_SPARE_JOURNALS && !self.closed.load(Ordering::Acquire) {
             let n = self.next_spare.fetch_add(1, Ordering::Relaxed);
             let spare = CString::new(format!("{SPARE_PREFIX}{n}")).expect("no NUL");
             if let Ok(spare) = journal.retire(journals, name, spare) {
                 self.keep_spare(spare);
-                return;
+                return true;
             }
         } else {
             drop(journal);
         }
-        if let Err(e) = fs::unlink_at(journals, name) {
-            tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
+        match fs::unlink_at(journals, name) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
+                false
+            }
         }
     }
 
@@ -187,6 +196,11 @@ enum CgroupSlot {
     Untried,
     #[cfg(target_os = "linux")]
     Ready(RequestCgroup),
+    /// Seen empty by the cleanup (launches closed): released when the
+    /// request's journal is retired (kept for another request), removed
+    /// otherwise.
+    #[cfg(target_os = "linux")]
+    Emptied(RequestCgroup),
     /// None could be created (the processes fall back on their own), or
     /// cleanup took it.
     Gone,
@@ -197,7 +211,8 @@ enum CgroupSlot {
 /// it, best effort: a populated one is logged and kept.
 #[cfg(target_os = "linux")]
 struct RequestCgroup {
-    cg: Arc<crate::contain::Cgroup>,
+    /// `None` once released.
+    cg: Option<Arc<crate::contain::Cgroup>>,
     /// Removed by the cleanup already: nothing left to do on drop.
     removed: bool,
 }
@@ -206,8 +221,33 @@ struct RequestCgroup {
 impl RequestCgroup {
     fn new(cg: crate::contain::Cgroup) -> Self {
         RequestCgroup {
-            cg: Arc::new(cg),
+            cg: Some(Arc::new(cg)),
             removed: false,
+        }
+    }
+
+    fn cg(&self) -> Arc<crate::contain::Cgroup> {
+        self.cg
+            .clone()
+            .expect("a request cgroup is only released by its last use")
+    }
+
+    /// Ends the cgroup's use once its request's journal no longer names
+    /// it: kept for another request if it is still empty and nothing else
+    /// holds it ([`crate::contain::Cgroup::release`]), else removed (by
+    /// `Drop`).
+    fn release(mut self) {
+        let Some(cg) = self.cg.take() else {
+            return;
+        };
+        match Arc::try_unwrap(cg) {
+            Ok(cg) => {
+                self.removed = true;
+                if let Err((_, e)) = cg.release() {
+                    tracing::warn!(error = %e, code = e.code(), "request cgroup left behind");
+                }
+            }
+            Err(shared) => self.cg = Some(shared),
         }
     }
 }
@@ -218,7 +258,10 @@ impl Drop for RequestCgroup {
         if self.removed {
             return;
         }
-        if let Err(e) = self.cg.remove_tree() {
+        let Some(cg) = self.cg.take() else {
+            return;
+        };
+        if let Err(e) = cg.remove_tree() {
             tracing::warn!(error = %e, code = e.code(), "request cgroup left behind");
         }
     }
@@ -386,6 +429,8 @@ impl Workspace {
                 closed: AtomicBool::new(false),
                 spares: Mutex::new(Vec::new()),
                 next_spare: AtomicU64::new(0),
+                #[cfg(target_os = "linux")]
+                _cgroup_spares: crate::contain::SpareKeeper::new(),
             }),
         })
     }
@@ -914,17 +959,45 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     if state.reclaimed && result.status == CleanupStatus::Cleaned {
         result.status = CleanupStatus::Reclaimed;
     }
+    #[cfg(target_os = "linux")]
+    let emptied = {
+        let mut slot = lock(&state.cgroup);
+        match std::mem::replace(&mut *slot, CgroupSlot::Gone) {
+            CgroupSlot::Emptied(rc) => Some(rc),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    };
     let mut fs = lock(&state.fs);
     if result.is_clean() {
         // A clean request's journal goes: emptied (a verdict record would be
         // cut with it) and kept as a spare, or removed.
-        if let Some(journal) = fs.journal.take() {
-            inner.retire_journal(journal, id, state.cname.as_c_str());
+        let retired = if let Some(journal) = fs.journal.take() {
+            inner.retire_journal(journal, id, state.cname.as_c_str())
         } else if let Err(e) = fs::unlink_at(inner.journals.as_fd(), state.cname.as_c_str()) {
             tracing::warn!(request = %id, error = %e, "removing a clean request's journal failed");
+            false
+        } else {
+            true
+        };
+        drop(fs);
+        // Only once no journal names it may the cgroup serve another
+        // request: a reclaim of a kept journal kills what its cgroup holds.
+        #[cfg(target_os = "linux")]
+        if let Some(rc) = emptied {
+            if retired {
+                rc.release();
+            }
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = retired;
         return result;
     }
+    // Removed (by its drop) while the journal still names it.
+    #[cfg(target_os = "linux")]
+    drop(emptied);
     let verdict = Record::Verdict {
         status: result.status,
         code: result.code,
@@ -1045,8 +1118,15 @@ async fn kill_request_cgroup(
     let CgroupSlot::Ready(mut rc) = taken else {
         return Ok(());
     };
-    let cg = rc.cg.clone();
-    if !matches!(cg.populated(), Ok(false)) {
+    let cg = rc.cg();
+    if matches!(cg.populated(), Ok(false)) {
+        // Nothing to kill, and nothing can enter it any more: the journal's
+        // retirement releases it (`cleanup_work`).
+        drop(cg);
+        *lock(&state.cgroup) = CgroupSlot::Emptied(rc);
+        return Ok(());
+    }
+    {
         if let Err(e) = cg.kill() {
             tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
         }
@@ -1385,7 +1465,7 @@ impl Job {
             };
         }
         if let CgroupSlot::Ready(rc) = &*slot {
-            options.cgroup_parent = Some(rc.cg.clone());
+            options.cgroup_parent = Some(rc.cg());
         }
         Ok(())
     }
@@ -1399,7 +1479,7 @@ impl Job {
         #[cfg(target_os = "linux")]
         {
             let cg = match &*lock(&self.state.cgroup) {
-                CgroupSlot::Ready(rc) => rc.cg.clone(),
+                CgroupSlot::Ready(rc) => rc.cg(),
                 _ => return true,
             };
             if let Err(e) = cg.kill() {
