@@ -195,6 +195,19 @@ impl Quarantine {
         self.dir.as_fd()
     }
 
+    /// `fcntl(F_DUPFD_CLOEXEC)`—Destroys what is pending and hands back
+    /// the directory (a duplicate of its descriptor), for another use.
+    ///
+    /// # Errors
+    ///
+    /// `EMFILE` and the like from the duplication.
+    pub(crate) fn into_dir(mut self) -> Result<OwnedFd, Errno> {
+        self.flush();
+        self.dir
+            .try_clone()
+            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
+    }
+
     /// `renameat2(parent, name, q, qname, RENAME_NOREPLACE)`, `openat(q, qname,
     /// O_PATH | O_NOFOLLOW)`, `statx`, `unlinkat(q, qname, …)`, `statx`—
     /// Removes the entry `name` of `parent` if, once moved out of the tree,

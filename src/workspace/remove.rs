@@ -25,6 +25,10 @@
 //!    directory (now empty) through the same protocol, from its verified
 //!    parent.
 //!
+//! The quarantine is an empty one an earlier cleanup kept (renamed to the
+//! job's name) or a new one; a cleanup that did not fail keeps it, under a
+//! spare name, only when a listing finds it empty ([`SpareQuarantine`]).
+//!
 //! Any mismatch stops the cleanup where it is with `tampered` (the tree
 //! changed after it was verified); nothing is ever retried under another
 //! name, and after a failure among the files no directory is removed.
@@ -60,7 +64,7 @@
 //! verify pass removes nothing.
 
 use std::collections::VecDeque;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1008,17 +1012,79 @@ fn remove_all_files(
     done
 }
 
+/// An empty quarantine directory kept under a spare name in the
+/// quarantine root, with its descriptor, for the next cleanup.
+pub(crate) struct SpareQuarantine {
+    pub(crate) name: CString,
+    pub(crate) dir: OwnedFd,
+}
+
+/// The quarantine for `job_name`: `spare` renamed to it when given (no
+/// inode allocated), else created.
+fn claim_quarantine(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    anchor: Anchor,
+    spare: Option<SpareQuarantine>,
+) -> Result<fs::Quarantine, Fail> {
+    if let Some(spare) = spare {
+        match fs::rename_noreplace(qroot, &spare.name, job_name) {
+            Ok(()) => return Ok(fs::Quarantine::new(spare.dir)),
+            // Gone, or the name taken (a leftover of a killed run): the
+            // usual way, and the spare is dropped.
+            Err(_) => {
+                let _ = fs::rmdir_at(qroot, &spare.name);
+            }
+        }
+    }
+    open_quarantine(qroot, job_name, anchor)
+}
+
+/// Ends the use of `job_name`'s quarantine: kept as `keep_as` when it is
+/// empty (checked by listing it: nothing foreign is ever reused), else
+/// removed if empty (or kept where it is, for the operator, if not).
+fn end_quarantine(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    q: Option<fs::Quarantine>,
+    keep_as: Option<CString>,
+) -> Option<SpareQuarantine> {
+    if let (Some(q), Some(name)) = (q, keep_as) {
+        if let Ok(dir) = q.into_dir() {
+            let mut entries = 0;
+            let listed = fs::for_each_name(dir.as_fd(), |_| {
+                entries += 1;
+                Err(())
+            });
+            if matches!(listed, Ok(Ok(())))
+                && entries == 0
+                && fs::rename_noreplace(qroot, job_name, &name).is_ok()
+            {
+                return Some(SpareQuarantine { name, dir });
+            }
+        }
+    }
+    // Empty unless something foreign was kept there: then it stays, for
+    // the operator, and the failure says why.
+    let _ = fs::rmdir_at(qroot, job_name);
+    None
+}
+
 /// Verifies and removes the job directory `job_name` in `jobs` against `inv`.
 ///
 /// Touches nothing but registered entries below (and including)
-/// `jobs/job_name`; stops at the first mismatch.
+/// `jobs/job_name`; stops at the first mismatch. The quarantine is `spare`
+/// if given; when the removal ends with nothing left in it and `keep_as`
+/// is given, it is renamed to `keep_as` and returned for the next cleanup.
 pub(crate) fn clean_job(
     jobs: BorrowedFd<'_>,
     qroot: BorrowedFd<'_>,
     job_name: &CStr,
     inv: &Inventory,
     anchor: Anchor,
-) -> FsOutcome {
+    spare: Option<SpareQuarantine>,
+    keep_as: Option<CString>,
+) -> (FsOutcome, Option<SpareQuarantine>) {
     let tree = Tree::new(inv);
     let mut ctx = Ctx {
         jobs,
@@ -1040,11 +1106,11 @@ pub(crate) fn clean_job(
         Ok(Some(())) => {}
         Ok(None) => {
             out.missing = live;
-            return out;
+            return (out, spare);
         }
         Err(f) => {
             out.failure = Some(f);
-            return out;
+            return (out, spare);
         }
     }
     let seen_count = tree
@@ -1053,11 +1119,11 @@ pub(crate) fn clean_job(
         .filter(|&&i| seen[i as usize])
         .count() as u64
         + 1;
-    let mut quarantine = match open_quarantine(qroot, job_name, anchor) {
+    let mut quarantine = match claim_quarantine(qroot, job_name, anchor, spare) {
         Ok(q) => q,
         Err(f) => {
             out.failure = Some(f);
-            return out;
+            return (out, None);
         }
     };
     let second = if help {
@@ -1074,19 +1140,21 @@ pub(crate) fn clean_job(
     out.files_removed = done.files;
     out.dirs_removed = done.dirs;
     out.missing += done.missing;
+    let mut quarantine = Some(quarantine);
     let result = match done.failure {
         Some(f) => Err(f),
         None if !done.present => Ok(false),
         None => {
             let mut dirs = Dirs {
                 left: &seen,
-                quarantine,
+                quarantine: quarantine.take().expect("not taken yet"),
                 dirs: 0,
                 missing: 0,
             };
             let r = walk(&mut ctx, &mut dirs);
             out.dirs_removed += dirs.dirs;
             out.missing += dirs.missing;
+            quarantine = Some(dirs.quarantine);
             r
         }
     };
@@ -1109,8 +1177,7 @@ pub(crate) fn clean_job(
             out.failure = Some(f);
         }
     }
-    // Empty unless something foreign was kept there: then it stays, for
-    // the operator, and the failure above says why.
-    let _ = fs::rmdir_at(qroot, job_name);
-    out
+    let keep_as = keep_as.filter(|_| out.failure.is_none());
+    let kept = end_quarantine(qroot, job_name, quarantine, keep_as);
+    (out, kept)
 }

@@ -99,6 +99,9 @@ struct Inner {
     spares: Mutex<Vec<Spare>>,
     /// The number of the next spare name.
     next_spare: AtomicU64,
+    /// Empty quarantines of requests cleaned, renamed to a spare name, for
+    /// the next cleanups (no directory created and removed per cleanup).
+    spare_quarantines: Mutex<Vec<remove::SpareQuarantine>>,
     /// Keeps emptied request cgroups for the next requests while the
     /// workspace is open, even between requests.
     #[cfg(target_os = "linux")]
@@ -160,11 +163,37 @@ impl Inner {
         }
     }
 
-    /// Unlinks every spare journal (the workspace is closing).
+    /// Unlinks every spare journal and removes every spare quarantine (the
+    /// workspace is closing).
     fn drop_spares(&self) {
         let spares = std::mem::take(&mut *lock(&self.spares));
         for spare in spares {
             let _ = fs::unlink_at(self.journals.as_fd(), spare.name.as_c_str());
+        }
+        let quarantines = std::mem::take(&mut *lock(&self.spare_quarantines));
+        for q in quarantines {
+            let _ = fs::rmdir_at(self.quarantine.as_fd(), &q.name);
+        }
+    }
+
+    /// A name for the next spare quarantine, while there is room for one.
+    fn spare_quarantine_name(&self) -> Option<CString> {
+        if lock(&self.spare_quarantines).len() >= MAX_SPARE_JOURNALS
+            || self.closed.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        let n = self.next_spare.fetch_add(1, Ordering::Relaxed);
+        Some(CString::new(format!("{SPARE_PREFIX}{n}")).expect("no NUL"))
+    }
+
+    fn keep_quarantine(&self, q: remove::SpareQuarantine) {
+        let mut kept = lock(&self.spare_quarantines);
+        if kept.len() < MAX_SPARE_JOURNALS && !self.closed.load(Ordering::Acquire) {
+            kept.push(q);
+        } else {
+            drop(kept);
+            let _ = fs::rmdir_at(self.quarantine.as_fd(), &q.name);
         }
     }
 }
@@ -429,6 +458,7 @@ impl Workspace {
                 closed: AtomicBool::new(false),
                 spares: Mutex::new(Vec::new()),
                 next_spare: AtomicU64::new(0),
+                spare_quarantines: Mutex::new(Vec::new()),
                 #[cfg(target_os = "linux")]
                 _cgroup_spares: crate::contain::SpareKeeper::new(),
             }),
@@ -742,6 +772,27 @@ impl Workspace {
                 }
             }
             out.push((id, result));
+        }
+        // Spare quarantines an earlier run kept (renamed empty, so they
+        // belong to no job): removed if still empty, else kept for the
+        // operator.
+        let mut spare_quarantines = Vec::new();
+        let _ = fs::for_each_name(self.inner.quarantine.as_fd(), |n| {
+            if n.to_bytes().starts_with(SPARE_PREFIX.as_bytes()) {
+                spare_quarantines.push(n.to_owned());
+            }
+            Ok(())
+        });
+        for name in spare_quarantines {
+            if lock(&self.inner.spare_quarantines)
+                .iter()
+                .any(|q| q.name == name)
+            {
+                continue;
+            }
+            if let Err(e) = fs::rmdir_at(self.inner.quarantine.as_fd(), &name) {
+                tracing::warn!(error = %e, "a spare quarantine holds something; it is kept");
+            }
         }
         // After the journals: the reclaim's cleanups removed the request
         // cgroups of the dead runs, so their bases may now be empty.
@@ -1066,13 +1117,21 @@ async fn cleanup_request(
     let fs_inner = inner.clone();
     let fs_state = state.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        remove::clean_job(
+        let spare = lock(&fs_inner.spare_quarantines).pop();
+        let keep_as = fs_inner.spare_quarantine_name();
+        let (outcome, kept) = remove::clean_job(
             fs_inner.jobs.as_fd(),
             fs_inner.quarantine.as_fd(),
             &fs_state.cname,
             &inventory,
             fs_state.anchor,
-        )
+            spare,
+            keep_as,
+        );
+        if let Some(kept) = kept {
+            fs_inner.keep_quarantine(kept);
+        }
+        outcome
     })
     .await;
     let outcome = match outcome {

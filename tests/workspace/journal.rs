@@ -16,6 +16,16 @@ fn journal_path(fx: &Fixture, id: &str) -> PathBuf {
     fx.root().join(".custodian/journal").join(id)
 }
 
+/// The names in `dir`, sorted.
+fn sorted_names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
 fn restart(fx: &mut Fixture) -> Workspace {
     fx.restart()
 }
@@ -375,14 +385,7 @@ async fn a_journal_killed_before_its_open_record_holds_nothing() {
 async fn a_clean_journal_is_reused_for_the_next_request_only_emptied() {
     let mut fx = Fixture::new();
     let journals = fx.root().join(".custodian/journal");
-    let names = || -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(&journals)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    };
+    let names = || sorted_names(&journals);
     let first = fx.ws.open_request("first").unwrap();
     populate(&first);
     drop(first);
@@ -438,4 +441,71 @@ async fn a_clean_journal_is_reused_for_the_next_request_only_emptied() {
     drop(ws);
     restart(&mut fx);
     assert_eq!(names(), Vec::<String>::new());
+}
+
+/// A clean request's quarantine is kept empty under a spare name and the
+/// next cleanup moves its entries through it (the same directory, no new
+/// one); a spare found holding something foreign is used without touching
+/// it, then never kept again. The workspace's drop removes its spares and a
+/// reclaim removes a killed node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn an_empty_quarantine_is_reused_and_a_planted_one_is_not_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let mut fx = Fixture::new();
+    let qroot = fx.root().join(".custodian/quarantine");
+    let names = || sorted_names(&qroot);
+    let clean = |id: &'static str| {
+        let ws = fx.ws.clone();
+        async move {
+            let job = ws.open_request(id).unwrap();
+            populate(&job);
+            drop(job);
+            let r = ws.cleanup(id).await.unwrap();
+            assert_eq!(r.status, CleanupStatus::Cleaned, "{id}: {r:?}");
+            assert!(r.counts.files_removed > 0, "{id}: {r:?}");
+        }
+    };
+    clean("first").await;
+    let spares = names();
+    assert_eq!(spares.len(), 1, "{spares:?}");
+    assert!(spares[0].starts_with(".spare-"), "{spares:?}");
+    let spare = qroot.join(&spares[0]);
+    let ino = fs::metadata(&spare).unwrap().ino();
+    assert_eq!(fs::read_dir(&spare).unwrap().count(), 0);
+
+    clean("second").await;
+    let spares = names();
+    assert_eq!(spares.len(), 1, "{spares:?}");
+    assert_eq!(
+        fs::metadata(qroot.join(&spares[0])).unwrap().ino(),
+        ino,
+        "the quarantine was not reused"
+    );
+
+    // Something planted in the spare (under the first name the protocol
+    // moves to): the cleanup still removes exactly the job, the planted
+    // file is untouched, and its directory is not kept as a spare again.
+    let planted = qroot.join(&spares[0]).join("q0");
+    fs::write(&planted, b"not ours").unwrap();
+    let planted_ino = fs::metadata(&planted).unwrap().ino();
+    clean("third").await;
+    assert_eq!(names(), vec!["third".to_owned()], "kept as a spare again");
+    let kept = qroot.join("third/q0");
+    assert_eq!(fs::read(&kept).unwrap(), b"not ours");
+    assert_eq!(fs::metadata(&kept).unwrap().ino(), planted_ino);
+    fs::remove_file(&kept).unwrap();
+    fs::remove_dir(qroot.join("third")).unwrap();
+
+    // Dropped with the workspace; a killed node's is removed by the
+    // reclaim, and one holding something is kept.
+    clean("fourth").await;
+    assert_eq!(names().len(), 1);
+    let ws = restart(&mut fx);
+    assert_eq!(names(), Vec::<String>::new());
+    fs::create_dir(qroot.join(".spare-90")).unwrap();
+    fs::create_dir(qroot.join(".spare-91")).unwrap();
+    fs::write(qroot.join(".spare-91/x"), b"x").unwrap();
+    ws.reclaim().await;
+    assert_eq!(names(), vec![".spare-91".to_owned()]);
 }
