@@ -4,7 +4,7 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -246,15 +246,26 @@ pub struct Cgroup {
     /// empty: its request cgroup's spares (weak: a spare must not keep its
     /// own list alive).
     home: Option<Weak<Spares>>,
+    /// `cgroup.kill` was written here: never kept (see [`Cgroup::kill`]).
+    killed: AtomicBool,
 }
 
 /// Empty process cgroups kept beneath one request cgroup.
 #[derive(Debug, Default)]
-struct Spares(Mutex<Vec<Cgroup>>);
+struct Spares {
+    kept: Mutex<Vec<Cgroup>>,
+    /// The request cgroup was killed: every process cgroup beneath it then
+    /// was too, and none is kept or handed out again (see [`Cgroup::kill`]).
+    killed: AtomicBool,
+}
 
 impl Spares {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Cgroup>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
     }
 }
 
@@ -327,6 +338,7 @@ impl Cgroup {
             _lease: None,
             spares: None,
             home: None,
+            killed: AtomicBool::new(false),
         })
     }
 
@@ -364,7 +376,8 @@ impl Cgroup {
     /// As [`Cgroup::child`].
     pub fn process_child(&self) -> Result<Cgroup, CgroupError> {
         let home = self.spares.as_ref().map(Arc::downgrade);
-        if let Some(mut kept) = self.spares.as_ref().and_then(|s| s.lock().pop()) {
+        let spares = self.spares.as_ref().filter(|s| !s.killed());
+        if let Some(mut kept) = spares.and_then(|s| s.lock().pop()) {
             kept.home = home;
             return Ok(kept);
         }
@@ -409,12 +422,17 @@ impl Cgroup {
     /// As [`Cgroup::remove`], with the cgroup handed back so that the
     /// caller can kill it and retry.
     pub fn release(mut self) -> Result<Released, (Cgroup, CgroupError)> {
-        if self.spares.is_some() && self._lease.is_some() {
+        let killed =
+            self.killed.load(Ordering::Acquire) || self.spares.as_ref().is_some_and(|s| s.killed());
+        if killed {
+            // Neither it nor what was beneath it when it was killed may
+            // serve again.
+        } else if self.spares.is_some() && self._lease.is_some() {
             if self.empty_and_thawed() {
                 return Ok(keep_request_cgroup(self));
             }
         } else if let Some(home) = self.home.take().and_then(|w| w.upgrade()) {
-            if self.empty_and_thawed() {
+            if !home.killed() && self.empty_and_thawed() {
                 let mut kept = home.lock();
                 if kept.len() < MAX_SPARE_PROCESS_CGROUPS {
                     kept.push(self);
@@ -453,8 +471,18 @@ impl Cgroup {
     /// whose leader thread has exited while other threads run (observed on
     /// Linux 6.18), so every thread still listed afterwards is killed
     /// through a thread pidfd as well ([`Cgroup::kill_threads`]).
+    ///
+    /// A cgroup once killed (and every cgroup beneath it then) is never kept
+    /// for reuse by [`Cgroup::release`]: Linux 6.18 kills at once a process
+    /// cloned with `CLONE_INTO_CGROUP` into a cgroup whose kill count
+    /// differs from the cloning process's own cgroup's (`kill_seq`, compared
+    /// across the two cgroups in `cgroup_post_fork`).
     #[doc(alias = "cgroup.kill")]
     pub fn kill(&self) -> Result<(), CgroupError> {
+        self.killed.store(true, Ordering::Release);
+        if let Some(spares) = &self.spares {
+            spares.killed.store(true, Ordering::Release);
+        }
         self.write_file(c"cgroup.kill", b"1", "kill")?;
         kill_threads(&self.dir, 0);
         Ok(())
@@ -981,6 +1009,7 @@ fn with_base<T>(
         _lease: None,
         spares: None,
         home: None,
+        killed: AtomicBool::new(false),
     };
     let out = if handle.has_kill() {
         f(&handle).map_err(|e| match e {
@@ -1225,6 +1254,7 @@ pub fn reopen_request_cgroup(
         _lease: None,
         spares: None,
         home: None,
+        killed: AtomicBool::new(false),
     }))
 }
 

@@ -203,6 +203,26 @@ async fn a_cleaned_requests_cgroup_serves_the_next_request_a_failed_ones_does_no
     assert!(exists(&d1));
     assert_eq!(d.cleanup().await.status, CleanupStatus::Cleaned);
 
+    // A request cgroup once killed (`Job::kill_processes`, as a node's
+    // cancel does) is never reused: this kernel kills at once a process
+    // cloned into a cgroup whose kill count differs from its parent's.
+    let e = fx.ws.open_request("req-e").unwrap();
+    let (e1, _) = own_cgroup(&e, &fx.root()).await;
+    assert!(e.kill_processes().await);
+    let (e2, removal) = own_cgroup(&e, &fx.root()).await;
+    assert_ne!(e2, e1, "a killed cgroup served again");
+    assert_eq!(removal, "removed");
+    assert_eq!(e.cleanup().await.status, CleanupStatus::Cleaned);
+    let f = fx.ws.open_request("req-f").unwrap();
+    let (f1, _) = own_cgroup(&f, &fx.root()).await;
+    assert_ne!(
+        parent_of(&f1),
+        parent_of(&e1),
+        "a killed request cgroup served again"
+    );
+    assert_eq!(f.cleanup().await.status, CleanupStatus::Cleaned);
+    drop((e, f));
+
     // Closing the workspace removes what it kept, and the base with it.
     drop((a, b, c, d));
     drop(fx);
