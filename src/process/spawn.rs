@@ -54,8 +54,9 @@
 //! zeroes a futex word in the caller's frame and wakes it, at the moment
 //! it releases a `CLONE_VFORK` parent), so the hand-off costs one wake-up
 //! each way, not a second one relayed by the spawner thread. One thread per distinct
-//! program; confined spawns through it are serialised (each holds it for
-//! the clone until `execve`, as `CLONE_VFORK` holds any caller). Where the
+//! program; it makes one `clone3` at a time, without `CLONE_VFORK` (the
+//! caller, not the thread, waits for the `execve`), so it does not wait on
+//! a child before cloning the next. Where the
 //! thread cannot be started or cannot install the program (or after a
 //! `fork` of this process, which does not copy it), the child installs the
 //! program itself as its last step.
@@ -972,12 +973,25 @@ mod imp {
         /// the spawner thread back from its vfork wait, then the caller).
         /// Only a failed `clone3`, which makes no child, is reported by the
         /// spawner thread itself.
+        ///
+        /// The clone drops `CLONE_VFORK`: what it protects (the frame and
+        /// stack the child runs on, until it exec'ed or exited) belongs to
+        /// this caller, which is held by `released` instead, and the
+        /// spawner thread uses neither. It returns to its queue at once
+        /// rather than sleeping until the `execve` and being woken for
+        /// nothing, one wake-up per launch less; its next clone, for
+        /// another caller, uses another frame and stack. (A `CLONE_VM`
+        /// clone without `CLONE_VFORK` marks this process's memory as
+        /// shared with another process, `MMF_MULTIPROCESS`, for as long as
+        /// it runs: a later write to its `oom_score_adj` then also walks
+        /// the process list for others sharing it, `fs/proc/base.c`.)
         fn clone3(&self, args: &mut libc::clone_args, child: &ChildArgs) -> isize {
             /// Any value but 0: no child has released the caller yet.
             const WAITING: u32 = u32::MAX;
             let ret = AtomicIsize::new(0);
             let released = AtomicU32::new(WAITING);
             let mut pid: c_int = 0;
+            args.flags &= !(libc::CLONE_VFORK as u64);
             args.flags |= (libc::CLONE_CHILD_CLEARTID | libc::CLONE_PARENT_SETTID) as u64;
             args.child_tid = released.as_ptr() as u64;
             args.parent_tid = (&raw mut pid) as u64;
@@ -1063,14 +1077,16 @@ mod imp {
     /// process runs.
     fn serve(queue: &mpsc::Receiver<Job>) {
         while let Ok(job) = queue.recv() {
-            // SAFETY: the sender waits until `released` is 0, so `args`
-            // (with its stack) and `child` (with every pointer in it) are
-            // alive and unchanged; the clone returns only once the child
-            // exec'ed or exited (CLONE_VFORK). `child_main` never returns.
+            // SAFETY: the sender waits until `released` is 0, which only
+            // the child's exec or exit (or the failure branch below) does,
+            // so `args` (with its stack) and `child` (with every pointer in
+            // it) stay alive and unchanged for as long as the child uses
+            // them; this thread touches none of them after the clone.
+            // `child_main` never returns.
             let r = unsafe { clone3(&mut *job.args, child_main, job.child) };
             if r > 0 {
-                // The child released the caller (CLONE_CHILD_CLEARTID): its
-                // frame may be gone already.
+                // The child releases the caller (CLONE_CHILD_CLEARTID): its
+                // frame may be gone at any moment.
                 continue;
             }
             // SAFETY: no child, so nothing zeroed `released`: the sender
