@@ -128,7 +128,7 @@ pub(crate) struct SpawnSpec<'a> {
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
-/// this order: `prctl(PR_SET_NO_NEW_PRIVS, 1)` (always),
+/// this order: `prctl(PR_SET_NO_NEW_PRIVS, 1)` (unless inherited, below),
 /// `landlock_restrict_self(ruleset, 0)`, `seccomp(SECCOMP_SET_MODE_FILTER,
 /// 0, program)`. Everything is built by the parent (`crate::confine`).
 ///
@@ -136,8 +136,9 @@ pub(crate) struct SpawnSpec<'a> {
 /// installed once on a spawner thread of this process that has nothing
 /// else to do (see *Inherited seccomp filter* in the module docs), and
 /// the child, cloned by that thread, inherits it with `no_new_privs` from
-/// its first instruction. Only where that thread cannot be set up does
-/// the child install the program itself, as above.
+/// its first instruction, so it does not set `no_new_privs` again. Only
+/// where that thread cannot be set up does the child set both itself, as
+/// above.
 #[derive(Clone, Copy)]
 pub(crate) struct ChildConfine<'a> {
     /// A Landlock ruleset descriptor.
@@ -366,7 +367,8 @@ mod imp {
         /// target (the parent moved any other low one up).
         stdio: [c_int; 3],
         new_process_group: bool,
-        /// Set `no_new_privs` (any confinement).
+        /// Set `no_new_privs` (any confinement, unless the cloning thread
+        /// has it already and the child inherits it).
         no_new_privs: bool,
         /// A Landlock ruleset descriptor (≥ 3), or -1.
         landlock: c_int,
@@ -1189,7 +1191,8 @@ mod imp {
                 filter: prog.as_ptr().cast::<libc::sock_filter>().cast_mut(),
             });
         let child = ChildArgs {
-            no_new_privs: spec.confine.is_some(),
+            // A child of the spawner thread inherits its no_new_privs.
+            no_new_privs: spec.confine.is_some() && filtering.is_none(),
             landlock,
             seccomp: fprog.as_ref().map_or(ptr::null(), ptr::from_ref),
             program: spec.program.as_ptr(),

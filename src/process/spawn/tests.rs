@@ -883,6 +883,21 @@ fn the_seccomp_filter_reaches_the_child_and_only_the_spawner_thread_carries_it()
         assert!(out.contains("Seccomp:\t2"), "{out}");
         assert!(out.contains("Seccomp_filters:\t1"), "{out}");
     }
+    // no_new_privs comes with the filter, from the spawner thread (the
+    // child does not set it again).
+    let c = Child::new("/bin/grep", &[b"grep", b"NoNewPrivs", b"/proc/self/status"]);
+    let (r, w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+    let mut spec = c.spec(&null, &w, &null, None);
+    spec.confine = Some(super::ChildConfine {
+        ruleset: None,
+        seccomp: Some(program),
+    });
+    let spawned = spawn(&spec).unwrap();
+    drop(w);
+    let mut out = String::new();
+    File::from(r).read_to_string(&mut out).unwrap();
+    assert_eq!(wait(&spawned), Ok(0));
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     let mut spawners = 0;
     for task in std::fs::read_dir("/proc/self/task").unwrap() {
         let task = task.unwrap().path();
