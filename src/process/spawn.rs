@@ -53,13 +53,13 @@
 //! caller itself (`CLONE_CHILD_CLEARTID`: the child's `execve` or exit
 //! zeroes a futex word in the caller's frame and wakes it, at the moment
 //! it releases a `CLONE_VFORK` parent), so the hand-off costs one wake-up
-//! each way, not a second one relayed by the spawner thread. One thread per distinct
-//! program; it makes one `clone3` at a time, without `CLONE_VFORK` (the
-//! caller, not the thread, waits for the `execve`), so it does not wait on
-//! a child before cloning the next. Where the
-//! thread cannot be started or cannot install the program (or after a
-//! `fork` of this process, which does not copy it), the child installs the
-//! program itself as its last step.
+//! each way, not a second one relayed by the spawner thread. One thread
+//! per distinct program; it makes one `clone3` at a time, without
+//! `CLONE_VFORK` (the caller, not the thread, waits for the `execve`), so
+//! it does not wait on a child before cloning the next. Where the thread
+//! cannot be started or cannot install the program (or after a `fork` of
+//! this process, which does not copy it), the child installs the program
+//! itself as its last step.
 //!
 //! # Caveats
 //!
