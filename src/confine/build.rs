@@ -294,21 +294,30 @@ fn add(
         .map_err(landlock_err)
 }
 
+/// `open(2)` of a grant with `O_PATH`: as a directory if it is one (no
+/// `fstat` needed to know), else as what it is.
 fn open_grant(path: &Path) -> Result<(OwnedFd, bool), ConfineError> {
-    let fd =
-        rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
-            ConfineError::Path {
-                path: path.to_owned(),
-                source: e.into(),
-            }
-        })?;
-    let dir = is_dir(&fd)?;
+    let open = |flags: OFlags| {
+        rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC | flags, Mode::empty())
+    };
+    let (fd, dir) = match open(OFlags::DIRECTORY) {
+        Ok(fd) => Ok((fd, true)),
+        // Not a directory (a file grant): open it as what it is, and check,
+        // since it may have become a directory meanwhile.
+        Err(rustix::io::Errno::NOTDIR) => open(OFlags::empty()).and_then(|fd| {
+            let st = rustix::fs::fstat(&fd)?;
+            Ok((
+                fd,
+                FileType::from_raw_mode(st.st_mode) == FileType::Directory,
+            ))
+        }),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| ConfineError::Path {
+        path: path.to_owned(),
+        source: e.into(),
+    })?;
     Ok((fd, dir))
-}
-
-fn is_dir(fd: &OwnedFd) -> Result<bool, ConfineError> {
-    let st = rustix::fs::fstat(fd).map_err(|e| landlock_err(std::io::Error::from(e)))?;
-    Ok(FileType::from_raw_mode(st.st_mode) == FileType::Directory)
 }
 
 fn fs_rules(
@@ -576,6 +585,21 @@ mod tests {
         let d = canonical_deny(Path::new("/proc/self/no-such-dir/x"));
         assert!(d.ends_with("no-such-dir/x"));
         assert!(!d.starts_with("/proc/self"), "self is a symlink: {d:?}");
+    }
+
+    #[test]
+    fn a_grant_is_opened_as_a_directory_or_a_file_by_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let (_, is_dir) = open_grant(dir.path()).unwrap();
+        assert!(is_dir);
+        let (fd, is_dir) = open_grant(&file).unwrap();
+        assert!(!is_dir);
+        let st = rustix::fs::fstat(&fd).unwrap();
+        assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::RegularFile);
+        let e = open_grant(&dir.path().join("missing")).unwrap_err();
+        assert!(matches!(e, ConfineError::Path { .. }), "{e:?}");
     }
 
     #[test]

@@ -48,13 +48,18 @@
 //! the program **on itself only** (no `SECCOMP_FILTER_FLAG_TSYNC`: no other
 //! thread of the process is affected). That thread does nothing but
 //! `clone3` on behalf of the caller, which builds everything as above and
-//! parks until the clone returned; the child is filtered from its first
-//! instruction, before it applies the rest. One thread per distinct
-//! program; confined spawns through it are serialised (each holds it for
-//! the clone until `execve`, as `CLONE_VFORK` holds any caller). Where the
-//! thread cannot be started or cannot install the program (or after a
-//! `fork` of this process, which does not copy it), the child installs the
-//! program itself as its last step.
+//! sleeps until the child exec'ed or exited; the child is filtered from
+//! its first instruction, before it applies the rest. The kernel wakes the
+//! caller itself (`CLONE_CHILD_CLEARTID`: the child's `execve` or exit
+//! zeroes a futex word in the caller's frame and wakes it, at the moment
+//! it releases a `CLONE_VFORK` parent), so the hand-off costs one wake-up
+//! each way, not a second one relayed by the spawner thread. One thread
+//! per distinct program; it makes one `clone3` at a time, without
+//! `CLONE_VFORK` (the caller, not the thread, waits for the `execve`), so
+//! it does not wait on a child before cloning the next. Where the thread
+//! cannot be started or cannot install the program (or after a `fork` of
+//! this process, which does not copy it), the child installs the program
+//! itself as its last step.
 //!
 //! # Caveats
 //!
@@ -123,7 +128,7 @@ pub(crate) struct SpawnSpec<'a> {
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
-/// this order: `prctl(PR_SET_NO_NEW_PRIVS, 1)` (always),
+/// this order: `prctl(PR_SET_NO_NEW_PRIVS, 1)` (unless inherited, below),
 /// `landlock_restrict_self(ruleset, 0)`, `seccomp(SECCOMP_SET_MODE_FILTER,
 /// 0, program)`. Everything is built by the parent (`crate::confine`).
 ///
@@ -131,8 +136,9 @@ pub(crate) struct SpawnSpec<'a> {
 /// installed once on a spawner thread of this process that has nothing
 /// else to do (see *Inherited seccomp filter* in the module docs), and
 /// the child, cloned by that thread, inherits it with `no_new_privs` from
-/// its first instruction. Only where that thread cannot be set up does
-/// the child install the program itself, as above.
+/// its first instruction, so it does not set `no_new_privs` again. Only
+/// where that thread cannot be set up does the child set both itself, as
+/// above.
 #[derive(Clone, Copy)]
 pub(crate) struct ChildConfine<'a> {
     /// A Landlock ruleset descriptor.
@@ -320,7 +326,7 @@ mod imp {
     use std::ffi::{CStr, c_char, c_int, c_void};
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
     use std::ptr;
-    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicIsize, AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU32, Ordering};
     use std::sync::{Mutex, OnceLock, mpsc};
 
     use rustix::io::Errno;
@@ -361,7 +367,8 @@ mod imp {
         /// target (the parent moved any other low one up).
         stdio: [c_int; 3],
         new_process_group: bool,
-        /// Set `no_new_privs` (any confinement).
+        /// Set `no_new_privs` (any confinement, unless the cloning thread
+        /// has it already and the child inherits it).
         no_new_privs: bool,
         /// A Landlock ruleset descriptor (≥ 3), or -1.
         landlock: c_int,
@@ -884,19 +891,22 @@ mod imp {
     }
 
     /// One clone for the spawner thread to make: pointers into the frame
-    /// of a caller that stays parked until `done` is set.
+    /// of a caller that waits until `released` is 0.
     struct Job {
         args: *mut libc::clone_args,
         child: *const ChildArgs,
+        /// Where the spawner thread writes a failed clone's `-errno`.
         ret: *const AtomicIsize,
-        done: *const AtomicBool,
-        caller: std::thread::Thread,
+        /// The caller's futex word; see [`FilteringSpawner::clone3`].
+        released: *const AtomicU32,
     }
 
     // SAFETY: a `Job`'s pointers refer to the frame of the thread that sent
     // it, which does not return (and so keeps them alive and unmoved)
-    // until the spawner thread set `done`; after that store the spawner
-    // thread touches none of them.
+    // until `released` is 0. The kernel zeroes it when the child exec'ed or
+    // exited, and then the spawner thread touches none of them; the
+    // spawner thread zeroes it only when the clone failed, after its last
+    // access.
     unsafe impl Send for Job {}
 
     impl FilteringSpawner {
@@ -952,26 +962,71 @@ mod imp {
         }
 
         /// Has the spawner thread run `clone3(args)` for `child_main(child)`
-        /// and waits for its result (the pid, or `-errno`).
+        /// and waits for the child to exec or exit; returns its pid, or
+        /// `-errno`.
+        ///
+        /// The caller is woken by the kernel, not by the spawner thread:
+        /// with `CLONE_CHILD_CLEARTID` the child's `mm_release` (at
+        /// `execve` or exit, the very point that releases a `CLONE_VFORK`
+        /// parent) zeroes `released` and `FUTEX_WAKE`s it (clone(2),
+        /// set_tid_address(2)); `CLONE_PARENT_SETTID` and `CLONE_PIDFD`
+        /// have stored the pid and the pidfd in this frame before the child
+        /// ran. Waking the caller thus takes one hop, not two (child, then
+        /// the spawner thread back from its vfork wait, then the caller).
+        /// Only a failed `clone3`, which makes no child, is reported by the
+        /// spawner thread itself.
+        ///
+        /// The clone drops `CLONE_VFORK`: what it protects (the frame and
+        /// stack the child runs on, until it exec'ed or exited) belongs to
+        /// this caller, which is held by `released` instead, and the
+        /// spawner thread uses neither. It returns to its queue at once
+        /// rather than sleeping until the `execve` and being woken for
+        /// nothing, one wake-up per launch less; its next clone, for
+        /// another caller, uses another frame and stack. (A `CLONE_VM`
+        /// clone without `CLONE_VFORK` marks this process's memory as
+        /// shared with another process, `MMF_MULTIPROCESS`, for as long as
+        /// it runs: a later write to its `oom_score_adj` then also walks
+        /// the process list for others sharing it, `fs/proc/base.c`.)
         fn clone3(&self, args: &mut libc::clone_args, child: &ChildArgs) -> isize {
-            let ret = AtomicIsize::new(-(libc::EAGAIN as isize));
-            let done = AtomicBool::new(false);
+            /// Any value but 0: no child has released the caller yet.
+            const WAITING: u32 = u32::MAX;
+            let ret = AtomicIsize::new(0);
+            let released = AtomicU32::new(WAITING);
+            let mut pid: c_int = 0;
+            args.flags &= !(libc::CLONE_VFORK as u64);
+            args.flags |= (libc::CLONE_CHILD_CLEARTID | libc::CLONE_PARENT_SETTID) as u64;
+            args.child_tid = released.as_ptr() as u64;
+            args.parent_tid = (&raw mut pid) as u64;
             let job = Job {
                 args: ptr::from_mut(args),
                 child: ptr::from_ref(child),
                 ret: &raw const ret,
-                done: &raw const done,
-                caller: std::thread::current(),
+                released: &raw const released,
             };
             if self.jobs.send(job).is_err() {
                 // The thread is gone (it never exits while the process
                 // runs): nothing was cloned.
                 return -(libc::EAGAIN as isize);
             }
-            while !done.load(Ordering::Acquire) {
-                std::thread::park();
+            while released.load(Ordering::Acquire) != 0 {
+                // SAFETY: FUTEX_WAIT reads the word, which lives in this
+                // frame, and sleeps while it holds WAITING. Not the private
+                // variant: the kernel's wake at mm_release is a shared one
+                // (futex(2): a private wait is keyed apart from it).
+                unsafe {
+                    raw4(
+                        libc::SYS_futex as usize,
+                        released.as_ptr() as usize,
+                        libc::FUTEX_WAIT as usize,
+                        WAITING as usize,
+                        0,
+                    );
+                }
             }
-            ret.load(Ordering::Relaxed)
+            match ret.load(Ordering::Relaxed) {
+                0 => pid as isize,
+                failed => failed,
+            }
         }
     }
 
@@ -1024,20 +1079,34 @@ mod imp {
     /// process runs.
     fn serve(queue: &mpsc::Receiver<Job>) {
         while let Ok(job) = queue.recv() {
-            // SAFETY: the sender is parked until `done` is set below, so
-            // `args` (with its stack) and `child` (with every pointer in it)
-            // are alive and unchanged; the clone returns only once the child
-            // exec'ed or exited (CLONE_VFORK). `child_main` never returns.
+            // SAFETY: the sender waits until `released` is 0, which only
+            // the child's exec or exit (or the failure branch below) does,
+            // so `args` (with its stack) and `child` (with every pointer in
+            // it) stay alive and unchanged for as long as the child uses
+            // them; this thread touches none of them after the clone.
+            // `child_main` never returns.
             let r = unsafe { clone3(&mut *job.args, child_main, job.child) };
-            let caller = job.caller;
-            // SAFETY: `ret` and `done` live in the parked sender's frame,
-            // which stays until it sees `done`; neither is touched after
-            // the store to `done`.
-            unsafe {
-                (*job.ret).store(r, Ordering::Relaxed);
-                (*job.done).store(true, Ordering::Release);
+            if r > 0 {
+                // The child releases the caller (CLONE_CHILD_CLEARTID): its
+                // frame may be gone at any moment.
+                continue;
             }
-            caller.unpark();
+            // SAFETY: no child, so nothing zeroed `released`: the sender
+            // still waits and its frame is alive. Nothing in it is touched
+            // after the store to `released`; the wake names only its
+            // address (a wake at an address nobody waits on is a no-op).
+            unsafe {
+                let r = if r == 0 { -(libc::EAGAIN as isize) } else { r };
+                (*job.ret).store(r, Ordering::Relaxed);
+                (*job.released).store(0, Ordering::Release);
+                raw4(
+                    libc::SYS_futex as usize,
+                    job.released as usize,
+                    libc::FUTEX_WAKE as usize,
+                    1,
+                    0,
+                );
+            }
         }
     }
 
@@ -1122,7 +1191,8 @@ mod imp {
                 filter: prog.as_ptr().cast::<libc::sock_filter>().cast_mut(),
             });
         let child = ChildArgs {
-            no_new_privs: spec.confine.is_some(),
+            // A child of the spawner thread inherits its no_new_privs.
+            no_new_privs: spec.confine.is_some() && filtering.is_none(),
             landlock,
             seccomp: fprog.as_ref().map_or(ptr::null(), ptr::from_ref),
             program: spec.program.as_ptr(),

@@ -883,6 +883,21 @@ fn the_seccomp_filter_reaches_the_child_and_only_the_spawner_thread_carries_it()
         assert!(out.contains("Seccomp:\t2"), "{out}");
         assert!(out.contains("Seccomp_filters:\t1"), "{out}");
     }
+    // no_new_privs comes with the filter, from the spawner thread (the
+    // child does not set it again).
+    let c = Child::new("/bin/grep", &[b"grep", b"NoNewPrivs", b"/proc/self/status"]);
+    let (r, w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+    let mut spec = c.spec(&null, &w, &null, None);
+    spec.confine = Some(super::ChildConfine {
+        ruleset: None,
+        seccomp: Some(program),
+    });
+    let spawned = spawn(&spec).unwrap();
+    drop(w);
+    let mut out = String::new();
+    File::from(r).read_to_string(&mut out).unwrap();
+    assert_eq!(wait(&spawned), Ok(0));
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     let mut spawners = 0;
     for task in std::fs::read_dir("/proc/self/task").unwrap() {
         let task = task.unwrap().path();
@@ -904,4 +919,79 @@ fn the_seccomp_filter_reaches_the_child_and_only_the_spawner_thread_carries_it()
         }
     }
     assert_eq!(spawners, 1, "one spawner thread for one program");
+}
+
+/// Spawns through the seccomp spawner thread, from several threads at
+/// once: the caller is woken by the child's `execve` or exit
+/// (`CLONE_CHILD_CLEARTID`), or by the spawner thread when the clone made
+/// no child; the pid (`CLONE_PARENT_SETTID`), a failing child stage and a
+/// refused cgroup all come back to the right caller.
+#[test]
+fn the_spawner_thread_hands_back_pid_stage_and_refusal_to_each_caller() {
+    if !host_ok() {
+        return;
+    }
+    let program = crate::confine::build::network_program().unwrap();
+    let confine = super::ChildConfine {
+        ruleset: None,
+        seccomp: Some(program),
+    };
+    let plain = tempfile::tempdir().unwrap();
+    let plain = rustix::fs::open(
+        plain.path(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let plain = &plain;
+            s.spawn(move || {
+                let null = dev_null();
+                for i in 0..30u8 {
+                    let code = t * 30 + i;
+                    let script = format!("echo $$; exit {code}");
+                    let mut c = Child::new("/bin/sh", &[b"sh", b"-c", script.as_bytes()]);
+                    match i % 3 {
+                        0 => {
+                            let mut spec = c.spec(&null, &null, &null, Some(plain));
+                            spec.confine = Some(confine);
+                            let e = spawn(&spec).unwrap_err();
+                            assert!(
+                                matches!(e, SpawnError::CgroupRefused { errno: Errno::BADF }),
+                                "{e:?}"
+                            );
+                        }
+                        1 => {
+                            c.cwd = Some(cs("/nonexistent/custodian-no-such-dir"));
+                            let mut spec = c.spec(&null, &null, &null, None);
+                            spec.confine = Some(confine);
+                            let e = spawn(&spec).unwrap_err();
+                            assert!(
+                                matches!(
+                                    e,
+                                    SpawnError::Failed {
+                                        stage: Stage::Chdir,
+                                        errno: Errno::NOENT
+                                    }
+                                ),
+                                "{e:?}"
+                            );
+                        }
+                        _ => {
+                            let (r, w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+                            let mut spec = c.spec(&null, &w, &null, None);
+                            spec.confine = Some(confine);
+                            let spawned = spawn(&spec).unwrap();
+                            drop(w);
+                            let mut out = String::new();
+                            File::from(r).read_to_string(&mut out).unwrap();
+                            assert_eq!(wait(&spawned), Ok(i32::from(code)));
+                            assert_eq!(out.trim_end(), spawned.pid.to_string());
+                        }
+                    }
+                }
+            });
+        }
+    });
 }
