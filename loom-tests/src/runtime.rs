@@ -818,3 +818,72 @@ pub fn node_cleanup_races_eviction(name: &str, bound: usize, after_restart: bool
     assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
     exploration
 }
+
+// ---------------------------------------------------------------------------
+// The launcher: a fresh root vs. a subreaper scan
+// ---------------------------------------------------------------------------
+
+/// What the launcher needs of its root registry
+/// ([`custodian::sync::RootRegistry`]).
+pub trait Roots: Default + Send + Sync + 'static {
+    /// Runs `spawn` (the clone) and registers the pid it returns.
+    fn spawn_root(&self, spawn: &mut dyn FnMut() -> u32);
+    /// Runs `f` on the registered roots (a subreaper scan).
+    fn scan_roots(&self, f: &mut dyn FnMut(&[u32]));
+}
+
+impl Roots for custodian::sync::RootRegistry {
+    fn spawn_root(&self, spawn: &mut dyn FnMut() -> u32) {
+        let _ = self.spawn(|| Ok::<u32, ()>(spawn()), |&pid| pid);
+    }
+
+    fn scan_roots(&self, f: &mut dyn FnMut(&[u32])) {
+        self.scan(|roots| f(roots));
+    }
+}
+
+/// Two launches race a scan of the process's children: the kernel's list
+/// of children gets each child at its clone, and a scan must find every
+/// child it sees registered as a root (else it would take a fresh root for
+/// an adopted descendant, and signal or reap it). The first launch may clone
+/// without the lock; the second starts after the scan began. Racer 0 wins
+/// when the scan saw no child, racer 1 when it saw one: both orders must be
+/// explored.
+pub fn scan_races_spawn<R: Roots>(name: &str, bound: usize) -> Exploration {
+    explore(name, bound, 2, 0, |recorder| {
+        let registry = Arc::new(R::default());
+        let children = Arc::new(Mutex::new(Vec::<u32>::new()));
+        let launch = |registry: Arc<R>, children: Arc<Mutex<Vec<u32>>>, pid: u32| {
+            thread::spawn(move || {
+                registry.spawn_root(&mut || {
+                    shim::lock(&children).push(pid);
+                    pid
+                })
+            })
+        };
+        let first = launch(registry.clone(), children.clone(), 1);
+        let mut seen = 0;
+        registry.scan_roots(&mut |roots| {
+            let kernel = shim::lock(&children).clone();
+            for child in &kernel {
+                assert!(
+                    roots.contains(child),
+                    "a fresh root taken for an adopted descendant"
+                );
+            }
+            seen = kernel.len();
+        });
+        let second = launch(registry.clone(), children.clone(), 2);
+        registry.scan_roots(&mut |roots| {
+            for child in shim::lock(&children).iter() {
+                assert!(
+                    roots.contains(child),
+                    "a fresh root taken for an adopted descendant"
+                );
+            }
+        });
+        first.join().unwrap();
+        second.join().unwrap();
+        recorder.won(usize::from(seen > 0));
+    })
+}

@@ -149,8 +149,8 @@ mod loom_models {
     use custodian::sync::shim::atomic::{AtomicUsize, Ordering};
     use custodian::sync::{Applied, CommitLog, SlotEffect, Slots};
     use custodian_loom_tests::runtime::{
-        CommitCell, Decision, Input, Op, Rec, Report, Slot, SlotTable, cancel_races_open,
-        cleanup_races_eviction, direct_commit_races_the_actor, node_step, step,
+        CommitCell, Decision, Input, Op, Rec, Report, Roots, Slot, SlotTable, cancel_races_open,
+        cleanup_races_eviction, direct_commit_races_the_actor, node_step, scan_races_spawn, step,
     };
 
     /// Broken: the actor lowers the pending count *before* it commits the
@@ -263,5 +263,27 @@ mod loom_models {
             "broken: cleanup form from a snapshot, cleanup vs eviction",
             2,
         );
+    }
+
+    /// Broken: clones without the lock and registers afterwards, with no
+    /// count of launches in flight, so a scan can run between a root's
+    /// clone and its registration.
+    #[derive(Default)]
+    struct RegisterAfterSpawn(Mutex<Vec<u32>>);
+
+    impl Roots for RegisterAfterSpawn {
+        fn spawn_root(&self, spawn: &mut dyn FnMut() -> u32) {
+            let pid = spawn();
+            shim::lock(&self.0).push(pid);
+        }
+        fn scan_roots(&self, f: &mut dyn FnMut(&[u32])) {
+            f(&shim::lock(&self.0));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a fresh root taken for an adopted descendant")]
+    fn a_scan_between_clone_and_registration_is_caught() {
+        scan_races_spawn::<RegisterAfterSpawn>("broken: register after an unlocked clone", 2);
     }
 }

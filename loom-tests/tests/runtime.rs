@@ -9,11 +9,11 @@ fn skipped_without_custodian_loom() {
 
 #[cfg(custodian_loom)]
 mod loom_models {
-    use custodian::sync::{CommitLog, Slots};
+    use custodian::sync::{CommitLog, RootRegistry, Slots};
     use custodian_loom_tests::runtime::{
         Rec, Report, Slot, cancel_races_open, cleanup_races_eviction,
         direct_commit_races_the_actor, node_cancel_and_cleanup_race_open,
-        node_cleanup_races_eviction,
+        node_cleanup_races_eviction, scan_races_spawn,
     };
 
     #[test]
@@ -51,5 +51,10 @@ mod loom_models {
             3,
             true,
         );
+    }
+
+    #[test]
+    fn a_scan_never_sees_a_fresh_root_unregistered() {
+        scan_races_spawn::<RootRegistry>("root registry, scan vs spawn", 3);
     }
 }

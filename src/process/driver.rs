@@ -235,14 +235,13 @@ fn spawn_in_cgroup(
     let root = {
         // As for the group tier: a concurrent subreaper scan must never
         // take this root for an adopted descendant.
-        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-        match cgroup_root::start(invocation, env, cwd, resolved, &cg, confine.as_ref()) {
-            Ok(root) => {
-                roots.push(root.pid);
-                root
-            }
+        let started = ROOTS.spawn(
+            || cgroup_root::start(invocation, env, cwd, resolved, &cg, confine.as_ref()),
+            |root| root.pid,
+        );
+        match started {
+            Ok(root) => root,
             Err(e) => {
-                drop(roots);
                 // Nothing runs in it: the cgroup is empty.
                 if let Err(re) = cg.remove() {
                     tracing::warn!(error = %re, "removing an unused cgroup failed");
@@ -270,10 +269,7 @@ fn spawn_in_cgroup(
         Err(e) => {
             // Cannot observe the root: kill the cgroup, reap, report.
             let _ = cg.kill();
-            ROOTS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|&p| p != pid);
+            ROOTS.with(|roots| roots.retain(|&p| p != pid));
             return Err(Err(ProcessError::Spawn {
                 path: resolved.to_path_buf(),
                 source: e,
@@ -330,15 +326,17 @@ fn spawn_in_group(
     let mut child = {
         // Registered under the lock, so no probe ever sees this child
         // unregistered and takes it for an adopted descendant.
-        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
         // The runtime's reactor must be current when the child is spawned.
         let _guard = runtime.enter();
-        let child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-            path: resolved.to_path_buf(),
-            source,
-        })?;
-        roots.push(child.id().unwrap_or(0));
-        child
+        ROOTS.spawn(
+            || {
+                cmd.spawn().map_err(|source| ProcessError::Spawn {
+                    path: resolved.to_path_buf(),
+                    source,
+                })
+            },
+            |child| child.id().unwrap_or(0),
+        )?
     };
     let pid = child.id().unwrap_or(0);
     let stdout = child.stdout.take().map(|r| Box::new(r) as Reader);
@@ -475,17 +473,17 @@ impl StartedGuard {
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(fd) = pidfd {
-                let fd = fd.into_inner();
-                if !matches!(sys::reap_pidfd(&fd, false), Ok(true)) {
-                    let _ = std::thread::Builder::new()
-                        .name("custodian-reap".into())
-                        .spawn(move || sys::reap_pidfd(&fd, true));
+            ROOTS.with(|roots| {
+                if let Some(fd) = pidfd {
+                    let fd = fd.into_inner();
+                    if !matches!(sys::reap_pidfd(&fd, false), Ok(true)) {
+                        let _ = std::thread::Builder::new()
+                            .name("custodian-reap".into())
+                            .spawn(move || sys::reap_pidfd(&fd, true));
+                    }
                 }
-            }
-            roots.retain(|&p| p != pid);
-            drop(roots);
+                roots.retain(|&p| p != pid);
+            });
             if let Err(e) = run.cg.remove() {
                 tracing::warn!(error = %e, "removing the cgroup of a failed launch failed");
             }
@@ -513,11 +511,12 @@ impl StartedGuard {
             Err(_) => StepOutcome::Failed,
         };
         wait_briefly(&mut child);
-        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-        // Reaps if it exited; else tokio's orphan queue takes it.
-        let _ = child.try_wait();
-        drop(child);
-        roots.retain(|&p| p != pid);
+        ROOTS.with(|roots| {
+            // Reaps if it exited; else tokio's orphan queue takes it.
+            let _ = child.try_wait();
+            drop(child);
+            roots.retain(|&p| p != pid);
+        });
         Some(EscalationStep::new(
             EscalationAction::Kill,
             EscalationReason::InternalError,
@@ -1036,26 +1035,28 @@ impl Driver {
     fn reap(&mut self) {
         // Reap and unregister under the lock: a concurrent subreaper scan
         // must never see this root unregistered while it is still ours.
-        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = self.child.take() {
-            match child.try_wait() {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    tracing::warn!(
-                        pid = self.pid,
-                        "root alive at settlement; left to the reaper"
-                    );
-                    drop(child);
+        ROOTS.with(|roots| {
+            if let Some(mut child) = self.child.take() {
+                match child.try_wait() {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        tracing::warn!(
+                            pid = self.pid,
+                            "root alive at settlement; left to the reaper"
+                        );
+                        drop(child);
+                    }
+                    Err(e) => {
+                        tracing::warn!(pid = self.pid, error = %e, "reaping the root failed")
+                    }
                 }
-                Err(e) => tracing::warn!(pid = self.pid, error = %e, "reaping the root failed"),
             }
-        }
-        #[cfg(target_os = "linux")]
-        if self.cgroup.is_some() {
-            self.reap_pidfd();
-        }
-        roots.retain(|&p| p != self.pid);
-        drop(roots);
+            #[cfg(target_os = "linux")]
+            if self.cgroup.is_some() {
+                self.reap_pidfd();
+            }
+            roots.retain(|&p| p != self.pid);
+        });
         if self.subreaper {
             // Reap adopted descendants that have exited meanwhile.
             let _ = adopted();
@@ -1377,14 +1378,15 @@ impl Drop for Driver {
 /// way (and still listed in `zombies`). `None` if `/proc` cannot be read.
 #[cfg(target_os = "linux")]
 fn adopted_pass() -> Option<sys::Children> {
-    let roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = sys::own_children()?;
-    c.live.retain(|p| !roots.contains(p));
-    c.zombies.retain(|p| !roots.contains(p));
-    for &pid in &c.zombies {
-        sys::reap_child(pid);
-    }
-    Some(c)
+    ROOTS.scan(|roots| {
+        let mut c = sys::own_children()?;
+        c.live.retain(|p| !roots.contains(p));
+        c.zombies.retain(|p| !roots.contains(p));
+        for &pid in &c.zombies {
+            sys::reap_child(pid);
+        }
+        Some(c)
+    })
 }
 
 #[cfg(not(target_os = "linux"))]

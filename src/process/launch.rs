@@ -170,9 +170,10 @@ pub(crate) static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// The roots launched by this process and not yet reaped. In the
 /// subreaper tier every other child of this process is an adopted
-/// descendant; the lock is held across spawn so that a fresh root is never
-/// mistaken for one.
-pub(crate) static ROOTS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// descendant; the registry makes sure a fresh root is never mistaken for
+/// one ([`crate::sync::RootRegistry`]).
+pub(crate) static ROOTS: std::sync::LazyLock<crate::sync::RootRegistry> =
+    std::sync::LazyLock::new(crate::sync::RootRegistry::new);
 
 /// `prctl(PR_SET_CHILD_SUBREAPER, 1)`—Opts this whole process into the
 /// **subreaper tier**: descendants of a launched process that outlive

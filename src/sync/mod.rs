@@ -39,7 +39,11 @@
 //!   that returned fences every later open, and evicting a key forgets its
 //!   state and its cleanup result together, never while the cleanup runs.
 //!
-//! Both sit in the pure layer: no tokio, no I/O, no clock. Async waiting uses
+//! A fifth, [`RootRegistry`], keeps the launcher's roots so that a subreaper
+//! scan never takes a fresh root for an adopted descendant, without
+//! serialising launches while no scan runs.
+//!
+//! All sit in the pure layer: no tokio, no I/O, no clock. Async waiting uses
 //! a hand-rolled list of [`std::task::Waker`]s guarded by the same mutex as
 //! the value, so check-then-register and store-then-wake cannot interleave
 //! into a lost wake-up. All synchronization types come from [`shim`], which
@@ -96,12 +100,14 @@
 
 mod commit;
 mod election;
+mod roots;
 mod settle;
 pub mod shim;
 mod slots;
 
 pub use commit::{Commit, CommitLog};
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
+pub use roots::RootRegistry;
 pub use settle::{AlreadySettled, SettleOnce, Settled};
 pub use slots::{Applied, SlotEffect, SlotStep, Slots};
 
