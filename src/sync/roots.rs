@@ -65,7 +65,11 @@ impl RootRegistry {
         }
         state.unlocked += 1;
         drop(state);
+        // Counted out even if `spawn` unwinds, so that no scan waits for
+        // ever.
+        let in_flight = InFlight(self);
         let spawned = spawn();
+        std::mem::forget(in_flight);
         let mut state = lock(&self.state);
         state.unlocked -= 1;
         let spawned = spawned?;
@@ -91,5 +95,37 @@ impl RootRegistry {
     /// unregister a root at once).
     pub fn with<R>(&self, f: impl FnOnce(&mut Vec<u32>) -> R) -> R {
         f(&mut lock(&self.state).roots)
+    }
+}
+
+/// Counts an unlocked launch out when its spawn unwinds.
+struct InFlight<'a>(&'a RootRegistry);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).unlocked -= 1;
+    }
+}
+
+#[cfg(all(test, not(custodian_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawn_that_panics_does_not_hold_up_scans() {
+        let registry = std::sync::Arc::new(RootRegistry::new());
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = registry.spawn(|| -> Result<u32, ()> { panic!("spawn failed") }, |&p| p);
+        }));
+        assert!(unwound.is_err());
+        // A scan would spin for ever if the launch were still counted in
+        // flight.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let scanner = registry.clone();
+        std::thread::spawn(move || tx.send(scanner.scan(|roots| roots.len())));
+        let scanned = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(scanned, Ok(0), "the scan waits for a launch that unwound");
+        assert_eq!(registry.spawn(|| Ok::<u32, ()>(7), |&p| p), Ok(7));
+        assert_eq!(registry.scan(<[u32]>::to_vec), vec![7]);
     }
 }
