@@ -120,6 +120,7 @@ pub mod __bench {
             new_process_group: true,
             cgroup,
             confine: None,
+            isolate: None,
         })?;
         drop((out_w, err_w));
         let mut sink = Vec::new();

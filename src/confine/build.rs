@@ -21,6 +21,7 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use super::view::{self, View, canonical_deny};
 use super::{ConfineError, Confinement, ConfinementReport, FsMode, Plan};
 
 /// x32 system calls are numbered from this bit under `AUDIT_ARCH_X86_64`;
@@ -34,8 +35,15 @@ pub(crate) struct Prepared {
     pub(crate) report: ConfinementReport,
     ruleset: Option<OwnedFd>,
     program: Option<&'static [seccompiler::sock_filter]>,
-    /// The private temporary directory (removed on drop).
+    /// The private temporary directory (removed on drop); `None` when
+    /// isolated (the view's `/tmp` is private).
     tmp: Option<PrivateTmp>,
+    /// The composed view of an isolated launch.
+    view: Option<View>,
+    /// The Landlock filesystem rights the ruleset handles, as the kernel's
+    /// bits: what the child grants beneath the view's fresh `/tmp` and
+    /// `/dev` (0: no filesystem ruleset).
+    access_fs: u64,
 }
 
 impl Prepared {
@@ -49,9 +57,23 @@ impl Prepared {
         self.program
     }
 
-    /// The private temporary directory, the child's `TMPDIR`.
+    /// The child's `TMPDIR`: the private temporary directory, or the
+    /// view's own `/tmp` when isolated.
     pub(crate) fn tmp_dir(&self) -> Option<&Path> {
+        if self.view.is_some() {
+            return Some(Path::new("/tmp"));
+        }
         self.tmp.as_ref().map(PrivateTmp::path)
+    }
+
+    /// The composed view, when isolated.
+    pub(crate) fn view(&self) -> Option<&View> {
+        self.view.as_ref()
+    }
+
+    /// The handled Landlock filesystem rights (kernel bits; 0: none).
+    pub(crate) fn access_fs(&self) -> u64 {
+        self.access_fs
     }
 
     /// Drops what only the spawn needed; keeps the report and the private
@@ -185,28 +207,6 @@ fn canonical(path: &Path) -> Result<PathBuf, ConfineError> {
     })
 }
 
-/// A denied path with its symlinks resolved as far as it exists (the rest
-/// cannot be a symlink yet, and nothing may create it unseen: it gets no
-/// rule).
-fn canonical_deny(path: &Path) -> PathBuf {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(c) = std::fs::canonicalize(existing) {
-            let mut out = c;
-            out.extend(rest.iter().rev());
-            return out;
-        }
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_owned());
-                existing = parent;
-            }
-            _ => return path.to_owned(),
-        }
-    }
-}
-
 /// Builds `plan` for `spec`, with `workspace` as the workspace root.
 ///
 /// # Errors
@@ -218,8 +218,16 @@ pub(crate) fn prepare(
     spec: &Confinement,
     plan: Plan,
     workspace: &Path,
+    cwd: &Path,
+    program_path: &Path,
 ) -> Result<Prepared, ConfineError> {
-    let tmp = if plan.fs {
+    let mut plan = plan;
+    let view = if plan.isolate {
+        Some(prepare_view(spec, workspace, cwd, program_path)?)
+    } else {
+        None
+    };
+    let tmp = if plan.fs && view.is_none() {
         Some(PrivateTmp::create()?)
     } else {
         None
@@ -229,17 +237,66 @@ pub(crate) fn prepare(
     } else {
         None
     };
-    let program = if plan.seccomp {
-        Some(network_program()?)
-    } else {
-        None
+    let program = match (plan.seccomp, plan.isolate) {
+        (true, true) => Some(isolation_program()?),
+        (true, false) => Some(network_program()?),
+        (false, _) => None,
     };
+    let access_fs = if plan.fs {
+        AccessFs::from_all(ABI::from(i32::try_from(plan.abi).unwrap_or(0))).bits()
+    } else {
+        0
+    };
+    if let Some(v) = &view {
+        plan.report.isolation = Some(v.report.clone());
+    }
     Ok(Prepared {
         report: plan.report,
         ruleset,
         program,
         tmp,
+        view,
+        access_fs,
     })
+}
+
+/// Plans the view, after making the mount points the masks and
+/// protections need where a writable workspace lacks them: custodian's own
+/// `.custodian/` (so a tool cannot create one for custodian to trust
+/// later) and `.git/hooks` in a `.git` directory (so a tool cannot create
+/// a hook that the user's next `git commit` runs).
+fn prepare_view(
+    spec: &Confinement,
+    workspace: &Path,
+    cwd: &Path,
+    program_path: &Path,
+) -> Result<View, ConfineError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let workspace = canonical(workspace)?;
+    let cwd = canonical(cwd)?;
+    if spec.fs == FsMode::WorkspaceWrite {
+        let internal = workspace.join(view::INTERNAL_DIR);
+        let git = workspace.join(".git");
+        let mut wanted = vec![(internal, 0o700)];
+        if std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
+            wanted.push((git.join("hooks"), 0o755));
+        }
+        for (dir, mode) in wanted {
+            match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(ConfineError::Path { path: dir, source }),
+            }
+        }
+    }
+    let host = view::Host {
+        workspace: &workspace,
+        cwd: &cwd,
+        program: program_path,
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    };
+    view::plan_view(spec, &host)
 }
 
 fn ruleset(
@@ -267,7 +324,7 @@ fn ruleset(
     }
     let mut created = rs.create().map_err(landlock_err)?;
     if plan.fs {
-        created = fs_rules(created, spec, abi, workspace, tmp)?;
+        created = fs_rules(created, spec, abi, workspace, tmp, plan.isolate)?;
     }
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or_else(|| landlock_err("no ruleset was created"))
@@ -326,6 +383,7 @@ fn fs_rules(
     abi: ABI,
     workspace: &Path,
     tmp: Option<&PrivateTmp>,
+    isolated: bool,
 ) -> Result<RulesetCreated, ConfineError> {
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
@@ -340,7 +398,13 @@ fn fs_rules(
     for p in &spec.allow_write {
         grants.push((canonical(p)?, all));
     }
-    let denies: Vec<PathBuf> = spec.deny_read.iter().map(|d| canonical_deny(d)).collect();
+    // Isolated, a denied path is masked in the view (inside a grant too):
+    // Landlock reads beneath `/` as a whole.
+    let denies: Vec<PathBuf> = if isolated {
+        Vec::new()
+    } else {
+        spec.deny_read.iter().map(|d| canonical_deny(d)).collect()
+    };
     for d in &denies {
         if let Some((g, _)) = grants.iter().find(|(g, _)| d.starts_with(g)) {
             return Err(ConfineError::DenyInsideGrant {
@@ -539,6 +603,49 @@ pub(crate) fn network_program() -> Result<&'static [seccompiler::sock_filter], C
         Ok(p) => Ok(p),
         Err(message) => Err(seccomp_err(message)),
     }
+}
+
+/// [`isolation_filter`], compiled once.
+pub(crate) fn isolation_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
+    static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    match PROGRAM.get_or_init(|| {
+        isolation_filter().map_err(|e| match e {
+            ConfineError::Build { message, .. } => message,
+            other => other.to_string(),
+        })
+    }) {
+        Ok(p) => Ok(p),
+        Err(message) => Err(seccomp_err(message)),
+    }
+}
+
+/// The isolation filter: `io_uring_setup`, `io_uring_enter` and
+/// `io_uring_register` (and their x32 numbers) fail with `EACCES` — io_uring
+/// performs operations that no other filter or Landlock rule sees — and any
+/// other architecture's system call kills the process. Sockets are left to
+/// the namespaces (a private network namespace, the view).
+fn isolation_filter() -> Result<BpfProgram, ConfineError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
+        rules.insert(nr, vec![]);
+        rules.insert(X32_SYSCALL_BIT | nr, vec![]);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        TargetArch::x86_64,
+    )
+    .map_err(seccomp_err)?;
+    let program: BpfProgram = filter.try_into().map_err(seccomp_err)?;
+    if program.len() > usize::from(u16::MAX) {
+        return Err(seccomp_err("program too long"));
+    }
+    Ok(program)
 }
 
 /// The network-off filter: `socket` and `socketpair` of any family but

@@ -61,6 +61,7 @@
 
 mod plan;
 mod spec;
+pub(crate) mod view;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub(crate) mod build;
@@ -104,8 +105,9 @@ use std::io;
 use std::path::PathBuf;
 
 pub use plan::{ConfinementReport, Feature, NotEnforced, TESTED_ABI, Unsupported};
-pub(crate) use plan::{Plan, plan};
+pub(crate) use plan::{Plan, plan, plan_isolated};
 pub use spec::{Confinement, Enforcement, FsMode, InvalidConfinement, MAX_PATHS, Network};
+pub use view::{DEFAULT_PROTECT, INTERNAL_DIR, IsolationReport};
 
 /// The step of applying a confinement in the child that failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +119,20 @@ pub enum ApplyStep {
     Landlock,
     /// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`.
     Seccomp,
+    /// Writing the user namespace's `uid_map`, `setgroups` or `gid_map`.
+    IdMap,
+    /// `setsid()` or `prctl(PR_SET_PDEATHSIG)`.
+    Session,
+    /// A step of the composed view (a mount, a bind, a mask).
+    View,
+    /// Bringing the private network namespace's loopback up.
+    Loopback,
+    /// A Landlock rule for the view's own `/tmp` or `/dev`.
+    LandlockRule,
+    /// Dropping every capability set.
+    Capabilities,
+    /// Forking the program from the sandbox's init.
+    Fork,
 }
 
 /// Why a confined launch was refused. Nothing was launched.
@@ -154,6 +170,24 @@ pub enum ConfineError {
         /// The grant containing it.
         grant: PathBuf,
     },
+    /// A path of the composed view cannot be used: a `protect`, `hide` or
+    /// `deny_read` path that is a symlink, a `protect` or `hide` path that
+    /// is not normal, a grant beneath the view's own `/dev` or `/proc`.
+    #[error("confinement view path {path:?}: {reason}")]
+    ViewPath {
+        /// The path.
+        path: PathBuf,
+        /// A safe code: `symlink`, `not_normal`, `beneath_dev_or_proc`.
+        reason: &'static str,
+    },
+    /// Strict enforcement, and the namespace sandbox cannot be set up here
+    /// (user namespaces disabled by a sysctl or a security module, or no
+    /// clone3 spawner).
+    #[error("isolation unavailable: {reason}")]
+    IsolationUnavailable {
+        /// A safe code: `user_namespaces_unavailable`, `not_x86_64_linux`.
+        reason: &'static str,
+    },
     /// Building the Landlock ruleset, the seccomp program or the private
     /// temporary directory failed.
     #[error("building the confinement failed at {step}: {message}")]
@@ -185,6 +219,8 @@ impl ConfineError {
             ConfineError::DenyInsideGrant { .. } => "confinement_deny_inside_grant",
             ConfineError::Build { .. } => "confinement_build_failed",
             ConfineError::Apply { .. } => "confinement_apply_failed",
+            ConfineError::ViewPath { .. } => "confinement_view_path",
+            ConfineError::IsolationUnavailable { .. } => "confinement_isolation_unavailable",
         }
     }
 }

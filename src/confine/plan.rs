@@ -34,6 +34,10 @@ pub enum Feature {
     ScopeAbstractUnixSockets,
     /// The spec's `min_abi`.
     MinAbi,
+    /// The namespace sandbox (user, pid, mount, ipc, uts, net namespaces,
+    /// no capabilities, the composed view); needs unprivileged user
+    /// namespaces, not a Landlock ABI.
+    Isolation,
 }
 
 impl Feature {
@@ -46,6 +50,7 @@ impl Feature {
             Feature::FsIoctlDev => 5,
             Feature::ScopeSignals | Feature::ScopeAbstractUnixSockets => 6,
             Feature::MinAbi => spec.min_abi.unwrap_or(0),
+            Feature::Isolation => 0,
         }
     }
 }
@@ -56,8 +61,13 @@ impl Feature {
 pub struct NotEnforced {
     /// What was not enforced.
     pub feature: Feature,
-    /// Why: the Landlock ABI the feature needs.
+    /// Why: the Landlock ABI the feature needs (0 for
+    /// [`Feature::Isolation`], which needs user namespaces).
     pub needs_abi: u32,
+    /// Why, when it is not the Landlock ABI: a safe code such as
+    /// `user_namespaces_unavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What a launch enforced: recorded in the evidence (`confinement`).
@@ -98,6 +108,9 @@ pub struct ConfinementReport {
     pub deny_read: Vec<PathBuf>,
     /// What was asked for and not enforced (best-effort only).
     pub not_enforced: Vec<NotEnforced>,
+    /// The namespace sandbox, when the launch was isolated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<super::view::IsolationReport>,
 }
 
 /// What to build for one launch.
@@ -111,8 +124,11 @@ pub(crate) struct Plan {
     pub(crate) net_tcp: bool,
     /// Scope signals and abstract unix sockets.
     pub(crate) scope: bool,
-    /// Install the network seccomp filter.
+    /// Install the network seccomp filter (or, isolated, the isolation
+    /// filter).
     pub(crate) seccomp: bool,
+    /// Isolate: new namespaces, no capabilities, the composed view.
+    pub(crate) isolate: bool,
     /// The evidence.
     pub(crate) report: ConfinementReport,
 }
@@ -170,6 +186,42 @@ fn names(table: &[(&str, u32)], abi: u32) -> Vec<String> {
 ///
 /// [`Unsupported`] for a strict spec that needs a feature the kernel lacks.
 pub(crate) fn plan(spec: &Confinement, kernel_abi: u32) -> Result<Option<Plan>, Unsupported> {
+    plan_landlock(spec, kernel_abi)
+}
+
+/// [`plan`] for an isolated launch: the namespaces do what Landlock's
+/// network rights and the socket filter did (a private network namespace
+/// with its own loopback: sockets of every family work inside, nothing
+/// outside is reachable), so neither is used; the isolation filter denies
+/// `io_uring` entirely; `/tmp` and `/dev/shm` are private.
+///
+/// # Errors
+///
+/// As [`plan`].
+pub(crate) fn plan_isolated(
+    spec: &Confinement,
+    kernel_abi: u32,
+) -> Result<Option<Plan>, Unsupported> {
+    let Some(mut plan) = plan_landlock(spec, kernel_abi)? else {
+        return Ok(None);
+    };
+    plan.isolate = true;
+    plan.net_tcp = false;
+    plan.seccomp = true;
+    plan.report
+        .not_enforced
+        .retain(|n| n.feature != Feature::NetworkTcp);
+    plan.report.handled_access_net = vec![];
+    plan.report.seccomp = ["io_uring_setup", "io_uring_enter", "io_uring_register"]
+        .map(String::from)
+        .to_vec();
+    plan.report.private_tmp = true;
+    Ok(Some(plan))
+}
+
+/// The Landlock-only plan (no namespaces): what [`plan`] returns, and what
+/// a best-effort launch falls back to where user namespaces cannot be had.
+fn plan_landlock(spec: &Confinement, kernel_abi: u32) -> Result<Option<Plan>, Unsupported> {
     if spec.is_none() {
         return Ok(None);
     }
@@ -204,7 +256,11 @@ pub(crate) fn plan(spec: &Confinement, kernel_abi: u32) -> Result<Option<Plan>, 
                     kernel_abi,
                 });
             }
-            not_enforced.push(NotEnforced { feature, needs_abi });
+            not_enforced.push(NotEnforced {
+                feature,
+                needs_abi,
+                reason: None,
+            });
         }
     }
     let fs = fs && abi >= 1;
@@ -241,6 +297,7 @@ pub(crate) fn plan(spec: &Confinement, kernel_abi: u32) -> Result<Option<Plan>, 
         allow_write: spec.allow_write.clone(),
         deny_read: spec.deny_read.clone(),
         not_enforced,
+        isolation: None,
     };
     Ok(Some(Plan {
         abi,
@@ -248,6 +305,7 @@ pub(crate) fn plan(spec: &Confinement, kernel_abi: u32) -> Result<Option<Plan>, 
         net_tcp,
         scope,
         seccomp: net_off,
+        isolate: false,
         report,
     }))
 }

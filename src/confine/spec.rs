@@ -146,6 +146,17 @@ pub struct Confinement {
     /// is below this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_abi: Option<u32>,
+    /// Paths kept read-only inside a writable tree (relative paths are
+    /// beneath the workspace), on top of `.git/hooks` and `.git/config`,
+    /// which every writable workspace protects. Isolation only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<PathBuf>,
+    /// Paths masked (an empty read-only directory, or an empty file) in the
+    /// view (relative paths are beneath the workspace), on top of
+    /// custodian's own `.custodian/`, which every confined mode masks.
+    /// Isolation only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<PathBuf>,
 }
 
 /// The wire form: `network` and `scoped` default by `fs`.
@@ -168,6 +179,10 @@ struct RawConfinement {
     enforcement: Enforcement,
     #[serde(default)]
     min_abi: Option<u32>,
+    #[serde(default)]
+    protect: Vec<PathBuf>,
+    #[serde(default)]
+    hide: Vec<PathBuf>,
 }
 
 impl From<RawConfinement> for Confinement {
@@ -182,6 +197,8 @@ impl From<RawConfinement> for Confinement {
             deny_read: raw.deny_read,
             enforcement: raw.enforcement,
             min_abi: raw.min_abi,
+            protect: raw.protect,
+            hide: raw.hide,
         }
     }
 }
@@ -288,6 +305,21 @@ impl Confinement {
         self
     }
 
+    /// Adds a path kept read-only inside a writable tree (relative: beneath
+    /// the workspace).
+    #[must_use]
+    pub fn with_protect(mut self, path: impl Into<PathBuf>) -> Self {
+        self.protect.push(path.into());
+        self
+    }
+
+    /// Adds a path masked in the view (relative: beneath the workspace).
+    #[must_use]
+    pub fn with_hide(mut self, path: impl Into<PathBuf>) -> Self {
+        self.hide.push(path.into());
+        self
+    }
+
     /// Replaces the enforcement.
     #[must_use]
     pub fn with_enforcement(mut self, enforcement: Enforcement) -> Self {
@@ -323,12 +355,45 @@ impl Confinement {
         if self.deny_read.iter().any(|p| p == Path::new("/")) {
             return Err(InvalidConfinement::DenyRoot);
         }
-        let any_paths = lists.iter().any(|(_, l)| !l.is_empty());
+        for (list, paths) in [("protect", &self.protect), ("hide", &self.hide)] {
+            if paths.len() > MAX_PATHS {
+                return Err(InvalidConfinement::TooManyPaths { list });
+            }
+            for p in paths {
+                check_view_path(list, p)?;
+            }
+        }
+        let any_paths = lists.iter().any(|(_, l)| !l.is_empty())
+            || !self.protect.is_empty()
+            || !self.hide.is_empty();
         if any_paths && self.fs == FsMode::None {
             return Err(InvalidConfinement::PathsWithoutFsMode);
         }
         Ok(())
     }
+}
+
+/// A `protect` or `hide` path: absolute, or relative to the workspace, and
+/// in either case made of normal components only (so it cannot leave the
+/// workspace when joined onto it).
+fn check_view_path(list: &'static str, path: &Path) -> Result<(), InvalidConfinement> {
+    if path.is_absolute() {
+        return check_path(list, path);
+    }
+    let normal = !path.as_os_str().is_empty()
+        && path.components().all(|c| matches!(c, Component::Normal(_)))
+        && !path
+            .as_os_str()
+            .as_encoded_bytes()
+            .split(|&b| b == b'/')
+            .any(|c| c == b"." || c == b"..");
+    if !normal {
+        return Err(InvalidConfinement::NotNormal {
+            list,
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn check_path(list: &'static str, path: &Path) -> Result<(), InvalidConfinement> {

@@ -1388,6 +1388,7 @@ mod tests {
             new_process_group: true,
             cgroup: Some(cg.as_fd()),
             confine: None,
+            isolate: None,
         })
         .unwrap();
         assert!(cg.populated().unwrap());

@@ -13,7 +13,7 @@ use tokio::net::unix::pipe::Receiver;
 
 use super::env::ChildEnv;
 use super::invocation::Invocation;
-use super::spawn::{self, ChildConfine, SpawnError, SpawnSpec, Stage};
+use super::spawn::{self, ChildConfine, Isolate, IsolatedInit, SpawnError, SpawnSpec, Stage};
 use crate::confine::build::Prepared;
 use crate::confine::{ApplyStep, ConfineError};
 use crate::contain::Cgroup;
@@ -23,6 +23,13 @@ fn confine_step(stage: Stage) -> Option<ApplyStep> {
         Stage::NoNewPrivs => Some(ApplyStep::NoNewPrivs),
         Stage::Landlock => Some(ApplyStep::Landlock),
         Stage::Seccomp => Some(ApplyStep::Seccomp),
+        Stage::IdMap => Some(ApplyStep::IdMap),
+        Stage::Session => Some(ApplyStep::Session),
+        Stage::View => Some(ApplyStep::View),
+        Stage::Loopback => Some(ApplyStep::Loopback),
+        Stage::LandlockRule => Some(ApplyStep::LandlockRule),
+        Stage::Capabilities => Some(ApplyStep::Capabilities),
+        Stage::Fork | Stage::InitDied => Some(ApplyStep::Fork),
         _ => None,
     }
 }
@@ -33,6 +40,8 @@ pub(crate) struct CgroupRoot {
     pub(crate) pidfd: OwnedFd,
     pub(crate) stdout: Receiver,
     pub(crate) stderr: Receiver,
+    /// The sandbox's init, when isolated (`pid` is the init's).
+    pub(crate) isolation: Option<IsolatedInit>,
 }
 
 /// Why the root could not be started in its cgroup.
@@ -72,7 +81,7 @@ pub(crate) fn start(
     env: &ChildEnv,
     cwd: &Path,
     resolved: &Path,
-    cgroup: &Cgroup,
+    cgroup: Option<&Cgroup>,
     confine: Option<&Prepared>,
 ) -> Result<CgroupRoot, StartError> {
     let program = cstring(resolved.as_os_str().as_bytes())?;
@@ -112,10 +121,16 @@ pub(crate) fn start(
         stdout: out_w.as_fd(),
         stderr: err_w.as_fd(),
         new_process_group: true,
-        cgroup: Some(cgroup.as_fd()),
+        cgroup: cgroup.map(|c| c.as_fd()),
         confine: confine.map(|c| ChildConfine {
             ruleset: c.ruleset(),
             seccomp: c.program(),
+        }),
+        isolate: confine.and_then(|c| {
+            c.view().map(|view| Isolate {
+                view,
+                access_fs: c.access_fs(),
+            })
         }),
     };
     let spawned = spawn::spawn(&spec).map_err(|e| match e {
@@ -139,11 +154,19 @@ pub(crate) fn start(
             pidfd: spawned.pidfd,
             stdout,
             stderr,
+            isolation: spawned.isolation,
         }),
         (Err(e), _) | (_, Err(e)) => {
             // The root runs but cannot be read: kill it with its cgroup
-            // and reap it before reporting.
-            let _ = cgroup.kill();
+            // (or, isolated, its pid namespace) and reap it before
+            // reporting.
+            if let Some(cgroup) = cgroup {
+                let _ = cgroup.kill();
+            }
+            let _ = rustix::process::pidfd_send_signal(
+                spawned.pidfd.as_fd(),
+                rustix::process::Signal::KILL,
+            );
             let _ = super::sys::reap_pidfd(&spawned.pidfd, true);
             Err(StartError::Failed(e))
         }

@@ -38,6 +38,7 @@ use super::evidence::{
 use super::fault::{self, FaultPoint};
 use super::invocation::Invocation;
 use super::launch::{ProcessError, ROOTS, Running, Shared};
+use super::spawn::IsolatedInit;
 use super::sys::{self, Delivery, GroupScan};
 use crate::confine::build::{Prepared, PrivateTmp};
 use crate::confine::{ConfineError, ConfinementReport};
@@ -92,6 +93,9 @@ struct Started {
     started: Instant,
     /// The confinement enforced and its private `TMPDIR`.
     confined: Option<(ConfinementReport, Option<PrivateTmp>)>,
+    /// The sandbox's init, when isolated: the root is the init, the
+    /// program's own exit status is read from it.
+    isolation: Option<IsolatedInit>,
 }
 
 /// Spawns the root as `selected` says and starts its driver task. `auto`
@@ -123,7 +127,15 @@ pub(crate) fn spawn(
     let started = match plan {
         #[cfg(target_os = "linux")]
         Plan::Cgroup(cg) => {
-            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, cg, confine) {
+            match spawn_in_cgroup(
+                runtime,
+                &invocation,
+                &env,
+                &cwd,
+                &resolved,
+                Some(cg),
+                confine,
+            ) {
                 Ok(started) => started,
                 // Only the clone3 spawner applies a confinement: never fall
                 // back to running unconfined.
@@ -135,6 +147,19 @@ pub(crate) fn spawn(
                 Err(Ok(reason)) => {
                     return Err(ProcessError::ContainmentUnavailable { requested, reason });
                 }
+                Err(Err(e)) => return Err(e),
+            }
+        }
+        // An isolated launch without a cgroup: the pid namespace is the
+        // unit (`auto`, or when the cgroup tier was not asked for).
+        #[cfg(target_os = "linux")]
+        Plan::Group { .. }
+            if confine.as_ref().is_some_and(|c| c.view().is_some())
+                && requested != Containment::Cgroup =>
+        {
+            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, None, confine) {
+                Ok(started) => started,
+                Err(Ok(_)) => return unconfinable("no_cgroup_tier"),
                 Err(Err(e)) => return Err(e),
             }
         }
@@ -225,7 +250,7 @@ fn spawn_in_cgroup(
     env: &ChildEnv,
     cwd: &std::path::Path,
     resolved: &std::path::Path,
-    cg: crate::contain::Cgroup,
+    cg: Option<crate::contain::Cgroup>,
     confine: Option<Prepared>,
 ) -> Result<Started, Result<Unavailable, ProcessError>> {
     use super::cgroup_root::{self, StartError};
@@ -236,14 +261,23 @@ fn spawn_in_cgroup(
         // As for the group tier: a concurrent subreaper scan must never
         // take this root for an adopted descendant.
         let started = ROOTS.spawn(
-            || cgroup_root::start(invocation, env, cwd, resolved, &cg, confine.as_ref()),
+            || {
+                cgroup_root::start(
+                    invocation,
+                    env,
+                    cwd,
+                    resolved,
+                    cg.as_ref(),
+                    confine.as_ref(),
+                )
+            },
             |root| root.pid,
         );
         match started {
             Ok(root) => root,
             Err(e) => {
                 // Nothing runs in it: the cgroup is empty.
-                if let Err(re) = cg.remove() {
+                if let Some(Err(re)) = cg.as_ref().map(crate::contain::Cgroup::remove) {
                     tracing::warn!(error = %re, "removing an unused cgroup failed");
                 }
                 use rustix::io::Errno;
@@ -267,8 +301,11 @@ fn spawn_in_cgroup(
     let pidfd = match sys::register_pidfd(root.pidfd) {
         Ok(fd) => fd,
         Err(e) => {
-            // Cannot observe the root: kill the cgroup, reap, report.
-            let _ = cg.kill();
+            // Cannot observe the root: kill the cgroup (dropping the
+            // isolation kills the namespace), reap, report.
+            if let Some(cg) = &cg {
+                let _ = cg.kill();
+            }
             ROOTS.with(|roots| roots.retain(|&p| p != pid));
             return Err(Err(ProcessError::Spawn {
                 path: resolved.to_path_buf(),
@@ -283,7 +320,7 @@ fn spawn_in_cgroup(
         tier: Tier::Cgroup,
         stdout: Some(Box::new(root.stdout)),
         stderr: Some(Box::new(root.stderr)),
-        cgroup: Some(CgroupRun {
+        cgroup: cg.map(|cg| CgroupRun {
             cg,
             watch: None,
             armed: false,
@@ -292,6 +329,7 @@ fn spawn_in_cgroup(
         started_wall,
         started,
         confined: confine.map(Prepared::after_spawn),
+        isolation: root.isolation,
     })
 }
 
@@ -354,6 +392,7 @@ fn spawn_in_group(
         started_wall,
         started,
         confined: None,
+        isolation: None,
     })
 }
 
@@ -380,6 +419,7 @@ fn start_driver(
         started_wall,
         started,
         confined,
+        isolation,
     } = started;
     let (confinement, private_tmp) = confined.unzip();
     let private_tmp = private_tmp.flatten();
@@ -420,8 +460,9 @@ fn start_driver(
         internal_error: false,
         confinement,
         _private_tmp: private_tmp,
+        isolation,
     };
-    let tier = if driver.cgroup.is_some() {
+    let tier = if driver.cgroup.is_some() || driver.isolation.is_some() {
         tier
     } else {
         let (pidfd, tier) = pin_root(runtime, pid);
@@ -457,9 +498,34 @@ impl StartedGuard {
             pidfd,
             cgroup,
             started,
+            isolation,
             ..
         } = self.started.take()?;
         let at = Instant::now() - started;
+        #[cfg(target_os = "linux")]
+        if let (None, Some(isolation), Some(fd)) = (&cgroup, isolation, &pidfd) {
+            // The pid-namespace tier: SIGKILL to the init ends the
+            // namespace; reap it, then release what it ran on.
+            let outcome = match rustix::process::pidfd_send_signal(
+                fd.get_ref(),
+                rustix::process::Signal::KILL,
+            ) {
+                Ok(()) => StepOutcome::Delivered,
+                Err(_) => StepOutcome::Failed,
+            };
+            ROOTS.with(|roots| {
+                let _ = sys::reap_pidfd(fd.get_ref(), true);
+                roots.retain(|&p| p != pid);
+            });
+            drop(isolation);
+            return Some(EscalationStep::new(
+                EscalationAction::Kill,
+                EscalationReason::InternalError,
+                Some(SignalTarget::PidNamespace),
+                outcome,
+                at,
+            ));
+        }
         #[cfg(target_os = "linux")]
         if let Some(run) = cgroup {
             let outcome = match run.cg.kill() {
@@ -623,6 +689,9 @@ struct Driver {
     /// The confinement's private `TMPDIR`, removed when the driver is
     /// dropped (after settlement).
     _private_tmp: Option<PrivateTmp>,
+    /// The sandbox's init, when isolated; kept until the driver is
+    /// dropped (after the init was reaped).
+    isolation: Option<IsolatedInit>,
 }
 
 /// What woke the driver.
@@ -670,7 +739,7 @@ impl Driver {
                     _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
                     r = root_exit(self.pidfd.as_ref(), self.child.as_mut()), if root_pending => {
                         match r {
-                            Some(st) => Wake::Exit(st),
+                            Some(st) => Wake::Exit(program_exit(self.isolation.as_ref(), st)),
                             None => Wake::ExitUnobservable,
                         }
                     }
@@ -796,6 +865,17 @@ impl Driver {
     /// In the `/proc` tiers, a `/proc` that may hide processes makes any
     /// emptiness [`View::Restricted`].
     fn view(&self) -> View {
+        // The pid-namespace tier: the namespace is empty exactly when its
+        // init has exited (the kernel kills and waits for every other
+        // member before the init's exit can be seen).
+        #[cfg(target_os = "linux")]
+        if self.cgroup.is_none() && self.isolation.is_some() {
+            return match self.pidfd.as_ref().map(|fd| sys::peek_exit(fd.get_ref())) {
+                Some(Ok(Some(_))) => View::NoDescendant,
+                Some(Ok(None)) => View::Occupied,
+                _ => View::Unknown,
+            };
+        }
         #[cfg(target_os = "linux")]
         if let Some(run) = &self.cgroup {
             return match run.cg.populated() {
@@ -937,6 +1017,30 @@ impl Driver {
 
     fn signal(&mut self, sig: Signal, now: Instant) {
         #[cfg(target_os = "linux")]
+        if sig == Signal::Kill && self.cgroup.is_none() && self.isolation.is_some() {
+            // The pid-namespace tier: SIGKILL to the init ends every
+            // member of its namespace, whatever its group or session.
+            let outcome = match self.pidfd.as_ref().map(|fd| {
+                rustix::process::pidfd_send_signal(fd.get_ref(), rustix::process::Signal::KILL)
+            }) {
+                Some(Ok(())) => StepOutcome::Delivered,
+                Some(Err(rustix::io::Errno::SRCH)) => StepOutcome::NoSuchProcess,
+                _ => StepOutcome::Failed,
+            };
+            if let Some(run) = self.probe.as_mut() {
+                run.give_up = now + self.probe_window;
+                run.next = run.next.max(now);
+            }
+            self.escalation.push(EscalationStep::new(
+                EscalationAction::Kill,
+                EscalationReason::GraceExpired,
+                Some(SignalTarget::PidNamespace),
+                outcome,
+                now - self.started,
+            ));
+            return;
+        }
+        #[cfg(target_os = "linux")]
         if sig == Signal::Kill {
             if let Some(run) = &self.cgroup {
                 // Every task in the cgroup, whatever its group or session;
@@ -1052,7 +1156,7 @@ impl Driver {
                 }
             }
             #[cfg(target_os = "linux")]
-            if self.cgroup.is_some() {
+            if self.cgroup.is_some() || self.isolation.is_some() {
                 self.reap_pidfd();
             }
             roots.retain(|&p| p != self.pid);
@@ -1204,6 +1308,9 @@ impl Driver {
         let tier = match s.tier {
             Tier::PinnedGroup if self.subreaper => evidence::ContainmentTier::Subreaper,
             Tier::PinnedGroup => evidence::ContainmentTier::PinnedProcessGroup,
+            Tier::Cgroup if self.cgroup.is_none() && self.isolation.is_some() => {
+                evidence::ContainmentTier::PidNamespace
+            }
             Tier::Cgroup => evidence::ContainmentTier::Cgroup,
             Tier::Group => evidence::ContainmentTier::ProcessGroup,
             Tier::DirectChild => evidence::ContainmentTier::DirectChild,
@@ -1484,6 +1591,18 @@ async fn read_some<R: tokio::io::AsyncRead + Unpin>(
     match r {
         Some(r) => r.read_buf(buf).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The program's own exit when the root is an isolated launch's init
+/// (which exits with the program's code, and cannot die of the program's
+/// signal): the status the init recorded; `st` otherwise, or when the init
+/// was killed before the program exited (the namespace died with it).
+fn program_exit(isolation: Option<&IsolatedInit>, st: ExitStatus) -> ExitStatus {
+    match isolation.and_then(IsolatedInit::program_status) {
+        Some(raw) if raw & 0x7f == 0 => ExitStatus::Code((raw >> 8) & 0xff),
+        Some(raw) => ExitStatus::Signal(raw & 0x7f),
+        None => st,
     }
 }
 

@@ -241,6 +241,9 @@ pub enum SignalTarget {
     AdoptedDescendants,
     /// Every task in the process's cgroup (`cgroup.kill`).
     Cgroup,
+    /// Every task in the isolated launch's pid namespace (`SIGKILL` to its
+    /// init, after which the kernel kills the rest).
+    PidNamespace,
 }
 
 /// What came of a step.
@@ -361,6 +364,12 @@ pub enum ContainmentTier {
     /// A cgroup v2 holding the root and every descendant, with the root
     /// pinned; `KILL` is `cgroup.kill`.
     Cgroup,
+    /// The pid namespace of an isolated launch (no cgroup could be made):
+    /// its init is the root; when the init exits the kernel kills every
+    /// process left in the namespace, `setsid` and double forks included,
+    /// and the init's exit is seen only after they are gone. `KILL` is
+    /// `SIGKILL` to the init.
+    PidNamespace,
 }
 
 /// Why a verdict is not `terminated`.

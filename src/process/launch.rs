@@ -354,7 +354,12 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             name: given.clone(),
         },
     })?;
-    let confine = prepare_confinement(invocation.confinement(), &options.workspace)?;
+    let confine = prepare_confinement(
+        invocation.confinement(),
+        &options.workspace,
+        &cwd,
+        &resolved,
+    )?;
     // Last, so that no cgroup is created for an invocation refused above.
     #[cfg(target_os = "linux")]
     let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;
@@ -377,20 +382,60 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
 }
 
 /// Plans `spec` against the running kernel and builds it (see
-/// [`crate::confine`]); `None` when it confines nothing.
+/// [`crate::confine`]); `None` when it confines nothing. Every confined
+/// launch is isolated (new namespaces, no capabilities, the composed view)
+/// where this host allows it; where it does not, a strict spec is refused
+/// (`IsolationUnavailable`) and a best-effort one runs Landlock-only with
+/// `isolation` listed as not enforced.
 fn prepare_confinement(
     spec: &Confinement,
     workspace: &Path,
+    cwd: &Path,
+    program: &Path,
 ) -> Result<Option<Prepared>, ProcessError> {
-    let Some(plan) = confine::plan(spec, confine::landlock_abi()).map_err(ConfineError::from)?
-    else {
-        return Ok(None);
-    };
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    return Ok(Some(confine::build::prepare(spec, plan, workspace)?));
+    {
+        use crate::confine::{Enforcement, Feature, NotEnforced};
+        if spec.is_none() {
+            return Ok(None);
+        }
+        let abi = confine::landlock_abi();
+        let isolation = super::spawn::isolation_supported();
+        let plan = match isolation {
+            Ok(()) => confine::plan_isolated(spec, abi),
+            Err(_) if spec.enforcement == Enforcement::Strict => {
+                return Err(ConfineError::IsolationUnavailable {
+                    reason: "user_namespaces_unavailable",
+                }
+                .into());
+            }
+            Err(_) => confine::plan(spec, abi).map(|p| {
+                p.map(|mut p| {
+                    p.report.not_enforced.push(NotEnforced {
+                        feature: Feature::Isolation,
+                        needs_abi: 0,
+                        reason: Some("user_namespaces_unavailable".into()),
+                    });
+                    p
+                })
+            }),
+        };
+        let Some(plan) = plan.map_err(ConfineError::from)? else {
+            return Ok(None);
+        };
+        Ok(Some(confine::build::prepare(
+            spec, plan, workspace, cwd, program,
+        )?))
+    }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
-        let _ = (plan, workspace);
+        let _ = (workspace, cwd, program);
+        if confine::plan(spec, confine::landlock_abi())
+            .map_err(ConfineError::from)?
+            .is_none()
+        {
+            return Ok(None);
+        }
         Err(ConfineError::SpawnerUnavailable {
             reason: "not_x86_64_linux",
         }

@@ -125,6 +125,20 @@ pub(crate) struct SpawnSpec<'a> {
     pub cgroup: Option<BorrowedFd<'a>>,
     /// A confinement to apply just before `execve` (see [`ChildConfine`]).
     pub confine: Option<ChildConfine<'a>>,
+    /// Isolate: clone into new namespaces, compose the view, drop every
+    /// capability and start the program from a minimal init (see
+    /// *Isolation* in the module docs).
+    pub isolate: Option<Isolate<'a>>,
+}
+
+/// What an isolated launch needs besides [`ChildConfine`].
+#[derive(Clone, Copy)]
+pub(crate) struct Isolate<'a> {
+    /// The view, planned in the parent.
+    pub view: &'a crate::confine::view::View,
+    /// The Landlock filesystem rights to grant beneath the view's fresh
+    /// `/tmp` and `/dev` (kernel bits; 0: no filesystem ruleset).
+    pub access_fs: u64,
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
@@ -154,10 +168,29 @@ pub(crate) struct ChildConfine<'a> {
 /// Nobody has reaped it; the caller owns that (e.g. `waitid(P_PIDFD)`).
 #[derive(Debug)]
 pub(crate) struct Spawned {
-    /// The child's pid.
+    /// The child's pid (isolated: the sandbox's init, whose process group
+    /// and session the program shares).
     pub pid: u32,
     /// A pidfd for the child, obtained atomically with its creation.
     pub pidfd: OwnedFd,
+    /// The sandbox's init, when isolated: it must outlive the child's
+    /// reaping (see [`IsolatedInit`]).
+    pub isolation: Option<IsolatedInit>,
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use imp::IsolatedInit;
+
+/// Never constructed off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Debug)]
+pub(crate) enum IsolatedInit {}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl IsolatedInit {
+    pub(crate) fn program_status(&self) -> Option<i32> {
+        match *self {}
+    }
 }
 
 /// The step of a spawn that failed.
@@ -192,10 +225,36 @@ pub(crate) enum Stage {
     Seccomp,
     /// Moving the ruleset descriptor out of the way of 0–2 (parent).
     ConfineDup,
+    /// Writing `setgroups`, `uid_map` or `gid_map` (isolated child).
+    IdMap,
+    /// `prctl(PR_SET_PDEATHSIG)` or `setsid` (isolated child).
+    Session,
+    /// A step of the composed view (isolated child; the step's index is
+    /// in [`SpawnError::Failed`]'s message).
+    View,
+    /// Bringing the loopback interface up (isolated child).
+    Loopback,
+    /// A Landlock rule for the view's fresh `/tmp` or `/dev` (isolated
+    /// child).
+    LandlockRule,
+    /// Dropping the capability sets (isolated child).
+    Capabilities,
+    /// Cloning the program from the sandbox's init (isolated child).
+    Fork,
+    /// The sandbox's init died before it reported (isolated child).
+    InitDied,
 }
 
 impl Stage {
-    const CHILD: [Stage; 10] = [
+    const CHILD: [Stage; 18] = [
+        Stage::IdMap,
+        Stage::Session,
+        Stage::View,
+        Stage::Loopback,
+        Stage::LandlockRule,
+        Stage::Capabilities,
+        Stage::Fork,
+        Stage::InitDied,
         Stage::SetProcessGroup,
         Stage::Stdin,
         Stage::Stdout,
@@ -221,6 +280,14 @@ impl Stage {
             Stage::NoNewPrivs => 8,
             Stage::Landlock => 9,
             Stage::Seccomp => 10,
+            Stage::IdMap => 11,
+            Stage::Session => 12,
+            Stage::View => 13,
+            Stage::Loopback => 14,
+            Stage::LandlockRule => 15,
+            Stage::Capabilities => 16,
+            Stage::Fork => 17,
+            Stage::InitDied => 18,
             Stage::Stack | Stage::StdioDup | Stage::Clone | Stage::ConfineDup => 0,
         }
     }
@@ -247,6 +314,14 @@ impl fmt::Display for Stage {
             Stage::Landlock => "landlock_restrict_self",
             Stage::Seccomp => "seccomp",
             Stage::ConfineDup => "ruleset dup",
+            Stage::IdMap => "uid/gid map",
+            Stage::Session => "setsid/pdeathsig",
+            Stage::View => "view",
+            Stage::Loopback => "loopback up",
+            Stage::LandlockRule => "landlock_add_rule",
+            Stage::Capabilities => "capability drop",
+            Stage::Fork => "clone3 of the program",
+            Stage::InitDied => "init died",
         })
     }
 }
@@ -301,7 +376,13 @@ impl From<SpawnError> for io::Error {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{spawn, supported};
+pub(crate) use imp::{isolation_supported, spawn, supported};
+
+#[cfg(not(target_arch = "x86_64"))]
+/// Never: the clone trampoline exists for x86-64 only.
+pub(crate) fn isolation_supported() -> Result<(), Errno> {
+    Err(Errno::NOSYS)
+}
 
 #[cfg(not(target_arch = "x86_64"))]
 /// Always `false`: the clone trampoline exists for x86-64 only.
@@ -329,9 +410,13 @@ mod imp {
     use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU32, Ordering};
     use std::sync::{Mutex, OnceLock, mpsc};
 
+    use std::ffi::CString;
+    use std::sync::atomic::AtomicU64;
+
     use rustix::io::Errno;
 
     use super::{SpawnError, SpawnSpec, Spawned, Stage};
+    use crate::confine::view::{ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY, Step, View};
 
     /// `CLONE_INTO_CGROUP` (Linux 5.7); libc's constant overflows `c_int`.
     const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -374,6 +459,8 @@ mod imp {
         landlock: c_int,
         /// A seccomp program, or NULL.
         seccomp: *const libc::sock_fprog,
+        /// Isolation (NULL: none): the child becomes the sandbox's init.
+        isolate: *const IsolateArgs,
         failed_stage: AtomicU32,
         failed_errno: AtomicI32,
     }
@@ -575,6 +662,724 @@ mod imp {
         }
     }
 
+    /// `CLONE_NEWUSER` and the other namespace flags (`libc`'s are
+    /// `c_int`).
+    const NEW_NAMESPACES: u64 = (libc::CLONE_NEWUSER
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS) as u64;
+    /// `open_tree` flags.
+    const OPEN_TREE_CLONE: usize = 1;
+    const OPEN_TREE_CLOEXEC: usize = libc::O_CLOEXEC as usize;
+    const AT_RECURSIVE: usize = 0x8000;
+    const AT_EMPTY_PATH: usize = 0x1000;
+    const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
+    const AT_FDCWD: isize = -100;
+    /// `__WALL`: wait for every kind of child.
+    const WALL: usize = 0x4000_0000;
+
+    /// One step of the view, as the child reads it (see
+    /// `crate::confine::view::Step`).
+    #[repr(C)]
+    pub(super) struct RawStep {
+        op: u32,
+        flags: u64,
+        slot: usize,
+        a: *const c_char,
+        b: *const c_char,
+        c: *const c_char,
+    }
+
+    const OP_PRIVATE: u32 = 1;
+    const OP_CLONE: u32 = 2;
+    const OP_HOST_RO: u32 = 3;
+    const OP_MOUNT: u32 = 4;
+    const OP_MKDIR: u32 = 5;
+    const OP_TOUCH: u32 = 6;
+    const OP_SYMLINK: u32 = 7;
+    const OP_ATTACH: u32 = 8;
+    const OP_READ_ONLY: u32 = 9;
+    const OP_BIND_SELF: u32 = 10;
+    const OP_MASK_DIR: u32 = 11;
+    const OP_MASK_FILE: u32 = 12;
+
+    /// The raw steps of `view`, pointing into its strings (which outlive
+    /// them: the caller keeps the view until the child released it).
+    pub(super) fn raw_steps(view: &View) -> Vec<RawStep> {
+        let none = ptr::null();
+        view.steps
+            .iter()
+            .map(|s| {
+                let mut r = RawStep {
+                    op: 0,
+                    flags: 0,
+                    slot: 0,
+                    a: none,
+                    b: none,
+                    c: none,
+                };
+                match s {
+                    Step::Private => r.op = OP_PRIVATE,
+                    Step::Clone { path, slot, set } => {
+                        (r.op, r.a, r.slot, r.flags) = (OP_CLONE, path.as_ptr(), *slot, *set);
+                    }
+                    Step::HostReadOnly => r.op = OP_HOST_RO,
+                    Step::Mount {
+                        fstype,
+                        target,
+                        flags,
+                        data,
+                    } => {
+                        (r.op, r.a, r.b, r.c, r.flags) = (
+                            OP_MOUNT,
+                            fstype.as_ptr(),
+                            target.as_ptr(),
+                            data.as_ptr(),
+                            *flags,
+                        );
+                    }
+                    Step::Mkdir { path, mode } => {
+                        (r.op, r.a, r.flags) = (OP_MKDIR, path.as_ptr(), u64::from(*mode));
+                    }
+                    Step::Touch { path } => (r.op, r.a) = (OP_TOUCH, path.as_ptr()),
+                    Step::Symlink { target, link } => {
+                        (r.op, r.a, r.b) = (OP_SYMLINK, target.as_ptr(), link.as_ptr());
+                    }
+                    Step::Attach { slot, path } => {
+                        (r.op, r.a, r.slot) = (OP_ATTACH, path.as_ptr(), *slot);
+                    }
+                    Step::ReadOnly { path } => (r.op, r.a) = (OP_READ_ONLY, path.as_ptr()),
+                    Step::BindSelf { path, read_only } => {
+                        (r.op, r.a, r.flags) = (OP_BIND_SELF, path.as_ptr(), u64::from(*read_only));
+                    }
+                    Step::MaskDir { path } => (r.op, r.a) = (OP_MASK_DIR, path.as_ptr()),
+                    Step::MaskFile { path } => (r.op, r.a) = (OP_MASK_FILE, path.as_ptr()),
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// What the init of an isolated launch reads (besides [`ChildArgs`]).
+    #[repr(C)]
+    pub(super) struct IsolateArgs {
+        steps: *const RawStep,
+        n_steps: usize,
+        /// Descriptor slots the steps fill (`n_slots` of them).
+        fds: *mut c_int,
+        n_slots: usize,
+        uid_map: *const u8,
+        uid_map_len: usize,
+        gid_map: *const u8,
+        gid_map_len: usize,
+        new_net: bool,
+        /// `prctl(PR_SET_PDEATHSIG, SIGKILL)`: only when the cloning thread
+        /// lives as long as the process (the spawner thread).
+        death_signal: bool,
+        /// Directories of the view to grant `access_fs` beneath.
+        rw_dirs: *const *const c_char,
+        n_rw_dirs: usize,
+        access_fs: u64,
+        /// The program's stack (it runs there until its `execve`).
+        tool_stack: (u64, u64),
+        /// Where the init stores the program's wait status, tagged
+        /// (`1 << 32 | status`); lives until the init is reaped.
+        status: *const AtomicU64,
+        /// The caller's futex word: the init zeroes it and wakes the caller
+        /// once the program exec'ed, or when the set-up failed.
+        released: *const AtomicU32,
+        /// The index of the failed view step.
+        failed_step: AtomicU32,
+    }
+
+    /// `struct landlock_path_beneath_attr` (packed, as the kernel's).
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+
+    /// `struct mount_attr`.
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+
+    /// [`raw4`] with a sixth argument unused; for five-argument calls.
+    ///
+    /// # Safety
+    ///
+    /// As [`raw5`].
+    #[inline(always)]
+    unsafe fn sys5(
+        nr: libc::c_long,
+        a1: usize,
+        a2: usize,
+        a3: usize,
+        a4: usize,
+        a5: usize,
+    ) -> isize {
+        // SAFETY: the caller vouches for the arguments.
+        unsafe { raw5(nr as usize, a1, a2, a3, a4, a5) }
+    }
+
+    /// Zeroes the caller's futex word and wakes it. After this the init
+    /// touches neither [`ChildArgs`] nor [`IsolateArgs`] again.
+    ///
+    /// # Safety
+    ///
+    /// `released` is the live word of a caller that waits on it.
+    unsafe fn release(released: *const AtomicU32) {
+        // SAFETY: the caller of `spawn` waits until the word is 0; the wake
+        // names only its address.
+        unsafe {
+            (*released).store(0, Ordering::Release);
+            raw4(
+                libc::SYS_futex as usize,
+                released as usize,
+                libc::FUTEX_WAKE as usize,
+                1,
+                0,
+            );
+        }
+    }
+
+    /// Writes `len` bytes at `data` into the file at `path` (the id maps).
+    ///
+    /// # Safety
+    ///
+    /// `path` is a NUL-terminated string and `data` `len` readable bytes.
+    unsafe fn write_file(path: &CStr, data: *const u8, len: usize) -> isize {
+        // SAFETY: open/write/close on valid pointers.
+        unsafe {
+            let fd = raw4(
+                libc::SYS_open as usize,
+                path.as_ptr() as usize,
+                (libc::O_WRONLY | libc::O_CLOEXEC) as usize,
+                0,
+                0,
+            );
+            if fd < 0 {
+                return fd;
+            }
+            let w = raw4(libc::SYS_write as usize, fd as usize, data as usize, len, 0);
+            raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+            if w < 0 { w } else { 0 }
+        }
+    }
+
+    /// `mount_setattr(dfd, path, flags, {attr_set: set})`.
+    ///
+    /// # Safety
+    ///
+    /// `path` is NUL-terminated.
+    unsafe fn set_attr(dfd: isize, path: *const c_char, flags: usize, set: u64) -> isize {
+        let attr = MountAttr {
+            attr_set: set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: the attribute lives on this stack for the call.
+        unsafe {
+            sys5(
+                libc::SYS_mount_setattr,
+                dfd as usize,
+                path as usize,
+                flags,
+                (&raw const attr) as usize,
+                size_of::<MountAttr>(),
+            )
+        }
+    }
+
+    /// A detached copy of the tree at `path` (`-errno` on failure).
+    ///
+    /// # Safety
+    ///
+    /// `path` is NUL-terminated.
+    unsafe fn open_tree(path: *const c_char, recursive: bool) -> isize {
+        let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | if recursive { AT_RECURSIVE } else { 0 };
+        // SAFETY: open_tree reads the path.
+        unsafe {
+            raw4(
+                libc::SYS_open_tree as usize,
+                AT_FDCWD as usize,
+                path as usize,
+                flags,
+                0,
+            )
+        }
+    }
+
+    /// Attaches the detached tree `fd` at `path` and closes `fd`.
+    ///
+    /// # Safety
+    ///
+    /// `path` is NUL-terminated.
+    unsafe fn attach(fd: isize, path: *const c_char) -> isize {
+        // SAFETY: move_mount reads two paths; close takes an integer.
+        unsafe {
+            let r = sys5(
+                libc::SYS_move_mount,
+                fd as usize,
+                c"".as_ptr() as usize,
+                AT_FDCWD as usize,
+                path as usize,
+                MOVE_MOUNT_F_EMPTY_PATH,
+            );
+            raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+            r
+        }
+    }
+
+    /// Runs one view step; `-errno` on failure.
+    ///
+    /// # Safety
+    ///
+    /// `step`'s pointers are NUL-terminated strings the caller keeps alive;
+    /// `fds` has `n` writable slots.
+    unsafe fn run_step(step: &RawStep, fds: *mut c_int, n: usize) -> isize {
+        let slot = |i: usize| -> Option<*mut c_int> {
+            // SAFETY: in bounds, checked.
+            (i < n).then(|| unsafe { fds.add(i) })
+        };
+        let none = 0usize;
+        // SAFETY: every call below passes strings and structures that live
+        // for the call, as the function's contract says.
+        unsafe {
+            match step.op {
+                OP_PRIVATE => sys5(
+                    libc::SYS_mount,
+                    none,
+                    c"/".as_ptr() as usize,
+                    none,
+                    (libc::MS_REC | libc::MS_PRIVATE) as usize,
+                    none,
+                ),
+                OP_CLONE => {
+                    let Some(out) = slot(step.slot) else {
+                        return -(libc::EINVAL as isize);
+                    };
+                    let fd = open_tree(step.a, true);
+                    if fd < 0 {
+                        return fd;
+                    }
+                    *out = fd as c_int;
+                    if step.flags != 0 {
+                        let r =
+                            set_attr(fd, c"".as_ptr(), AT_EMPTY_PATH | AT_RECURSIVE, step.flags);
+                        if r < 0 {
+                            return r;
+                        }
+                    }
+                    0
+                }
+                OP_HOST_RO => set_attr(
+                    AT_FDCWD,
+                    c"/".as_ptr(),
+                    AT_RECURSIVE,
+                    ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV,
+                ),
+                OP_MOUNT => sys5(
+                    libc::SYS_mount,
+                    step.a as usize,
+                    step.b as usize,
+                    step.a as usize,
+                    step.flags as usize,
+                    step.c as usize,
+                ),
+                OP_MKDIR => {
+                    let r = raw4(
+                        libc::SYS_mkdir as usize,
+                        step.a as usize,
+                        step.flags as usize,
+                        0,
+                        0,
+                    );
+                    if r == -(libc::EEXIST as isize) { 0 } else { r }
+                }
+                OP_TOUCH => {
+                    let fd = raw4(
+                        libc::SYS_open as usize,
+                        step.a as usize,
+                        (libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                            as usize,
+                        0o644,
+                        0,
+                    );
+                    if fd < 0 {
+                        return fd;
+                    }
+                    raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+                    0
+                }
+                OP_SYMLINK => {
+                    let r = raw4(
+                        libc::SYS_symlink as usize,
+                        step.a as usize,
+                        step.b as usize,
+                        0,
+                        0,
+                    );
+                    if r == -(libc::EEXIST as isize) { 0 } else { r }
+                }
+                OP_ATTACH => {
+                    let Some(fd) = slot(step.slot) else {
+                        return -(libc::EINVAL as isize);
+                    };
+                    let fd = *fd;
+                    if fd < 0 {
+                        return -(libc::EBADF as isize);
+                    }
+                    attach(fd as isize, step.a)
+                }
+                OP_READ_ONLY => set_attr(AT_FDCWD, step.a, 0, ATTR_RDONLY),
+                OP_BIND_SELF => {
+                    let fd = open_tree(step.a, true);
+                    if fd < 0 {
+                        return fd;
+                    }
+                    if step.flags != 0 {
+                        let r =
+                            set_attr(fd, c"".as_ptr(), AT_EMPTY_PATH | AT_RECURSIVE, ATTR_RDONLY);
+                        if r < 0 {
+                            raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+                            return r;
+                        }
+                    }
+                    attach(fd, step.a)
+                }
+                OP_MASK_DIR => sys5(
+                    libc::SYS_mount,
+                    c"tmpfs".as_ptr() as usize,
+                    step.a as usize,
+                    c"tmpfs".as_ptr() as usize,
+                    (libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as usize,
+                    c"size=4k,nr_inodes=1,mode=0555".as_ptr() as usize,
+                ),
+                OP_MASK_FILE => {
+                    let fd = open_tree(c"/dev/null".as_ptr(), false);
+                    if fd < 0 {
+                        return fd;
+                    }
+                    let r = set_attr(fd, c"".as_ptr(), AT_EMPTY_PATH, ATTR_RDONLY);
+                    if r < 0 {
+                        raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+                        return r;
+                    }
+                    attach(fd, step.a)
+                }
+                _ => -(libc::EINVAL as isize),
+            }
+        }
+    }
+
+    /// `ioctl(SIOCSIFFLAGS, "lo", IFF_UP)` on a datagram socket.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on this stack only.
+    unsafe fn loopback_up() -> isize {
+        // SAFETY: socket/ioctl/close with a `struct ifreq` on this stack.
+        unsafe {
+            let fd = raw4(
+                libc::SYS_socket as usize,
+                libc::AF_INET as usize,
+                (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as usize,
+                0,
+                0,
+            );
+            if fd < 0 {
+                return fd;
+            }
+            // struct ifreq: the name, then (a union) the flags as a short.
+            let mut ifr = [0u8; 40];
+            ifr[0] = b'l';
+            ifr[1] = b'o';
+            let flags = (libc::IFF_UP as u16).to_ne_bytes();
+            ifr[16] = flags[0];
+            ifr[17] = flags[1];
+            let r = raw4(
+                libc::SYS_ioctl as usize,
+                fd as usize,
+                libc::SIOCSIFFLAGS as usize,
+                (&raw mut ifr) as usize,
+                0,
+            );
+            raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+            r
+        }
+    }
+
+    /// Empties every capability set: ambient, bounding, then effective,
+    /// permitted and inheritable (`capset` with zeroes).
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on this stack only.
+    unsafe fn drop_capabilities() -> isize {
+        // SAFETY: prctl takes integers; capset reads two structures on this
+        // stack.
+        unsafe {
+            let r = raw5(
+                libc::SYS_prctl as usize,
+                libc::PR_CAP_AMBIENT as usize,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
+                0,
+                0,
+                0,
+            );
+            if r < 0 && r != -(libc::EINVAL as isize) {
+                return r;
+            }
+            for cap in 0..64usize {
+                let r = raw5(
+                    libc::SYS_prctl as usize,
+                    libc::PR_CAPBSET_DROP as usize,
+                    cap,
+                    0,
+                    0,
+                    0,
+                );
+                if r == -(libc::EINVAL as isize) {
+                    break; // past the kernel's last capability
+                }
+                if r < 0 {
+                    return r;
+                }
+            }
+            // _LINUX_CAPABILITY_VERSION_3, this process; two zeroed data.
+            let header: [u32; 2] = [0x2008_0522, 0];
+            let data = [0u32; 6];
+            raw4(
+                libc::SYS_capset as usize,
+                (&raw const header) as usize,
+                (&raw const data) as usize,
+                0,
+                0,
+            )
+        }
+    }
+
+    /// The isolated child's set-up before stdio (id maps, session, view,
+    /// loopback). `Err((stage, -errno))` on failure, with the view step's
+    /// index stored in `i.failed_step`.
+    ///
+    /// # Safety
+    ///
+    /// `i` is the live [`IsolateArgs`] of this child.
+    unsafe fn isolate_early(i: &IsolateArgs) -> Result<(), (Stage, isize)> {
+        // SAFETY: the pointers and lengths were built by the parent for
+        // exactly this and are kept alive until the release.
+        unsafe {
+            let r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
+            if r < 0 && r != -(libc::ENOENT as isize) {
+                return Err((Stage::IdMap, r));
+            }
+            let r = write_file(c"/proc/self/uid_map", i.uid_map, i.uid_map_len);
+            if r < 0 {
+                return Err((Stage::IdMap, r));
+            }
+            let r = write_file(c"/proc/self/gid_map", i.gid_map, i.gid_map_len);
+            if r < 0 {
+                return Err((Stage::IdMap, r));
+            }
+            if i.death_signal {
+                let r = raw5(
+                    libc::SYS_prctl as usize,
+                    libc::PR_SET_PDEATHSIG as usize,
+                    libc::SIGKILL as usize,
+                    0,
+                    0,
+                    0,
+                );
+                if r < 0 {
+                    return Err((Stage::Session, r));
+                }
+            }
+            let r = raw4(libc::SYS_setsid as usize, 0, 0, 0, 0);
+            if r < 0 {
+                return Err((Stage::Session, r));
+            }
+            for k in 0..i.n_slots {
+                *i.fds.add(k) = -1;
+            }
+            for k in 0..i.n_steps {
+                let r = run_step(&*i.steps.add(k), i.fds, i.n_slots);
+                if r < 0 {
+                    i.failed_step.store(k as u32, Ordering::Relaxed);
+                    return Err((Stage::View, r));
+                }
+            }
+            if i.new_net {
+                let r = loopback_up();
+                if r < 0 {
+                    return Err((Stage::Loopback, r));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The isolated child's last steps before the confinement proper: the
+    /// Landlock rules for the view's own trees, then no capability left.
+    ///
+    /// # Safety
+    ///
+    /// `i` is the live [`IsolateArgs`] of this child; `ruleset` is a
+    /// Landlock ruleset descriptor or -1.
+    unsafe fn isolate_late(i: &IsolateArgs, ruleset: c_int) -> Result<(), (Stage, isize)> {
+        // SAFETY: as in `isolate_early`.
+        unsafe {
+            if ruleset >= 0 && i.access_fs != 0 {
+                for k in 0..i.n_rw_dirs {
+                    let path = *i.rw_dirs.add(k);
+                    let fd = raw4(
+                        libc::SYS_open as usize,
+                        path as usize,
+                        (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as usize,
+                        0,
+                        0,
+                    );
+                    if fd < 0 {
+                        return Err((Stage::LandlockRule, fd));
+                    }
+                    let attr = PathBeneath {
+                        allowed_access: i.access_fs,
+                        parent_fd: fd as i32,
+                    };
+                    let r = raw4(
+                        libc::SYS_landlock_add_rule as usize,
+                        ruleset as usize,
+                        1, // LANDLOCK_RULE_PATH_BENEATH
+                        (&raw const attr) as usize,
+                        0,
+                    );
+                    raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+                    if r < 0 {
+                        return Err((Stage::LandlockRule, r));
+                    }
+                }
+            }
+            let r = drop_capabilities();
+            if r < 0 {
+                return Err((Stage::Capabilities, r));
+            }
+        }
+        Ok(())
+    }
+
+    /// The program of an isolated launch: cloned by the init with
+    /// `CLONE_VM | CLONE_VFORK` (the init waits for its `execve`), it only
+    /// restores an empty signal mask and executes.
+    ///
+    /// # Safety
+    ///
+    /// `args` is the live [`ChildArgs`] of the init that cloned it.
+    unsafe extern "C" fn program_main(args: *const ChildArgs) -> ! {
+        // SAFETY: the init (and, through it, the caller) keeps `*args`
+        // alive until this process exec'ed or exited.
+        let a = unsafe { &*args };
+        let empty: u64 = 0;
+        // SAFETY: as in `child_main`.
+        let r = unsafe {
+            raw4(
+                libc::SYS_rt_sigprocmask as usize,
+                libc::SIG_SETMASK as usize,
+                (&raw const empty) as usize,
+                0,
+                8,
+            );
+            raw4(
+                libc::SYS_execve as usize,
+                a.program as usize,
+                a.argv as usize,
+                a.envp as usize,
+                0,
+            )
+        };
+        a.failed_errno
+            .store((r as i32).wrapping_neg(), Ordering::Relaxed);
+        a.failed_stage.store(Stage::Exec.code(), Ordering::Relaxed);
+        exit_127()
+    }
+
+    /// The init of an isolated launch, once everything is set up: clones
+    /// the program, releases the caller, closes every descriptor, then
+    /// reaps every child until the program's own exit, whose wait status
+    /// it stores for the driver before it exits (the kernel then kills
+    /// whatever else is left in the pid namespace).
+    ///
+    /// # Safety
+    ///
+    /// `a` and `i` are the live arguments of this child.
+    unsafe fn init(a: &ChildArgs, i: &IsolateArgs) -> ! {
+        let mut args = zeroed_args();
+        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+        args.exit_signal = libc::SIGCHLD as u64;
+        (args.stack, args.stack_size) = i.tool_stack;
+        // SAFETY: the program runs on its own stack, reads `a` (alive until
+        // the release below) and never returns.
+        let pid = unsafe { clone3(&mut args, program_main, ptr::from_ref(a)) };
+        let released = i.released;
+        let status = i.status;
+        if pid <= 0 || a.failed_stage.load(Ordering::Relaxed) != 0 {
+            if pid <= 0 {
+                a.failed_errno
+                    .store((pid as i32).wrapping_neg(), Ordering::Relaxed);
+                a.failed_stage.store(Stage::Fork.code(), Ordering::Relaxed);
+            }
+            // SAFETY: the caller waits on `released`.
+            unsafe { release(released) };
+            exit_127()
+        }
+        // SAFETY: the caller waits on `released`; from here on nothing of
+        // `a` or `i` is read (both may be gone once it runs).
+        unsafe {
+            release(released);
+            raw4(libc::SYS_close_range as usize, 0, u32::MAX as usize, 0, 0);
+        }
+        loop {
+            let mut st: c_int = 0;
+            // SAFETY: wait4 writes one int on this stack.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_wait4 as usize,
+                    usize::MAX, // -1: any child
+                    (&raw mut st) as usize,
+                    WALL,
+                    0,
+                )
+            };
+            if r == pid {
+                // SAFETY: the slot lives until this process is reaped.
+                unsafe { (*status).store((1 << 32) | u64::from(st as u32), Ordering::Release) };
+                let code = if st & 0x7f == 0 {
+                    (st >> 8) & 0xff
+                } else {
+                    128 + (st & 0x7f)
+                };
+                // SAFETY: exit_group takes one integer and does not return.
+                unsafe {
+                    core::arch::asm!(
+                        "syscall",
+                        in("rax") libc::SYS_exit_group,
+                        in("rdi") code as usize,
+                        options(noreturn, nostack),
+                    );
+                }
+            }
+            if r == -(libc::ECHILD as isize) {
+                exit_127()
+            }
+        }
+    }
+
     /// The child: runs on its own stack, shares the parent's memory while
     /// the calling parent thread is suspended, and ends in `execve` or
     /// `exit_group(127)`. Only raw system calls, no allocation, no panic
@@ -588,12 +1393,19 @@ mod imp {
         // SAFETY: the parent keeps `*args` alive and unchanged until this
         // process exec'ed or exited (CLONE_VFORK).
         let a = unsafe { &*args };
+        // SAFETY: NULL or the parent's live IsolateArgs, kept alive (with
+        // everything it points to) until the release.
+        let iso = unsafe { a.isolate.as_ref() };
         let fail = |stage: Stage, ret: isize| -> ! {
             // ret is -4095..=-1: a plain negation cannot overflow, but
             // wrapping_neg leaves no panic path in the child at all.
             a.failed_errno
                 .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
             a.failed_stage.store(stage.code(), Ordering::Relaxed);
+            if let Some(i) = iso {
+                // SAFETY: the caller waits on the word (no CLONE_VFORK).
+                unsafe { release(i.released) };
+            }
             exit_127()
         };
 
@@ -642,8 +1454,16 @@ mod imp {
             }
         }
 
-        // 2. Process group, before anything can be signalled through it.
-        if a.new_process_group {
+        // 2. Isolated: the user namespace's maps, a new session (the init
+        // leads it and its process group; no controlling terminal), the
+        // view, the loopback. Otherwise the process group, before anything
+        // can be signalled through it.
+        if let Some(i) = iso {
+            // SAFETY: `i` is this child's live IsolateArgs.
+            if let Err((stage, r)) = unsafe { isolate_early(i) } {
+                fail(stage, r);
+            }
+        } else if a.new_process_group {
             // SAFETY: setpgid takes two integers.
             let r = unsafe { raw4(libc::SYS_setpgid as usize, 0, 0, 0, 0) };
             if r < 0 {
@@ -705,7 +1525,14 @@ mod imp {
         }
 
         // 6. Confinement, last: nothing above needs a right it takes away.
+        // Isolated: the view's own trees granted, every capability dropped.
         // no_new_privs first: both of the others require it.
+        if let Some(i) = iso {
+            // SAFETY: `i` is this child's live IsolateArgs.
+            if let Err((stage, r)) = unsafe { isolate_late(i, a.landlock) } {
+                fail(stage, r);
+            }
+        }
         if a.no_new_privs {
             // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) takes integers.
             let r = unsafe {
@@ -754,7 +1581,13 @@ mod imp {
             }
         }
 
-        // 7. The program starts with an empty mask, as under std's Command.
+        // 7. Isolated: this process is the sandbox's init; it starts the
+        // program and reaps. Otherwise the program starts here, with an
+        // empty mask, as under std's Command.
+        if let Some(i) = iso {
+            // SAFETY: `a` and `i` are this child's live arguments.
+            unsafe { init(a, i) }
+        }
         let empty: u64 = 0;
         // SAFETY: rt_sigprocmask reads one 8-byte set from this stack.
         unsafe {
@@ -882,6 +1715,97 @@ mod imp {
         exit_127()
     }
 
+    /// Whether an isolated launch can be made here: a child cloned into new
+    /// user, pid, mount, ipc, uts and net namespaces that can map its ids
+    /// and change its mounts (a sysctl or a security module may refuse the
+    /// namespace, or let it be made with no capability in it). Probed once,
+    /// by a child that does exactly that and exits.
+    pub(crate) fn isolation_supported() -> Result<(), Errno> {
+        static PROBE: OnceLock<Result<(), Errno>> = OnceLock::new();
+        *PROBE.get_or_init(probe_isolation)
+    }
+
+    /// The probe behind [`isolation_supported`].
+    fn probe_isolation() -> Result<(), Errno> {
+        let uid_map = format!("{0} {0} 1\n", rustix::process::geteuid().as_raw());
+        let gid_map = format!("{0} {0} 1\n", rustix::process::getegid().as_raw());
+        let stack = Stack::new(PAGE * 4)?;
+        let (lo, size) = stack.region();
+        let maps = ProbeMaps {
+            uid: uid_map.as_bytes(),
+            gid: gid_map.as_bytes(),
+            errno: AtomicI32::new(0),
+        };
+        let mut args = zeroed_args();
+        args.flags =
+            (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWNET) as u64 | NEW_NAMESPACES;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.stack = lo;
+        args.stack_size = size;
+        let r = {
+            let _blocked = BlockAll::new();
+            // SAFETY: the child runs on `stack`, reads `maps` (alive: the
+            // call returns only once the child exited, CLONE_VFORK) and
+            // exits.
+            unsafe {
+                clone3(
+                    &mut args,
+                    probe_isolation_child,
+                    ptr::from_ref(&maps).cast(),
+                )
+            }
+        };
+        if r < 0 {
+            return Err(Errno::from_raw_os_error(-(r as i32)));
+        }
+        let _ = rustix::process::waitpid(
+            rustix::process::Pid::from_raw(r as i32),
+            rustix::process::WaitOptions::empty(),
+        );
+        match maps.errno.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            e => Err(Errno::from_raw_os_error(e)),
+        }
+    }
+
+    /// What the isolation probe's child reads.
+    struct ProbeMaps<'a> {
+        uid: &'a [u8],
+        gid: &'a [u8],
+        errno: AtomicI32,
+    }
+
+    unsafe extern "C" fn probe_isolation_child(arg: *const ChildArgs) -> ! {
+        // SAFETY: `arg` is the parent's live ProbeMaps (CLONE_VFORK).
+        let m = unsafe { &*arg.cast::<ProbeMaps<'_>>() };
+        // SAFETY: raw system calls on the parent's live buffers.
+        let r = unsafe {
+            let mut r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
+            if r == -(libc::ENOENT as isize) {
+                r = 0;
+            }
+            if r == 0 {
+                r = write_file(c"/proc/self/uid_map", m.uid.as_ptr(), m.uid.len());
+            }
+            if r == 0 {
+                r = write_file(c"/proc/self/gid_map", m.gid.as_ptr(), m.gid.len());
+            }
+            if r == 0 {
+                r = sys5(
+                    libc::SYS_mount,
+                    0,
+                    c"/".as_ptr() as usize,
+                    0,
+                    (libc::MS_REC | libc::MS_PRIVATE) as usize,
+                    0,
+                );
+            }
+            r
+        };
+        m.errno.store((r as i32).wrapping_neg(), Ordering::Relaxed);
+        exit_127()
+    }
+
     /// A thread that installed one seccomp program on itself and clones
     /// children that inherit it (module docs, *Inherited seccomp filter*).
     struct FilteringSpawner {
@@ -987,41 +1911,42 @@ mod imp {
         /// shared with another process, `MMF_MULTIPROCESS`, for as long as
         /// it runs: a later write to its `oom_score_adj` then also walks
         /// the process list for others sharing it, `fs/proc/base.c`.)
-        fn clone3(&self, args: &mut libc::clone_args, child: &ChildArgs) -> isize {
-            /// Any value but 0: no child has released the caller yet.
-            const WAITING: u32 = u32::MAX;
+        ///
+        /// An isolated child never execs (it becomes the sandbox's init):
+        /// with `watch` (its pidfd slot) the kernel does not release the
+        /// caller; the init does itself once the program exec'ed, and the
+        /// caller also watches for the init dying first.
+        fn clone3(
+            &self,
+            args: &mut libc::clone_args,
+            child: &ChildArgs,
+            released: &AtomicU32,
+            watch: Option<&AtomicI32>,
+        ) -> isize {
             let ret = AtomicIsize::new(0);
-            let released = AtomicU32::new(WAITING);
             let mut pid: c_int = 0;
             args.flags &= !(libc::CLONE_VFORK as u64);
-            args.flags |= (libc::CLONE_CHILD_CLEARTID | libc::CLONE_PARENT_SETTID) as u64;
-            args.child_tid = released.as_ptr() as u64;
+            args.flags |= libc::CLONE_PARENT_SETTID as u64;
+            if watch.is_none() {
+                args.flags |= libc::CLONE_CHILD_CLEARTID as u64;
+                args.child_tid = released.as_ptr() as u64;
+            }
             args.parent_tid = (&raw mut pid) as u64;
             let job = Job {
                 args: ptr::from_mut(args),
                 child: ptr::from_ref(child),
                 ret: &raw const ret,
-                released: &raw const released,
+                released: ptr::from_ref(released),
             };
             if self.jobs.send(job).is_err() {
                 // The thread is gone (it never exits while the process
                 // runs): nothing was cloned.
                 return -(libc::EAGAIN as isize);
             }
-            while released.load(Ordering::Acquire) != 0 {
-                // SAFETY: FUTEX_WAIT reads the word, which lives in this
-                // frame, and sleeps while it holds WAITING. Not the private
-                // variant: the kernel's wake at mm_release is a shared one
-                // (futex(2): a private wait is keyed apart from it).
-                unsafe {
-                    raw4(
-                        libc::SYS_futex as usize,
-                        released.as_ptr() as usize,
-                        libc::FUTEX_WAIT as usize,
-                        WAITING as usize,
-                        0,
-                    );
-                }
+            if !wait_released(released, watch) {
+                // The init died before it released: report it as a failed
+                // child (the caller reaps it through its pidfd).
+                return -(libc::ECHILD as isize);
             }
             match ret.load(Ordering::Relaxed) {
                 0 => pid as isize,
@@ -1190,6 +2115,20 @@ mod imp {
                 // layout (u16, u8, u8, u32), as is libc's.
                 filter: prog.as_ptr().cast::<libc::sock_filter>().cast_mut(),
             });
+        if let Some(iso) = spec.isolate {
+            return spawn_isolated(
+                spec,
+                iso,
+                ChildParts {
+                    argv: &argv,
+                    envp: &envp,
+                    stdio: fds,
+                    landlock,
+                    filtering,
+                    fprog: fprog.as_ref(),
+                },
+            );
+        }
         let child = ChildArgs {
             // A child of the spawner thread inherits its no_new_privs.
             no_new_privs: spec.confine.is_some() && filtering.is_none(),
@@ -1201,6 +2140,7 @@ mod imp {
             cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
             stdio: fds,
             new_process_group: spec.new_process_group,
+            isolate: ptr::null(),
             failed_stage: AtomicU32::new(0),
             failed_errno: AtomicI32::new(0),
         };
@@ -1221,7 +2161,10 @@ mod imp {
             args.cgroup = cg.as_raw_fd() as u64;
         }
         let ret = match filtering {
-            Some(worker) => worker.clone3(&mut args, &child),
+            Some(worker) => {
+                let released = AtomicU32::new(WAITING);
+                worker.clone3(&mut args, &child, &released, None)
+            }
             None => {
                 let _blocked = BlockAll::new();
                 // SAFETY: `stack` outlives the child's use of it and `child`
@@ -1251,7 +2194,271 @@ mod imp {
             reap(&pidfd);
             return Err(SpawnError::Failed { stage, errno });
         }
-        Ok(Spawned { pid, pidfd })
+        Ok(Spawned {
+            pid,
+            pidfd,
+            isolation: None,
+        })
+    }
+
+    /// What [`spawn`] built for the child, handed to [`spawn_isolated`].
+    struct ChildParts<'a> {
+        argv: &'a [*const c_char],
+        envp: &'a [*const c_char],
+        stdio: [c_int; 3],
+        landlock: c_int,
+        filtering: Option<&'static FilteringSpawner>,
+        fprog: Option<&'a libc::sock_fprog>,
+    }
+
+    /// The sandbox's init of an isolated launch, as the parent holds it.
+    ///
+    /// The init shares this process's memory (`CLONE_VM`, so no page is
+    /// copied however large this process is, and none is written twice
+    /// later) and runs on a stack of its own for as long as it lives; it
+    /// writes only that stack and the program's status slot. Both belong
+    /// to this value, which must therefore outlive the init: dropping it
+    /// first kills the init (`pidfd_send_signal(SIGKILL)`, which ends the
+    /// whole pid namespace) and waits for its exit (`WNOWAIT`, so the
+    /// driver's own reaping still works) before the stack is released.
+    pub(crate) struct IsolatedInit {
+        pidfd: OwnedFd,
+        stack: Option<Stack>,
+        status: Box<AtomicU64>,
+    }
+
+    impl std::fmt::Debug for IsolatedInit {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("IsolatedInit")
+                .field("status", &self.program_status())
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl IsolatedInit {
+        /// The program's wait status (as `waitpid` gives it), once the init
+        /// saw it exit; `None` before, or when the init was killed first
+        /// (the whole namespace then died with it).
+        pub(crate) fn program_status(&self) -> Option<i32> {
+            let v = self.status.load(Ordering::Acquire);
+            (v >> 32 == 1).then_some(v as u32 as i32)
+        }
+    }
+
+    impl Drop for IsolatedInit {
+        fn drop(&mut self) {
+            use rustix::process::{WaitId, WaitIdOptions, waitid};
+            let _ = rustix::process::pidfd_send_signal(
+                self.pidfd.as_fd(),
+                rustix::process::Signal::KILL,
+            );
+            // Returns at once for a zombie, ECHILD once reaped.
+            while let Err(Errno::INTR) = waitid(
+                WaitId::PidFd(self.pidfd.as_fd()),
+                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+            ) {}
+            if let Some(stack) = self.stack.take() {
+                stack.give_back();
+            }
+        }
+    }
+
+    /// Any value but 0: no child has released the caller yet.
+    const WAITING: u32 = u32::MAX;
+
+    /// Sleeps until `released` is 0. With `watch` (the init's pidfd, once
+    /// the kernel stored it), wakes every few milliseconds to see whether
+    /// the child exited without releasing (killed): `false` then.
+    fn wait_released(released: &AtomicU32, watch: Option<&AtomicI32>) -> bool {
+        use rustix::process::{WaitId, WaitIdOptions, waitid};
+        let tick = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 5_000_000,
+        };
+        while released.load(Ordering::Acquire) != 0 {
+            let timeout = watch.map_or(ptr::null(), |_| ptr::from_ref(&tick));
+            // SAFETY: FUTEX_WAIT reads the word, which lives in the caller's
+            // frame, and sleeps while it holds WAITING (at most `timeout`).
+            // Not the private variant: the kernel's wake at mm_release is a
+            // shared one (futex(2): a private wait is keyed apart from it).
+            unsafe {
+                raw4(
+                    libc::SYS_futex as usize,
+                    released.as_ptr() as usize,
+                    libc::FUTEX_WAIT as usize,
+                    WAITING as usize,
+                    timeout as usize,
+                );
+            }
+            let Some(fd) = watch.map(|w| w.load(Ordering::Relaxed)) else {
+                continue;
+            };
+            if fd < 0 || released.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            // SAFETY: the kernel stored a pidfd owned by the caller there.
+            let pidfd = unsafe { BorrowedFd::borrow_raw(fd) };
+            let exited = waitid(
+                WaitId::PidFd(pidfd),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            );
+            if matches!(exited, Ok(Some(_))) && released.load(Ordering::Acquire) != 0 {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The isolated path of [`spawn`] (module docs, *Isolation*).
+    fn spawn_isolated(
+        spec: &SpawnSpec<'_>,
+        iso: super::Isolate<'_>,
+        parts: ChildParts<'_>,
+    ) -> Result<Spawned, SpawnError> {
+        let stack_err = |errno| SpawnError::Failed {
+            stage: Stage::Stack,
+            errno,
+        };
+        let view = iso.view;
+        let steps = raw_steps(view);
+        let mut slots: Vec<c_int> = vec![-1; view.slots];
+        let rw_dirs: Vec<*const c_char> = view.writable_fresh.iter().map(|c| c.as_ptr()).collect();
+        let init_stack = Stack::take().map_err(stack_err)?;
+        let program_stack = Stack::take().map_err(stack_err)?;
+        let status = Box::new(AtomicU64::new(0));
+        let released = AtomicU32::new(WAITING);
+        let isolate = IsolateArgs {
+            steps: steps.as_ptr(),
+            n_steps: steps.len(),
+            fds: slots.as_mut_ptr(),
+            n_slots: slots.len(),
+            uid_map: view.uid_map.as_ptr(),
+            uid_map_len: view.uid_map.len(),
+            gid_map: view.gid_map.as_ptr(),
+            gid_map_len: view.gid_map.len(),
+            new_net: view.new_net,
+            death_signal: parts.filtering.is_some(),
+            rw_dirs: rw_dirs.as_ptr(),
+            n_rw_dirs: rw_dirs.len(),
+            access_fs: iso.access_fs,
+            tool_stack: program_stack.region(),
+            status: ptr::from_ref(&*status),
+            released: &raw const released,
+            failed_step: AtomicU32::new(u32::MAX),
+        };
+        let child = ChildArgs {
+            no_new_privs: parts.filtering.is_none(),
+            landlock: parts.landlock,
+            seccomp: parts.fprog.map_or(ptr::null(), ptr::from_ref),
+            program: spec.program.as_ptr(),
+            argv: parts.argv.as_ptr(),
+            envp: parts.envp.as_ptr(),
+            cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
+            stdio: parts.stdio,
+            new_process_group: true,
+            isolate: &raw const isolate,
+            failed_stage: AtomicU32::new(0),
+            failed_errno: AtomicI32::new(0),
+        };
+        let (lo, size) = init_stack.region();
+        let pidfd = AtomicI32::new(-1);
+        let mut args = zeroed_args();
+        args.flags = (libc::CLONE_VM | libc::CLONE_PIDFD) as u64 | NEW_NAMESPACES;
+        if view.new_net {
+            args.flags |= libc::CLONE_NEWNET as u64;
+        }
+        args.pidfd = pidfd.as_ptr() as u64;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.stack = lo;
+        args.stack_size = size;
+        if let Some(cg) = spec.cgroup {
+            args.flags |= CLONE_INTO_CGROUP;
+            args.cgroup = cg.as_raw_fd() as u64;
+        }
+        let ret = match parts.filtering {
+            Some(worker) => worker.clone3(&mut args, &child, &released, Some(&pidfd)),
+            None => {
+                let r = {
+                    let _blocked = BlockAll::new();
+                    // SAFETY: `init_stack` and `program_stack` outlive the
+                    // child's use of them (the init's until it is reaped,
+                    // held by `IsolatedInit`; the program's until its
+                    // exec, which precedes the release), and `child`,
+                    // `isolate` with everything they point to outlive the
+                    // release, which `wait_released` waits for.
+                    unsafe { clone3(&mut args, child_main, &raw const child) }
+                };
+                if r > 0 && !wait_released(&released, Some(&pidfd)) {
+                    -(libc::ECHILD as isize)
+                } else {
+                    r
+                }
+            }
+        };
+        if ret < 0 && pidfd.load(Ordering::Relaxed) < 0 {
+            // No child: nothing uses either stack.
+            program_stack.give_back();
+            init_stack.give_back();
+            return Err(classify(
+                Errno::from_raw_os_error(-(ret as i32)),
+                spec.cgroup.is_some(),
+            ));
+        }
+        // SAFETY: with CLONE_PIDFD a successful clone3 stored a new
+        // descriptor, owned by nobody else, in `pidfd`.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd.load(Ordering::Relaxed)) };
+        let failed = if ret < 0 {
+            Some((Stage::InitDied, Errno::CHILD))
+        } else {
+            Stage::from_code(child.failed_stage.load(Ordering::Relaxed)).map(|stage| {
+                (
+                    stage,
+                    Errno::from_raw_os_error(child.failed_errno.load(Ordering::Relaxed)),
+                )
+            })
+        };
+        if let Some((stage, errno)) = failed {
+            if stage == Stage::View {
+                tracing::debug!(
+                    step = isolate.failed_step.load(Ordering::Relaxed),
+                    %errno,
+                    "an isolated launch failed at a view step"
+                );
+            }
+            // The init exits right after it released (or is dead): once it
+            // is reaped, neither stack is in use.
+            reap(&pidfd);
+            program_stack.give_back();
+            init_stack.give_back();
+            return Err(SpawnError::Failed { stage, errno });
+        }
+        // The program exec'ed (the init waited for it before releasing).
+        program_stack.give_back();
+        let keeper = pidfd.try_clone().map_err(|e| SpawnError::Failed {
+            stage: Stage::Clone,
+            errno: Errno::from_io_error(&e).unwrap_or(Errno::MFILE),
+        });
+        let keeper = match keeper {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = rustix::process::pidfd_send_signal(
+                    pidfd.as_fd(),
+                    rustix::process::Signal::KILL,
+                );
+                reap(&pidfd);
+                init_stack.give_back();
+                return Err(e);
+            }
+        };
+        Ok(Spawned {
+            pid: ret as u32,
+            pidfd,
+            isolation: Some(IsolatedInit {
+                pidfd: keeper,
+                stack: Some(init_stack),
+                status,
+            }),
+        })
     }
 
     /// `waitid(P_PIDFD, fd, WEXITED)`, retried on `EINTR`: the child has

@@ -84,6 +84,7 @@ impl Child {
             new_process_group: self.group,
             cgroup: cgroup.map(AsFd::as_fd),
             confine: None,
+            isolate: None,
         }
     }
 
