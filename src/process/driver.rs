@@ -155,7 +155,7 @@ pub(crate) fn spawn(
         #[cfg(target_os = "linux")]
         Plan::Group { .. }
             if confine.as_ref().is_some_and(|c| c.view().is_some())
-                && requested != Containment::Cgroup =>
+                && requested == Containment::Auto =>
         {
             match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, None, confine) {
                 Ok(started) => started,
@@ -421,6 +421,7 @@ fn start_driver(
         confined,
         isolation,
     } = started;
+    let cgroup_none = cgroup.is_none();
     let (confinement, private_tmp) = confined.unzip();
     let private_tmp = private_tmp.flatten();
     let secrets = env.secrets();
@@ -460,6 +461,7 @@ fn start_driver(
         internal_error: false,
         confinement,
         _private_tmp: private_tmp,
+        ns_tier: isolation.is_some() && cgroup_none,
         isolation,
     };
     let tier = if driver.cgroup.is_some() || driver.isolation.is_some() {
@@ -692,6 +694,9 @@ struct Driver {
     /// The sandbox's init, when isolated; kept until the driver is
     /// dropped (after the init was reaped).
     isolation: Option<IsolatedInit>,
+    /// The pid-namespace tier: isolated, and no cgroup (the machine runs
+    /// it as [`Tier::Cgroup`]: the kernel proves the namespace empty).
+    ns_tier: bool,
 }
 
 /// What woke the driver.
@@ -869,7 +874,7 @@ impl Driver {
         // init has exited (the kernel kills and waits for every other
         // member before the init's exit can be seen).
         #[cfg(target_os = "linux")]
-        if self.cgroup.is_none() && self.isolation.is_some() {
+        if self.ns_tier {
             return match self.pidfd.as_ref().map(|fd| sys::peek_exit(fd.get_ref())) {
                 Some(Ok(Some(_))) => View::NoDescendant,
                 Some(Ok(None)) => View::Occupied,
@@ -1017,7 +1022,7 @@ impl Driver {
 
     fn signal(&mut self, sig: Signal, now: Instant) {
         #[cfg(target_os = "linux")]
-        if sig == Signal::Kill && self.cgroup.is_none() && self.isolation.is_some() {
+        if sig == Signal::Kill && self.ns_tier {
             // The pid-namespace tier: SIGKILL to the init ends every
             // member of its namespace, whatever its group or session.
             let outcome = match self.pidfd.as_ref().map(|fd| {
@@ -1308,9 +1313,7 @@ impl Driver {
         let tier = match s.tier {
             Tier::PinnedGroup if self.subreaper => evidence::ContainmentTier::Subreaper,
             Tier::PinnedGroup => evidence::ContainmentTier::PinnedProcessGroup,
-            Tier::Cgroup if self.cgroup.is_none() && self.isolation.is_some() => {
-                evidence::ContainmentTier::PidNamespace
-            }
+            Tier::Cgroup if self.ns_tier => evidence::ContainmentTier::PidNamespace,
             Tier::Cgroup => evidence::ContainmentTier::Cgroup,
             Tier::Group => evidence::ContainmentTier::ProcessGroup,
             Tier::DirectChild => evidence::ContainmentTier::DirectChild,
