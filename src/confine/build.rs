@@ -44,6 +44,8 @@ pub(crate) struct Prepared {
     /// bits: what the child grants beneath the view's fresh `/tmp` and
     /// `/dev` (0: no filesystem ruleset).
     access_fs: u64,
+    /// See [`Prepared::nest`].
+    nest: Option<BorrowedFd<'static>>,
 }
 
 impl Prepared {
@@ -74,6 +76,12 @@ impl Prepared {
     /// The handled Landlock filesystem rights (kernel bits; 0: none).
     pub(crate) fn access_fs(&self) -> u64 {
         self.access_fs
+    }
+
+    /// The ruleset the program of an isolated launch restricts itself
+    /// with once more, after its init did: see [`nest_ruleset`].
+    pub(crate) fn nest(&self) -> Option<BorrowedFd<'static>> {
+        self.nest
     }
 
     /// Drops what only the spawn needed; keeps the report and the private
@@ -250,6 +258,10 @@ pub(crate) fn prepare(
     if let Some(v) = &view {
         plan.report.isolation = Some(v.report.clone());
     }
+    let nest = match (&view, plan.abi) {
+        (Some(_), 1..) => Some(nest_ruleset()?),
+        _ => None,
+    };
     Ok(Prepared {
         report: plan.report,
         ruleset,
@@ -257,7 +269,38 @@ pub(crate) fn prepare(
         tmp,
         view,
         access_fs,
+        nest,
     })
+}
+
+/// A Landlock ruleset that handles one right nobody in a sandbox has
+/// (making block devices) and grants nothing, built once per process.
+///
+/// The sandbox's init shares custodian's memory (`CLONE_VM`) and so shows
+/// custodian's command line, environment and memory in `/proc/1`. The
+/// program restricts itself with this ruleset after the init restricted
+/// both with the launch's own: its Landlock domain is then nested inside
+/// the init's, and Landlock denies a process every ptrace-mode access
+/// (`/proc/<pid>/mem`, `environ`, `fd`, `root`, attaching) to a process
+/// outside its own domain or those nested in it. The view's `/proc` is
+/// mounted `hidepid=invisible`, which hides every process the reader may
+/// not access that way: the init is not even listed.
+fn nest_ruleset() -> Result<BorrowedFd<'static>, ConfineError> {
+    static NEST: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    let made = NEST.get_or_init(|| {
+        let rs = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::MakeBlock)
+            .map_err(|e| e.to_string())?
+            .create()
+            .map_err(|e| e.to_string())?;
+        let fd: Option<OwnedFd> = rs.into();
+        fd.ok_or_else(|| "no ruleset was created".to_owned())
+    });
+    match made {
+        Ok(fd) => Ok(fd.as_fd()),
+        Err(message) => Err(landlock_err(message)),
+    }
 }
 
 /// Plans the view, after making the mount points the masks and

@@ -402,7 +402,9 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         fstype: lit("proc"),
         target: lit("/proc"),
         flags: MS_NOSUID | MS_NODEV | MS_NOEXEC,
-        data: lit(""),
+        // Processes the reader may not ptrace-read are not listed: the
+        // init (see `build::nest_ruleset`).
+        data: lit("hidepid=invisible"),
     });
     steps.push(Step::Mount {
         fstype: tmpfs,

@@ -130,6 +130,7 @@ pub(crate) fn start(
             c.view().map(|view| Isolate {
                 view,
                 access_fs: c.access_fs(),
+                nest: c.nest(),
             })
         }),
     };

@@ -139,6 +139,10 @@ pub(crate) struct Isolate<'a> {
     /// The Landlock filesystem rights to grant beneath the view's fresh
     /// `/tmp` and `/dev` (kernel bits; 0: no filesystem ruleset).
     pub access_fs: u64,
+    /// A ruleset the program restricts itself with after the init did,
+    /// so that its domain is nested in the init's (no ptrace-mode access
+    /// to the init, which shares this process's memory).
+    pub nest: Option<BorrowedFd<'a>>,
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
@@ -791,6 +795,8 @@ mod imp {
         released: *const AtomicU32,
         /// The index of the failed view step.
         failed_step: AtomicU32,
+        /// The nesting ruleset (≥ 3), or -1.
+        nest: c_int,
     }
 
     /// `struct landlock_path_beneath_attr` (packed, as the kernel's).
@@ -1285,6 +1291,27 @@ mod imp {
         // SAFETY: the init (and, through it, the caller) keeps `*args`
         // alive until this process exec'ed or exited.
         let a = unsafe { &*args };
+        // SAFETY: the init's live IsolateArgs (the caller waits).
+        let nest = unsafe { a.isolate.as_ref() }.map_or(-1, |i| i.nest);
+        if nest >= 0 {
+            // SAFETY: landlock_restrict_self takes a descriptor and flags.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_landlock_restrict_self as usize,
+                    nest as usize,
+                    0,
+                    0,
+                    0,
+                )
+            };
+            if r < 0 {
+                a.failed_errno
+                    .store((r as i32).wrapping_neg(), Ordering::Relaxed);
+                a.failed_stage
+                    .store(Stage::Landlock.code(), Ordering::Relaxed);
+                exit_127()
+            }
+        }
         let empty: u64 = 0;
         // SAFETY: as in `child_main`.
         let r = unsafe {
@@ -2327,7 +2354,25 @@ mod imp {
         let program_stack = Stack::take().map_err(stack_err)?;
         let status = Box::new(AtomicU64::new(0));
         let released = AtomicU32::new(WAITING);
+        // The nesting ruleset must survive the stdio dup2s onto 0-2.
+        let lifted_nest = match iso.nest {
+            Some(fd) if fd.as_raw_fd() <= 2 => {
+                Some(rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|errno| {
+                    SpawnError::Failed {
+                        stage: Stage::ConfineDup,
+                        errno,
+                    }
+                })?)
+            }
+            _ => None,
+        };
+        let nest = lifted_nest
+            .as_ref()
+            .map(|l| l.as_fd().as_raw_fd())
+            .or(iso.nest.map(|fd| fd.as_raw_fd()))
+            .unwrap_or(-1);
         let isolate = IsolateArgs {
+            nest,
             steps: steps.as_ptr(),
             n_steps: steps.len(),
             fds: slots.as_mut_ptr(),

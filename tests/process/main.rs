@@ -13,6 +13,7 @@ mod confinement;
 mod containment;
 mod errors;
 mod evidence;
+mod isolation;
 mod lifecycle;
 mod output;
 mod panics;

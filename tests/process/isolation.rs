@@ -1,0 +1,521 @@
+//! The isolation tier attacked from inside, through the CLI, as a hostile
+//! tool would: every escape that worked under Landlock-only confinement
+//! (capabilities, device nodes, metadata of files outside, the host's
+//! `/proc`, custodian's own `.custodian/`, `.git/hooks`, pathname sockets,
+//! cgroupfs, `/dev/tty`, daemons) is tried and must fail, next to an
+//! unconfined control where the same attack works (so each test can fail).
+//!
+//! Each attack runs as root (as this project runs everywhere) and, in the
+//! `…_as_an_unprivileged_user` variants, as the user named by
+//! `CUSTODIAN_TEST_USER` through `runuser`: those are ignored in a plain
+//! `cargo test` (they need that user and root to switch to it) and run by
+//! `.ci/run`, which creates the user.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const NEEDS_USER: &str = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)";
+
+/// Who runs the attack.
+#[derive(Clone, Copy)]
+enum Who {
+    Root,
+    User,
+}
+
+fn test_user() -> String {
+    std::env::var("CUSTODIAN_TEST_USER").unwrap_or_else(|_| panic!("{NEEDS_USER}"))
+}
+
+fn uid_of(user: &str) -> u32 {
+    let out = Command::new("id").args(["-u", user]).output().unwrap();
+    assert!(out.status.success(), "no such user {user}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// A scratch directory the attacker owns, outside every fresh mount of the
+/// view (`/var/tmp`), so that it is visible, read-only, inside.
+fn scratch(who: Who) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("custodian-iso-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    if let Who::User = who {
+        let user = test_user();
+        let st = Command::new("chown")
+            .args(["-R", &user])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    dir
+}
+
+/// `custodian run ARGS` in `cwd`, as `who`, with `env` added to
+/// custodian's own environment.
+fn custodian(who: Who, cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let bin = env!("CARGO_BIN_EXE_custodian");
+    let mut cmd = match who {
+        Who::Root => Command::new(bin),
+        Who::User => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &test_user(), "--", bin]);
+            c
+        }
+    };
+    cmd.current_dir(cwd).arg("run").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// The evidence of a run of `sh -c script` under `confine` (`none` for the
+/// control).
+fn attack(who: Who, ws: &Path, confine: &str, script: &str) -> Value {
+    attack_env(who, ws, confine, script, &[])
+}
+
+fn attack_env(who: Who, ws: &Path, confine: &str, script: &str, env: &[(&str, &str)]) -> Value {
+    let ws_arg = ws.to_str().unwrap();
+    let out = custodian(
+        who,
+        ws,
+        env,
+        &[
+            "--confine",
+            confine,
+            "--workspace",
+            ws_arg,
+            "--timeout",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+fn stdout(ev: &Value) -> &str {
+    ev["stdout"]["text"].as_str().unwrap()
+}
+
+fn stderr(ev: &Value) -> &str {
+    ev["stderr"]["text"].as_str().unwrap()
+}
+
+fn assert_isolated(ev: &Value) {
+    let iso = &ev["confinement"]["isolation"];
+    assert_eq!(iso["capabilities"], "none", "{ev}");
+    assert_eq!(iso["host_read_only"], true, "{ev}");
+}
+
+// --- capabilities, device nodes, metadata outside, /proc ---------------
+
+fn capabilities_devices_and_metadata(who: Who) {
+    let ws = scratch(who);
+    let outside = scratch(who);
+    let target = outside.path().join("victim");
+    std::fs::write(&target, b"v").unwrap();
+    if let Who::User = who {
+        let st = Command::new("chown")
+            .arg(test_user())
+            .arg(&target)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let t = target.display();
+    let script = format!(
+        "grep -E 'Cap(Eff|Prm|Inh|Bnd|Amb)' /proc/self/status; \
+         mknod \"$TMPDIR/d\" c 1 3 && echo MADE; mknod /dev/shm/d c 1 3 && echo MADE; \
+         chmod 600 '{t}' && echo CHMOD; chmod u+s '{t}' && echo SETUID; \
+         chown \"$(id -u)\" '{t}' && echo CHOWN; touch -d 2000-01-01 '{t}' && echo UTIME; \
+         python3 -c \"import os; os.setxattr('{t}', 'user.custodian', b'1')\" && echo XATTR; \
+         ls /proc | grep -c '^[0-9]'"
+    );
+    let ev = attack(who, ws.path(), "read-only", &script);
+    assert_isolated(&ev);
+    let out = stdout(&ev);
+    for set in ["CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"] {
+        assert!(
+            out.contains(&format!("{set}:\t0000000000000000")),
+            "{set}: {ev}"
+        );
+    }
+    for marker in ["MADE", "CHMOD", "SETUID", "CHOWN", "UTIME", "XATTR"] {
+        assert!(!out.contains(marker), "{marker} succeeded: {ev}");
+    }
+    let count: usize = out.lines().last().unwrap().trim().parse().unwrap();
+    assert!(count < 10, "{count} processes visible: {ev}");
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o644, "the victim's mode changed");
+    // The control: unconfined, the metadata of the file outside changes.
+    let ev = attack(who, ws.path(), "none", &script);
+    assert!(stdout(&ev).contains("CHMOD"), "{ev}");
+}
+
+#[test]
+fn capabilities_device_nodes_and_metadata_outside_are_refused_as_root() {
+    capabilities_devices_and_metadata(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn capabilities_device_nodes_and_metadata_outside_are_refused_as_an_unprivileged_user() {
+    capabilities_devices_and_metadata(Who::User);
+}
+
+fn proc_of_launcher_and_foreign(who: Who) {
+    let ws = scratch(who);
+    let secret = format!("custodian-launcher-secret-{}", std::process::id());
+    let foreign_secret = format!("custodian-foreign-secret-{}", std::process::id());
+    let mut foreign = match who {
+        Who::Root => Command::new("sleep"),
+        Who::User => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &test_user(), "--", "sleep"]);
+            c
+        }
+    }
+    .arg("30")
+    .env("CUSTODIAN_FOREIGN", &foreign_secret)
+    .spawn()
+    .unwrap();
+    // The patterns are written to a file in two halves, so that no command
+    // line of the attack itself carries a secret.
+    let script = format!(
+        "cat /proc/{pid}/environ; echo; printf '%s-%s\\n' custodian-launcher-secret {me} \
+         custodian-foreign-secret {me} > \"${{TMPDIR:-.}}/patterns\"; \
+         cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null \
+         | tr '\\0' '\\n' | grep -c -f \"${{TMPDIR:-.}}/patterns\"",
+        pid = foreign.id(),
+        me = std::process::id()
+    );
+    let env = [("CUSTODIAN_LAUNCHER", secret.as_str())];
+    let ev = attack_env(who, ws.path(), "read-only", &script, &env);
+    let control = attack_env(who, ws.path(), "none", &script, &env);
+    let _ = foreign.kill();
+    let _ = foreign.wait();
+    assert_isolated(&ev);
+    assert_eq!(stdout(&ev).trim(), "0", "{ev}");
+    assert!(!ev.to_string().contains(&secret), "{ev}");
+    assert!(!ev.to_string().contains(&foreign_secret), "{ev}");
+    // The control: the host's /proc shows both secrets.
+    let found: usize = stdout(&control)
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(found >= 2, "{control}");
+}
+
+#[test]
+fn the_proc_of_the_launcher_and_of_a_foreign_process_is_unreachable_as_root() {
+    proc_of_launcher_and_foreign(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn the_proc_of_the_launcher_and_of_a_foreign_process_is_unreachable_as_an_unprivileged_user() {
+    proc_of_launcher_and_foreign(Who::User);
+}
+
+// --- custodian's own state, git ------------------------------------------
+
+fn internal_dir_and_git(who: Who) {
+    let ws = scratch(who);
+    let job = ws.path().join(".custodian/job/other");
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::write(job.join("inventory"), b"theirs").unwrap();
+    std::fs::create_dir_all(ws.path().join(".git/hooks")).unwrap();
+    std::fs::write(ws.path().join(".git/config"), b"[core]\n").unwrap();
+    if let Who::User = who {
+        let st = Command::new("chown")
+            .args(["-R", &test_user()])
+            .arg(ws.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let script = "echo x > .custodian/probe || echo INTERNAL-REFUSED; \
+         echo x > .custodian/job/other/inventory || echo JOB-REFUSED; \
+         echo \"listed=$(ls -A .custodian | wc -l)\"; \
+         echo x > .git/hooks/post-commit || echo HOOK-REFUSED; \
+         echo '[core] hooksPath=/tmp' >> .git/config || echo CONFIG-REFUSED; \
+         mv .git .git-moved || echo PINNED; \
+         echo hi > work && echo WORKSPACE-WRITABLE";
+    let ev = attack(who, ws.path(), "workspace-write", script);
+    assert_isolated(&ev);
+    let out = stdout(&ev);
+    for marker in [
+        "INTERNAL-REFUSED",
+        "JOB-REFUSED",
+        "listed=0",
+        "HOOK-REFUSED",
+        "CONFIG-REFUSED",
+        "PINNED",
+        "WORKSPACE-WRITABLE",
+    ] {
+        assert!(out.contains(marker), "{marker} missing: {ev}");
+    }
+    assert!(!ws.path().join(".custodian/probe").exists());
+    assert_eq!(std::fs::read(job.join("inventory")).unwrap(), b"theirs");
+    assert!(!ws.path().join(".git/hooks/post-commit").exists());
+    assert_eq!(
+        std::fs::read(ws.path().join(".git/config")).unwrap(),
+        b"[core]\n"
+    );
+    assert!(ws.path().join(".git").is_dir());
+    // The control: unconfined, the tool writes custodian's own state.
+    let ev = attack(who, ws.path(), "none", script);
+    assert!(!stdout(&ev).contains("INTERNAL-REFUSED"), "{ev}");
+    assert!(ws.path().join(".custodian/probe").exists());
+}
+
+#[test]
+fn custodian_state_and_git_hooks_are_out_of_reach_as_root() {
+    internal_dir_and_git(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn custodian_state_and_git_hooks_are_out_of_reach_as_an_unprivileged_user() {
+    internal_dir_and_git(Who::User);
+}
+
+// --- sockets, cgroupfs, io_uring, the terminal ----------------------------
+
+/// A pathname unix socket listening at `path` (by a Python child, so it
+/// stays up while the attack runs); killed on drop.
+struct Listener(std::process::Child);
+
+impl Listener {
+    fn at(path: &Path) -> Listener {
+        let child = Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import socket,sys,time\n\
+                 s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n\
+                 time.sleep(60)",
+            )
+            .arg(path)
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if path.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(path.exists(), "the listener did not start");
+        Listener(child)
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sockets_cgroupfs_io_uring_and_tty(who: Who) {
+    let ws = scratch(who);
+    let outside = tempfile::Builder::new()
+        .prefix("custodian-iso-sock-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let tmp_sock = outside.path().join("s");
+    let mut socks: Vec<PathBuf> = vec![tmp_sock.clone()];
+    let run_sock = PathBuf::from(format!("/run/custodian-iso-{}.sock", std::process::id()));
+    if matches!(who, Who::Root) {
+        socks.push(run_sock.clone());
+    }
+    let _listeners: Vec<Listener> = socks.iter().map(|p| Listener::at(p)).collect();
+    for s in &socks {
+        std::fs::set_permissions(s, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let connect = |p: &Path| {
+        format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}')\" \
+             && echo REACHED",
+            p.display()
+        )
+    };
+    let cgroup = if Path::new("/sys/fs/cgroup/unified").is_dir() {
+        "/sys/fs/cgroup/unified"
+    } else {
+        "/sys/fs/cgroup"
+    };
+    let script = format!(
+        "{}; \
+         python3 -c \"import socket,os; p=os.getcwd()+'/own.sock'; l=socket.socket(socket.AF_UNIX); \
+         l.bind(p); l.listen(); c=socket.socket(socket.AF_UNIX); c.connect(p); print('OWN-SOCKET')\"; \
+         echo $$ > {cgroup}/cgroup.procs && echo CGROUP-MOVED; \
+         python3 -c \"import ctypes,os; l=ctypes.CDLL(None,use_errno=True); b=ctypes.create_string_buffer(120); \
+         r=l.syscall(425,8,b); print('URING', r, os.strerror(ctypes.get_errno()))\"; \
+         cat /dev/tty; echo tty=$?",
+        socks
+            .iter()
+            .map(|p| connect(p))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let ev = attack(who, ws.path(), "workspace-write", &script);
+    assert_isolated(&ev);
+    let out = stdout(&ev);
+    assert!(!out.contains("REACHED"), "{ev}");
+    assert!(out.contains("OWN-SOCKET"), "{ev}");
+    assert!(!out.contains("CGROUP-MOVED"), "{ev}");
+    assert!(out.contains("URING -1"), "{ev}");
+    assert!(out.contains("tty=1"), "{ev}");
+    assert!(stderr(&ev).contains("No such device or address"), "{ev}");
+    assert_eq!(ev["status"], "exited", "the tty read must not hang: {ev}");
+    // The control: unconfined, the socket outside is reachable.
+    let ev = attack(who, ws.path(), "none", &connect(&tmp_sock));
+    assert!(stdout(&ev).contains("REACHED"), "{ev}");
+    let _ = std::fs::remove_file(&run_sock);
+}
+
+#[test]
+fn sockets_outside_cgroupfs_io_uring_and_the_terminal_are_refused_as_root() {
+    sockets_cgroupfs_io_uring_and_tty(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn sockets_outside_cgroupfs_io_uring_and_the_terminal_are_refused_as_an_unprivileged_user() {
+    sockets_cgroupfs_io_uring_and_tty(Who::User);
+}
+
+// --- containment: a daemon dies with its run ------------------------------
+
+fn alive_with(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| c.windows(marker.len()).any(|w| w == marker.as_bytes()))
+    })
+}
+
+fn daemon_dies(who: Who) {
+    let ws = scratch(who);
+    let marker = format!(
+        "custodian-daemon-{}-{}",
+        std::process::id(),
+        ws.path().display()
+    );
+    let script =
+        format!("setsid sh -c 'sleep 300; : {marker}' </dev/null >/dev/null 2>&1 & echo x");
+    let ev = attack(who, ws.path(), "workspace-write", &script);
+    assert_isolated(&ev);
+    assert_eq!(stdout(&ev), "x\n", "{ev}");
+    assert_eq!(ev["descendants"]["verdict"], "terminated", "{ev}");
+    assert!(!alive_with(&marker), "the daemon outlived its run: {ev}");
+    if let Who::User = who {
+        // No cgroup can be made for this user: the pid namespace is the unit.
+        assert_eq!(ev["descendants"]["tier"], "pid_namespace", "{ev}");
+    }
+}
+
+#[test]
+fn a_daemon_dies_with_its_run_as_root() {
+    daemon_dies(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn a_daemon_dies_with_its_run_in_the_pid_namespace_tier_as_an_unprivileged_user() {
+    let _ = uid_of(&test_user());
+    daemon_dies(Who::User);
+}
+
+// --- everyday tools under workspace-write, network off ---------------------
+
+fn everyday_tools(who: Who) {
+    let ws = scratch(who);
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    host.set_nonblocking(true).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let script = format!(
+        "python3 -c 'import multiprocessing as m; print(\"POOL\", m.Pool(2).map(abs,[-1]))'; \
+         python3 -c '
+import socket, threading
+s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen()
+def serve():
+    c, _ = s.accept(); c.sendall(c.recv(16)); c.close()
+threading.Thread(target=serve).start()
+c = socket.create_connection(s.getsockname()); c.sendall(b\"tcp\"); print(\"TCP\", c.recv(16).decode())
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((\"127.0.0.1\", 0))
+v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); v.sendto(b\"udp\", u.getsockname())
+print(\"UDP\", u.recv(16).decode())
+try:
+    socket.create_connection((\"127.0.0.1\", {port}), timeout=2); print(\"HOST-REACHED\")
+except OSError as e:
+    print(\"HOST-REFUSED\")
+'; \
+         mkdir -p /tmp/hsperfdata_probe && echo jvm > /tmp/hsperfdata_probe/1 && echo JVM-TMP"
+    );
+    let ev = attack(who, ws.path(), "workspace-write", &script);
+    assert_isolated(&ev);
+    let out = stdout(&ev);
+    for want in ["POOL [1]", "TCP tcp", "UDP udp", "HOST-REFUSED", "JVM-TMP"] {
+        assert!(out.contains(want), "{want} missing: {ev}");
+    }
+    assert!(host.accept().is_err(), "a connection reached the host");
+    assert!(!Path::new("/tmp/hsperfdata_probe/1").exists());
+}
+
+#[test]
+fn everyday_tools_work_with_the_network_off_as_root() {
+    everyday_tools(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn everyday_tools_work_with_the_network_off_as_an_unprivileged_user() {
+    everyday_tools(Who::User);
+}
+
+/// `git commit` in a plain checkout works under `workspace-write`, while
+/// its hooks stay read-only.
+#[test]
+fn git_commit_works_in_a_checkout_and_its_hooks_stay_read_only() {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("skipped: no git");
+        return;
+    }
+    let ws = scratch(Who::Root);
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let script = "echo hi > f && git add f && \
+         git -c user.email=t@example.invalid -c user.name=t commit -qm first && echo COMMITTED; \
+         printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit || echo HOOK-REFUSED";
+    let ev = attack(Who::Root, ws.path(), "workspace-write", script);
+    assert_isolated(&ev);
+    assert!(stdout(&ev).contains("COMMITTED"), "{ev}");
+    assert!(stdout(&ev).contains("HOOK-REFUSED"), "{ev}");
+    assert!(!ws.path().join(".git/hooks/pre-commit").exists());
+    let log = Command::new("git")
+        .args(["log", "--oneline"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&log.stdout).contains("first"));
+}
