@@ -166,16 +166,19 @@ fn network(v: &str) -> Result<Network, String> {
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ConfineArgs {
     /// Confine what the process may touch while it runs: `none` (default),
-    /// `read-only` (read anything readable, write only a private TMPDIR
-    /// and /dev/null), `workspace-write` (also write beneath the
-    /// workspace). Both confined modes default to `--network off` and scope
-    /// signals and abstract unix sockets to the sandbox (Landlock, seccomp,
+    /// `read-only` (read anything readable, write only a private /tmp,
+    /// /dev/shm and /dev/null), `workspace-write` (also write beneath the
+    /// workspace). A confined process is isolated: new user, pid, mount,
+    /// ipc, uts (and, network off, net) namespaces, no capabilities, the
+    /// host read-only, custodian's .custodian/ masked, .git/hooks and
+    /// .git/config read-only. Both confined modes default to `--network
+    /// off` and scope signals and abstract unix sockets (Landlock, seccomp,
     /// no_new_privs; the evidence's `confinement` says what was enforced).
     #[arg(long, value_name = "MODE", default_value = "none", value_parser = fs_mode)]
     pub(crate) confine: FsMode,
     /// `on` or `off` (default: `off` when confined, else `on`). `off`
-    /// denies every non-unix socket (seccomp) and TCP bind/connect
-    /// (Landlock).
+    /// gives the process a network namespace of its own with loopback up:
+    /// servers on 127.0.0.1 work inside, nothing outside is reachable.
     #[arg(long, value_name = "on|off", value_parser = network)]
     pub(crate) network: Option<Network>,
     /// An extra readable hierarchy, absolute (repeatable).
@@ -185,9 +188,18 @@ pub(crate) struct ConfineArgs {
     #[arg(long, value_name = "PATH")]
     pub(crate) allow_write: Vec<PathBuf>,
     /// A hierarchy that may not be read or listed, absolute (repeatable),
-    /// e.g. `$HOME/.ssh`.
+    /// e.g. `$HOME/.ssh` (masked in the view, inside the workspace too).
     #[arg(long, value_name = "PATH")]
     pub(crate) deny_read: Vec<PathBuf>,
+    /// A path kept read-only inside a writable tree, absolute or relative
+    /// to the workspace (repeatable; `.git/hooks` and `.git/config` always
+    /// are).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) protect: Vec<PathBuf>,
+    /// A path masked (empty) in the view, absolute or relative to the
+    /// workspace (repeatable; `.custodian` always is).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) hide: Vec<PathBuf>,
     /// Launch even if the kernel cannot enforce all of the confinement;
     /// the evidence lists what was not enforced (default: refuse to launch;
     /// `run` then exits 71, `mcp` answers a tool error).
@@ -205,6 +217,8 @@ impl ConfineArgs {
         c.allow_read.clone_from(&self.allow_read);
         c.allow_write.clone_from(&self.allow_write);
         c.deny_read.clone_from(&self.deny_read);
+        c.protect.clone_from(&self.protect);
+        c.hide.clone_from(&self.hide);
         if self.confine_best_effort {
             c = c.with_enforcement(Enforcement::BestEffort);
         }

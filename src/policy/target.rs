@@ -335,6 +335,10 @@ pub struct ConfineTarget {
     pub allow_write: Vec<String>,
     /// Hierarchies that may not be read.
     pub deny_read: Vec<String>,
+    /// Paths kept read-only inside a writable tree (beyond the defaults).
+    pub protect: Vec<String>,
+    /// Paths masked in the view (beyond the defaults).
+    pub hide: Vec<String>,
     /// The kernel may enforce less than asked (the evidence says what).
     pub best_effort: bool,
     /// The least Landlock ABI the launch requires.
@@ -351,6 +355,8 @@ impl ConfineTarget {
             && self.allow_read.is_empty()
             && self.allow_write.is_empty()
             && self.deny_read.is_empty()
+            && self.protect.is_empty()
+            && self.hide.is_empty()
             && self.min_abi.is_none()
     }
 
@@ -378,6 +384,8 @@ impl ConfineTarget {
             allow_read: sorted(&self.allow_read),
             allow_write: sorted(&self.allow_write),
             deny_read: sorted(&self.deny_read),
+            protect: sorted(&self.protect),
+            hide: sorted(&self.hide),
             ..self.clone()
         }
     }
@@ -415,6 +423,14 @@ impl ConfineTarget {
         });
         if let Some(abi) = self.min_abi {
             let _ = write!(out, ",\"min_abi\":{abi}");
+        }
+        // Only when given: a target without them is what it was before
+        // they existed.
+        if !self.protect.is_empty() {
+            list(out, ",\"protect\":[", &self.protect);
+        }
+        if !self.hide.is_empty() {
+            list(out, ",\"hide\":[", &self.hide);
         }
         out.push('}');
     }

@@ -455,6 +455,24 @@ fn an_unconfined_target_is_what_it_always_was() {
 }
 
 #[test]
+fn protect_and_hide_reach_the_target_only_when_given() {
+    let mut c = confined(ConfineFs::WorkspaceWrite);
+    c.protect = vec!["b".into(), "a".into()];
+    c.hide = vec!["secrets".into()];
+    let t = with_confine(&git(&["status"]), c).match_target().unwrap();
+    assert!(
+        t.as_str()
+            .ends_with(r#""enforcement":"strict","protect":["a","b"],"hide":["secrets"]}}"#),
+        "{}",
+        t.as_str()
+    );
+    let plain = with_confine(&git(&["status"]), confined(ConfineFs::WorkspaceWrite))
+        .match_target()
+        .unwrap();
+    assert!(!plain.as_str().contains("protect"), "{}", plain.as_str());
+}
+
+#[test]
 fn the_confinement_is_part_of_the_target_in_canonical_form() {
     let mut c = confined(ConfineFs::WorkspaceWrite);
     c.deny_read = vec![
@@ -491,6 +509,14 @@ fn the_confinement_is_part_of_the_target_in_canonical_form() {
         },
         ConfineTarget {
             deny_read: vec!["/opt".into()],
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            protect: vec!["build.rs".into()],
+            ..confined(ConfineFs::ReadOnly)
+        },
+        ConfineTarget {
+            hide: vec!["secrets".into()],
             ..confined(ConfineFs::ReadOnly)
         },
         ConfineTarget {

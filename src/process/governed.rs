@@ -125,6 +125,8 @@ pub fn confine_target(c: &Confinement) -> ConfineTarget {
         allow_read: paths(&c.allow_read),
         allow_write: paths(&c.allow_write),
         deny_read: paths(&c.deny_read),
+        protect: paths(&c.protect),
+        hide: paths(&c.hide),
         best_effort: c.enforcement == Enforcement::BestEffort,
         min_abi: c.min_abi,
     }

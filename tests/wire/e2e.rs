@@ -453,8 +453,9 @@ async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
     let summary = client.run_process(&id, spec(confined)).await;
     match summary {
         Ok(s) => {
-            assert!(s.stderr.contains("Permission denied"), "{s:?}");
-            assert!(ws.join("inside.txt").is_file());
+            // Isolated: the path outside is read-only in the view, or lies
+            // in its private /tmp; either way it never reaches the host.
+            assert!(ws.join("inside.txt").is_file(), "{s:?}");
             assert!(!outside.exists());
             // The control: unconfined, the same write lands outside.
             client.run_process(&id, spec(None)).await.unwrap();
