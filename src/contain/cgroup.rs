@@ -269,6 +269,36 @@ impl Spares {
     }
 }
 
+/// Why a kept cgroup may not serve again (logged with its code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unfit {
+    /// Its name no longer links to its directory (renamed or replaced).
+    Moved,
+    /// A task was moved into it (or beneath it).
+    Populated,
+    /// It was frozen (`cgroup.freeze` written).
+    Frozen,
+    /// An attribute differs from what custodian created it with.
+    Attribute,
+    /// A child cgroup custodian did not make (or kept) is in it.
+    StrayChild,
+    /// One of its files could not be read.
+    Unreadable,
+}
+
+impl Unfit {
+    const fn code(self) -> &'static str {
+        match self {
+            Unfit::Moved => "cgroup_moved",
+            Unfit::Populated => "cgroup_populated",
+            Unfit::Frozen => "cgroup_frozen",
+            Unfit::Attribute => "cgroup_attribute_changed",
+            Unfit::StrayChild => "cgroup_stray_child",
+            Unfit::Unreadable => "cgroup_unreadable",
+        }
+    }
+}
+
 /// At most this many empty process cgroups are kept beneath one request
 /// cgroup.
 const MAX_SPARE_PROCESS_CGROUPS: usize = 8;
@@ -377,9 +407,17 @@ impl Cgroup {
     pub fn process_child(&self) -> Result<Cgroup, CgroupError> {
         let home = self.spares.as_ref().map(Arc::downgrade);
         let spares = self.spares.as_ref().filter(|s| !s.killed());
-        if let Some(mut kept) = spares.and_then(|s| s.lock().pop()) {
-            kept.home = home;
-            return Ok(kept);
+        // Popped one at a time, never under the list's lock: a kept cgroup
+        // is verified again before it serves (a tool may have written it
+        // since it was kept), and one that fails is not reused.
+        while let Some(mut kept) = spares.and_then(|s| s.lock().pop()) {
+            match kept.fit_for_reuse(&[]) {
+                Ok(()) => {
+                    kept.home = home;
+                    return Ok(kept);
+                }
+                Err(why) => kept.discard_unfit(why),
+            }
         }
         let mut cg = self.fresh_child("p")?;
         cg.home = home;
@@ -405,17 +443,106 @@ impl Cgroup {
         parse_populated(&buf[..n]) == Some(false) && parse_frozen(&buf[..n]) == Some(false)
     }
 
+    /// `fstat(dir)`—The cgroup's id: the inode number of its directory,
+    /// which the kernel never hands to another cgroup while this boot
+    /// lasts. A workspace journals it with the request cgroup's names so
+    /// that a reclaim opens that cgroup and no other
+    /// ([`reopen_request_cgroup`]).
+    ///
+    /// # Errors
+    ///
+    /// [`CgroupError::Io`] with `op = "stat"`.
+    pub fn id(&self) -> Result<u64, CgroupError> {
+        rustix::fs::fstat(&*self.dir)
+            .map(|st| st.st_ino)
+            .map_err(io_err("stat"))
+    }
+
+    /// Whether this kept cgroup may serve again as if it were fresh: still
+    /// linked under its name in its parent, empty (`cgroup.events`:
+    /// `populated 0`, `frozen 0`; `cgroup.procs` empty), every attribute a
+    /// process can write at its default (`cgroup.freeze` `0`,
+    /// `cgroup.max.descendants` and `cgroup.max.depth` `max`, `cgroup.type`
+    /// `domain`, `cgroup.subtree_control` empty), and no child cgroup but
+    /// the `expected` ones (a request cgroup's kept process cgroups, by
+    /// name and inode).
+    fn fit_for_reuse(&self, expected: &[&Cgroup]) -> Result<(), Unfit> {
+        let own = rustix::fs::fstat(&*self.dir).map_err(|_| Unfit::Unreadable)?;
+        match rustix::fs::statat(
+            &*self.parent,
+            self.name.as_c_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) if st.st_ino == own.st_ino && st.st_dev == own.st_dev => {}
+            _ => return Err(Unfit::Moved),
+        }
+        let events = read_all(&self.dir, c"cgroup.events").ok_or(Unfit::Unreadable)?;
+        if parse_populated(&events) != Some(false) {
+            return Err(Unfit::Populated);
+        }
+        if parse_frozen(&events) != Some(false) {
+            return Err(Unfit::Frozen);
+        }
+        let procs = read_all(&self.dir, c"cgroup.procs").ok_or(Unfit::Unreadable)?;
+        if procs.iter().any(|b| !b.is_ascii_whitespace()) {
+            return Err(Unfit::Populated);
+        }
+        for (file, default) in [
+            (c"cgroup.freeze", "0"),
+            (c"cgroup.max.descendants", "max"),
+            (c"cgroup.max.depth", "max"),
+            (c"cgroup.type", "domain"),
+            (c"cgroup.subtree_control", ""),
+        ] {
+            let text = read_all(&self.dir, file).ok_or(Unfit::Unreadable)?;
+            if std::str::from_utf8(&text).map(str::trim) != Ok(default) {
+                return Err(Unfit::Attribute);
+            }
+        }
+        for (name, child) in child_dirs(&self.dir) {
+            let known = rustix::fs::fstat(&child).ok().is_some_and(|st| {
+                expected.iter().any(|e| {
+                    e.name.as_c_str() == name.as_c_str()
+                        && rustix::fs::fstat(&*e.dir)
+                            .is_ok_and(|k| k.st_ino == st.st_ino && k.st_dev == st.st_dev)
+                })
+            });
+            if !known {
+                return Err(Unfit::StrayChild);
+            }
+        }
+        Ok(())
+    }
+
+    /// A kept cgroup that [`Cgroup::fit_for_reuse`] refused: reported,
+    /// never handed out, and removed where the kernel lets it go (an empty
+    /// tree); one that holds a task, or that no longer sits under its name,
+    /// is left where it is.
+    fn discard_unfit(self, why: Unfit) {
+        tracing::warn!(
+            cgroup = self.name(),
+            reason = why.code(),
+            "a kept cgroup was changed; not reused"
+        );
+        if why == Unfit::Moved {
+            // Its name may now be another cgroup's: never rmdir by it.
+            return;
+        }
+        self.discard();
+    }
+
     /// Ends this cgroup's use: a process cgroup of a request cgroup, or a
     /// request cgroup, that `cgroup.events` shows empty and not frozen is
     /// kept for the next process of the request (or the next request of
     /// this custodian process) instead of being removed and created again;
     /// any other is removed as by [`Cgroup::remove`].
     ///
-    /// A kept cgroup is reused as it is: nothing can enter an empty cgroup
-    /// but a process that writes its `cgroup.procs` (root or the
-    /// delegatee: the same OS user, outside custodian's trust boundary),
-    /// and a frozen one is never kept. Child cgroups a process made in it
-    /// stay (empty: they hold nothing, and `populated` counts them).
+    /// A kept cgroup is verified again before it serves (see
+    /// [`request_cgroup`] and [`Cgroup::process_child`]): a tool that could
+    /// write cgroupfs (root, or the delegatee) may since have moved a
+    /// process into it, changed one of its attributes or made a child
+    /// cgroup in it, and such a cgroup is not reused. A frozen one is never
+    /// kept.
     ///
     /// # Errors
     ///
@@ -451,7 +578,7 @@ impl Cgroup {
     fn discard(self) {
         if let Some(spares) = &self.spares {
             for p in std::mem::take(&mut *spares.lock()) {
-                let _ = p.remove();
+                let _ = p.remove_tree();
             }
         }
         if let Err(e) = self.remove_tree() {
@@ -1188,13 +1315,25 @@ pub fn process_cgroup() -> Result<Cgroup, Unavailable> {
 ///
 /// As [`process_cgroup`].
 pub fn request_cgroup() -> Result<Cgroup, Unavailable> {
-    {
+    loop {
         let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut kept) = base.spares.pop() {
-            base.live += 1;
-            drop(base);
-            kept._lease = Some(BaseLease);
-            return Ok(kept);
+        let Some(mut kept) = base.spares.pop() else {
+            break;
+        };
+        base.live += 1;
+        drop(base);
+        kept._lease = Some(BaseLease);
+        // Verified outside the lock: a tool may have written it since it
+        // was kept. One that fails is discarded (its lease goes with it)
+        // and the next spare, or a fresh cgroup, serves instead.
+        let fit = {
+            let spares = kept.spares.as_ref().map(|s| s.lock());
+            let expected: Vec<&Cgroup> = spares.iter().flat_map(|s| s.iter()).collect();
+            kept.fit_for_reuse(&expected)
+        };
+        match fit {
+            Ok(()) => return Ok(kept),
+            Err(why) => kept.discard_unfit(why),
         }
     }
     let (mut cg, lease) = with_base(|b| b.fresh_child("r"))?;
@@ -1211,28 +1350,144 @@ pub fn base_cgroup_name() -> CgroupName {
     base_name()
 }
 
-/// `openat(own, base, O_DIRECTORY | O_NOFOLLOW)` then `openat(base, name,
-/// …)`—Opens the request cgroup `<own cgroup>/<base>/<name>` that an
-/// earlier process (a node that died) created with [`request_cgroup`], to
-/// kill what is left in it and remove it. One validated component at a
-/// time below this process's own cgroup; nothing is created.
+/// Why a request cgroup named by a journal is not honoured by
+/// [`reopen_request_cgroup`]. A journal lies inside a tree that tools may
+/// write, so its record is an input: whatever it names that fails one of
+/// these checks is reported, never killed or removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum UntrustedCgroup {
+    /// The names are not of custodian's own making: the base is not
+    /// exactly `custodian-<pid>` and the cgroup not exactly `r<n>`
+    /// (decimal, no leading zero, no other byte).
+    #[error("the journalled cgroup is not named as custodian names request cgroups")]
+    NotCustodianName,
+    /// The base may belong to a live process: a process has its pid (this
+    /// one included), or a custodian process holds the lock on it. Its
+    /// request cgroups are that process's, never a reclaim's.
+    #[error("the journalled cgroup's base may belong to a live process")]
+    BaseInUse,
+    /// The cgroup under that name is not the one the journal recorded (its
+    /// id differs): it was removed and another made under its name.
+    #[error("the journalled cgroup's identity does not match")]
+    IdentityMismatch,
+}
+
+impl UntrustedCgroup {
+    /// A short, stable code for logs: `cgroup_not_custodian_name`,
+    /// `cgroup_base_in_use`, `cgroup_identity_mismatch`.
+    pub const fn code(self) -> &'static str {
+        match self {
+            UntrustedCgroup::NotCustodianName => "cgroup_not_custodian_name",
+            UntrustedCgroup::BaseInUse => "cgroup_base_in_use",
+            UntrustedCgroup::IdentityMismatch => "cgroup_identity_mismatch",
+        }
+    }
+}
+
+/// Why [`reopen_request_cgroup`] opened nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReopenError {
+    /// The record is not honoured: nothing was (or will be) killed or
+    /// removed for it.
+    #[error(transparent)]
+    Untrusted(#[from] UntrustedCgroup),
+    /// The cgroup tier cannot be used here, or a directory could not be
+    /// opened.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+}
+
+/// `custodian-<pid>` with `<pid>` a decimal in `1..=i32::MAX`, no leading
+/// zero: the pid.
+fn parse_base_name(b: &[u8]) -> Option<i32> {
+    let digits = b.strip_prefix(b"custodian-")?;
+    parse_decimal(digits).and_then(|n| i32::try_from(n).ok())
+}
+
+/// A decimal without sign, leading zero or any other byte, at least 1.
+fn parse_decimal(d: &[u8]) -> Option<u64> {
+    if d.is_empty() || d.len() > 19 || d[0] == b'0' || !d.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(d).ok()?.parse().ok()
+}
+
+/// Checks the names a journal's cgroup record holds against the only shape
+/// custodian writes: the base `custodian-<pid>` and the request cgroup
+/// `r<n>`.
+///
+/// # Errors
+///
+/// [`UntrustedCgroup::NotCustodianName`] for anything else (`..`, a path,
+/// another prefix, `p<n>`, a leading zero, a byte too many).
+pub fn check_request_record(
+    base: &[u8],
+    name: &[u8],
+) -> Result<(CgroupName, CgroupName), UntrustedCgroup> {
+    let bad = UntrustedCgroup::NotCustodianName;
+    parse_base_name(base).ok_or(bad)?;
+    name.strip_prefix(b"r").and_then(parse_decimal).ok_or(bad)?;
+    let as_name = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| CgroupName::new(s).ok())
+            .ok_or(bad)
+    };
+    Ok((as_name(base)?, as_name(name)?))
+}
+
+/// `kill(pid, 0)`, `openat(own, base, O_DIRECTORY | O_NOFOLLOW)`,
+/// `flock(LOCK_EX | LOCK_NB)`, then `openat(base, name, …)` and
+/// `fstat`—Opens the request
+/// cgroup `<own cgroup>/<base>/<name>` that an earlier process (a node that
+/// died) created with [`request_cgroup`] and journalled, to kill what is
+/// left in it and remove it. One validated component at a time below this
+/// process's own cgroup; nothing is created.
+///
+/// The record comes from a journal, which tools may be able to write, so
+/// it is honoured only when every check holds: the names are of
+/// custodian's own shape ([`check_request_record`]), the base is not in
+/// use (no process has the pid it is named for, and no custodian process
+/// holds its lock: this process's own base is always in use), and, where
+/// the journal recorded the cgroup's id
+/// (`id`), the directory found is that cgroup. The exclusive lock on the
+/// base is held by the returned handle until it is dropped, so no process
+/// can take that base up while the reclaim works in it.
 ///
 /// Returns `Ok(None)` when either directory is gone (nothing is left).
 ///
 /// # Errors
 ///
-/// [`Unavailable`] when the hierarchy cannot be used here, or a directory
-/// cannot be opened for another reason.
+/// [`ReopenError::Untrusted`] when a check fails: the caller must report
+/// it and must not kill or remove anything for it;
+/// [`ReopenError::Unavailable`] when the hierarchy cannot be used here, or
+/// a directory cannot be opened for another reason.
 ///
 /// # Caveats
 ///
 /// The process must sit in the same cgroup as the one that created it (a
 /// node restarted by the same supervisor does); from another cgroup the
-/// request cgroup is not found and `Ok(None)` is returned.
+/// request cgroup is not found and `Ok(None)` is returned. A tool with
+/// write access to cgroupfs can still make, beside this process's base, a
+/// cgroup of custodian's naming and forge a journal naming it (with its id):
+/// that tool is unconfined and as strong as custodian itself.
+#[doc(alias = "flock")]
 pub fn reopen_request_cgroup(
-    base: &CgroupName,
-    name: &CgroupName,
-) -> Result<Option<Cgroup>, Unavailable> {
+    base: &[u8],
+    name: &[u8],
+    id: Option<u64>,
+) -> Result<Option<Cgroup>, ReopenError> {
+    let (base, name) = check_request_record(base, name)?;
+    // The pid the base is named for must be free, as for
+    // `remove_dead_bases` (a base whose pid was since reused is then
+    // refused: kept, never guessed).
+    let pid = parse_base_name(base.as_str().as_bytes()).and_then(rustix::process::Pid::from_raw);
+    match pid.map(rustix::process::test_kill_process) {
+        Some(Err(Errno::SRCH)) => {}
+        _ => return Err(UntrustedCgroup::BaseInUse.into()),
+    }
     let h = hierarchy()?;
     let path =
         CString::new(h.own.as_os_str().as_encoded_bytes()).map_err(|_| Unavailable::NoCgroup2)?;
@@ -1240,17 +1495,33 @@ pub fn reopen_request_cgroup(
     let base_fd = match open_cgroup_dir(Some(own.as_fd()), base.as_c_str()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(unavailable_from(e)),
+        Err(e) => return Err(unavailable_from(e).into()),
     };
+    // Every live custodian process holds a shared lock on its own base
+    // (this one too, on its own, through another open file description).
+    match rustix::fs::flock(
+        &base_fd,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    ) {
+        Ok(()) => {}
+        Err(Errno::WOULDBLOCK) => return Err(UntrustedCgroup::BaseInUse.into()),
+        Err(e) => return Err(unavailable_from(e).into()),
+    }
     let dir = match open_cgroup_dir(Some(base_fd.as_fd()), name.as_c_str()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(unavailable_from(e)),
+        Err(e) => return Err(unavailable_from(e).into()),
     };
+    if let Some(id) = id {
+        let st = rustix::fs::fstat(&dir).map_err(unavailable_from)?;
+        if st.st_ino != id {
+            return Err(UntrustedCgroup::IdentityMismatch.into());
+        }
+    }
     Ok(Some(Cgroup {
         dir: Arc::new(dir),
         parent: Arc::new(base_fd),
-        name: name.clone(),
+        name,
         _lease: None,
         spares: None,
         home: None,
@@ -1445,6 +1716,60 @@ mod tests {
             Ok(Released::Kept | Released::Removed)
         ));
         drop(keeper);
+    }
+
+    #[test]
+    fn only_custodians_own_request_cgroup_names_are_honoured() {
+        assert!(check_request_record(b"custodian-4242", b"r7").is_ok());
+        assert!(check_request_record(b"custodian-1", b"r1").is_ok());
+        for (base, name) in [
+            (&b"custodian-4242"[..], &b"p7"[..]),
+            (b"custodian-4242", b".."),
+            (b"custodian-4242", b"r07"),
+            (b"custodian-4242", b"r"),
+            (b"custodian-4242", b"r7/p1"),
+            (b"custodian-4242", b"r7x"),
+            (b"custodian-04242", b"r7"),
+            (b"custodian-", b"r7"),
+            (b"custodian-4242/..", b"r7"),
+            (b"..", b"r7"),
+            (b"/sys/fs/cgroup", b"r7"),
+            (b"victim", b"r7"),
+            (b"custodian-99999999999", b"r7"),
+            (b"custodian-4242", b"r1\0"),
+        ] {
+            assert_eq!(
+                check_request_record(base, name).err(),
+                Some(UntrustedCgroup::NotCustodianName),
+                "{:?}/{:?} honoured",
+                String::from_utf8_lossy(base),
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
+
+    /// A journal naming this very process's base (or any live custodian's)
+    /// is refused before anything beneath it is opened.
+    #[test]
+    fn a_record_naming_a_live_base_is_refused() {
+        let request = match request_cgroup() {
+            Ok(cg) => cg,
+            Err(e) => {
+                eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+                return;
+            }
+        };
+        let id = request.id().unwrap();
+        let r = reopen_request_cgroup(
+            base_cgroup_name().as_str().as_bytes(),
+            request.name().as_bytes(),
+            Some(id),
+        );
+        assert_eq!(
+            r.err(),
+            Some(ReopenError::Untrusted(UntrustedCgroup::BaseInUse))
+        );
+        request.remove().unwrap();
     }
 
     #[test]

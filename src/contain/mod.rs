@@ -28,7 +28,14 @@
 //! Empty cgroups are kept for reuse ([`Cgroup::release`]): a process
 //! cgroup beneath its request cgroup for the request's next process, a
 //! request cgroup beneath the base for the next request while a
-//! [`SpareKeeper`] (a workspace) lives.
+//! [`SpareKeeper`] (a workspace) lives. A kept cgroup is read again before
+//! it serves (empty, attributes at their defaults, no stray child): a tool
+//! that can write cgroupfs may have changed it, and then it is not reused.
+//!
+//! Nothing a tool could write is trusted later without a check: a request
+//! cgroup named by a journal is reopened ([`reopen_request_cgroup`]) only
+//! when it has custodian's own shape under a base no live process owns, and
+//! is the cgroup the journal recorded; else [`UntrustedCgroup`] says why.
 //!
 //! The base is created on first use and removed, best effort, whenever its
 //! last child is removed; while it is in use its process holds a shared
@@ -57,8 +64,9 @@ mod cgroup;
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{
-    Cgroup, CgroupError, CgroupName, DeadBases, EventsWatch, Hierarchy, Released, SpareKeeper,
-    base_cgroup_name, process_cgroup, remove_dead_bases, reopen_request_cgroup, request_cgroup,
+    Cgroup, CgroupError, CgroupName, DeadBases, EventsWatch, Hierarchy, Released, ReopenError,
+    SpareKeeper, UntrustedCgroup, base_cgroup_name, check_request_record, process_cgroup,
+    remove_dead_bases, reopen_request_cgroup, request_cgroup,
 };
 
 use std::fmt;

@@ -455,6 +455,7 @@ fn start_driver(
         escalation: Vec::new(),
         settled: false,
         cut: false,
+        left_cgroup: false,
         subreaper: false,
         probe_window: PROBE_WINDOW.min(limits.grace / 2),
         fault: invocation.fault(),
@@ -680,6 +681,10 @@ struct Driver {
     /// custodian closed a stream that was still open (drain bound after
     /// KILL, hard deadline, or no safe signal left).
     cut: bool,
+    /// Cgroup tier: the cgroup was seen empty, yet a member of the root's
+    /// process group lived on outside it at settlement (it was moved out
+    /// through a `cgroup.procs`).
+    left_cgroup: bool,
     /// The subreaper tier is active: adopted descendants count as ours.
     subreaper: bool,
     /// The test seam (see [`fault`]).
@@ -1238,6 +1243,10 @@ impl Driver {
             return;
         }
         #[cfg(target_os = "linux")]
+        if summary.tier == Tier::Cgroup && summary.descendants == DescendantVerdict::Terminated {
+            self.left_cgroup = group_outlives_cgroup(self.pid);
+        }
+        #[cfg(target_os = "linux")]
         self.remove_cgroup();
         let built = std::panic::catch_unwind(AssertUnwindSafe(|| self.evidence(&summary)));
         let ev = built.unwrap_or_else(|_| self.internal_failure(self.descendants(&summary).tier));
@@ -1318,8 +1327,14 @@ impl Driver {
             Tier::Group => evidence::ContainmentTier::ProcessGroup,
             Tier::DirectChild => evidence::ContainmentTier::DirectChild,
         };
-        let verdict = s.descendants;
+        let mut verdict = s.descendants;
         let mut reasons = Vec::new();
+        if self.left_cgroup {
+            // The cgroup is empty because a member was moved out of it, not
+            // because everything died: never `terminated`.
+            verdict = DescendantVerdict::UnconfirmedOrEscaped;
+            reasons.push(VerdictReason::LeftCgroup);
+        }
         if verdict != DescendantVerdict::Terminated {
             let held = s.stdout != StreamEnd::Closed || s.stderr != StreamEnd::Closed;
             if held {
@@ -1556,6 +1571,30 @@ impl View {
             View::Occupied => Probe::Occupied,
             View::GroupEmpty | View::Restricted | View::Unstable | View::Unknown => Probe::Unknown,
         }
+    }
+}
+
+/// `kill(-pgid, 0)`, then one `/proc` pass if it answers—Whether a live
+/// process of the root's group `pgid` exists once its cgroup was seen
+/// empty (the root reaped). Every member was created inside the cgroup
+/// (`CLONE_INTO_CGROUP`, then `fork`), so a live one now is one that a
+/// write to a `cgroup.procs` moved out. While a member lives the kernel
+/// keeps the group's id from being reused, so `ESRCH` proves there is none;
+/// the `/proc` pass (only then) tells a live member from a zombie one that
+/// its parent has yet to reap. Cannot see a member that also left the
+/// group (`setsid`) before leaving the cgroup.
+#[cfg(target_os = "linux")]
+fn group_outlives_cgroup(pgid: u32) -> bool {
+    let Some(pid) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process_group(pid) {
+        Err(rustix::io::Errno::SRCH) => false,
+        // Found (or not ours to signal: alive all the same).
+        _ => !matches!(sys::scan_group(pgid, 0), GroupScan::Empty),
     }
 }
 

@@ -392,6 +392,10 @@ pub enum VerdictReason {
     /// `/proc` may hide processes from custodian (`hidepid=`, `subset=`,
     /// a `/proc` of another pid namespace), so seeing none proves nothing.
     ProcRestricted,
+    /// Cgroup tier: the cgroup was seen empty, yet a process of the root's
+    /// group lived on outside it: it was moved out (a write to another
+    /// cgroup's `cgroup.procs`, which needs write access to cgroupfs).
+    LeftCgroup,
 }
 
 impl Evidence {
@@ -868,6 +872,13 @@ mod tests {
             vec![VerdictReason::ProcRestricted],
         );
         variants.push(restricted);
+        let mut left = sample();
+        left.descendants = Descendants::new(
+            DescendantVerdict::UnconfirmedOrEscaped,
+            ContainmentTier::Cgroup,
+            vec![VerdictReason::LeftCgroup],
+        );
+        variants.push(left);
         variants.push(Evidence::internal_failure(
             sample().invocation,
             SystemTime::now(),

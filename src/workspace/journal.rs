@@ -100,6 +100,10 @@ pub enum Record {
         base: Vec<u8>,
         /// The request cgroup's name (`r<n>`).
         name: Vec<u8>,
+        /// The request cgroup's id (its directory's inode number,
+        /// `crate::contain::Cgroup::id`); `None` in records of versions
+        /// that did not write it (and then none is checked).
+        id: Option<u64>,
     },
     /// The request's cleanup started: nothing more is created.
     CleanupStarted,
@@ -177,10 +181,15 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
             out.extend_from_slice(&index.to_le_bytes());
             put_identity(out, identity);
         }
-        Record::Cgroup { base, name } => {
+        Record::Cgroup { base, name, id } => {
             out.push(TAG_CGROUP);
             put_bytes(out, base);
             put_bytes(out, name);
+            // Optional and last: a record without it is one an earlier
+            // version wrote.
+            if let Some(id) = id {
+                out.extend_from_slice(&id.to_le_bytes());
+            }
         }
         Record::CleanupStarted => out.push(TAG_CLEANUP),
         Record::Verdict { status, code } => {
@@ -231,7 +240,7 @@ const STATUSES: [CleanupStatus; 3] = [
     CleanupStatus::Failed,
 ];
 
-const CODES: [CleanupCode; 13] = [
+const CODES: [CleanupCode; 14] = [
     CleanupCode::SymlinkInJob,
     CleanupCode::SpecialFileInJob,
     CleanupCode::MountBoundary,
@@ -245,6 +254,8 @@ const CODES: [CleanupCode; 13] = [
     CleanupCode::IoError,
     CleanupCode::Abandoned,
     CleanupCode::Unsupported,
+    // Appended: the bytes of earlier codes never change.
+    CleanupCode::CgroupNotOwned,
 ];
 
 fn status_byte(s: CleanupStatus) -> u8 {
@@ -347,6 +358,7 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
         TAG_CGROUP => Record::Cgroup {
             base: c.bytes()?,
             name: c.bytes()?,
+            id: if c.0.is_empty() { None } else { Some(c.u64()?) },
         },
         TAG_CLEANUP => Record::CleanupStarted,
         TAG_VERDICT => {
@@ -415,8 +427,10 @@ pub struct Replay {
     /// they may exist on disk, unproven. Cleanup keeps them (and so the
     /// tree that holds them).
     pub suspect: u32,
-    /// The request cgroup the journal names, as `(base, name)`.
-    pub cgroup: Option<(Vec<u8>, Vec<u8>)>,
+    /// The request cgroup the journal names, as `(base, name, id)`: an
+    /// input like any journalled byte, checked before it is honoured
+    /// (`crate::contain::reopen_request_cgroup`).
+    pub cgroup: Option<(Vec<u8>, Vec<u8>, Option<u64>)>,
     /// Whether cleanup had started.
     pub cleanup_started: bool,
     /// The recorded verdict, if cleanup finished.
@@ -497,10 +511,10 @@ pub fn replay(read: &Read) -> Result<Replay, ReplayError> {
                     return Err(bad);
                 }
             }
-            Record::Cgroup { base, name }
+            Record::Cgroup { base, name, id }
                 if out.inventory.is_some() && out.cgroup.is_none() && !out.cleanup_started =>
             {
-                out.cgroup = Some((base.clone(), name.clone()));
+                out.cgroup = Some((base.clone(), name.clone(), *id));
             }
             Record::CleanupStarted if !out.cleanup_started => out.cleanup_started = true,
             Record::Verdict { status, code } => out.verdict = Some((*status, *code)),
@@ -549,6 +563,7 @@ mod tests {
             Record::Cgroup {
                 base: b"custodian-4242".to_vec(),
                 name: b"r7".to_vec(),
+                id: Some(0x1234),
             },
             Record::Intent {
                 parent: 1,
@@ -582,6 +597,25 @@ mod tests {
         (out, ends)
     }
 
+    /// A cgroup record of a version that journalled no id still reads,
+    /// with no id to check; a partial id is not a record.
+    #[test]
+    fn a_cgroup_record_without_its_id_reads_as_none() {
+        let mut payload = vec![TAG_CGROUP];
+        put_bytes(&mut payload, b"custodian-9");
+        put_bytes(&mut payload, b"r1");
+        assert_eq!(
+            decode_payload(&payload),
+            Some(Record::Cgroup {
+                base: b"custodian-9".to_vec(),
+                name: b"r1".to_vec(),
+                id: None,
+            })
+        );
+        payload.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(decode_payload(&payload), None);
+    }
+
     #[test]
     fn every_record_round_trips() {
         let records = sample();
@@ -597,7 +631,7 @@ mod tests {
         assert_eq!(rep.suspect, 0);
         assert_eq!(
             rep.cgroup,
-            Some((b"custodian-4242".to_vec(), b"r7".to_vec()))
+            Some((b"custodian-4242".to_vec(), b"r7".to_vec(), Some(0x1234)))
         );
         assert!(rep.cleanup_started);
         assert_eq!(

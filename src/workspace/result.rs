@@ -69,6 +69,11 @@ pub enum CleanupCode {
     Abandoned,
     /// The platform has no descriptor-relative no-follow primitives.
     Unsupported,
+    /// A reclaimed journal names a cgroup custodian did not make (another
+    /// shape of name, a live custodian's base, another cgroup's id): it was
+    /// reported and left alone, nothing in it was killed, and the job was
+    /// kept (its processes could not be stopped first).
+    CgroupNotOwned,
 }
 
 impl CleanupCode {
@@ -88,6 +93,7 @@ impl CleanupCode {
             CleanupCode::IoError => SafeCode::new("io_error"),
             CleanupCode::Abandoned => SafeCode::new("abandoned"),
             CleanupCode::Unsupported => SafeCode::new("unsupported"),
+            CleanupCode::CgroupNotOwned => SafeCode::new("cgroup_not_owned"),
         }
     }
 }
@@ -210,6 +216,7 @@ mod tests {
             CleanupCode::IoError,
             CleanupCode::Abandoned,
             CleanupCode::Unsupported,
+            CleanupCode::CgroupNotOwned,
         ] {
             assert_eq!(
                 serde_json::to_string(&c).unwrap(),

@@ -915,10 +915,10 @@ impl Workspace {
             }
         };
         let cgroup = match rep.cgroup {
-            Some((base, name)) => match reopen_cgroup(&base, &name) {
+            Some((base, name, cg_id)) => match reopen_cgroup(&base, &name, cg_id) {
                 Ok(slot) => slot,
                 Err(code) => {
-                    tracing::warn!(request = %id, "the dead run's request cgroup cannot be opened; the job is kept");
+                    tracing::warn!(request = %id, code = %code.safe_code(), "the dead run's request cgroup is not opened; the job is kept");
                     return finish(failed(code));
                 }
             },
@@ -1212,28 +1212,31 @@ async fn kill_request_cgroup(
 ///
 /// # Errors
 ///
-/// [`CleanupCode::ProcessBoundExceeded`] when it may hold processes but
-/// cannot be opened (or the journalled names are not cgroup names): the
-/// reclaim must keep every file.
-fn reopen_cgroup(base: &[u8], name: &[u8]) -> Result<CgroupSlot, CleanupCode> {
+/// [`CleanupCode::CgroupNotOwned`] when the record is not honoured (not of
+/// custodian's naming, a live custodian's base, another cgroup's id: see
+/// `crate::contain::reopen_request_cgroup`): nothing is killed or removed
+/// for it, and the reclaim keeps every file. [`CleanupCode::ProcessBoundExceeded`]
+/// when it may hold processes but cannot be opened.
+fn reopen_cgroup(base: &[u8], name: &[u8], id: Option<u64>) -> Result<CgroupSlot, CleanupCode> {
     #[cfg(target_os = "linux")]
     {
-        use crate::contain::CgroupName;
-        let as_name = |b: &[u8]| {
-            std::str::from_utf8(b)
-                .ok()
-                .and_then(|s| CgroupName::new(s).ok())
-                .ok_or(CleanupCode::ProcessBoundExceeded)
-        };
-        match crate::contain::reopen_request_cgroup(&as_name(base)?, &as_name(name)?) {
+        use crate::contain::ReopenError;
+        match crate::contain::reopen_request_cgroup(base, name, id) {
             Ok(Some(cg)) => Ok(CgroupSlot::Ready(RequestCgroup::new(cg))),
             Ok(None) => Ok(CgroupSlot::Gone),
+            Err(ReopenError::Untrusted(why)) => {
+                tracing::warn!(
+                    reason = why.code(),
+                    "a journalled cgroup is not custodian's; it is left alone"
+                );
+                Err(CleanupCode::CgroupNotOwned)
+            }
             Err(_) => Err(CleanupCode::ProcessBoundExceeded),
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (base, name);
+        let _ = (base, name, id);
         Ok(CgroupSlot::Gone)
     }
 }
@@ -1508,6 +1511,7 @@ impl Job {
                             .as_bytes()
                             .to_vec(),
                         name: cg.name().as_bytes().to_vec(),
+                        id: cg.id().ok(),
                     };
                     let cg = RequestCgroup::new(cg);
                     if let Err(e) = lock(&self.state.fs).journal(&record) {

@@ -19,6 +19,9 @@ use custodian::process::{Evidence, launch};
 
 use crate::common::*;
 
+#[path = "../support/sandbox.rs"]
+mod sandbox;
+
 /// Whether this host lets us create cgroups; prints why not.
 fn cgroups() -> bool {
     match process_cgroup() {
@@ -438,4 +441,81 @@ fn an_unavailable_explicit_cgroup_is_a_typed_launch_error_and_auto_falls_back() 
     assert_eq!(ev["descendants"]["requested_containment"], "auto");
     assert_eq!(ev["descendants"]["fallback_reason"], "no_cgroup2", "{ev}");
     assert_eq!(ev["descendants"]["cgroup_removal"], serde_json::Value::Null);
+}
+
+const ESCAPE_INNER: &str =
+    "containment::a_member_that_writes_itself_into_another_cgroup_is_never_terminated_inner";
+
+/// PE-16: an unconfined root tool's child writes its own pid into the
+/// `cgroup.procs` of a cgroup the test made, and lives on there: the
+/// process's cgroup is then empty, yet the verdict is
+/// `unconfirmed_or_escaped` with `left_cgroup`, never `terminated`.
+#[test]
+fn a_member_that_writes_itself_into_another_cgroup_is_never_terminated() {
+    if !cgroups() {
+        return;
+    }
+    if !sandbox::is_root() {
+        eprintln!("skipped: moving a process into a cgroup of the test's needs root here");
+        return;
+    }
+    let h = Hierarchy::discover().expect("cgroup v2 mounted");
+    sandbox::run_guarded_keeping(ESCAPE_INNER, &std::env::temp_dir(), Some(&h.mount));
+}
+
+#[tokio::test]
+#[ignore = "run by a_member_that_writes_itself_into_another_cgroup_is_never_terminated in a mount namespace"]
+async fn a_member_that_writes_itself_into_another_cgroup_is_never_terminated_inner() {
+    let h = Hierarchy::discover().unwrap();
+    sandbox::scratch_keeping(Some(&h.mount));
+    let dest = h.own.join(format!("escape-dest-{}", std::process::id()));
+    std::fs::create_dir(&dest).unwrap();
+    let procs = dest.join("cgroup.procs");
+    // The child stays in the root's process group; it only changes cgroup.
+    let script = "sh -c 'echo $$ > \"$1\" && exec sleep 30' escapee \"$0\" \
+                  </dev/null >/dev/null 2>&1 & echo $! >&2; sleep 0.5";
+    let r = launch(
+        inv(
+            "sh",
+            &["-c", script, procs.to_str().unwrap()],
+            Duration::from_secs(20),
+        ),
+        &cgroup_opts(),
+    )
+    .unwrap();
+    let ev = r.settled().await;
+    let pid: u32 = ev
+        .stderr
+        .text
+        .lines()
+        .find_map(|l| l.parse().ok())
+        .expect("the escapee's pid on stderr");
+    let moved = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let lives = alive(pid);
+    kill_all(&[pid]);
+    for _ in 0..500 {
+        if std::fs::remove_dir(&dest).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        lives
+            && moved
+                .trim_end()
+                .ends_with(dest.file_name().unwrap().to_str().unwrap()),
+        "the escape did not happen: {moved:?}"
+    );
+    assert_eq!(ev.descendants.tier, ContainmentTier::Cgroup, "{ev:?}");
+    assert_eq!(
+        ev.descendants.verdict,
+        DescendantVerdict::UnconfirmedOrEscaped,
+        "a live member that left the cgroup was reported terminated: {ev:?}"
+    );
+    assert!(
+        ev.descendants
+            .reasons
+            .contains(&custodian::process::evidence::VerdictReason::LeftCgroup),
+        "{ev:?}"
+    );
 }

@@ -233,3 +233,331 @@ async fn a_cleaned_requests_cgroup_serves_the_next_request_a_failed_ones_does_no
     );
     assert!(!exists(base), "the base outlived the workspace: {base}");
 }
+
+/// Runs `sh -c script args…` in `job` (unconfined: it may write cgroupfs as
+/// root) and returns its evidence.
+async fn run_sh(
+    job: &custodian::workspace::Job,
+    root: &std::path::Path,
+    script: &str,
+    args: &[&str],
+) -> std::sync::Arc<custodian::process::Evidence> {
+    let inv = Invocation::validate(
+        InvocationSpec::new("sh")
+            .with_args(
+                ["-c", script]
+                    .iter()
+                    .chain(args)
+                    .map(|s| (*s).to_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .with_timeout(Duration::from_secs(20)),
+    )
+    .unwrap();
+    job.launch(inv, &LaunchOptions::new(root))
+        .unwrap()
+        .settled()
+        .await
+}
+
+/// Prints the process's own cgroup path (relative to the mount) as its
+/// first stdout line.
+const SELF_CGROUP: &str = "sed -n 's/^0:://p' /proc/self/cgroup";
+
+fn first_line(ev: &custodian::process::Evidence) -> String {
+    ev.stdout.text.lines().next().unwrap_or("").to_owned()
+}
+
+const POISON_INNER: &str =
+    "containment::a_kept_cgroup_a_tool_poisoned_is_never_handed_out_again_inner";
+
+/// WC-29: a tool writes the attributes of its own request cgroup and of
+/// its process cgroup, and makes a child cgroup in one: none of them serves
+/// again, and the next request and process are contained in fresh cgroups.
+#[test]
+fn a_kept_cgroup_a_tool_poisoned_is_never_handed_out_again() {
+    if !crate::is_root() {
+        eprintln!("skipped: writing a cgroup's attributes as a tool needs root here");
+        return;
+    }
+    run_with_cgroups(POISON_INNER);
+}
+
+#[tokio::test]
+#[ignore = "run by a_kept_cgroup_a_tool_poisoned_is_never_handed_out_again in a mount namespace"]
+async fn a_kept_cgroup_a_tool_poisoned_is_never_handed_out_again_inner() {
+    let h = Hierarchy::discover().unwrap();
+    let scratch = crate::sandbox::scratch_keeping(Some(&h.mount));
+    let mount = h.mount.display().to_string();
+    let exists = |path: &str| h.mount.join(path.trim_start_matches('/')).is_dir();
+    let fx = Fixture::with_config_in(WorkspaceConfig::default(), &scratch);
+
+    // Request A's tool: `cgroup.max.descendants = 0` on its request cgroup
+    // (the next request could then make no process cgroup in it), and a
+    // child cgroup in its own process cgroup.
+    let a = fx.ws.open_request("req-poison-a").unwrap();
+    let ev = run_sh(
+        &a,
+        &fx.root(),
+        &format!(
+            "cg=$({SELF_CGROUP}); echo \"$cg\"; mkdir \"$0$cg/stray\" && \
+             echo 0 > \"$0$(dirname \"$cg\")/cgroup.max.descendants\" && echo poisoned"
+        ),
+        &[&mount],
+    )
+    .await;
+    assert!(ev.stdout.text.contains("poisoned"), "{ev:?}");
+    let a1 = first_line(&ev);
+    assert_eq!(a.cleanup().await.status, CleanupStatus::Cleaned);
+
+    // Request B: two processes at once, both in the cgroup tier, in a
+    // request cgroup that is not A's; A's poisoned one is gone.
+    let b = fx.ws.open_request("req-poison-b").unwrap();
+    let root = fx.root();
+    let slow = format!("{SELF_CGROUP}; sleep 0.5");
+    let hold = run_sh(&b, &root, &slow, &[]);
+    let other = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        run_sh(&b, &root, SELF_CGROUP, &[]).await
+    };
+    let (b1, b2) = tokio::join!(hold, other);
+    for ev in [&b1, &b2] {
+        let json = serde_json::to_value(&**ev).unwrap();
+        assert_eq!(json["descendants"]["tier"], "cgroup", "{json}");
+        assert_eq!(
+            parent_of(&first_line(ev)),
+            parent_of(&first_line(&b1)),
+            "{json}"
+        );
+    }
+    assert_ne!(
+        parent_of(&first_line(&b1)),
+        parent_of(&a1),
+        "the poisoned request cgroup served again"
+    );
+    assert!(
+        !exists(parent_of(&a1)),
+        "the poisoned request cgroup was not removed"
+    );
+
+    // A process cgroup its tool changed (`cgroup.max.depth = 0`) is not the
+    // next process's, within the same request.
+    let ev = run_sh(
+        &b,
+        &fx.root(),
+        &format!("cg=$({SELF_CGROUP}); echo \"$cg\"; echo 0 > \"$0$cg/cgroup.max.depth\""),
+        &[&mount],
+    )
+    .await;
+    let changed = first_line(&ev);
+    let next = run_sh(&b, &fx.root(), SELF_CGROUP, &[]).await;
+    assert_ne!(
+        first_line(&next),
+        changed,
+        "a changed process cgroup served again"
+    );
+    assert!(
+        !exists(&changed),
+        "the changed process cgroup was not removed"
+    );
+    assert_eq!(b.cleanup().await.status, CleanupStatus::Cleaned);
+    drop((a, b));
+    drop(fx);
+}
+
+const HIJACK_INNER: &str =
+    "containment::a_process_moved_into_a_kept_cgroup_is_neither_shared_nor_killed_inner";
+
+/// WC-29: a tool of one request moves a process of its own into the empty
+/// request cgroup that custodian keeps for the next request; the next
+/// request is contained in a fresh cgroup, and neither shares the
+/// hijacker's cgroup nor kills it.
+#[test]
+fn a_process_moved_into_a_kept_cgroup_is_neither_shared_nor_killed() {
+    if !crate::is_root() {
+        eprintln!("skipped: moving a process between cgroups as a tool needs root here");
+        return;
+    }
+    run_with_cgroups(HIJACK_INNER);
+}
+
+#[tokio::test]
+#[ignore = "run by a_process_moved_into_a_kept_cgroup_is_neither_shared_nor_killed in a mount namespace"]
+async fn a_process_moved_into_a_kept_cgroup_is_neither_shared_nor_killed_inner() {
+    let h = Hierarchy::discover().unwrap();
+    let scratch = crate::sandbox::scratch_keeping(Some(&h.mount));
+    let mount = h.mount.display().to_string();
+    let fx = Fixture::with_config_in(WorkspaceConfig::default(), &scratch);
+
+    // Request A ends clean: its request cgroup (and its process cgroup
+    // beneath) is kept, empty, for the next request.
+    let a = fx.ws.open_request("req-kept").unwrap();
+    let hijacker_req = fx.ws.open_request("req-hijack").unwrap();
+    let a1 = first_line(&*run_sh(&a, &fx.root(), SELF_CGROUP, &[]).await);
+    let h1 = first_line(&*run_sh(&hijacker_req, &fx.root(), SELF_CGROUP, &[]).await);
+    assert_ne!(parent_of(&a1), parent_of(&h1));
+    assert_eq!(a.cleanup().await.status, CleanupStatus::Cleaned);
+
+    // The hijacker: a process of request H writes its own pid into the
+    // kept process cgroup of A, and lives on there.
+    let target = format!("{mount}{a1}/cgroup.procs");
+    let ev = run_sh(
+        &hijacker_req,
+        &fx.root(),
+        "sh -c 'echo $$ > \"$1\" && exec sleep 60' hijacker \"$0\" </dev/null >/dev/null 2>&1 & \
+         echo $!; sleep 0.3",
+        &[&target],
+    )
+    .await;
+    let hijacker: u32 = first_line(&ev).parse().expect("the hijacker's pid");
+    let inside = std::fs::read_to_string(format!("/proc/{hijacker}/cgroup")).unwrap_or_default();
+    assert!(
+        inside.trim_end().ends_with(&a1),
+        "the hijack did not happen: {inside:?} vs {a1}"
+    );
+
+    // Request B: contained, in a cgroup of its own, not the hijacked one.
+    let b = fx.ws.open_request("req-next").unwrap();
+    let ev = run_sh(&b, &fx.root(), SELF_CGROUP, &[]).await;
+    let json = serde_json::to_value(&*ev).unwrap();
+    assert_eq!(json["descendants"]["tier"], "cgroup", "{json}");
+    let b1 = first_line(&ev);
+    assert_ne!(
+        parent_of(&b1),
+        parent_of(&a1),
+        "the hijacked cgroup served again"
+    );
+    assert_eq!(b.cleanup().await.status, CleanupStatus::Cleaned);
+    // B's settlement and cleanup killed nothing of the hijacker, and the
+    // cgroup it sits in was left where it is.
+    assert!(
+        alive(hijacker),
+        "another request's cleanup killed {hijacker}"
+    );
+    assert!(h.mount.join(a1.trim_start_matches('/')).is_dir());
+
+    // Tidy up what the attack left: the hijacker, then its cgroups.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &hijacker.to_string()])
+        .status();
+    for _ in 0..500 {
+        if !alive(hijacker) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = h.mount.join(a1.trim_start_matches('/'));
+    for _ in 0..100 {
+        if std::fs::remove_dir(&left).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir(left.parent().unwrap());
+    assert_eq!(hijacker_req.cleanup().await.status, CleanupStatus::Cleaned);
+    drop((a, b, hijacker_req));
+    drop(fx);
+}
+
+const FORGED_INNER: &str =
+    "containment::a_forged_journal_naming_a_foreign_cgroup_is_reported_never_killed_inner";
+
+/// WC-30: journals forged to name cgroups that custodian did not make (one
+/// of another name, one under a base whose pid is alive, one of
+/// custodian's shape whose id is not the journalled one), each with a live
+/// process: the reclaim reports `cgroup_not_owned` and keeps the job; every
+/// process survives and every cgroup stays.
+#[test]
+fn a_forged_journal_naming_a_foreign_cgroup_is_reported_never_killed() {
+    run_with_cgroups(FORGED_INNER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by a_forged_journal_naming_a_foreign_cgroup_is_reported_never_killed in a mount namespace"]
+async fn a_forged_journal_naming_a_foreign_cgroup_is_reported_never_killed_inner() {
+    use custodian::workspace::journal::{self, Record};
+    let h = Hierarchy::discover().unwrap();
+    let scratch = crate::sandbox::scratch_keeping(Some(&h.mount));
+    // A pid that no process has now: a reaped child's.
+    let dead = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    // One victim per case: a sleeping process in a cgroup the test made
+    // beside where custodian puts its bases.
+    let mut victims = Vec::new();
+    let tag = std::process::id();
+    for case in 0..3 {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let (base, name, id) = match case {
+            0 => (format!("victim-{tag}"), "r1".to_owned(), None),
+            // Named as a base of a custodian process, but that pid is alive
+            // (the victim itself).
+            1 => (format!("custodian-{}", child.id()), "r1".to_owned(), None),
+            // Of custodian's shape under a dead pid, but not the cgroup the
+            // journal recorded.
+            _ => (format!("custodian-{dead}"), "r1".to_owned(), Some(1)),
+        };
+        let dir = h.own.join(&base).join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap();
+        victims.push((child, dir, base, name, id));
+    }
+
+    let mut fx = Fixture::with_config_in(WorkspaceConfig::default(), &scratch);
+    for (i, (_, _, base, name, id)) in victims.iter().enumerate() {
+        let rid = format!("forged-{i}");
+        let job = fx.ws.open_request(&rid).unwrap();
+        drop(job.create_file("out.txt").unwrap());
+        drop(job);
+        let path = fx.root().join(".custodian/journal").join(&rid);
+        let mut bytes = std::fs::read(&path).unwrap();
+        journal::encode(
+            &Record::Cgroup {
+                base: base.as_bytes().to_vec(),
+                name: name.as_bytes().to_vec(),
+                id: *id,
+            },
+            &mut bytes,
+        );
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    let ws = fx.restart();
+    let mut results = ws.reclaim().await;
+    results.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+    assert_eq!(results.len(), victims.len(), "{results:?}");
+    let mut failures = Vec::new();
+    for ((rid, r), (child, dir, ..)) in results.iter().zip(&victims) {
+        let pid = &child.id();
+        if r.status != CleanupStatus::Failed || r.code != Some(CleanupCode::CgroupNotOwned) {
+            failures.push(format!("{rid}: {r:?}"));
+        }
+        if !alive(*pid) {
+            failures.push(format!("{rid}: the victim {pid} was killed"));
+        }
+        if !dir.is_dir() {
+            failures.push(format!("{rid}: the foreign cgroup {dir:?} was removed"));
+        }
+        if !fx.job_dir(rid.as_str()).join("out.txt").is_file() {
+            failures.push(format!("{rid}: the job was not kept"));
+        }
+    }
+    // Tidy up whatever happened, then judge.
+    for (child, dir, ..) in &mut victims {
+        let _ = child.kill();
+        let _ = child.wait();
+        for _ in 0..500 {
+            if std::fs::remove_dir(&*dir).is_ok() || !dir.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir(dir.parent().unwrap());
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
