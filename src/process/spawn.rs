@@ -414,7 +414,6 @@ mod imp {
     use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU32, Ordering};
     use std::sync::{Mutex, OnceLock, mpsc};
 
-    use std::ffi::CString;
     use std::sync::atomic::AtomicU64;
 
     use rustix::io::Errno;
