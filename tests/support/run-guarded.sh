@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs a command that deletes (as root) inside a private mount namespace where
-# every mount but a fresh scratch directory (its TMPDIR) and the cgroup v2
-# hierarchy is read-only, after checking that; unprivileged, it runs directly
+# every mount but a fresh scratch directory (its TMPDIR), the cgroup v2
+# hierarchy and /proc (no deletable file; isolated launches map their user
+# namespace's ids through it) is read-only, after checking that; unprivileged, it runs directly
 # with the scratch as its TMPDIR. The same remount as tests/support/sandbox.rs;
 # used by .ci/run for the agent example and by tests/mcp/run.sh.
 #
@@ -24,7 +25,7 @@ unshare -m --propagation private sh -c '
 set -e
 mount --bind "$1" "$1"
 for m in $(awk "{print \$5}" /proc/self/mountinfo | sort -u); do
-  case "$m" in "$1"|"$2") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
+  case "$m" in "$1"|"$2"|/proc) ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
 done
 # Check: of mounts stacked on one point the last listed is the visible one;
 # every visible mount but the scratch (and beneath it) and the kept one is
@@ -33,7 +34,7 @@ writable=$(awk -v s="$1" -v k="$2" "
   { opts[\$5] = \$6 }
   END {
     for (m in opts) {
-      if (m == s || index(m, s \"/\") == 1 || (k != \"\" && m == k)) continue
+      if (m == s || index(m, s \"/\") == 1 || (k != \"\" && m == k) || m == \"/proc\") continue
       if (\",\" opts[m] \",\" !~ /,ro,/) print m
     }
   }" /proc/self/mountinfo)

@@ -20,13 +20,15 @@ pub const SCRATCH_ENV: &str = "CUSTODIAN_TEST_SCRATCH";
 pub const KEEP_ENV: &str = "CUSTODIAN_TEST_KEEP";
 
 /// Remounts every mount read-only except `$1` (the scratch dir, bound onto
-/// itself) and `$2` (a mount the body needs writable, e.g. the cgroup v2
-/// hierarchy; empty for none), then runs the body.
+/// itself), `$2` (a mount the body needs writable, e.g. the cgroup v2
+/// hierarchy; empty for none) and `/proc` (procfs holds no file a cleaner
+/// could delete, and an isolated launch maps its user namespace's ids
+/// through it), then runs the body.
 const NAMESPACE_SCRIPT: &str = r#"
 set -e
 mount --bind "$1" "$1"
 for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
-  case "$m" in "$1"|"$2") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
+  case "$m" in "$1"|"$2"|/proc) ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
 done
 shift 2
 exec "$@"
@@ -221,7 +223,7 @@ pub fn only_writable(scratch: &Path, keep: Option<&Path>) -> Result<(), String> 
     }
     for (mount, opts) in visible {
         let m = Path::new(&mount);
-        if m.starts_with(scratch) || Some(m) == keep {
+        if m.starts_with(scratch) || Some(m) == keep || m == Path::new("/proc") {
             continue;
         }
         if !opts.split(',').any(|o| o == "ro") {
