@@ -519,3 +519,51 @@ fn git_commit_works_in_a_checkout_and_its_hooks_stay_read_only() {
         .unwrap();
     assert!(String::from_utf8_lossy(&log.stdout).contains("first"));
 }
+
+/// `cargo build --offline` of a small crate works under `workspace-write`
+/// with the network off: the toolchain is read from the read-only host, the
+/// build writes only the workspace.
+#[test]
+fn cargo_build_offline_works_in_a_writable_workspace() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let rustup_home = std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{home}/.rustup"));
+    let cargo_home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{home}/.cargo"));
+    let ws = scratch(Who::Root);
+    std::fs::write(
+        ws.path().join("Cargo.toml"),
+        "[package]\nname = \"isolated-demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(ws.path().join("src")).unwrap();
+    std::fs::write(
+        ws.path().join("src/main.rs"),
+        "fn main() { println!(\"built\"); }\n",
+    )
+    .unwrap();
+    let envs = [
+        format!("HOME={home}"),
+        format!("RUSTUP_HOME={rustup_home}"),
+        format!("CARGO_HOME={cargo_home}"),
+    ];
+    let mut args = vec![
+        "--confine",
+        "workspace-write",
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--timeout",
+        "300s",
+    ];
+    for e in &envs {
+        args.extend(["--env", e.as_str()]);
+    }
+    args.extend(["--", cargo.as_str(), "build", "--offline", "-q"]);
+    let out = custodian(Who::Root, ws.path(), &[], &args);
+    let ev: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_isolated(&ev);
+    assert_eq!(ev["exit_code"], 0, "{ev}");
+    assert!(
+        ws.path().join("target/debug/isolated-demo").is_file(),
+        "{ev}"
+    );
+}
