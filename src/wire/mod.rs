@@ -39,8 +39,12 @@
 
 mod client;
 pub mod codec;
+#[cfg(unix)]
+pub mod listen;
 pub mod message;
 mod node;
+#[cfg(unix)]
+pub mod reserve;
 pub mod transport;
 #[cfg(unix)]
 mod workspace_node;
@@ -54,7 +58,9 @@ pub use message::{
     Response, ResponseFrame, RunSpec, VERSION,
 };
 pub use node::{
-    Admitted, CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step,
+    Admitted, CleanupVerdict, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS,
+    DEFAULT_MAX_UNANSWERED_BYTES, Drain, Node, NodeConfig, NodeStats, NodeWorkspace,
+    node_slot_step,
 };
 pub use transport::{NodeTransport, SpawnError};
 #[cfg(unix)]
