@@ -1,7 +1,9 @@
 //! `custodian node --socket` at exhaustion: a low descriptor limit, a peer
 //! that never reads, thousands of idle connections, a slowloris. Each test
 //! starts a real node (its limit set with `prlimit`), attacks it over real
-//! sockets, asserts generously and prints what it measured.
+//! sockets, asserts generously and prints what it measured. The node
+//! removes job directories as root: the module runs in a private mount
+//! namespace (`guarded::exhaustion_in_a_private_mount_namespace`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -172,8 +174,9 @@ fn tally(kinds: impl IntoIterator<Item = String>) -> std::collections::BTreeMap<
 /// once the peers let go the node serves a new connection, cleans every
 /// opened request and opens again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::exhaustion_in_a_private_mount_namespace"]
 async fn ten_thousand_opens_past_a_low_fd_limit_are_answered_without_a_spin() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::sandbox::tempdir();
     let node = Node::start(
         dir.path(),
         Some(256),
@@ -199,6 +202,7 @@ async fn ten_thousand_opens_past_a_low_fd_limit_are_answered_without_a_spin() {
     }
     let mut kinds = Vec::new();
     let mut opened = Vec::new();
+    let mut refused = Vec::new();
     for (i, c) in &mut conns {
         let a = c
             .answer(Duration::from_secs(30))
@@ -207,6 +211,8 @@ async fn ten_thousand_opens_past_a_low_fd_limit_are_answered_without_a_spin() {
         let k = kind(&a);
         if k == "workspace_opened" {
             opened.push(format!("r{i}"));
+        } else if k == "too_many_requests" {
+            refused.push(format!("r{i}"));
         }
         kinds.push(k);
     }
@@ -272,6 +278,24 @@ async fn ten_thousand_opens_past_a_low_fd_limit_are_answered_without_a_spin() {
         opened.len()
     );
     assert_eq!(statuses.get("cleaned"), Some(&opened.len()), "{statuses:?}");
+    // An open that failed for lack of descriptors may have left part of
+    // its job behind: the edge's cleanup (sent for every request it
+    // announced) removes it.
+    let mut statuses = Vec::new();
+    for (n, id) in refused.iter().enumerate() {
+        fresh.send(&cleanup(n as u64 + 100_000, id)).await;
+        let a = fresh
+            .answer(Duration::from_secs(60))
+            .await
+            .expect("cleanup answer");
+        statuses.push(a["status"].as_str().unwrap_or("?").to_owned());
+    }
+    let statuses = tally(statuses);
+    println!(
+        "cleanups of the {} refused opens: {statuses:?}",
+        refused.len()
+    );
+    assert!(!statuses.contains_key("failed"), "{statuses:?}");
     fresh.send(&cleanup(1_000_000, "fresh")).await;
     let a = fresh.answer(Duration::from_secs(30)).await.unwrap();
     assert_eq!(a["status"], "cleaned", "{a}");
@@ -287,8 +311,9 @@ async fn ten_thousand_opens_past_a_low_fd_limit_are_answered_without_a_spin() {
 /// the peer's writes stall and the node's memory stays bounded; after the
 /// peer closes, the memory is returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::exhaustion_in_a_private_mount_namespace"]
 async fn a_peer_that_never_reads_is_not_read_and_its_memory_returns() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::sandbox::tempdir();
     let node = Node::start(dir.path(), None, &[]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let base = node.rss_kb();
@@ -345,8 +370,9 @@ async fn a_peer_that_never_reads_is_not_read_and_its_memory_returns() {
 /// `idle_timeout` and closed, never before the deadline; the slowloris is
 /// answered `frame_timeout` and closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::exhaustion_in_a_private_mount_namespace"]
 async fn idle_connections_and_a_slowloris_are_refused_or_timed_out() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::sandbox::tempdir();
     let node = Node::start(
         dir.path(),
         None,
@@ -402,12 +428,12 @@ async fn idle_connections_and_a_slowloris_are_refused_or_timed_out() {
         kind(&slow_answer)
     );
     assert_eq!(kind(&slow_answer), "frame_timeout", "{slow_answer}");
-    assert_eq!(counts.get("idle_timeout"), Some(&999), "{counts:?}");
-    assert_eq!(
-        counts.get("too_many_connections"),
-        Some(&4_001),
-        "{counts:?}"
-    );
+    // Connections that timed out while the flood went on freed their
+    // places for later ones: at least the 999 first are idle ones.
+    let idle = counts.get("idle_timeout").copied().unwrap_or(0);
+    let refused = counts.get("too_many_connections").copied().unwrap_or(0);
+    assert_eq!(idle + refused, 5_000, "{counts:?}");
+    assert!(idle >= 999 && refused >= 2_000, "{counts:?}");
     assert!(first_idle >= Duration::from_secs(2), "{first_idle:?}");
     assert!(last_idle < Duration::from_secs(60), "{last_idle:?}");
 }
@@ -417,8 +443,9 @@ async fn idle_connections_and_a_slowloris_are_refused_or_timed_out() {
 /// a connection served before still runs — on the reserve — and removes
 /// the request's nested artifacts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::exhaustion_in_a_private_mount_namespace"]
 async fn the_reserve_lets_a_cleanup_run_at_the_fd_limit() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::sandbox::tempdir();
     let node = Node::start(
         dir.path(),
         Some(128),
