@@ -762,7 +762,7 @@ impl<W: NodeWorkspace> Node<W> {
                 tokio::select! {
                     r = frames.next_frame() => break match r {
                         Ok(None) => Read::End,
-                        Ok(Some(frame)) => Read::Frame(decode_request(frame)),
+                        Ok(Some(frame)) => Read::Frame(Box::new(decode_request(frame))),
                         Err(FrameError::Io(e)) => Read::Failed(e),
                         Err(e) => Read::Refused(e),
                     },
@@ -801,7 +801,7 @@ impl<W: NodeWorkspace> Node<W> {
                     }
                     continue;
                 }
-                Read::Frame(decoded) => decoded,
+                Read::Frame(decoded) => *decoded,
             };
             clock.frame_read();
             match decoded {
@@ -935,19 +935,22 @@ impl<W: NodeWorkspace> Admitted<W> {
                     request_id,
                     name,
                     contents,
-                } => match {
-                    let _allocating = node.allocating().await;
-                    node.workspace
-                        .write_artifact(&request_id, &name, contents.as_bytes())
-                        .await
-                } {
-                    Ok(bytes) => Response::ArtifactWritten {
-                        request_id,
-                        name,
-                        bytes,
-                    },
-                    Err(code) => error(request_id, code),
-                },
+                } => {
+                    let written = {
+                        let _allocating = node.allocating().await;
+                        node.workspace
+                            .write_artifact(&request_id, &name, contents.as_bytes())
+                            .await
+                    };
+                    match written {
+                        Ok(bytes) => Response::ArtifactWritten {
+                            request_id,
+                            name,
+                            bytes,
+                        },
+                        Err(code) => error(request_id, code),
+                    }
+                }
                 Decided::Run { request_id, spec } => {
                     match node.workspace.run(&request_id, spec).await {
                         Ok(summary) => Response::ProcessFinished {
@@ -987,7 +990,7 @@ impl Drain {
 
 /// What one read of the connection produced.
 enum Read {
-    Frame(Result<super::message::RequestFrame, super::codec::DecodeError>),
+    Frame(Box<Result<super::message::RequestFrame, super::codec::DecodeError>>),
     End,
     Refused(FrameError),
     Failed(io::Error),
