@@ -33,6 +33,15 @@
 //! the node's death and its restart reach the edge as
 //! [`WireError::Disconnected`] and the restarted node's `reclaimed` answer.
 //!
+//! The node holds under exhaustion: open requests are bounded per node and
+//! per connection (`too_many_requests`), connections by the [`listen`]
+//! acceptor (`too_many_connections`, answered then closed), a connection
+//! whose peer does not read its answers is not read either (backpressure),
+//! and on a socket a frame and an idle connection have deadlines
+//! ([`NodeConfig`]). At the descriptor limit the accept loop answers from
+//! a [`reserve`] of descriptors instead of spinning, and a cleanup runs on
+//! that reserve.
+//!
 //! Cleanup results carry identity, status and a safe code only: never a raw
 //! path, an environment value or captured output. The full contract is
 //! `docs/contracts/edge-node-wire.md`.
