@@ -223,6 +223,9 @@ fn main() {
             NoopNode,
             NodeConfig {
                 max_in_flight: 20_000,
+                // Up to 10,000 requests open at once on this one connection.
+                max_open_requests: 20_000,
+                max_open_per_connection: 20_000,
                 ..NodeConfig::default()
             },
         );

@@ -7,6 +7,10 @@
 //! `cleanup_workspace` uses, and exits. An open still running at that moment
 //! (sent just before stdin closed) is answered `request_closed` and its job
 //! cleaned like the others (the wire contract's *Liveness*).
+//!
+//! The bounds (connections, open requests, unread answers, deadlines, the
+//! descriptor reserve) are flags with documented defaults; every refusal is
+//! a typed answer on the wire (the contract's *Bounds and exhaustion*).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,16 +21,44 @@ use anyhow::{Context, bail};
 use custodian::contain::Containment;
 use custodian::process::LaunchOptions;
 use custodian::wire::codec::encode_line;
-use custodian::wire::{Code, Node, NodeConfig, Response, ResponseFrame, VERSION, WorkspaceNode};
+use custodian::wire::listen::{Acceptor, DEFAULT_MAX_CONNECTIONS};
+use custodian::wire::reserve::{DEFAULT_FD_RESERVE, FdReserve};
+use custodian::wire::{
+    Code, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS, DEFAULT_MAX_UNANSWERED_BYTES,
+    Node, NodeConfig, Response, ResponseFrame, VERSION, WorkspaceNode,
+};
 use custodian::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
 use tokio::io::AsyncWriteExt;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 const AFTER_HELP: &str = "\
 Output: stdout carries the wire (docs/contracts/edge-node-wire.md): one
 compact JSON response per line, JSON by default (with --socket, each
 connection carries it instead and stdout stays empty). Messages and logs go
 to stderr.
+
+Bounds (each refusal is one error line on the wire, seq null unless a
+request is named):
+  --max-requests, --max-requests-per-connection
+                       an open_workspace beyond either is answered
+                       too_many_requests (nothing opened, the request's
+                       state unchanged); cancel and cleanup are never refused
+  --max-connections    (--socket) a connection beyond is answered
+                       too_many_connections and closed; so is one that
+                       arrives while the node is out of file descriptors
+  --max-unanswered     bytes of answers queued for a peer that does not read
+                       them; beyond, the node stops reading that connection
+  --frame-timeout      (--socket) a frame begun and not finished in time is
+                       answered frame_timeout and the connection closed
+  --idle-timeout       (--socket) a connection with nothing in flight, no
+                       answer queued and no frame begun is answered
+                       idle_timeout and closed; its open requests stay open
+                       (clean them from another connection, or at shutdown);
+                       a peer that reads no answer for this long is closed
+  --fd-reserve         descriptors held back so a cleanup can run when the
+                       node is out of them; accept failures back off (10 ms
+                       to 1 s) and warn once per 10 s
+On stdio the node has no deadlines: its one edge's EOF ends it.
 
 Exit codes:
   0  served until stdin closed (stdio) or SIGTERM/SIGINT (socket); every
@@ -81,6 +113,29 @@ pub(crate) struct Args {
     /// wire carries none).
     #[arg(long, value_enum, default_value = "untrusted", requires = "policy")]
     provenance: super::policy::ProvenanceArg,
+    /// Requests open on the node at once (opened, cleanup not finished).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_OPEN_REQUESTS)]
+    max_requests: usize,
+    /// Requests one connection may hold open at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_OPEN_PER_CONNECTION)]
+    max_requests_per_connection: usize,
+    /// Connections served at once (with --socket).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Bytes of answers queued for a peer before the node stops reading
+    /// its connection.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_UNANSWERED_BYTES)]
+    max_unanswered: usize,
+    /// Deadline of one frame, from its first byte to its newline (with
+    /// --socket); `0s` disables it.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    frame_timeout: Duration,
+    /// Deadline of an idle connection (with --socket); `0s` disables it.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// File descriptors held in reserve for cleanups at exhaustion.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_FD_RESERVE)]
+    fd_reserve: usize,
 }
 
 fn containment(v: &str) -> Result<Containment, String> {
@@ -98,6 +153,8 @@ struct Config {
     lock_wait: Duration,
     containment: Containment,
     policy: Option<custodian::RunPolicy>,
+    max_connections: usize,
+    fd_reserve: usize,
 }
 
 impl Args {
@@ -108,6 +165,23 @@ impl Args {
         if self.process_timeout.is_zero() {
             bail!("--process-timeout must be positive");
         }
+        for (flag, v) in [
+            ("--max-requests", self.max_requests),
+            (
+                "--max-requests-per-connection",
+                self.max_requests_per_connection,
+            ),
+            ("--max-connections", self.max_connections),
+            ("--max-unanswered", self.max_unanswered),
+        ] {
+            if v == 0 {
+                bail!("{flag} must be at least 1");
+            }
+        }
+        // Deadlines guard a socket against its peers; on stdio the one edge
+        // owns the node and its EOF ends it.
+        let on_socket = self.socket.is_some();
+        let deadline = |d: Duration| (on_socket && !d.is_zero()).then_some(d);
         let policy = match &self.policy {
             None => None,
             Some(path) => Some(custodian::RunPolicy {
@@ -121,6 +195,11 @@ impl Args {
             socket: self.socket,
             node: NodeConfig {
                 max_frame: self.max_frame,
+                max_open_requests: self.max_requests,
+                max_open_per_connection: self.max_requests_per_connection,
+                max_unanswered_bytes: self.max_unanswered,
+                frame_timeout: deadline(self.frame_timeout),
+                idle_timeout: deadline(self.idle_timeout),
                 ..NodeConfig::default()
             },
             process_timeout: self.process_timeout,
@@ -128,6 +207,8 @@ impl Args {
             lock_wait: self.lock_wait,
             containment: self.containment,
             policy,
+            max_connections: self.max_connections,
+            fd_reserve: self.fd_reserve,
         })
     }
 }
@@ -188,12 +269,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if config.containment == Containment::Subreaper {
         custodian::process::enable_subreaper().context("--containment subreaper")?;
     }
+    let reserve = FdReserve::new(config.fd_reserve).context("opening the --fd-reserve")?;
     let launch = LaunchOptions::new(&config.workspace).with_containment(config.containment);
-    let mut adapter = WorkspaceNode::new(workspace.clone(), launch, config.process_timeout);
+    let mut adapter = WorkspaceNode::new(workspace.clone(), launch, config.process_timeout)
+        .with_fd_reserve(Arc::clone(&reserve));
     if let Some(policy) = config.policy {
         adapter = adapter.with_policy(policy);
     }
-    let node = Node::new(adapter, config.node);
+    let node = Node::with_fd_reserve(adapter, config.node, reserve);
     match &config.socket {
         None => {
             let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
@@ -207,7 +290,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Some(path) => {
             let listener = bind_owner_only(path)?;
             info!(socket = %path.display(), "serving");
-            let served = accept_loop(&node, listener).await;
+            let acceptor = Acceptor::new(
+                listener,
+                config.max_connections,
+                Arc::clone(node.fd_reserve()),
+            );
+            let served = accept_loop(&node, acceptor).await;
             let _ = std::fs::remove_file(path);
             shutdown(&node, &workspace).await;
             served?;
@@ -248,23 +336,19 @@ const PEER_REFUSED: custodian::error::SafeCode = custodian::error::SafeCode::new
 
 async fn accept_loop(
     node: &Arc<Node<WorkspaceNode>>,
-    listener: tokio::net::UnixListener,
+    mut acceptor: Acceptor,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let me = rustix::process::geteuid().as_raw();
     loop {
-        let (mut stream, _) = tokio::select! {
+        // Bounds, backoff and the reserve are the acceptor's: it returns
+        // only connections to serve.
+        let (mut stream, slot) = tokio::select! {
             _ = term.recv() => return Ok(()),
             _ = int.recv() => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
+            accepted = acceptor.accept() => accepted,
         };
         // The kernel's record of who connected (SO_PEERCRED), not anything
         // the peer says about itself.
@@ -290,8 +374,11 @@ async fn accept_loop(
         let node = Arc::clone(node);
         tokio::spawn(async move {
             if let Err(e) = node.serve_to_end(stream).await {
-                warn!(error = %e, "connection ended with an error");
+                // A peer's reset is its own business: not one warning per
+                // connection when thousands go away at once.
+                debug!(error = %e, "connection ended with an error");
             }
+            drop(slot);
         });
     }
 }

@@ -82,6 +82,9 @@ enum Chunk {
 struct FrameCodec {
     lines: AnyDelimiterCodec,
     max_frame: usize,
+    /// An oversized frame is being discarded up to its newline (the
+    /// codec's own flag is private; this one mirrors it).
+    discarding: bool,
 }
 
 impl FrameCodec {
@@ -89,6 +92,7 @@ impl FrameCodec {
         FrameCodec {
             lines: AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max_frame),
             max_frame,
+            discarding: false,
         }
     }
 }
@@ -98,10 +102,17 @@ impl Decoder for FrameCodec {
     type Error = FrameError;
 
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Chunk>, FrameError> {
+        if self.discarding && buf.contains(&b'\n') {
+            // The codec stops discarding at this newline.
+            self.discarding = false;
+        }
         match self.lines.decode(buf) {
             Ok(line) => Ok(line.map(Chunk::Line)),
             // The codec now discards up to the next newline.
-            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => Ok(Some(Chunk::TooLarge)),
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+                self.discarding = true;
+                Ok(Some(Chunk::TooLarge))
+            }
             Err(AnyDelimiterCodecError::Io(e)) => Err(FrameError::Io(e)),
         }
     }
@@ -138,6 +149,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             frame: Bytes::new(),
             max_frame,
         }
+    }
+
+    /// Whether part of a frame has been read and its newline has not: bytes
+    /// are buffered, or an oversized frame is being discarded.
+    pub fn mid_frame(&self) -> bool {
+        !self.frames.read_buffer().is_empty() || self.frames.decoder().discarding
     }
 
     /// Reads the next non-blank frame; `Ok(None)` at a clean end of stream.

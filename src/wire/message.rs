@@ -382,6 +382,20 @@ pub mod codes {
     pub const OPEN_IN_PROGRESS: SafeCode = SafeCode::new("open_in_progress");
     /// The node is shutting down.
     pub const SHUTTING_DOWN: SafeCode = SafeCode::new("shutting_down");
+    /// A bound on open requests (the node's or the connection's) is
+    /// reached: the `open_workspace` was not performed and the request's
+    /// state is unchanged (a later open may succeed once others are
+    /// cleaned up).
+    pub const TOO_MANY_REQUESTS: SafeCode = SafeCode::new("too_many_requests");
+    /// The node serves as many connections as it may (or is out of file
+    /// descriptors): the connection is answered with this and closed.
+    pub const TOO_MANY_CONNECTIONS: SafeCode = SafeCode::new("too_many_connections");
+    /// A frame did not complete within the node's frame deadline: the
+    /// connection is answered with this and closed.
+    pub const FRAME_TIMEOUT: SafeCode = SafeCode::new("frame_timeout");
+    /// The connection was idle (nothing in flight, nothing read) for the
+    /// node's idle deadline: it is answered with this and closed.
+    pub const IDLE_TIMEOUT: SafeCode = SafeCode::new("idle_timeout");
     /// The node's policy denies the `run_process`.
     pub const POLICY_DENIED: SafeCode = SafeCode::new("policy_denied");
     /// The node's policy requires an approval the node does not hold.

@@ -33,14 +33,27 @@
 //! the node's death and its restart reach the edge as
 //! [`WireError::Disconnected`] and the restarted node's `reclaimed` answer.
 //!
+//! The node holds under exhaustion: open requests are bounded per node and
+//! per connection (`too_many_requests`), connections by the [`listen`]
+//! acceptor (`too_many_connections`, answered then closed), a connection
+//! whose peer does not read its answers is not read either (backpressure),
+//! and on a socket a frame and an idle connection have deadlines
+//! ([`NodeConfig`]). At the descriptor limit the accept loop answers from
+//! a [`reserve`] of descriptors instead of spinning, and a cleanup runs on
+//! that reserve.
+//!
 //! Cleanup results carry identity, status and a safe code only: never a raw
 //! path, an environment value or captured output. The full contract is
 //! `docs/contracts/edge-node-wire.md`.
 
 mod client;
 pub mod codec;
+#[cfg(unix)]
+pub mod listen;
 pub mod message;
 mod node;
+#[cfg(unix)]
+pub mod reserve;
 pub mod transport;
 #[cfg(unix)]
 mod workspace_node;
@@ -54,7 +67,9 @@ pub use message::{
     Response, ResponseFrame, RunSpec, VERSION,
 };
 pub use node::{
-    Admitted, CleanupVerdict, Drain, Node, NodeConfig, NodeStats, NodeWorkspace, node_slot_step,
+    Admitted, CleanupVerdict, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS,
+    DEFAULT_MAX_UNANSWERED_BYTES, Drain, Node, NodeConfig, NodeStats, NodeWorkspace,
+    node_slot_step,
 };
 pub use transport::{NodeTransport, SpawnError};
 #[cfg(unix)]

@@ -27,14 +27,17 @@
 //! their callers do. loom explores these races on the real table and the
 //! real decisions (`loom-tests/tests/runtime.rs`).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::codec::{FrameError, FrameReader, decode_request, encode_line};
@@ -47,6 +50,9 @@ use crate::error::SafeCode;
 pub use crate::machine::node::CleanupVerdict;
 use crate::machine::node::{self as decide, Action, Input, Refusal, Reply};
 use crate::sync::{Abandoned, Applied, Elected, OwnerGuard, SlotEffect, SlotStep, Slots, Waiter};
+
+#[cfg(unix)]
+use super::reserve::FdReserve;
 
 /// The workspace operations the node performs for the wire.
 ///
@@ -105,7 +111,9 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn cleanup(&self, request: &RequestId) -> impl Future<Output = CleanupVerdict> + Send;
 }
 
-/// Limits of a [`Node`].
+/// Limits of a [`Node`]. Every bound is answered on the wire, never by
+/// dropping the connection silently (`docs/contracts/edge-node-wire.md`,
+/// *Bounds*).
 #[derive(Clone, Copy, Debug)]
 pub struct NodeConfig {
     /// The largest request frame accepted (bigger ones are refused).
@@ -114,16 +122,81 @@ pub struct NodeConfig {
     pub max_in_flight: usize,
     /// Completed cleanup results kept for duplicate requests.
     pub cleanup_cache: usize,
+    /// Requests open on the node at once (an `open_workspace` performed and
+    /// its cleanup not finished); an open beyond is answered
+    /// `too_many_requests`. Each open request holds descriptors (its job
+    /// directory and journal).
+    pub max_open_requests: usize,
+    /// Requests one connection may hold open at once; an open beyond is
+    /// answered `too_many_requests`.
+    pub max_open_per_connection: usize,
+    /// Bytes of answers a connection may have queued but not yet written
+    /// to its peer; beyond, the node stops reading the connection until the
+    /// peer reads (backpressure). The answers already being worked on are
+    /// still queued, so the bound is exceeded by at most `max_in_flight`
+    /// answers.
+    pub max_unanswered_bytes: usize,
+    /// How long a frame may take from its first byte to its newline; on
+    /// expiry the connection is answered `frame_timeout` and closed. `None`
+    /// waits for ever.
+    pub frame_timeout: Option<Duration>,
+    /// How long a connection may stay idle — nothing in flight, no answer
+    /// queued, no frame begun — before it is answered `idle_timeout` and
+    /// closed; also how long the node waits for a peer to read an answer
+    /// before it gives the connection up (or `frame_timeout`, when this is
+    /// `None`). `None` waits for ever.
+    pub idle_timeout: Option<Duration>,
 }
 
+/// The default of [`NodeConfig::max_open_requests`].
+pub const DEFAULT_MAX_OPEN_REQUESTS: usize = 10_000;
+/// The default of [`NodeConfig::max_open_per_connection`].
+pub const DEFAULT_MAX_OPEN_PER_CONNECTION: usize = 5_000;
+/// The default of [`NodeConfig::max_unanswered_bytes`]: 4 MiB.
+pub const DEFAULT_MAX_UNANSWERED_BYTES: usize = 4 << 20;
+
 impl Default for NodeConfig {
+    /// The library's defaults: the bounds above, and no deadline (a node
+    /// embedded over stdio or a duplex serves one trusted edge; `custodian
+    /// node --socket` sets both deadlines).
     fn default() -> Self {
         NodeConfig {
             max_frame: super::codec::DEFAULT_MAX_FRAME,
             max_in_flight: 256,
             cleanup_cache: 4096,
+            max_open_requests: DEFAULT_MAX_OPEN_REQUESTS,
+            max_open_per_connection: DEFAULT_MAX_OPEN_PER_CONNECTION,
+            max_unanswered_bytes: DEFAULT_MAX_UNANSWERED_BYTES,
+            frame_timeout: None,
+            idle_timeout: None,
         }
     }
+}
+
+/// One open request's place under the node's and its connection's bounds;
+/// dropping it gives the place back.
+#[derive(Debug)]
+struct OpenSlot {
+    node: Arc<AtomicUsize>,
+    connection: Option<Arc<AtomicUsize>>,
+}
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        self.node.fetch_sub(1, Ordering::AcqRel);
+        if let Some(c) = &self.connection {
+            c.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Takes one place under `max` in `count`, or none.
+fn take_place(count: &AtomicUsize, max: usize) -> bool {
+    count
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
 }
 
 /// The node's per-request table: the decision state of every request,
@@ -216,17 +289,94 @@ pub struct Node<W> {
     workspace: W,
     config: NodeConfig,
     table: Table,
+    /// Requests open on the node (their [`OpenSlot`]s).
+    open_count: Arc<AtomicUsize>,
+    /// The slot of every open request, released when its cleanup finishes.
+    holds: Mutex<HashMap<RequestId, OpenSlot>>,
+    #[cfg(unix)]
+    reserve: Arc<FdReserve>,
 }
 
 impl<W: NodeWorkspace> Node<W> {
-    /// A handler over `workspace`.
+    /// A handler over `workspace`, with no descriptor reserve.
     pub fn new(workspace: W, config: NodeConfig) -> Arc<Self> {
+        Self::build(
+            workspace,
+            config,
+            #[cfg(unix)]
+            FdReserve::none(),
+        )
+    }
+
+    /// A handler over `workspace` whose cleanups lend `reserve` when the
+    /// node is short of descriptors, and whose opens and writes wait at its
+    /// gate ([`FdReserve`]).
+    #[cfg(unix)]
+    pub fn with_fd_reserve(workspace: W, config: NodeConfig, reserve: Arc<FdReserve>) -> Arc<Self> {
+        Self::build(workspace, config, reserve)
+    }
+
+    fn build(workspace: W, config: NodeConfig, #[cfg(unix)] reserve: Arc<FdReserve>) -> Arc<Self> {
         Arc::new(Node {
             counters: Counters::default(),
             workspace,
             table: Slots::new(config.cleanup_cache),
             config,
+            open_count: Arc::new(AtomicUsize::new(0)),
+            holds: Mutex::new(HashMap::new()),
+            #[cfg(unix)]
+            reserve,
         })
+    }
+
+    /// Requests open on the node now (opened, their cleanup not finished).
+    pub fn open_count(&self) -> usize {
+        self.open_count.load(Ordering::Acquire)
+    }
+
+    /// Takes a place for one more open request under the node's bound and,
+    /// for an open read from a connection, under that connection's.
+    fn take_open_slot(&self, connection: Option<&Arc<AtomicUsize>>) -> Option<OpenSlot> {
+        if !take_place(&self.open_count, self.config.max_open_requests) {
+            return None;
+        }
+        let node = Arc::clone(&self.open_count);
+        match connection {
+            None => Some(OpenSlot {
+                node,
+                connection: None,
+            }),
+            Some(c) if take_place(c, self.config.max_open_per_connection) => Some(OpenSlot {
+                node,
+                connection: Some(Arc::clone(c)),
+            }),
+            Some(_) => {
+                drop(OpenSlot {
+                    node,
+                    connection: None,
+                });
+                None
+            }
+        }
+    }
+
+    /// The descriptor reserve this node's cleanups lend.
+    #[cfg(unix)]
+    pub fn fd_reserve(&self) -> &Arc<FdReserve> {
+        &self.reserve
+    }
+
+    /// A permit for one allocation of descriptors ([`FdReserve::allocating`]).
+    #[cfg(unix)]
+    async fn allocating(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.reserve.allocating().await
+    }
+
+    #[cfg(not(unix))]
+    async fn allocating(&self) {}
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, OpenSlot>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Frame counters so far.
@@ -262,6 +412,12 @@ impl<W: NodeWorkspace> Node<W> {
         self.admit(op).perform().await
     }
 
+    /// As [`Node::admit`], for a frame read from a connection whose open
+    /// requests `connection` counts.
+    fn admit_on(self: &Arc<Self>, op: Operation, connection: &Arc<AtomicUsize>) -> Admitted<W> {
+        self.admit_from(op, Some(connection))
+    }
+
     /// Takes the decision for one decoded request now, under the table's
     /// lock, and returns what is left to carry out.
     ///
@@ -273,14 +429,46 @@ impl<W: NodeWorkspace> Node<W> {
     /// A cleanup that this call starts runs in its own task from here on.
     ///
     /// Call it from within a tokio runtime (a cleanup may be spawned).
+    ///
+    /// An `open_workspace` that the machine would perform but that finds
+    /// the node's bound on open requests reached is answered
+    /// `too_many_requests` and leaves the request's state untouched, as if
+    /// the frame had not arrived: the refusal fences nothing, and a later
+    /// open may succeed.
     pub fn admit(self: &Arc<Self>, op: Operation) -> Admitted<W> {
+        self.admit_from(op, None)
+    }
+
+    fn admit_from(
+        self: &Arc<Self>,
+        op: Operation,
+        connection: Option<&Arc<AtomicUsize>>,
+    ) -> Admitted<W> {
         let decided = match op {
             Operation::OpenWorkspace { request_id } => {
-                let actions = self.decide(&request_id, Input::Open);
-                match actions.first() {
-                    Some(Action::Open) => Decided::Open(request_id),
-                    Some(Action::Reply(r)) => Decided::Answer(self.reply(request_id, *r, None)),
-                    other => unreachable_decision(other),
+                let slot = self.take_open_slot(connection);
+                let refused = slot.is_none();
+                let applied = self.table.apply(&request_id, |state| {
+                    let step = node_slot_step(state, Input::Open);
+                    if refused && step.decision.first() == Some(&Action::Open) {
+                        // Out of places: the state stays as it was.
+                        SlotStep {
+                            next: state.copied(),
+                            decision: Vec::new(),
+                            effect: SlotEffect::None,
+                        }
+                    } else {
+                        step
+                    }
+                });
+                debug_assert!(applied.cleanup.is_none(), "an open touched the cleanup");
+                match (applied.decision.first(), slot) {
+                    (Some(Action::Open), Some(slot)) => Decided::Open(request_id, slot),
+                    (Some(Action::Reply(r)), _) => {
+                        Decided::Answer(self.reply(request_id, *r, None))
+                    }
+                    (None, _) => Decided::Answer(error(request_id, codes::TOO_MANY_REQUESTS)),
+                    (other, _) => unreachable_decision(other),
                 }
             }
             Operation::WriteArtifact {
@@ -342,12 +530,22 @@ impl<W: NodeWorkspace> Node<W> {
     /// for the open to finish). It runs in its own task so that it always
     /// reaches `OpenFinished`, even if this caller goes away: a cleanup may
     /// be waiting for it.
-    async fn open(self: &Arc<Self>, request_id: RequestId) -> Response {
+    async fn open(self: &Arc<Self>, request_id: RequestId, slot: OpenSlot) -> Response {
         let node = Arc::clone(self);
         let id = request_id.clone();
         let finished = tokio::spawn(
             async move {
-                let opened = node.workspace.open(&id).await;
+                let opened = {
+                    let _allocating = node.allocating().await;
+                    node.workspace.open(&id).await
+                };
+                if opened.is_ok() {
+                    // Filed before the step that may start a waiting
+                    // cleanup, whose end releases it.
+                    node.holds().insert(id.clone(), slot);
+                } else {
+                    drop(slot);
+                }
                 node.finish_open(id, opened)
             }
             .in_current_span(),
@@ -408,7 +606,17 @@ impl<W: NodeWorkspace> Node<W> {
         let id = id.clone();
         tokio::spawn(
             async move {
-                let verdict = node.workspace.cleanup(&id).await;
+                let verdict = {
+                    // At the descriptor limit the cleanup runs on the
+                    // reserve, alone (see `FdReserve`).
+                    #[cfg(unix)]
+                    let _loan = node.reserve.lend().await;
+                    node.workspace.cleanup(&id).await
+                };
+                // The request no longer counts against the bounds, whatever
+                // the verdict: it accepts no more work.
+                let released = node.holds().remove(&id);
+                drop(released);
                 // The verdict enters the state before it is published, so a
                 // caller that sees it published finds the state cleaned.
                 let _stray_answer_has_no_actions =
@@ -497,9 +705,16 @@ impl<W: NodeWorkspace> Node<W> {
     /// Requests are handled concurrently (up to `max_in_flight`), answers
     /// are written as they complete and carry the request's `seq`. A
     /// malformed or oversized frame is answered with an error response and
-    /// the connection goes on; only an I/O failure or the end of the stream
-    /// ends it. Work already started (a process, a cleanup) continues after
-    /// the connection ends.
+    /// the connection goes on; only an I/O failure, the end of the stream or
+    /// a deadline ends it. Work already started (a process, a cleanup)
+    /// continues after the connection ends.
+    ///
+    /// The connection holds at most `max_open_per_connection` open
+    /// requests; reading stops while more than `max_unanswered_bytes` of
+    /// answers wait for the peer to read them; a frame must complete within
+    /// `frame_timeout` and an idle connection is closed after
+    /// `idle_timeout` ([`NodeConfig`]). A deadline is noticed up to a
+    /// quarter of it late.
     ///
     /// # Errors
     ///
@@ -508,23 +723,72 @@ impl<W: NodeWorkspace> Node<W> {
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
+        let config = self.config;
         let (read, write) = tokio::io::split(io);
         let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let writer = tokio::spawn(super::codec::write_lines(write, rx));
-        let permits = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
-        let mut frames = FrameReader::new(read, self.config.max_frame);
+        let backlog = Arc::new(Backlog::default());
+        let stall = config.idle_timeout.or(config.frame_timeout);
+        let writer = tokio::spawn(write_answers(write, rx, Arc::clone(&backlog), stall));
+        let outbox = Outbox { tx, backlog };
+        let opened_here = Arc::new(AtomicUsize::new(0));
+        let max_in_flight = config.max_in_flight.max(1);
+        let permits = Arc::new(Semaphore::new(max_in_flight));
+        let mut frames = FrameReader::new(read, config.max_frame);
+        let mut clock = Deadlines::new(config.frame_timeout, config.idle_timeout);
         let result = loop {
+            // Backpressure: a peer that does not read its answers is not
+            // read either, so its answers cannot pile up without bound.
+            if !outbox.backlog.wait_below(config.max_unanswered_bytes).await {
+                debug!("the peer stopped reading its answers; the connection is given up");
+                break Ok(());
+            }
             let permit = Arc::clone(&permits)
                 .acquire_owned()
                 .await
                 .expect("never closed");
-            let decoded = match frames.next_frame().await {
-                Ok(None) => break Ok(()),
-                Ok(Some(frame)) => decode_request(frame),
-                Err(e @ (FrameError::TooLarge { .. } | FrameError::Truncated)) => {
+            let read = loop {
+                let busy =
+                    permits.available_permits() + 1 < max_in_flight || outbox.backlog.queued() > 0;
+                let wake = match clock.check(frames.mid_frame(), busy) {
+                    Err(code) => break Read::Expired(code),
+                    Ok(wake) => wake,
+                };
+                let tick = async {
+                    match wake {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    r = frames.next_frame() => break match r {
+                        Ok(None) => Read::End,
+                        Ok(Some(frame)) => Read::Frame(Box::new(decode_request(frame))),
+                        Err(FrameError::Io(e)) => Read::Failed(e),
+                        Err(e) => Read::Refused(e),
+                    },
+                    () = tick => {}
+                }
+            };
+            let decoded = match read {
+                Read::End => break Ok(()),
+                Read::Failed(e) => break Err(e),
+                Read::Expired(code) => {
+                    self.counters.refused_frames.fetch_add(1, Ordering::Relaxed);
+                    debug!(%code, "connection deadline expired");
+                    outbox.send(line(&ResponseFrame {
+                        v: VERSION,
+                        seq: None,
+                        result: Response::Error {
+                            request_id: None,
+                            code: Code::from(code),
+                        },
+                    }));
+                    break Ok(());
+                }
+                Read::Refused(e) => {
                     self.counters.refused_frames.fetch_add(1, Ordering::Relaxed);
                     warn!(error = %e, "refused a request frame");
-                    let _ = tx.send(line(&ResponseFrame {
+                    outbox.send(line(&ResponseFrame {
                         v: VERSION,
                         seq: None,
                         result: Response::Error {
@@ -537,13 +801,14 @@ impl<W: NodeWorkspace> Node<W> {
                     }
                     continue;
                 }
-                Err(FrameError::Io(e)) => break Err(e),
+                Read::Frame(decoded) => *decoded,
             };
+            clock.frame_read();
             match decoded {
                 Err(e) => {
                     self.counters.refused_frames.fetch_add(1, Ordering::Relaxed);
                     debug!(code = %e.code, "undecodable request frame");
-                    let _ = tx.send(line(&e.response()));
+                    outbox.send(line(&e.response()));
                 }
                 Ok(frame) => {
                     self.counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -554,11 +819,11 @@ impl<W: NodeWorkspace> Node<W> {
                     }
                     // Decided here, in the order the frames arrived; only
                     // carrying the decision out runs concurrently.
-                    let admitted = self.admit(frame.op);
-                    let tx = tx.clone();
+                    let admitted = self.admit_on(frame.op, &opened_here);
+                    let outbox = outbox.clone();
                     tokio::spawn(async move {
                         let result = admitted.perform().await;
-                        let _ = tx.send(line(&ResponseFrame {
+                        outbox.send(line(&ResponseFrame {
                             v: VERSION,
                             seq: Some(frame.seq),
                             result,
@@ -568,7 +833,7 @@ impl<W: NodeWorkspace> Node<W> {
                 }
             }
         };
-        drop(tx);
+        drop(outbox);
         // The writer ends once every in-flight handler has answered; it is
         // not awaited here so that a long-running process cannot hold the
         // end of the connection hostage (the caller may cancel it first).
@@ -609,8 +874,9 @@ impl<W> fmt::Debug for Admitted<W> {
 enum Decided {
     /// The decision is the answer.
     Answer(Response),
-    /// The machine said `Open`.
-    Open(RequestId),
+    /// The machine said `Open`, and the request has its place under the
+    /// bounds.
+    Open(RequestId, OpenSlot),
     /// The machine said `Proceed` to a write.
     Write {
         request_id: RequestId,
@@ -654,7 +920,7 @@ impl<W: NodeWorkspace> Admitted<W> {
         let Admitted { node, decided } = self;
         let (id, op) = match &decided {
             Decided::Answer(r) => return r.clone(),
-            Decided::Open(id) => (id.clone(), "open_workspace"),
+            Decided::Open(id, _) => (id.clone(), "open_workspace"),
             Decided::Write { request_id, .. } => (request_id.clone(), "write_artifact"),
             Decided::Run { request_id, .. } => (request_id.clone(), "run_process"),
             Decided::Cancel(id) => (id.clone(), "cancel"),
@@ -664,23 +930,27 @@ impl<W: NodeWorkspace> Admitted<W> {
         async move {
             match decided {
                 Decided::Answer(r) => r,
-                Decided::Open(request_id) => node.open(request_id).await,
+                Decided::Open(request_id, slot) => node.open(request_id, slot).await,
                 Decided::Write {
                     request_id,
                     name,
                     contents,
-                } => match node
-                    .workspace
-                    .write_artifact(&request_id, &name, contents.as_bytes())
-                    .await
-                {
-                    Ok(bytes) => Response::ArtifactWritten {
-                        request_id,
-                        name,
-                        bytes,
-                    },
-                    Err(code) => error(request_id, code),
-                },
+                } => {
+                    let written = {
+                        let _allocating = node.allocating().await;
+                        node.workspace
+                            .write_artifact(&request_id, &name, contents.as_bytes())
+                            .await
+                    };
+                    match written {
+                        Ok(bytes) => Response::ArtifactWritten {
+                            request_id,
+                            name,
+                            bytes,
+                        },
+                        Err(code) => error(request_id, code),
+                    }
+                }
                 Decided::Run { request_id, spec } => {
                     match node.workspace.run(&request_id, spec).await {
                         Ok(summary) => Response::ProcessFinished {
@@ -715,6 +985,185 @@ impl Drain {
     /// the peer stopped reading).
     pub async fn wait(self) {
         let _ = self.0.await;
+    }
+}
+
+/// What one read of the connection produced.
+enum Read {
+    Frame(Box<Result<super::message::RequestFrame, super::codec::DecodeError>>),
+    End,
+    Refused(FrameError),
+    Failed(io::Error),
+    Expired(SafeCode),
+}
+
+/// The bytes of answers queued on one connection and not yet written to
+/// its peer, shared by the reader (which stops while they exceed the bound)
+/// and the writer (which counts them down as the peer takes them).
+#[derive(Debug, Default)]
+struct Backlog {
+    queued: AtomicUsize,
+    /// The writer is gone (the peer closed, or stopped reading for the
+    /// stall deadline): nothing queued will ever be written.
+    closed: AtomicBool,
+    changed: Notify,
+}
+
+impl Backlog {
+    fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    fn written(&self, bytes: usize) {
+        self.queued.fetch_sub(bytes, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until fewer than `max` bytes are queued; `false` once the
+    /// writer is gone.
+    async fn wait_below(&self, max: usize) -> bool {
+        loop {
+            // Registered before the checks, so a change between the check
+            // and the wait is not missed.
+            let changed = self.changed.notified();
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.queued() < max.max(1) {
+                return true;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// The sending side of one connection's answers.
+#[derive(Clone, Debug)]
+struct Outbox {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    backlog: Arc<Backlog>,
+}
+
+impl Outbox {
+    fn send(&self, line: Vec<u8>) {
+        let bytes = line.len();
+        self.backlog.queued.fetch_add(bytes, Ordering::AcqRel);
+        if self.tx.send(line).is_err() {
+            // The writer is gone; the line is dropped with the channel.
+            self.backlog.written(bytes);
+        }
+    }
+}
+
+/// Writes every answer of one connection, batching those already queued
+/// into one flush and counting them out of the backlog once flushed, until
+/// the channel closes (then shuts the write half down) or a write fails or
+/// makes no progress for `stall`. On the way out the backlog is closed and
+/// the queued answers are freed with the channel.
+async fn write_answers<W: AsyncWrite + Unpin>(
+    write: W,
+    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
+    backlog: Arc<Backlog>,
+    stall: Option<Duration>,
+) {
+    async fn bounded<F: Future<Output = io::Result<()>>>(
+        stall: Option<Duration>,
+        f: F,
+    ) -> io::Result<()> {
+        match stall {
+            None => f.await,
+            Some(d) => tokio::time::timeout(d, f)
+                .await
+                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+        }
+    }
+    let mut w = tokio::io::BufWriter::new(write);
+    let result: io::Result<()> = async {
+        while let Some(line) = lines.recv().await {
+            let mut batch = line.len();
+            bounded(stall, w.write_all(&line)).await?;
+            drop(line);
+            while let Ok(more) = lines.try_recv() {
+                batch += more.len();
+                bounded(stall, w.write_all(&more)).await?;
+            }
+            bounded(stall, w.flush()).await?;
+            backlog.written(batch);
+        }
+        bounded(stall, w.shutdown()).await
+    }
+    .await;
+    if let Err(e) = result {
+        debug!(error = %e, "the connection's writer stopped");
+    }
+    backlog.close();
+}
+
+/// The read deadlines of one connection: a frame begun must complete
+/// within `frame`; a connection with nothing in flight, nothing queued and
+/// no frame begun is closed after `idle`. Both are sampled: a deadline is
+/// noticed at most a quarter of it late, and never early.
+#[derive(Debug)]
+struct Deadlines {
+    frame: Option<Duration>,
+    idle: Option<Duration>,
+    frame_since: Option<Instant>,
+    idle_since: Option<Instant>,
+}
+
+impl Deadlines {
+    fn new(frame: Option<Duration>, idle: Option<Duration>) -> Self {
+        Deadlines {
+            frame,
+            idle,
+            frame_since: None,
+            idle_since: Some(Instant::now()),
+        }
+    }
+
+    /// A complete frame was read: the connection is not idle.
+    fn frame_read(&mut self) {
+        self.frame_since = None;
+        self.idle_since = None;
+    }
+
+    /// Checks the deadlines now; `Err` with the code of the one that
+    /// expired, or the instant to check again (`None`: never).
+    fn check(&mut self, mid_frame: bool, busy: bool) -> Result<Option<Instant>, SafeCode> {
+        let now = Instant::now();
+        let mut wake: Option<Instant> = None;
+        let mut at = |t: Instant| wake = Some(wake.map_or(t, |w| w.min(t)));
+        if let Some(limit) = self.frame {
+            if mid_frame {
+                let since = *self.frame_since.get_or_insert(now);
+                if now >= since + limit {
+                    return Err(codes::FRAME_TIMEOUT);
+                }
+                at(since + limit);
+            } else {
+                self.frame_since = None;
+                // Sampled: a frame that begins is seen within a quarter.
+                at(now + limit / 4);
+            }
+        }
+        if let Some(limit) = self.idle {
+            if mid_frame || busy {
+                self.idle_since = None;
+                at(now + limit / 4);
+            } else {
+                let since = *self.idle_since.get_or_insert(now);
+                if now >= since + limit {
+                    return Err(codes::IDLE_TIMEOUT);
+                }
+                at(since + limit);
+            }
+        }
+        Ok(wake)
     }
 }
 

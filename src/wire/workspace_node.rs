@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::message::{Code, PolicyRefusal, ProcessSummary, RunSpec};
 use super::node::{CleanupVerdict, NodeWorkspace};
+use super::reserve::FdReserve;
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 use crate::policy::{Context, Registry, StateMode, Verdict};
@@ -63,6 +64,7 @@ pub struct WorkspaceNode {
     default_timeout: Duration,
     jobs: Mutex<HashMap<RequestId, Entry>>,
     policy: Option<RunPolicy>,
+    reserve: Option<Arc<FdReserve>>,
 }
 
 impl WorkspaceNode {
@@ -75,6 +77,35 @@ impl WorkspaceNode {
             default_timeout,
             jobs: Mutex::new(HashMap::new()),
             policy: None,
+            reserve: None,
+        }
+    }
+
+    /// Launches under `reserve`'s allocation gate (a cleanup that holds the
+    /// reserve is not raced for its descriptors by a launch), and reports a
+    /// descriptor shortage of an open, a write or a launch to it, so that
+    /// cleanups lend it. The same reserve as the [`Node`](super::Node)'s.
+    #[must_use]
+    pub fn with_fd_reserve(mut self, reserve: Arc<FdReserve>) -> Self {
+        self.reserve = Some(reserve);
+        self
+    }
+
+    /// `e`'s wire code. A descriptor shortage (`EMFILE`, `ENFILE`) is a
+    /// bound of the node, not a fault of the request: it is reported to the
+    /// reserve and answered `too_many_requests` (retry once others finish).
+    fn code(&self, e: &WorkspaceError) -> SafeCode {
+        match e {
+            WorkspaceError::Io { source, .. }
+            | WorkspaceError::Launch(crate::process::ProcessError::Spawn { source, .. })
+                if super::reserve::is_fd_shortage(source) =>
+            {
+                if let Some(r) = &self.reserve {
+                    r.note_shortage();
+                }
+                super::message::codes::TOO_MANY_REQUESTS
+            }
+            _ => workspace_code(e),
         }
     }
 
@@ -217,7 +248,7 @@ impl NodeWorkspace for WorkspaceNode {
         let job = self
             .workspace
             .open_request(request.as_str())
-            .map_err(|e| workspace_code(&e))?;
+            .map_err(|e| self.code(&e))?;
         self.jobs().insert(
             request.clone(),
             Entry {
@@ -237,10 +268,7 @@ impl NodeWorkspace for WorkspaceNode {
         let mut file = {
             let jobs = self.jobs();
             let entry = jobs.get(request).ok_or(super::message::codes::NOT_OPEN)?;
-            entry
-                .job
-                .create_file(name)
-                .map_err(|e| workspace_code(&e))?
+            entry.job.create_file(name).map_err(|e| self.code(&e))?
         };
         file.write_all(contents).map_err(|_| codes::IO_ERROR)?;
         Ok(contents.len() as u64)
@@ -259,6 +287,12 @@ impl NodeWorkspace for WorkspaceNode {
         // Checked again on the very invocation that launches, for callers
         // that reach `run` without `admit_run`.
         self.decide(request, &inv).map_err(|r| r.code)?;
+        // The launch opens descriptors (pipes, a pidfd, its cgroup): not
+        // while a cleanup holds the reserve.
+        let allocating = match &self.reserve {
+            Some(r) => Some(r.allocating().await),
+            None => None,
+        };
         let running = {
             // The job launches and tracks under its process lock, so a
             // concurrent cleanup either sees this process or refuses it.
@@ -269,10 +303,11 @@ impl NodeWorkspace for WorkspaceNode {
             let running = entry
                 .job
                 .launch(inv, &self.launch)
-                .map_err(|e| workspace_code(&e))?;
+                .map_err(|e| self.code(&e))?;
             entry.runs.push(running.clone());
             running
         };
+        drop(allocating);
         let ev = running.settled().await;
         Ok(summary(&ev))
     }

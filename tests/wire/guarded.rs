@@ -31,6 +31,11 @@ fn e2e_in_a_private_mount_namespace() {
 }
 
 #[test]
+fn exhaustion_in_a_private_mount_namespace() {
+    run("exhaustion::");
+}
+
+#[test]
 fn policy_in_a_private_mount_namespace() {
     run("policy::");
 }

@@ -9,6 +9,7 @@ mod cli;
 mod containment;
 mod crash;
 mod e2e;
+mod exhaustion;
 mod guarded;
 mod node_handler;
 mod policy;

@@ -474,3 +474,128 @@ async fn an_open_in_flight_when_the_input_ends_is_answered_request_closed_and_cl
     let calls = node.workspace().calls(&r1);
     assert_eq!((calls.open, calls.cleanup), (1, 1));
 }
+
+fn open_frame(seq: u64, r: &str) -> Vec<u8> {
+    format!("{{\"v\":1,\"seq\":{seq},\"op\":\"open_workspace\",\"request_id\":\"{r}\"}}\n")
+        .into_bytes()
+}
+
+/// The wire contract's EW-25: the node's and the connection's bounds on
+/// open requests answer `too_many_requests`, the refused open changes
+/// nothing (it succeeds later), and cleanups are never refused.
+#[tokio::test]
+async fn opens_past_the_bounds_are_refused_and_change_nothing() {
+    let config = NodeConfig {
+        max_open_requests: 3,
+        max_open_per_connection: 2,
+        ..NodeConfig::default()
+    };
+    let node = Node::new(FakeNode::new(), config);
+    let mut a = Raw::start(&node);
+    let mut b = Raw::start(&node);
+    async fn ask(c: &mut Raw, line: Vec<u8>) -> ResponseFrame {
+        c.send(&line).await;
+        c.recv().await
+    }
+    let opened = |f: &ResponseFrame| matches!(f.result, Response::WorkspaceOpened { .. });
+    assert!(opened(&ask(&mut a, open_frame(1, "a1")).await));
+    assert!(opened(&ask(&mut a, open_frame(2, "a2")).await));
+    // The connection's bound.
+    let f = ask(&mut a, open_frame(3, "a3")).await;
+    assert_eq!((f.seq, error_code(&f)), (Some(3), "too_many_requests"));
+    assert_eq!(node.workspace().calls(&id("a3")).open, 0);
+    // A second open of an open request is not a new one.
+    let f = ask(&mut a, open_frame(4, "a1")).await;
+    assert!(
+        matches!(
+            f.result,
+            Response::WorkspaceOpened {
+                already_open: true,
+                ..
+            }
+        ),
+        "{f:?}"
+    );
+    // The node's bound.
+    assert!(opened(&ask(&mut b, open_frame(1, "b1")).await));
+    let f = ask(&mut b, open_frame(2, "b2")).await;
+    assert_eq!(error_code(&f), "too_many_requests");
+    assert_eq!(node.open_count(), 3);
+    // A cleanup is never refused, and it gives its place back.
+    let f = ask(
+        &mut b,
+        b"{\"v\":1,\"seq\":3,\"op\":\"cleanup_workspace\",\"request_id\":\"a1\"}\n".to_vec(),
+    )
+    .await;
+    assert!(
+        matches!(&f.result, Response::Cleanup(c) if c.status == CleanupStatus::Cleaned),
+        "{f:?}"
+    );
+    assert_eq!(node.open_count(), 2);
+    assert!(opened(&ask(&mut b, open_frame(4, "b2")).await));
+    // The refused `a3` was not fenced: it opens once places are free.
+    let f = ask(
+        &mut a,
+        b"{\"v\":1,\"seq\":5,\"op\":\"cleanup_workspace\",\"request_id\":\"b1\"}\n".to_vec(),
+    )
+    .await;
+    assert!(matches!(f.result, Response::Cleanup(_)), "{f:?}");
+    assert!(opened(&ask(&mut a, open_frame(6, "a3")).await));
+    assert_eq!(node.workspace().calls(&id("a3")).open, 1);
+}
+
+/// The wire contract's EW-28, on paused time: a frame begun and not
+/// finished is answered `frame_timeout`, an idle connection
+/// `idle_timeout`, each then closed and neither before its deadline; a
+/// connection that keeps sending frames is not idle.
+#[tokio::test(start_paused = true)]
+async fn deadlines_answer_and_close_and_never_fire_early() {
+    let config = NodeConfig {
+        frame_timeout: Some(Duration::from_secs(2)),
+        idle_timeout: Some(Duration::from_secs(10)),
+        ..NodeConfig::default()
+    };
+    let node = Node::new(FakeNode::new(), config);
+    let t0 = tokio::time::Instant::now();
+    let mut slow = Raw::start(&node);
+    slow.send(b"{\"v\":1,").await;
+    let f = slow.recv().await;
+    let at = t0.elapsed();
+    assert_eq!((f.seq, error_code(&f)), (None, "frame_timeout"));
+    assert!(
+        at >= Duration::from_secs(2) && at <= Duration::from_millis(2600),
+        "{at:?}"
+    );
+    assert!(slow.r.next_line().await.unwrap().is_none(), "not closed");
+
+    let t0 = tokio::time::Instant::now();
+    let mut busy = Raw::start(&node);
+    let mut idle = Raw::start(&node);
+    let idle = tokio::spawn(async move {
+        let f = idle.recv().await;
+        let at = t0.elapsed();
+        let closed = idle.r.next_line().await.unwrap().is_none();
+        (f, at, closed)
+    });
+    for seq in 0..3 {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        busy.send(&open_frame(seq, &format!("k{seq}"))).await;
+        assert!(matches!(
+            busy.recv().await.result,
+            Response::WorkspaceOpened { .. }
+        ));
+    }
+    let (f, at, closed) = idle.await.unwrap();
+    assert_eq!(error_code(&f), "idle_timeout");
+    assert!(
+        at >= Duration::from_secs(10) && at <= Duration::from_millis(12_600),
+        "{at:?}"
+    );
+    assert!(closed, "not closed");
+    // 18 s in, with a frame every 6 s: still served.
+    busy.send(&open_frame(9, "k9")).await;
+    assert!(matches!(
+        busy.recv().await.result,
+        Response::WorkspaceOpened { .. }
+    ));
+}
