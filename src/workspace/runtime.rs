@@ -590,7 +590,7 @@ impl Workspace {
         // adopted, and one left by an earlier run (awaiting reclaim, or kept
         // with a failed verdict) is never reused.
         let journals = self.inner.journals.as_fd();
-        let mut journal = match self.inner.new_journal(&cname) {
+        let mut journal = match self.inner.new_journal(cname) {
             Ok(j) => j,
             Err(e) if e == Errno::EXIST => {
                 return Err(WorkspaceError::JobExists { request: id });
