@@ -12,6 +12,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use custodian::workspace::journal;
 use custodian::workspace::{CleanupCode, CleanupStatus, WorkspaceConfig};
 use rustix::mount::{MountFlags, UnmountFlags};
 
@@ -285,6 +286,12 @@ async fn a_restart_reclaims_a_request_whose_cleanup_could_not_run() {
     filler.fill();
     for job in &jobs {
         assert_failed(&job.cleanup().await, CleanupCode::NoSpace);
+        // Whole, and without a verdict: not a record a restart skips.
+        let bytes = fs::read(fx.root().join(".custodian/journal").join(job.id().as_str())).unwrap();
+        let read = journal::read(&bytes);
+        assert_eq!(read.tail, journal::Tail::Clean, "{:?}", job.id());
+        let rep = journal::replay(&read).unwrap();
+        assert!(rep.cleanup_started && rep.verdict.is_none(), "{rep:?}");
     }
     drop(jobs);
     filler.free(filler.files.len());
