@@ -25,9 +25,18 @@
 //!    directory (now empty) through the same protocol, from its verified
 //!    parent.
 //!
-//! The quarantine is an empty one an earlier cleanup kept (renamed to the
-//! job's name) or a new one; a cleanup that did not fail keeps it, under a
-//! spare name, only when a listing finds it empty ([`SpareQuarantine`]).
+//! The quarantine is the empty one the request reserved when it opened
+//! (renamed to the job's name: a cleanup allocates no inode), the one an
+//! earlier attempt left under that name, or, only when neither is there, a
+//! new one; a cleanup that did not fail (or could not run) keeps it, under
+//! a spare name, only when a listing finds it empty ([`SpareQuarantine`]).
+//! An attempt that found it already there first destroys the registered
+//! entries an earlier attempt left in it ([`leftovers::destroy_proven_in`]).
+//!
+//! A failed syscall is a verdict (`io_error`), or, for exhaustion
+//! ([`errno_code`]: `ENOSPC`, `EDQUOT`, `EMFILE`, `ENFILE`, `ENOMEM`), a
+//! cleanup that could not run and is run again; a verdict met by either
+//! thread is reported before such a failure.
 //!
 //! Any mismatch stops the cleanup where it is with `tampered` (the tree
 //! changed after it was verified); nothing is ever retried under another

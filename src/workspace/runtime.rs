@@ -701,6 +701,15 @@ impl Workspace {
     /// receive a clone of the same result while it is cached. Once evicted, a
     /// repeated call only checks that the job directory is gone.
     ///
+    /// A cleanup that **could not run** ([`CleanupResult::is_transient`]:
+    /// `no_space`, `no_descriptors`, `no_memory`) is the exception: its
+    /// result reaches the callers of that attempt only, is neither cached
+    /// nor journalled, and the request stays held, so the next call (or
+    /// [`Workspace::close`], or a restarted runtime's
+    /// [`Workspace::reclaim`]) runs it again. Attempts never overlap.
+    /// For an id this runtime holds nothing for whose journal has no
+    /// verdict, the call replays the journal as the reclaim would.
+    ///
     /// Must be called within a tokio runtime.
     ///
     /// # Errors
@@ -715,6 +724,8 @@ impl Workspace {
 
     /// The result of request `id`'s cleanup, if it finished and is still
     /// cached (a later [`Workspace::cleanup`] of the id returns the same).
+    /// Never a result of a cleanup that could not run: that one is run
+    /// again.
     pub fn cleanup_result(&self, id: &RequestId) -> Option<CleanupResult> {
         match self.inner.elections.result(id)? {
             Ok(r) => Some(r),
@@ -781,7 +792,12 @@ impl Workspace {
     /// Entries that a dead run's cleanup had moved out of the tree into the
     /// job's quarantine but not destroyed (it was killed in between) are
     /// destroyed too, each only if it is an inode the journal registered;
-    /// anything else there is kept. Then, on Linux, the empty base cgroups
+    /// anything else there is kept. The empty spare quarantines a dead run
+    /// left are adopted first, so that the replayed cleanups need no new
+    /// inode. A request whose cleanup could not run here either
+    /// ([`CleanupResult::is_transient`]) is returned with that result, not
+    /// cached, and run again by the next [`Workspace::cleanup`] of its id
+    /// (or the next start). Then, on Linux, the empty base cgroups
     /// that dead custodian processes left beside this process's own are
     /// removed ([`crate::contain::remove_dead_bases`]).
     ///
