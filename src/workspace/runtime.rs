@@ -836,12 +836,20 @@ impl Workspace {
                 tracing::warn!("a journal not named by a request id is kept, unread");
                 continue;
             };
-            if lock(&self.inner.requests).contains_key(&id)
-                || self.inner.elections.result(&id).is_some()
-            {
-                continue;
-            }
-            let result = match self.prepare_reclaim(&id, cname) {
+            // Under the requests' lock, as a cleanup of an id this runtime
+            // holds nothing for replays the journal: one replay per journal.
+            let prepared = {
+                let mut requests = lock(&self.inner.requests);
+                if requests.contains_key(&id) || self.inner.elections.result(&id).is_some() {
+                    continue;
+                }
+                let prepared = self.prepare_reclaim(&id, cname);
+                if let Prepared::Clean(state) = &prepared {
+                    requests.insert(id.clone(), state.clone());
+                }
+                prepared
+            };
+            let result = match prepared {
                 Prepared::Decided => continue,
                 // Could not even read the journal now: nothing is filed, so
                 // the next cleanup of the id (or the next start) tries again.
@@ -852,10 +860,7 @@ impl Workspace {
                     }
                     result
                 }
-                Prepared::Clean(state) => {
-                    lock(&self.inner.requests).insert(id.clone(), state);
-                    self.cleanup_id(id.clone()).await
-                }
+                Prepared::Clean(_) => self.cleanup_id(id.clone()).await,
             };
             match result.safe_code() {
                 Some(code) => {
