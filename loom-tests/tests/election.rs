@@ -201,4 +201,97 @@ mod loom_models {
             "a shared election was never explored"
         );
     }
+
+    /// Keyed elections where the first attempt could not run (its owner
+    /// completes with `complete_transient`): two callers each enter until
+    /// they get a final result. Whatever the interleaving: never two owners
+    /// of the key at once, exactly two attempts (the transient one and one
+    /// final one: a final result is cached, never run again), a caller that
+    /// received the transient result and enters again meets a new attempt
+    /// (never the old result), and both callers end with the final result. Tag 0 counts executions where a
+    /// waiter of the first attempt received its transient answer, tag 1
+    /// those where none did.
+    #[test]
+    fn keyed_transient_retry_never_overlaps_owners() {
+        const COULD_NOT_RUN: usize = 100;
+        let exploration = explore("elections, transient then retry", 3, 2, 2, |recorder| {
+            let elections: Elections<u8, usize> = Elections::new(4);
+            let active = Arc::new(AtomicUsize::new(0));
+            let attempts = Arc::new(AtomicUsize::new(0));
+            let enter = move |elections: Elections<u8, usize>,
+                              active: Arc<AtomicUsize>,
+                              attempts: Arc<AtomicUsize>,
+                              me: usize| {
+                let mut saw_transient_as_waiter = false;
+                let mut final_owner = false;
+                // The second entry must meet a new attempt: a transient
+                // result is forgotten before anyone can receive it.
+                for _ in 0..2 {
+                    let seen = match elections.elect(0) {
+                        Elected::Owner(guard) => {
+                            assert_eq!(
+                                active.fetch_add(1, Ordering::SeqCst),
+                                0,
+                                "two owners at once"
+                            );
+                            let attempt = attempts.fetch_add(1, Ordering::SeqCst);
+                            let waiter = guard.waiter();
+                            active.fetch_sub(1, Ordering::SeqCst);
+                            if attempt == 0 {
+                                guard.complete_transient(COULD_NOT_RUN);
+                            } else {
+                                final_owner = true;
+                                guard.complete(attempt);
+                            }
+                            wait_as(me, waiter)
+                        }
+                        Elected::Waiter(waiter) => {
+                            let seen = wait_as(me, waiter);
+                            saw_transient_as_waiter |= seen == Ok(COULD_NOT_RUN);
+                            seen
+                        }
+                    };
+                    if seen != Ok(COULD_NOT_RUN) {
+                        return (seen, final_owner, saw_transient_as_waiter);
+                    }
+                }
+                panic!("a caller that received the transient result met it again");
+            };
+            let racer = {
+                let (elections, active, attempts) = (
+                    elections.clone(),
+                    Arc::clone(&active),
+                    Arc::clone(&attempts),
+                );
+                thread::spawn(move || enter(elections, active, attempts, 1))
+            };
+            let results = [
+                enter(
+                    elections.clone(),
+                    Arc::clone(&active),
+                    Arc::clone(&attempts),
+                    0,
+                ),
+                racer.join().unwrap(),
+            ];
+            assert_eq!(attempts.load(Ordering::SeqCst), 2, "{results:?}");
+            for (seen, ..) in &results {
+                assert_eq!(*seen, Ok(1), "{results:?}");
+            }
+            let owners: Vec<usize> = (0..2).filter(|&i| results[i].1).collect();
+            assert_eq!(owners.len(), 1, "{results:?}");
+            assert_eq!(elections.result(&0), Some(Ok(1)));
+            assert_eq!(elections.in_flight(), 0);
+            recorder.won(owners[0]);
+            recorder.tag(if results.iter().any(|r| r.2) { 0 } else { 1 });
+        });
+        assert!(
+            exploration.tags[0] > 0,
+            "a waiter of the transient attempt was never explored"
+        );
+        assert!(
+            exploration.tags[1] > 0,
+            "a retry without a waiter was never explored"
+        );
+    }
 }

@@ -13,6 +13,17 @@ use super::shim::{self, Arc, Mutex, atomic::AtomicBool, atomic::Ordering};
 /// or [`Abandoned`] if the owner's guard was dropped without completing.
 pub type Outcome<V> = Result<V, Abandoned>;
 
+/// How the owner's result is filed once published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Filing {
+    /// The result of work that ran: every later participant receives it
+    /// (while the keyed form keeps it cached).
+    Final,
+    /// The work could not run (see [`OwnerGuard::complete_transient`]):
+    /// only the participants holding the result now receive it.
+    Transient,
+}
+
 /// The owner's [`OwnerGuard`] was dropped (or [`abandon`](OwnerGuard::abandon)ed)
 /// before it completed the work, so no value exists.
 ///
@@ -70,15 +81,17 @@ impl<V> fmt::Debug for Elected<V> {
 pub struct OwnerGuard<V> {
     cell: SettleOnce<Outcome<V>>,
     /// Runs once, after the result is published (the keyed form files the
-    /// result in its bounded cache here).
-    on_settled: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// result in its bounded cache here), or, for a transient result, just
+    /// before (the keyed form forgets the key here).
+    on_settled: Option<Box<dyn FnOnce(Filing) + Send + Sync>>,
 }
 
 impl<V> OwnerGuard<V> {
-    /// A guard over `cell` that runs `on_settled` once, after publishing.
+    /// A guard over `cell` that runs `on_settled` once, after publishing (just
+    /// before, for a transient result).
     pub(super) fn with_hook(
         cell: SettleOnce<Outcome<V>>,
-        on_settled: Box<dyn FnOnce() + Send + Sync>,
+        on_settled: Box<dyn FnOnce(Filing) + Send + Sync>,
     ) -> Self {
         Self {
             cell,
@@ -96,31 +109,59 @@ impl<V> OwnerGuard<V> {
     /// Publishes `value` as the election's result to every present and
     /// future participant.
     pub fn complete(mut self, value: V) {
-        self.publish(Ok(value));
+        self.publish(Ok(value), Filing::Final);
+    }
+
+    /// Publishes `value` to every participant holding a [`Waiter`] on this
+    /// attempt now, and files it as **not final**: the work could not run
+    /// (the machine was out of something, nothing suspicious was found) and
+    /// must be tried again.
+    ///
+    /// In [`Elections`], the key is forgotten, then `value` published, so
+    /// the next [`elect`](Elections::elect) of the key — by a caller that
+    /// already received `value` too — becomes the owner of a new attempt.
+    /// Attempts never overlap: the key stays in flight until this call (the
+    /// owner's work is over by then), so a caller arriving before it waits
+    /// on this attempt and receives `value`. A single [`Election`] has one cell for its whole
+    /// life: there the value is final like [`complete`](Self::complete)'s.
+    pub fn complete_transient(mut self, value: V) {
+        self.publish(Ok(value), Filing::Transient);
     }
 
     /// Publishes [`Abandoned`] explicitly (the same as dropping the guard).
     pub fn abandon(mut self) {
-        self.publish(Err(Abandoned));
+        self.publish(Err(Abandoned), Filing::Final);
     }
 
-    fn publish(&mut self, outcome: Outcome<V>) {
+    fn publish(&mut self, outcome: Outcome<V>, filing: Filing) {
         // The hook doubles as the "not yet published" flag: taking it makes
         // every later call (including the one from `drop`) a no-op.
         let Some(on_settled) = self.on_settled.take() else {
             return;
         };
+        // A transient result is forgotten before it is published: a caller
+        // that saw it and enters again must find a new attempt to own, not
+        // this settled cell. The work is over either way, so attempts still
+        // never overlap.
+        let mut hook = Some(on_settled);
+        if filing == Filing::Transient {
+            if let Some(forget) = hook.take() {
+                forget(filing);
+            }
+        }
         // Only the guard settles its cell, and only once, so this cannot be
         // refused.
         let refused = self.cell.try_settle(outcome).is_err();
         debug_assert!(!refused, "an election's cell was settled twice");
-        on_settled();
+        if let Some(file) = hook {
+            file(filing);
+        }
     }
 }
 
 impl<V> Drop for OwnerGuard<V> {
     fn drop(&mut self) {
-        self.publish(Err(Abandoned));
+        self.publish(Err(Abandoned), Filing::Final);
     }
 }
 
@@ -241,7 +282,7 @@ impl<V> Election<V> {
         {
             Elected::Owner(OwnerGuard {
                 cell: self.cell.clone(),
-                on_settled: Some(Box::new(|| {})),
+                on_settled: Some(Box::new(|_| {})),
             })
         } else {
             Elected::Waiter(self.waiter())
@@ -308,6 +349,15 @@ impl<V> fmt::Debug for Election<V> {
 /// The cache exists so duplicates get the *same* typed result cheaply; the
 /// idempotent owner keeps a re-election after eviction safe.
 ///
+/// # A result of work that could not run is not cached
+///
+/// An owner that completes with [`OwnerGuard::complete_transient`] (its
+/// work could not run: out of disk space, descriptors, memory) hands its
+/// value to the participants waiting on that attempt, and the key is
+/// forgotten: the next `elect(key)` owns a new attempt. Attempts of one key
+/// never overlap — the key is in flight until the owner publishes — so
+/// "exactly once" holds for the attempt that ran to a final result.
+///
 /// `Elections` is a handle: clones share the same table.
 ///
 /// # Examples
@@ -371,8 +421,15 @@ where
         let shared = Arc::clone(&self.table);
         Elected::Owner(OwnerGuard {
             cell,
-            on_settled: Some(Box::new(move || {
-                shim::lock(&shared).file_completed(key);
+            on_settled: Some(Box::new(move |filing| {
+                let mut table = shim::lock(&shared);
+                match filing {
+                    Filing::Final => table.file_completed(key),
+                    // Nothing ran: the next caller owns a new attempt.
+                    Filing::Transient => {
+                        table.entries.remove(&key);
+                    }
+                }
             })),
         })
     }
@@ -639,6 +696,36 @@ mod tests {
         assert_eq!(present.wait(), Ok(5));
         assert_eq!(elections.cached(), 0);
         assert!(elections.elect("k").is_owner());
+    }
+
+    /// A result of work that could not run reaches the callers of that
+    /// attempt and is not cached: the next caller owns a new attempt, and a
+    /// final result after it is cached as usual.
+    #[test]
+    fn a_transient_result_reaches_its_waiters_and_the_next_caller_owns_again() {
+        let elections: Elections<&str, &str> = Elections::new(4);
+        let first = owner(elections.elect("k"));
+        let present = waiter(elections.elect("k"));
+        // In flight: a caller arriving now waits on this attempt.
+        assert_eq!(elections.in_flight(), 1);
+        first.complete_transient("no_space");
+        assert_eq!(present.wait(), Ok("no_space"));
+        assert_eq!(elections.result("k"), None);
+        assert_eq!((elections.in_flight(), elections.cached()), (0, 0));
+        let second = owner(elections.elect("k"));
+        let late = waiter(elections.elect("k"));
+        second.complete("cleaned");
+        assert_eq!(late.wait(), Ok("cleaned"));
+        assert_eq!(waiter(elections.elect("k")).wait(), Ok("cleaned"));
+        assert_eq!(elections.cached(), 1);
+    }
+
+    /// A single election has one cell: a transient result is its last.
+    #[test]
+    fn a_single_elections_transient_result_is_final() {
+        let election = Election::new();
+        owner(election.elect()).complete_transient(7);
+        assert_eq!(waiter(election.elect()).wait(), Ok(7));
     }
 
     #[test]

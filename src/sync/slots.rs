@@ -237,7 +237,9 @@ where
                     let key = key.clone();
                     Elected::Owner(OwnerGuard::with_hook(
                         cell,
-                        Box::new(move || shim::lock(&shared).publish(key)),
+                        // The node's state machine decides what a result
+                        // means for a retry; the cell's filing is its own.
+                        Box::new(move |_| shim::lock(&shared).publish(key)),
                     ))
                 })
             }

@@ -7,6 +7,8 @@
 //! but not gone. The reclaim after a restart hands each such leftover to
 //! the same protocol again, which destroys it only if it is still an inode
 //! the journal's inventory registered; anything else is kept and logged.
+//! A cleanup run again after an attempt that could not run (out of space,
+//! descriptors or memory) sweeps that attempt's quarantine the same way.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -14,6 +16,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::identity::Anchor;
 use super::inventory::Inventory;
+use super::remove;
+use super::result::CleanupCode;
 use crate::fs::{self, Errno, FileKind, Removal};
 
 /// What [`destroy_proven`] did.
@@ -24,6 +28,26 @@ pub(crate) struct Swept {
     /// Entries left in the quarantine: not proven by the inventory, or not
     /// removable now.
     pub kept: u64,
+    /// Of the kept, the first whose removal could not run (the machine was
+    /// out of space, descriptors or memory): a retry may still remove it.
+    pub transient: Option<CleanupCode>,
+}
+
+impl Swept {
+    fn add(&mut self, other: Swept) {
+        self.files += other.files;
+        self.dirs += other.dirs;
+        self.kept += other.kept;
+        self.transient = self.transient.or(other.transient);
+    }
+
+    fn keep(&mut self, e: Errno) {
+        self.kept += 1;
+        let code = remove::errno_code(e);
+        if code.is_transient() && self.transient.is_none() {
+            self.transient = Some(code);
+        }
+    }
 }
 
 /// The removal pass's second thread quarantines beneath the job's own
@@ -45,6 +69,14 @@ pub(crate) fn destroy_proven(
     destroy_proven_at(qroot, job_name, inv, anchor, true)
 }
 
+/// [`destroy_proven`] on a job's quarantine the caller holds open (`dir`,
+/// checked to be a plain directory on `anchor`), which stays in place
+/// whatever it did: a cleanup run again after an attempt that could not
+/// run sweeps what that attempt left there before it removes anything else.
+pub(crate) fn destroy_proven_in(dir: BorrowedFd<'_>, inv: &Inventory, anchor: Anchor) -> Swept {
+    sweep(dir, inv, anchor, true)
+}
+
 fn destroy_proven_at(
     qroot: BorrowedFd<'_>,
     job_name: &CStr,
@@ -59,30 +91,44 @@ fn destroy_proven_at(
         Err(Errno::NOENT) => return out,
         Err(e) => {
             tracing::warn!(error = %e, "cannot open a job's quarantine; its leftovers are kept");
-            out.kept = 1;
+            out.keep(e);
             return out;
         }
     };
     match fs::observe_fd(dir.as_fd()) {
         Ok(obs) if obs.kind == FileKind::Dir && anchor.admit(&obs).is_ok() => {}
+        Err(e) => {
+            out.keep(e);
+            return out;
+        }
         _ => {
             tracing::warn!("a job's quarantine is not a plain directory here; it is kept");
             out.kept = 1;
             return out;
         }
     }
+    out = sweep(dir.as_fd(), inv, anchor, top);
+    if out.kept == 0 {
+        let _ = fs::rmdir_at(qroot, job_name);
+    }
+    out
+}
+
+/// Destroys the proven entries of the open quarantine `dir`.
+fn sweep(dir: BorrowedFd<'_>, inv: &Inventory, anchor: Anchor, top: bool) -> Swept {
+    let mut out = Swept::default();
     let mut names: Vec<CString> = Vec::new();
-    if fs::for_each_name(dir.as_fd(), |n| {
+    match fs::for_each_name(dir, |n| {
         names.push(n.to_owned());
-        Ok(())
-    })
-    .is_err()
-    {
-        out.kept = 1;
-        return out;
+        Ok::<(), ()>(())
+    }) {
+        Ok(_) => {}
+        Err(e) => {
+            out.keep(e);
+            return out;
+        }
     }
     if names.is_empty() {
-        let _ = fs::rmdir_at(qroot, job_name);
         return out;
     }
     let by_ino: HashMap<u64, u32> = (0..inv.len() as u32)
@@ -90,26 +136,24 @@ fn destroy_proven_at(
         .collect();
     // A second descriptor of the same directory: the protocol moves each
     // leftover to a fresh name there before it identifies and destroys it.
-    let mut quarantine = match fs::open_dir_at(qroot, job_name) {
+    let mut quarantine = match fs::dup(dir) {
         Ok(fd) => fs::Quarantine::new(fd),
-        Err(_) => {
+        Err(e) => {
+            out.keep(e);
             out.kept = names.len() as u64;
             return out;
         }
     };
     for name in names {
         if top && name.as_c_str() == SECOND_QUARANTINE {
-            let inner = destroy_proven_at(dir.as_fd(), &name, inv, anchor, false);
-            out.files += inner.files;
-            out.dirs += inner.dirs;
-            out.kept += inner.kept;
+            out.add(destroy_proven_at(dir, &name, inv, anchor, false));
             continue;
         }
-        let obs = match fs::observe_at(dir.as_fd(), &name) {
+        let obs = match fs::observe_at(dir, &name) {
             Ok(obs) => obs,
             Err(Errno::NOENT) => continue,
-            Err(_) => {
-                out.kept += 1;
+            Err(e) => {
+                out.keep(e);
                 continue;
             }
         };
@@ -120,7 +164,7 @@ fn destroy_proven_at(
         let entry = inv.entry(i);
         let kind = entry.kind.file_kind();
         let identity = entry.identity;
-        let removal = quarantine.remove(dir.as_fd(), &name, kind, |seen| {
+        let removal = quarantine.remove(dir, &name, kind, |seen| {
             let obs = seen.observed();
             anchor.admit(&obs).and_then(|()| identity.check(kind, &obs))
         });
@@ -128,12 +172,11 @@ fn destroy_proven_at(
             Ok(Removal::Destroyed) if kind == FileKind::Dir => out.dirs += 1,
             Ok(Removal::Destroyed) => out.files += 1,
             Ok(Removal::Missing) => {}
-            Ok(_) | Err(_) => out.kept += 1,
+            Ok(_) => out.kept += 1,
+            Err(e) => out.keep(e),
         }
     }
-    if out.kept == 0 {
-        let _ = fs::rmdir_at(qroot, job_name);
-    } else {
+    if out.kept > 0 {
         tracing::warn!(
             kept = out.kept,
             "entries not proven by the journal are kept in a job's quarantine"

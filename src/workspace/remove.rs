@@ -25,9 +25,18 @@
 //!    directory (now empty) through the same protocol, from its verified
 //!    parent.
 //!
-//! The quarantine is an empty one an earlier cleanup kept (renamed to the
-//! job's name) or a new one; a cleanup that did not fail keeps it, under a
-//! spare name, only when a listing finds it empty ([`SpareQuarantine`]).
+//! The quarantine is the empty one the request reserved when it opened
+//! (renamed to the job's name: a cleanup allocates no inode), the one an
+//! earlier attempt left under that name, or, only when neither is there, a
+//! new one; a cleanup that did not fail (or could not run) keeps it, under
+//! a spare name, only when a listing finds it empty ([`SpareQuarantine`]).
+//! An attempt that found it already there first destroys the registered
+//! entries an earlier attempt left in it ([`leftovers::destroy_proven_in`]).
+//!
+//! A failed syscall is a verdict (`io_error`), or, for exhaustion
+//! ([`errno_code`]: `ENOSPC`, `EDQUOT`, `EMFILE`, `ENFILE`, `ENOMEM`), a
+//! cleanup that could not run and is run again; a verdict met by either
+//! thread is reported before such a failure.
 //!
 //! Any mismatch stops the cleanup where it is with `tampered` (the tree
 //! changed after it was verified); nothing is ever retried under another
@@ -72,6 +81,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
+use super::leftovers;
 use super::result::CleanupCode;
 use crate::fs::{self, Errno, FileKind, Observed, Removal, Settled};
 
@@ -130,7 +140,7 @@ impl Rules<'_> {
 
     fn io_fail(&self, i: u32, e: &Errno) -> Fail {
         tracing::warn!(error = %e, "workspace cleanup: filesystem call failed");
-        self.fail_at(CleanupCode::IoError, i)
+        self.fail_at(errno_code(*e), i)
     }
 
     /// Checks a fresh observation of registered entry `i`.
@@ -160,6 +170,24 @@ impl Ctx<'_> {
         self.name_buf.extend_from_slice(self.rules.inv.name(i));
         self.name_buf.push(0);
         CStr::from_bytes_with_nul(&self.name_buf).expect("validated names hold no NUL")
+    }
+}
+
+/// The code of a filesystem call that failed with `e`: the machine was out
+/// of something, so the cleanup **could not run** (`no_space`,
+/// `no_descriptors`, `no_memory`: transient, run again later), or an
+/// unexpected failure (`io_error`: a verdict, final).
+///
+/// Only exhaustion is transient. `EIO`, `EROFS`, `EPERM`, `EACCES`,
+/// `EBUSY`, `ELOOP` and the rest say something about the tree or the
+/// filesystem that a retry would not change, or that nobody can explain:
+/// they stay fail-closed verdicts.
+pub(crate) fn errno_code(e: Errno) -> CleanupCode {
+    match e {
+        Errno::NOSPC | Errno::DQUOT => CleanupCode::NoSpace,
+        Errno::MFILE | Errno::NFILE => CleanupCode::NoDescriptors,
+        Errno::NOMEM => CleanupCode::NoMemory,
+        _ => CleanupCode::IoError,
     }
 }
 
@@ -444,7 +472,7 @@ fn look(rules: Rules<'_>, job: &Look, stop: &Stop) -> Looked {
             Err(e) if e == Errno::NOENT => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "workspace cleanup: statx failed");
-                out.fail = Some((pos, rules.fail_name(CleanupCode::IoError, job.dir, name)));
+                out.fail = Some((pos, rules.fail_name(errno_code(e), job.dir, name)));
                 break;
             }
         };
@@ -544,9 +572,16 @@ impl Visit for Verify<'_> {
 }
 
 /// Keeps the first failure in the walk's order: `(job, position + 1)`, or
-/// `(next job, 0)` for the walk's own.
+/// `(next job, 0)` for the walk's own. A verdict goes before any failure
+/// that only says the cleanup could not run (`no_space` and the like): when
+/// the two threads met both, what was found suspicious is final, and it is
+/// never hidden behind a retry.
 fn earliest(best: &mut Option<((u64, usize), Fail)>, key: (u64, usize), f: Fail) {
-    if best.as_ref().is_none_or(|(k, _)| key < *k) {
+    let rank = |key: (u64, usize), f: &Fail| (f.code.is_transient(), key);
+    if best
+        .as_ref()
+        .is_none_or(|(k, b)| rank(key, &f) < rank(*k, b))
+    {
         *best = Some((key, f));
     }
 }
@@ -893,37 +928,38 @@ impl Visit for Dirs<'_> {
 
 /// Creates (or reuses) `<quarantine root>/<job name>` (or, for the second
 /// thread, `<that>/1`) and checks it is a plain directory on the
-/// workspace's device and mount.
+/// workspace's device and mount. Also says whether it existed already.
 fn open_quarantine(
     qroot: BorrowedFd<'_>,
     job_name: &CStr,
     anchor: Anchor,
-) -> Result<fs::Quarantine, Fail> {
+) -> Result<(fs::Quarantine, bool), Fail> {
     let fail = |code| Fail {
         code,
         suspect: String::new(),
     };
-    match fs::mkdir_at(qroot, job_name, 0o700) {
-        Ok(()) | Err(Errno::EXIST) => {}
+    let existed = match fs::mkdir_at(qroot, job_name, 0o700) {
+        Ok(()) => false,
+        Err(Errno::EXIST) => true,
         Err(e) => {
             tracing::warn!(error = %e, "workspace cleanup: cannot create the quarantine");
-            return Err(fail(CleanupCode::IoError));
+            return Err(fail(errno_code(e)));
         }
-    }
+    };
     let dir = match fs::open_dir_at(qroot, job_name) {
         Ok(fd) => fd,
         Err(Errno::LOOP | Errno::NOTDIR) => return Err(fail(CleanupCode::SymlinkInJob)),
         Err(e) => {
             tracing::warn!(error = %e, "workspace cleanup: cannot open the quarantine");
-            return Err(fail(CleanupCode::IoError));
+            return Err(fail(errno_code(e)));
         }
     };
-    let obs = fs::observe_fd(dir.as_fd()).map_err(|_| fail(CleanupCode::IoError))?;
+    let obs = fs::observe_fd(dir.as_fd()).map_err(|e| fail(errno_code(e)))?;
     if obs.kind != FileKind::Dir {
         return Err(fail(CleanupCode::IdentityReplaced));
     }
     anchor.admit(&obs).map_err(|m| fail(code_of(m)))?;
-    Ok(fs::Quarantine::new(dir))
+    Ok((fs::Quarantine::new(dir), existed))
 }
 
 /// What the files pass did.
@@ -1019,19 +1055,22 @@ pub(crate) struct SpareQuarantine {
     pub(crate) dir: OwnedFd,
 }
 
-/// The quarantine for `job_name`: `spare` renamed to it when given (no
-/// inode allocated), else created.
+/// The quarantine for `job_name`, and whether it was there already (an
+/// earlier attempt of this cleanup that could not run, or a killed run,
+/// left it, perhaps with what they had moved out of the tree): `spare`
+/// renamed to it when given (no inode allocated), else the one there, else
+/// a new one (the only case that allocates an inode).
 fn claim_quarantine(
     qroot: BorrowedFd<'_>,
     job_name: &CStr,
     anchor: Anchor,
     spare: Option<SpareQuarantine>,
-) -> Result<fs::Quarantine, Fail> {
+) -> Result<(fs::Quarantine, bool), Fail> {
     if let Some(spare) = spare {
         match fs::rename_noreplace(qroot, &spare.name, job_name) {
-            Ok(()) => return Ok(fs::Quarantine::new(spare.dir)),
-            // Gone, or the name taken (a leftover of a killed run): the
-            // usual way, and the spare is dropped.
+            Ok(()) => return Ok((fs::Quarantine::new(spare.dir), false)),
+            // Gone, or the name taken (left by an earlier attempt or a
+            // killed run): the one there is used, and the spare dropped.
             Err(_) => {
                 let _ = fs::rmdir_at(qroot, &spare.name);
             }
@@ -1074,8 +1113,11 @@ fn end_quarantine(
 ///
 /// Touches nothing but registered entries below (and including)
 /// `jobs/job_name`; stops at the first mismatch. The quarantine is `spare`
-/// if given; when the removal ends with nothing left in it and `keep_as`
-/// is given, it is renamed to `keep_as` and returned for the next cleanup.
+/// if given (renamed to `job_name`: no inode allocated); when the removal
+/// did not fail, or could not run ([`CleanupCode::is_transient`]), and
+/// nothing is left in the quarantine, it is renamed to `keep_as` and
+/// returned for the next cleanup (or the next attempt of this one). A
+/// `spare` the removal did not reach is returned as it was.
 pub(crate) fn clean_job(
     jobs: BorrowedFd<'_>,
     qroot: BorrowedFd<'_>,
@@ -1106,6 +1148,9 @@ pub(crate) fn clean_job(
         Ok(Some(())) => {}
         Ok(None) => {
             out.missing = live;
+            // An earlier attempt may have removed the job directory itself
+            // and left what it moved out in the quarantine.
+            sweep_earlier(qroot, job_name, inv, anchor, &mut out);
             return (out, spare);
         }
         Err(f) => {
@@ -1119,26 +1164,45 @@ pub(crate) fn clean_job(
         .filter(|&&i| seen[i as usize])
         .count() as u64
         + 1;
-    let mut quarantine = match claim_quarantine(qroot, job_name, anchor, spare) {
+    let (mut quarantine, existed) = match claim_quarantine(qroot, job_name, anchor, spare) {
         Ok(q) => q,
         Err(f) => {
             out.failure = Some(f);
             return (out, None);
         }
     };
+    out.missing = live - seen_count;
+    if existed {
+        // What an earlier attempt (or a killed run) moved out of the tree
+        // and could not destroy: the registered inodes go; anything else
+        // is out of the tree already and stays there, for the operator.
+        let swept = leftovers::destroy_proven_in(quarantine.dir(), inv, anchor);
+        out.files_removed += swept.files;
+        out.dirs_removed += swept.dirs;
+        if let Some(code) = swept.transient {
+            out.failure = Some(Fail {
+                code,
+                suspect: String::new(),
+            });
+            let keep = end_quarantine(qroot, job_name, Some(quarantine), keep_as);
+            return (out, keep);
+        }
+    }
     let second = if help {
-        open_quarantine(quarantine.dir(), c"1", anchor).ok()
+        // Optional: without an inode for it, the pass runs on one thread.
+        open_quarantine(quarantine.dir(), c"1", anchor)
+            .ok()
+            .map(|(q, _)| q)
     } else {
         None
     };
     let helped = second.is_some();
-    out.missing = live - seen_count;
     let done = remove_all_files(&mut ctx, &mut seen, &mut quarantine, second);
     if helped {
         let _ = fs::rmdir_at(quarantine.dir(), c"1");
     }
-    out.files_removed = done.files;
-    out.dirs_removed = done.dirs;
+    out.files_removed += done.files;
+    out.dirs_removed += done.dirs;
     out.missing += done.missing;
     let mut quarantine = Some(quarantine);
     let result = match done.failure {
@@ -1177,7 +1241,114 @@ pub(crate) fn clean_job(
             out.failure = Some(f);
         }
     }
-    let keep_as = keep_as.filter(|_| out.failure.is_none());
+    let keep_as = keep_as.filter(|_| out.failure.as_ref().is_none_or(|f| f.code.is_transient()));
     let kept = end_quarantine(qroot, job_name, quarantine, keep_as);
     (out, kept)
+}
+
+/// The job directory is gone: destroys what an earlier attempt that could
+/// not run left in the job's quarantine, if it left one, as
+/// [`leftovers::destroy_proven`] (which removes it once empty).
+fn sweep_earlier(
+    qroot: BorrowedFd<'_>,
+    job_name: &CStr,
+    inv: &Inventory,
+    anchor: Anchor,
+    out: &mut FsOutcome,
+) {
+    let swept = leftovers::destroy_proven(qroot, job_name, inv, anchor);
+    out.files_removed += swept.files;
+    out.dirs_removed += swept.dirs;
+    if let Some(code) = swept.transient {
+        out.failure = Some(Fail {
+            code,
+            suspect: String::new(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exhaustion says the cleanup could not run (transient, run again);
+    /// every other failure, and every fail-closed code, is a verdict.
+    #[test]
+    fn each_errno_class_maps_to_a_verdict_or_could_not_run() {
+        let could_not_run = [
+            (Errno::NOSPC, CleanupCode::NoSpace),
+            (Errno::DQUOT, CleanupCode::NoSpace),
+            (Errno::MFILE, CleanupCode::NoDescriptors),
+            (Errno::NFILE, CleanupCode::NoDescriptors),
+            (Errno::NOMEM, CleanupCode::NoMemory),
+        ];
+        for (e, code) in could_not_run {
+            assert_eq!(errno_code(e), code, "{e}");
+            assert!(code.is_transient(), "{e}");
+        }
+        for e in [
+            Errno::IO,
+            Errno::ROFS,
+            Errno::PERM,
+            Errno::ACCESS,
+            Errno::BUSY,
+            Errno::LOOP,
+            Errno::NOTDIR,
+            Errno::NOTEMPTY,
+            Errno::XDEV,
+            Errno::STALE,
+            Errno::INVAL,
+            Errno::AGAIN,
+        ] {
+            assert_eq!(errno_code(e), CleanupCode::IoError, "{e}");
+            assert!(!errno_code(e).is_transient(), "{e}");
+        }
+        for verdict in [
+            CleanupCode::SymlinkInJob,
+            CleanupCode::SpecialFileInJob,
+            CleanupCode::MountBoundary,
+            CleanupCode::DeviceChanged,
+            CleanupCode::IdentityReplaced,
+            CleanupCode::UnregisteredEntry,
+            CleanupCode::DirectoryNotEmpty,
+            CleanupCode::Tampered,
+            CleanupCode::JobNotOwned,
+            CleanupCode::ProcessBoundExceeded,
+            CleanupCode::IoError,
+            CleanupCode::Abandoned,
+            CleanupCode::Unsupported,
+        ] {
+            assert!(!verdict.is_transient(), "{verdict:?}");
+        }
+    }
+
+    /// When the two threads of a pass met both, the verdict is reported,
+    /// whatever their order in the walk; among equals, the first in it.
+    #[test]
+    fn a_verdict_is_never_hidden_behind_a_transient_failure() {
+        let f = |code| Fail {
+            code,
+            suspect: String::new(),
+        };
+        let mut best = None;
+        earliest(&mut best, (0, 1), f(CleanupCode::NoSpace));
+        earliest(&mut best, (3, 1), f(CleanupCode::Tampered));
+        earliest(&mut best, (2, 1), f(CleanupCode::NoDescriptors));
+        assert_eq!(
+            best.as_ref().map(|(k, f)| (*k, f.code)),
+            Some(((3, 1), CleanupCode::Tampered))
+        );
+        earliest(&mut best, (1, 5), f(CleanupCode::UnregisteredEntry));
+        assert_eq!(
+            best.map(|(k, f)| (k, f.code)),
+            Some(((1, 5), CleanupCode::UnregisteredEntry))
+        );
+        let mut best = None;
+        earliest(&mut best, (4, 0), f(CleanupCode::NoMemory));
+        earliest(&mut best, (2, 0), f(CleanupCode::NoSpace));
+        assert_eq!(
+            best.map(|(k, f)| (k, f.code)),
+            Some(((2, 0), CleanupCode::NoSpace))
+        );
+    }
 }

@@ -64,6 +64,18 @@ pub enum CleanupCode {
     ProcessBoundExceeded,
     /// A filesystem call failed unexpectedly.
     IoError,
+    /// The cleanup could not run: the filesystem was out of space or inodes,
+    /// or the user's quota was exhausted (`ENOSPC`, `EDQUOT`). Not a
+    /// verdict: nothing suspicious was found, and the cleanup is run again
+    /// by the next request for it ([`CleanupCode::is_transient`]).
+    NoSpace,
+    /// The cleanup could not run: the process or the system was out of file
+    /// descriptors (`EMFILE`, `ENFILE`). Not a verdict, like
+    /// [`CleanupCode::NoSpace`].
+    NoDescriptors,
+    /// The cleanup could not run: the kernel was out of memory (`ENOMEM`).
+    /// Not a verdict, like [`CleanupCode::NoSpace`].
+    NoMemory,
     /// The cleanup task died before publishing a result (nothing is known to
     /// be clean).
     Abandoned,
@@ -91,10 +103,29 @@ impl CleanupCode {
             CleanupCode::JobNotOwned => SafeCode::new("job_not_owned"),
             CleanupCode::ProcessBoundExceeded => SafeCode::new("process_bound_exceeded"),
             CleanupCode::IoError => SafeCode::new("io_error"),
+            CleanupCode::NoSpace => SafeCode::new("no_space"),
+            CleanupCode::NoDescriptors => SafeCode::new("no_descriptors"),
+            CleanupCode::NoMemory => SafeCode::new("no_memory"),
             CleanupCode::Abandoned => SafeCode::new("abandoned"),
             CleanupCode::Unsupported => SafeCode::new("unsupported"),
             CleanupCode::CgroupNotOwned => SafeCode::new("cgroup_not_owned"),
         }
+    }
+
+    /// Whether the code says the cleanup **could not run** (the machine was
+    /// out of space, descriptors or memory) rather than a **verdict** on
+    /// what it found.
+    ///
+    /// A verdict (every other code) is final: the cleanup failed closed on
+    /// something it could not prove, and every later caller receives it. A
+    /// transient code is answered to the callers of that attempt only; the
+    /// request stays held and the next cleanup of its id (a caller's,
+    /// the workspace's close, a restarted node's reclaim) runs it again.
+    pub const fn is_transient(self) -> bool {
+        matches!(
+            self,
+            CleanupCode::NoSpace | CleanupCode::NoDescriptors | CleanupCode::NoMemory
+        )
     }
 }
 
@@ -141,6 +172,12 @@ impl CleanupResult {
             self.status,
             CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed
         )
+    }
+
+    /// True when the cleanup could not run and will be run again
+    /// ([`CleanupCode::is_transient`]); false for every verdict.
+    pub fn is_transient(&self) -> bool {
+        self.code.is_some_and(CleanupCode::is_transient)
     }
 
     /// The wire-safe failure code, if any.
@@ -213,7 +250,11 @@ mod tests {
             CleanupCode::DirectoryNotEmpty,
             CleanupCode::JobNotOwned,
             CleanupCode::ProcessBoundExceeded,
+            CleanupCode::Tampered,
             CleanupCode::IoError,
+            CleanupCode::NoSpace,
+            CleanupCode::NoDescriptors,
+            CleanupCode::NoMemory,
             CleanupCode::Abandoned,
             CleanupCode::Unsupported,
             CleanupCode::CgroupNotOwned,

@@ -176,15 +176,41 @@ impl Inner {
         }
     }
 
-    /// A name for the next spare quarantine, while there is room for one.
-    fn spare_quarantine_name(&self) -> Option<CString> {
-        if lock(&self.spare_quarantines).len() >= MAX_SPARE_JOURNALS
-            || self.closed.load(Ordering::Acquire)
-        {
-            return None;
-        }
+    /// A name for the next spare quarantine.
+    fn spare_quarantine_name(&self) -> CString {
         let n = self.next_spare.fetch_add(1, Ordering::Relaxed);
-        Some(CString::new(format!("{SPARE_PREFIX}{n}")).expect("no NUL"))
+        CString::new(format!("{SPARE_PREFIX}{n}")).expect("no NUL")
+    }
+
+    /// The quarantine a new request's cleanup will use, reserved now so
+    /// that the cleanup never needs an inode: a spare one, else
+    /// `mkdirat(<internal>/quarantine, .spare-<n>)`.
+    ///
+    /// # Errors
+    ///
+    /// The `errno` of the `mkdirat`, `openat` or `statx`, or `EXDEV` when
+    /// the new directory is not a plain directory on the workspace's mount.
+    fn reserve_quarantine(&self) -> Result<remove::SpareQuarantine, Errno> {
+        if let Some(q) = lock(&self.spare_quarantines).pop() {
+            return Ok(q);
+        }
+        let name = self.spare_quarantine_name();
+        let qroot = self.quarantine.as_fd();
+        fs::mkdir_at(qroot, name.as_c_str(), DIR_MODE)?;
+        let opened = fs::open_dir_at(qroot, name.as_c_str()).and_then(|dir| {
+            let obs = fs::observe_fd(dir.as_fd())?;
+            if obs.kind != FileKind::Dir || self.anchor.admit(&obs).is_err() {
+                return Err(Errno::XDEV);
+            }
+            Ok(dir)
+        });
+        match opened {
+            Ok(dir) => Ok(remove::SpareQuarantine { name, dir }),
+            Err(e) => {
+                let _ = fs::rmdir_at(qroot, name.as_c_str());
+                Err(e)
+            }
+        }
     }
 
     fn keep_quarantine(&self, q: remove::SpareQuarantine) {
@@ -201,6 +227,12 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.drop_spares();
+        // The quarantines reserved by requests never cleaned here.
+        for state in lock(&self.requests).values() {
+            if let Some(q) = lock(&state.quarantine).take() {
+                let _ = fs::rmdir_at(self.quarantine.as_fd(), &q.name);
+            }
+        }
     }
 }
 
@@ -215,6 +247,10 @@ struct RequestState {
     /// Replayed from the journal of a node that died: a clean cleanup is
     /// reported as [`CleanupStatus::Reclaimed`].
     reclaimed: bool,
+    /// The quarantine reserved for the request's cleanup (see
+    /// [`Inner::reserve_quarantine`]); kept again by an attempt that could
+    /// not run, for the next one.
+    quarantine: Mutex<Option<remove::SpareQuarantine>>,
 }
 
 /// The request's cgroup: the parent of its processes' cgroups, created on
@@ -304,6 +340,9 @@ struct FsState {
     /// The request's ownership journal; `None` once an append failed (then
     /// nothing more is created for the request).
     journal: Option<JournalFile>,
+    /// The journal holds the `CleanupStarted` record (written once: an
+    /// attempt that could not run is followed by another).
+    cleanup_journalled: bool,
 }
 
 impl FsState {
@@ -503,12 +542,55 @@ impl Workspace {
             return Err(WorkspaceError::AlreadyOpen { request: id });
         }
         let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
+        // The cleanup's quarantine is reserved first: the cleanup then needs
+        // no new inode, whatever the filesystem is short of by then.
+        let reserved = self
+            .inner
+            .reserve_quarantine()
+            .map_err(io_err("reserve quarantine"))?;
+        let (job, obs, journal) = match self.create_job(&id, &cname) {
+            Ok(made) => made,
+            Err(e) => {
+                self.inner.keep_quarantine(reserved);
+                return Err(e);
+            }
+        };
+        let state = Arc::new(RequestState {
+            id: id.clone(),
+            cname,
+            anchor: self.inner.anchor,
+            fs: Mutex::new(FsState {
+                closed: false,
+                job: Some(job),
+                inventory: Inventory::new(obs.identity),
+                journal: Some(journal),
+                cleanup_journalled: false,
+            }),
+            procs: Mutex::new(ProcState::default()),
+            cgroup: Mutex::new(CgroupSlot::default()),
+            reclaimed: false,
+            quarantine: Mutex::new(Some(reserved)),
+        });
+        requests.insert(id, state.clone());
+        Ok(Job {
+            ws: self.clone(),
+            state,
+        })
+    }
+
+    /// The journal and the job directory of a new request, each checked.
+    fn create_job(
+        &self,
+        id: &RequestId,
+        cname: &CString,
+    ) -> Result<(OwnedFd, Observed, JournalFile), WorkspaceError> {
+        let id = id.clone();
         let jobs = self.inner.jobs.as_fd();
         // The journal comes first: a job directory without one is never
         // adopted, and one left by an earlier run (awaiting reclaim, or kept
         // with a failed verdict) is never reused.
         let journals = self.inner.journals.as_fd();
-        let mut journal = match self.inner.new_journal(&cname) {
+        let mut journal = match self.inner.new_journal(cname) {
             Ok(j) => j,
             Err(e) if e == Errno::EXIST => {
                 return Err(WorkspaceError::JobExists { request: id });
@@ -549,25 +631,7 @@ impl Workspace {
                 identity: obs.identity,
             })
             .map_err(io_err("append journal"))?;
-        let state = Arc::new(RequestState {
-            id: id.clone(),
-            cname,
-            anchor: self.inner.anchor,
-            fs: Mutex::new(FsState {
-                closed: false,
-                job: Some(job),
-                inventory: Inventory::new(obs.identity),
-                journal: Some(journal),
-            }),
-            procs: Mutex::new(ProcState::default()),
-            cgroup: Mutex::new(CgroupSlot::default()),
-            reclaimed: false,
-        });
-        requests.insert(id, state.clone());
-        Ok(Job {
-            ws: self.clone(),
-            state,
-        })
+        Ok((job, obs, journal))
     }
 
     /// The ids of the requests open (not yet cleaned) in this workspace.
@@ -637,6 +701,15 @@ impl Workspace {
     /// receive a clone of the same result while it is cached. Once evicted, a
     /// repeated call only checks that the job directory is gone.
     ///
+    /// A cleanup that **could not run** ([`CleanupResult::is_transient`]:
+    /// `no_space`, `no_descriptors`, `no_memory`) is the exception: its
+    /// result reaches the callers of that attempt only, is neither cached
+    /// nor journalled, and the request stays held, so the next call (or
+    /// [`Workspace::close`], or a restarted runtime's
+    /// [`Workspace::reclaim`]) runs it again. Attempts never overlap.
+    /// For an id this runtime holds nothing for whose journal has no
+    /// verdict, the call replays the journal as the reclaim would.
+    ///
     /// Must be called within a tokio runtime.
     ///
     /// # Errors
@@ -651,6 +724,8 @@ impl Workspace {
 
     /// The result of request `id`'s cleanup, if it finished and is still
     /// cached (a later [`Workspace::cleanup`] of the id returns the same).
+    /// Never a result of a cleanup that could not run: that one is run
+    /// again.
     pub fn cleanup_result(&self, id: &RequestId) -> Option<CleanupResult> {
         match self.inner.elections.result(id)? {
             Ok(r) => Some(r),
@@ -672,6 +747,14 @@ impl Workspace {
                 // dies, the guard's drop publishes `Abandoned`.
                 tokio::spawn(async move {
                     let result = cleanup_work(&inner, &id).await;
+                    if result.is_transient() {
+                        // Could not run: this attempt's callers get the
+                        // answer, the request stays held, and the next
+                        // cleanup of the id (a caller's, the close's) owns
+                        // a new attempt.
+                        guard.complete_transient(result);
+                        return;
+                    }
                     guard.complete(result);
                     // Only now may the id be opened again: its result is
                     // filed, so a duplicate cannot mistake a new job's
@@ -709,7 +792,12 @@ impl Workspace {
     /// Entries that a dead run's cleanup had moved out of the tree into the
     /// job's quarantine but not destroyed (it was killed in between) are
     /// destroyed too, each only if it is an inode the journal registered;
-    /// anything else there is kept. Then, on Linux, the empty base cgroups
+    /// anything else there is kept. The empty spare quarantines a dead run
+    /// left are adopted first, so that the replayed cleanups need no new
+    /// inode. A request whose cleanup could not run here either
+    /// ([`CleanupResult::is_transient`]) is returned with that result, not
+    /// cached, and run again by the next [`Workspace::cleanup`] of its id
+    /// (or the next start). Then, on Linux, the empty base cgroups
     /// that dead custodian processes left beside this process's own are
     /// removed ([`crate::contain::remove_dead_bases`]).
     ///
@@ -731,6 +819,9 @@ impl Workspace {
             tracing::warn!(error = %e, "listing the ownership journals failed; nothing reclaimed");
             return Vec::new();
         }
+        // First, so that the replayed requests' cleanups take them and need
+        // no new inode.
+        self.adopt_spare_quarantines();
         let mut out = Vec::new();
         for cname in names {
             if cname.as_bytes().starts_with(SPARE_PREFIX.as_bytes()) {
@@ -745,23 +836,31 @@ impl Workspace {
                 tracing::warn!("a journal not named by a request id is kept, unread");
                 continue;
             };
-            if lock(&self.inner.requests).contains_key(&id)
-                || self.inner.elections.result(&id).is_some()
-            {
-                continue;
-            }
-            let result = match self.prepare_reclaim(&id, cname) {
+            // Under the requests' lock, as a cleanup of an id this runtime
+            // holds nothing for replays the journal: one replay per journal.
+            let prepared = {
+                let mut requests = lock(&self.inner.requests);
+                if requests.contains_key(&id) || self.inner.elections.result(&id).is_some() {
+                    continue;
+                }
+                let prepared = self.prepare_reclaim(&id, cname);
+                if let Prepared::Clean(state) = &prepared {
+                    requests.insert(id.clone(), state.clone());
+                }
+                prepared
+            };
+            let result = match prepared {
                 Prepared::Decided => continue,
+                // Could not even read the journal now: nothing is filed, so
+                // the next cleanup of the id (or the next start) tries again.
+                Prepared::Filed(result) if result.is_transient() => result,
                 Prepared::Filed(result) => {
                     if let Elected::Owner(guard) = self.inner.elections.elect(id.clone()) {
                         guard.complete(result.clone());
                     }
                     result
                 }
-                Prepared::Clean(state) => {
-                    lock(&self.inner.requests).insert(id.clone(), state);
-                    self.cleanup_id(id.clone()).await
-                }
+                Prepared::Clean(_) => self.cleanup_id(id.clone()).await,
             };
             match result.safe_code() {
                 Some(code) => {
@@ -772,27 +871,6 @@ impl Workspace {
                 }
             }
             out.push((id, result));
-        }
-        // Spare quarantines an earlier run kept (renamed empty, so they
-        // belong to no job): removed if still empty, else kept for the
-        // operator.
-        let mut spare_quarantines = Vec::new();
-        let _ = fs::for_each_name(self.inner.quarantine.as_fd(), |n| {
-            if n.to_bytes().starts_with(SPARE_PREFIX.as_bytes()) {
-                spare_quarantines.push(n.to_owned());
-            }
-            Ok(())
-        });
-        for name in spare_quarantines {
-            if lock(&self.inner.spare_quarantines)
-                .iter()
-                .any(|q| q.name == name)
-            {
-                continue;
-            }
-            if let Err(e) = fs::rmdir_at(self.inner.quarantine.as_fd(), &name) {
-                tracing::warn!(error = %e, "a spare quarantine holds something; it is kept");
-            }
         }
         // After the journals: the reclaim's cleanups removed the request
         // cgroups of the dead runs, so their bases may now be empty.
@@ -813,6 +891,67 @@ impl Workspace {
         out
     }
 
+    /// Spare quarantines an earlier run kept or reserved (renamed empty, so
+    /// they belong to no job): each still empty and a plain directory on
+    /// the workspace's mount is adopted for this run's cleanups, as many as
+    /// the pool holds, the others removed when empty; one holding anything
+    /// is kept for the operator.
+    fn adopt_spare_quarantines(&self) {
+        let qroot = self.inner.quarantine.as_fd();
+        let mut names = Vec::new();
+        let _ = fs::for_each_name(qroot, |n| {
+            if n.to_bytes().starts_with(SPARE_PREFIX.as_bytes()) {
+                names.push(n.to_owned());
+            }
+            Ok(())
+        });
+        for name in names {
+            if lock(&self.inner.spare_quarantines)
+                .iter()
+                .any(|q| q.name == name)
+            {
+                continue;
+            }
+            let adopted = (lock(&self.inner.spare_quarantines).len() < MAX_SPARE_JOURNALS)
+                .then(|| fs::open_dir_at(qroot, &name).ok())
+                .flatten()
+                .filter(|dir| {
+                    let plain = fs::observe_fd(dir.as_fd()).is_ok_and(|obs| {
+                        obs.kind == FileKind::Dir && self.inner.anchor.admit(&obs).is_ok()
+                    });
+                    let mut entries = 0;
+                    let listed = fs::for_each_name(dir.as_fd(), |_| {
+                        entries += 1;
+                        Err(())
+                    });
+                    plain && matches!(listed, Ok(Ok(()))) && entries == 0
+                });
+            match adopted {
+                Some(dir) => self
+                    .inner
+                    .keep_quarantine(remove::SpareQuarantine { name, dir }),
+                None => {
+                    if let Err(e) = fs::rmdir_at(qroot, &name) {
+                        tracing::warn!(error = %e, "a spare quarantine holds something; it is kept");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A journal of `id` left without a verdict while this runtime holds no
+    /// state for it: its reclaim at start could not run (out of space,
+    /// descriptors or memory), or it is an earlier run's that the start's
+    /// reclaim did not see. It is replayed now, as the start's reclaim
+    /// would. `None`: no journal.
+    fn reclaim_on_demand(&self, id: &RequestId) -> Option<Prepared> {
+        let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
+        match fs::observe_at(self.inner.journals.as_fd(), &cname) {
+            Err(e) if e == Errno::NOENT => None,
+            _ => Some(self.prepare_reclaim(id, cname)),
+        }
+    }
+
     /// Reads and replays one journal; proves the job directory against it.
     fn prepare_reclaim(&self, id: &RequestId, cname: CString) -> Prepared {
         let journals = self.inner.journals.as_fd();
@@ -821,7 +960,9 @@ impl Workspace {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(request = %id, error = %e, "reading a journal failed; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::IoError));
+                let code =
+                    Errno::from_io_error(&e).map_or(CleanupCode::IoError, remove::errno_code);
+                return Prepared::Filed(failed(code));
             }
         };
         let read = journal::read(&bytes);
@@ -868,7 +1009,7 @@ impl Workspace {
             return match fs::observe_at(jobs, &cname) {
                 Err(e) if e == Errno::NOENT => finish(reclaimed_nothing),
                 Ok(_) => finish(failed(CleanupCode::JobNotOwned)),
-                Err(_) => Prepared::Filed(failed(CleanupCode::IoError)),
+                Err(e) => Prepared::Filed(failed(remove::errno_code(e))),
             };
         };
         // A node killed inside its removal pass can leave registered
@@ -888,10 +1029,10 @@ impl Workspace {
             Err(e) if e == Errno::LOOP || e == Errno::NOTDIR => {
                 return finish(failed(CleanupCode::IdentityReplaced));
             }
-            Err(_) => return Prepared::Filed(failed(CleanupCode::IoError)),
+            Err(e) => return Prepared::Filed(failed(remove::errno_code(e))),
         };
         let proven = fs::observe_fd(job.as_fd())
-            .map_err(|_| CleanupCode::IoError)
+            .map_err(remove::errno_code)
             .and_then(|obs| {
                 self.inner
                     .anchor
@@ -911,7 +1052,7 @@ impl Workspace {
             Ok(j) => j,
             Err(e) => {
                 tracing::warn!(request = %id, error = %e, "reopening a journal failed; the job is kept");
-                return Prepared::Filed(failed(CleanupCode::IoError));
+                return Prepared::Filed(failed(remove::errno_code(e)));
             }
         };
         let cgroup = match rep.cgroup {
@@ -924,6 +1065,10 @@ impl Workspace {
             },
             None => CgroupSlot::Gone,
         };
+        // Best effort: the dead run's spares were adopted first, so this
+        // usually takes one; without it the cleanup makes its quarantine,
+        // and if it cannot, it answers `no_space` and is run again.
+        let quarantine = self.inner.reserve_quarantine().ok();
         Prepared::Clean(Arc::new(RequestState {
             id: id.clone(),
             cname,
@@ -933,10 +1078,12 @@ impl Workspace {
                 job: Some(job),
                 inventory,
                 journal: Some(journal),
+                cleanup_journalled: rep.cleanup_started,
             }),
             procs: Mutex::new(ProcState::default()),
             cgroup: Mutex::new(cgroup),
             reclaimed: true,
+            quarantine: Mutex::new(quarantine),
         }))
     }
 
@@ -1002,9 +1149,28 @@ impl std::fmt::Debug for Workspace {
 /// request's journal is then removed, a failed one's kept with the verdict
 /// (its job directory is kept too, and never adopted again).
 async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
-    let state = lock(&inner.requests).get(id).cloned();
-    let Some(state) = state else {
-        return gone_check(inner, id);
+    let state = {
+        let mut requests = lock(&inner.requests);
+        match requests.get(id) {
+            Some(state) => state.clone(),
+            // Under the lock, so that no open of the id writes the journal
+            // while it is read.
+            None => match (Workspace {
+                inner: inner.clone(),
+            })
+            .reclaim_on_demand(id)
+            {
+                Some(Prepared::Clean(state)) => {
+                    requests.insert(id.clone(), state.clone());
+                    state
+                }
+                Some(Prepared::Filed(result)) => return result,
+                Some(Prepared::Decided) | None => {
+                    drop(requests);
+                    return gone_check(inner, id);
+                }
+            },
+        }
     };
     let mut result = cleanup_request(inner, id, &state).await;
     if state.reclaimed && result.status == CleanupStatus::Cleaned {
@@ -1049,6 +1215,11 @@ async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
     // Removed (by its drop) while the journal still names it.
     #[cfg(target_os = "linux")]
     drop(emptied);
+    if result.is_transient() {
+        // Not a verdict: the journal stays without one, so that a restart
+        // reclaims the request if no later attempt here finishes it.
+        return result;
+    }
     let verdict = Record::Verdict {
         status: result.status,
         code: result.code,
@@ -1105,10 +1276,13 @@ async fn cleanup_request(
         let mut fs = lock(&state.fs);
         fs.closed = true;
         fs.job = None;
-        if let Err(e) = fs.journal(&Record::CleanupStarted) {
-            // The inventory in memory is intact; only a restart would miss
-            // the record, and a restart runs this same cleanup.
-            tracing::warn!(request = %id, error = %e, "journalling the cleanup start failed");
+        if !fs.cleanup_journalled {
+            fs.cleanup_journalled = true;
+            if let Err(e) = fs.journal(&Record::CleanupStarted) {
+                // The inventory in memory is intact; only a restart would
+                // miss the record, and a restart runs this same cleanup.
+                tracing::warn!(request = %id, error = %e, "journalling the cleanup start failed");
+            }
         }
         std::mem::take(&mut fs.inventory)
     };
@@ -1117,7 +1291,10 @@ async fn cleanup_request(
     let fs_inner = inner.clone();
     let fs_state = state.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        let spare = lock(&fs_inner.spare_quarantines).pop();
+        // The request's reserved quarantine: no inode is allocated for it.
+        let spare = lock(&fs_state.quarantine)
+            .take()
+            .or_else(|| lock(&fs_inner.spare_quarantines).pop());
         let keep_as = fs_inner.spare_quarantine_name();
         let (outcome, kept) = remove::clean_job(
             fs_inner.jobs.as_fd(),
@@ -1126,9 +1303,19 @@ async fn cleanup_request(
             &inventory,
             fs_state.anchor,
             spare,
-            keep_as,
+            Some(keep_as),
         );
-        if let Some(kept) = kept {
+        if outcome
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.code.is_transient())
+        {
+            // Could not run: the next attempt starts from the same
+            // inventory and, if one is left, the same quarantine.
+            *lock(&fs_state.quarantine) = kept;
+            let mut fs = lock(&fs_state.fs);
+            fs.inventory = inventory;
+        } else if let Some(kept) = kept {
             fs_inner.keep_quarantine(kept);
         }
         outcome
@@ -1252,7 +1439,7 @@ fn gone_check(inner: &Inner, id: &RequestId) -> CleanupResult {
             suspect: None,
         },
         Ok(_) => CleanupResult::failed(CleanupCode::JobNotOwned, CleanupCounts::default(), None),
-        Err(_) => CleanupResult::failed(CleanupCode::IoError, CleanupCounts::default(), None),
+        Err(e) => CleanupResult::failed(remove::errno_code(e), CleanupCounts::default(), None),
     }
 }
 

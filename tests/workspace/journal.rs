@@ -497,8 +497,9 @@ async fn an_empty_quarantine_is_reused_and_a_planted_one_is_not_kept() {
     fs::remove_file(&kept).unwrap();
     fs::remove_dir(qroot.join("third")).unwrap();
 
-    // Dropped with the workspace; a killed node's is removed by the
-    // reclaim, and one holding something is kept.
+    // Dropped with the workspace; a killed node's empty one is adopted by
+    // the reclaim (the next request reserves it: no new directory), and
+    // one holding something is kept, untouched, and never used.
     clean("fourth").await;
     assert_eq!(names().len(), 1);
     let ws = restart(&mut fx);
@@ -506,6 +507,23 @@ async fn an_empty_quarantine_is_reused_and_a_planted_one_is_not_kept() {
     fs::create_dir(qroot.join(".spare-90")).unwrap();
     fs::create_dir(qroot.join(".spare-91")).unwrap();
     fs::write(qroot.join(".spare-91/x"), b"x").unwrap();
+    let adopted = fs::metadata(qroot.join(".spare-90")).unwrap().ino();
     ws.reclaim().await;
+    assert_eq!(
+        names(),
+        vec![".spare-90".to_owned(), ".spare-91".to_owned()]
+    );
+    let job = ws.open_request("fifth").unwrap();
+    populate(&job);
+    drop(job);
+    let r = ws.cleanup("fifth").await.unwrap();
+    assert_eq!(r.status, CleanupStatus::Cleaned, "{r:?}");
+    let now = names();
+    assert_eq!(now.len(), 2, "{now:?}");
+    let reused = now.iter().find(|n| *n != ".spare-91").unwrap();
+    assert_eq!(fs::metadata(qroot.join(reused)).unwrap().ino(), adopted);
+    assert_eq!(fs::read(qroot.join(".spare-91/x")).unwrap(), b"x");
+    drop(ws);
+    restart(&mut fx);
     assert_eq!(names(), vec![".spare-91".to_owned()]);
 }

@@ -6,6 +6,7 @@
 mod attacks;
 mod basics;
 mod containment;
+mod full_disk;
 mod guarded;
 mod journal;
 mod mounts;
