@@ -16,4 +16,5 @@ mod evidence;
 mod lifecycle;
 mod output;
 mod panics;
+mod signals;
 mod soundness;
