@@ -2,7 +2,7 @@
 //!
 //! On stdio (the default) the node serves one edge until stdin closes; on a
 //! Unix socket (`--socket PATH`) it accepts any number of connections from
-//! its own uid until SIGTERM or SIGINT. Either way it then cleans up every
+//! its own uid until SIGTERM, SIGINT or SIGHUP. Either way it then cleans up every
 //! request that is still open, through the same exactly-once cleanup a wire
 //! `cleanup_workspace` uses, and exits. An open still running at that moment
 //! (sent just before stdin closed) is answered `request_closed` and its job
@@ -29,8 +29,8 @@ connection carries it instead and stdout stays empty). Messages and logs go
 to stderr.
 
 Exit codes:
-  0  served until stdin closed (stdio) or SIGTERM/SIGINT (socket); every
-     request still open was then cleaned up
+  0  served until stdin closed (stdio) or SIGTERM/SIGINT/SIGHUP (socket);
+     every request still open was then cleaned up
   1  the node could not start or serve: an invalid --max-frame or
      --process-timeout, a --policy file refused (its error is printed
      first), the workspace cannot be opened, the socket path exists or
@@ -253,11 +253,13 @@ async fn accept_loop(
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let me = rustix::process::geteuid().as_raw();
     loop {
         let (mut stream, _) = tokio::select! {
             _ = term.recv() => return Ok(()),
             _ = int.recv() => return Ok(()),
+            _ = hup.recv() => return Ok(()),
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
