@@ -10,6 +10,7 @@ mod node;
 mod policy;
 mod run;
 mod spill;
+mod stop;
 
 const AFTER_HELP: &str = "\
 Output: machine output on stdout is compact JSON, one object per line

@@ -2,7 +2,7 @@
 //!
 //! On stdio (the default) the node serves one edge until stdin closes; on a
 //! Unix socket (`--socket PATH`) it accepts any number of connections from
-//! its own uid until SIGTERM or SIGINT. Either way it then cleans up every
+//! its own uid until SIGTERM, SIGINT or SIGHUP. Either way it then cleans up every
 //! request that is still open, through the same exactly-once cleanup a wire
 //! `cleanup_workspace` uses, and exits. An open still running at that moment
 //! (sent just before stdin closed) is answered `request_closed` and its job
@@ -61,8 +61,8 @@ request is named):
 On stdio the node has no deadlines: its one edge's EOF ends it.
 
 Exit codes:
-  0  served until stdin closed (stdio) or SIGTERM/SIGINT (socket); every
-     request still open was then cleaned up
+  0  served until stdin closed (stdio) or SIGTERM/SIGINT/SIGHUP (socket);
+     every request still open was then cleaned up
   1  the node could not start or serve: an invalid --max-frame or
      --process-timeout, a --policy file refused (its error is printed
      first), the workspace cannot be opened, the socket path exists or
@@ -341,6 +341,7 @@ async fn accept_loop(
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let me = rustix::process::geteuid().as_raw();
     loop {
         // Bounds, backoff and the reserve are the acceptor's: it returns
@@ -348,6 +349,7 @@ async fn accept_loop(
         let (mut stream, slot) = tokio::select! {
             _ = term.recv() => return Ok(()),
             _ = int.recv() => return Ok(()),
+            _ = hup.recv() => return Ok(()),
             accepted = acceptor.accept() => accepted,
         };
         // The kernel's record of who connected (SO_PEERCRED), not anything

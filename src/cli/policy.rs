@@ -433,19 +433,16 @@ impl RunGate {
         }))
     }
 
-    /// Decides and, on allow, runs to settlement. A refusal is printed and
-    /// returned as the exit code.
-    pub(crate) fn run(
+    /// Decides and, on allow, launches (inside a tokio runtime). A refusal
+    /// is printed and returned as the exit code.
+    pub(crate) fn launch(
         &self,
-        runtime: &tokio::runtime::Runtime,
         invocation: custodian::process::Invocation,
         options: &custodian::process::LaunchOptions,
         out: super::run::Out,
-    ) -> Result<
-        Result<std::sync::Arc<custodian::process::Evidence>, custodian::process::ProcessError>,
-        ExitCode,
-    > {
-        use custodian::process::governed::{Gate, Governed, run_governed};
+    ) -> Result<Result<custodian::process::Running, custodian::process::ProcessError>, ExitCode>
+    {
+        use custodian::process::governed::{Gate, Governed, launch_governed};
         let registry = Registry::new();
         let context = Context {
             provenance: self.provenance,
@@ -457,16 +454,15 @@ impl RunGate {
             context,
             approvals: &self.approvals,
         };
-        let (decision, exit, what) =
-            match runtime.block_on(run_governed(invocation, options, &gate)) {
-                Ok(Governed::Launched { value, .. }) => return Ok(Ok(value)),
-                Err(e) => return Ok(Err(e)),
-                Ok(Governed::ApprovalRequired(a)) => {
-                    (a.decision, EXIT_APPROVAL_REQUIRED, "approval required")
-                }
-                Ok(Governed::Denied(d)) => (*d, EXIT_DENIED, "denied"),
-                Ok(_) => return Err(ExitCode::from(EXIT_DENIED)),
-            };
+        let (decision, exit, what) = match launch_governed(invocation, options, &gate) {
+            Ok(Governed::Launched { value, .. }) => return Ok(Ok(value)),
+            Err(e) => return Ok(Err(e)),
+            Ok(Governed::ApprovalRequired(a)) => {
+                (a.decision, EXIT_APPROVAL_REQUIRED, "approval required")
+            }
+            Ok(Governed::Denied(d)) => (*d, EXIT_DENIED, "denied"),
+            Ok(_) => return Err(ExitCode::from(EXIT_DENIED)),
+        };
         eprintln!(
             "custodian run: not launched, policy: {what}: {}",
             decision.reason

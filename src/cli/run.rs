@@ -5,15 +5,23 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use custodian::confine::{Confinement, Enforcement, FsMode, InvalidConfinement, Network};
 use custodian::contain::Containment;
+use custodian::process::evidence::{CancelCause, ProcessStatus, StopSignal};
 use custodian::process::invocation::{EnvValue, OutputBudget, Tunables};
 use custodian::process::units::{parse_duration, parse_size};
-use custodian::process::{Invocation, InvocationSpec, LaunchOptions, ProcessError};
+use custodian::process::{
+    Evidence, Invocation, InvocationSpec, LaunchOptions, ProcessError, Running,
+};
+
+use super::stop::{self, StopSignals};
 
 /// The run completed (whatever the child did; see `status` in the evidence).
+/// A run cancelled by a stop signal exits `128 + N` instead
+/// ([`super::stop::exit_code`]).
 pub(crate) const EXIT_COMPLETED: u8 = 0;
 /// The invocation was invalid; nothing was launched (`EX_USAGE`).
 pub(crate) const EXIT_INVALID: u8 = 64;
@@ -32,8 +40,8 @@ as one compact line on stdout (inside the <data source=\"tool\"> boundary with
 --for-model). Messages and logs go to stderr.
 
 Exit codes:
-  0   the run completed: the child exited, was signalled, timed out or was
-      cancelled; read `status`, `exit_code` and `signal` in the evidence
+  0   the run completed: the child exited, was signalled or timed out;
+      read `status`, `exit_code` and `signal` in the evidence
   2   the command line could not be parsed (including a bad duration or
       size); nothing was launched
   64  invalid invocation (an --env entry without `=`, a cwd escaping the
@@ -50,6 +58,14 @@ Exit codes:
       (confinement_spawner_unavailable); nothing is running
   74  the run completed and its process was reaped, but the evidence could
       not be written to stdout (e.g. stdout is a closed pipe)
+  129/130/143  custodian received SIGHUP/SIGINT/SIGTERM while the process
+      ran and cancelled it: SIGTERM to its group, --shutdown-grace, SIGKILL
+      of the whole tree (cgroup.kill in the cgroup tier); it was reaped, its
+      cgroup and private TMPDIR removed, and the evidence (status
+      `cancelled`, `cancel_cause` naming the signal) is on stdout. A further
+      signal changes nothing: the cleanup and the evidence still come. A
+      process that settled on its own before the cancel reached it keeps
+      its own status and exit code 0
   65/66  --policy file invalid (not UTF-8, over 1 MiB, does not validate)
       / not readable (missing, or not a regular file); nothing was launched
   75  --policy requires approval; stdout holds the decision with its
@@ -82,6 +98,12 @@ pub(crate) struct Args {
     /// Extra time after the grace before the streams are closed regardless.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     hard_margin: Duration,
+    /// On SIGTERM, SIGINT or SIGHUP to custodian: time between the SIGTERM
+    /// sent to the process group and the SIGKILL of the whole tree (at most
+    /// --grace). Below the 2 s after which supervisors commonly send
+    /// SIGKILL, so the cleanup finishes first.
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
+    shutdown_grace: Duration,
     /// Bytes of stdout kept (head + tail).
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = size)]
     stdout_budget: usize,
@@ -235,9 +257,11 @@ struct Config {
     invocation: Invocation,
     options: LaunchOptions,
     subreaper: bool,
+    shutdown_grace: Duration,
 }
 
 fn validate(args: Args) -> Result<Config, ArgsError> {
+    let shutdown_grace = args.shutdown_grace;
     let confinement = args.confine.confinement();
     let mut command = args.command.into_iter();
     let executable = command.next().ok_or(ArgsError::NoCommand)?;
@@ -277,6 +301,7 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
         invocation,
         options,
         subreaper: containment == Containment::Subreaper,
+        shutdown_grace,
     })
 }
 
@@ -323,6 +348,52 @@ pub(crate) fn emit(line: &str) -> bool {
     }
 }
 
+/// How a launch attempt ended.
+enum Ended {
+    /// The process settled; `stopped` is the stop signal that cancelled it,
+    /// if one arrived while it ran.
+    Settled {
+        evidence: Arc<Evidence>,
+        stopped: Option<StopSignal>,
+    },
+    /// Nothing was launched.
+    NotLaunched(ProcessError),
+    /// The policy refused; its decision was printed.
+    Refused(ExitCode),
+}
+
+/// Waits for `running` to settle. On the first stop signal it cancels the
+/// run (`SIGTERM`, at most `shutdown_grace`, `SIGKILL`) and keeps waiting:
+/// a later signal is reported and changes nothing, so the settlement (the
+/// reaping, the cgroup's removal) and the evidence always come.
+async fn settle(
+    running: &Running,
+    stops: &mut StopSignals,
+    shutdown_grace: Duration,
+) -> (Arc<Evidence>, Option<StopSignal>) {
+    let first = tokio::select! {
+        biased;
+        evidence = running.settled() => return (evidence, None),
+        signal = stops.recv() => signal,
+    };
+    eprintln!(
+        "custodian run: {}: stopping the process (SIGTERM, {} grace, SIGKILL)",
+        first.name(),
+        humantime::format_duration(shutdown_grace)
+    );
+    running.cancel_within(shutdown_grace);
+    loop {
+        tokio::select! {
+            biased;
+            evidence = running.settled() => return (evidence, Some(first)),
+            again = stops.recv() => eprintln!(
+                "custodian run: {}: already stopping; the cleanup and the evidence still come",
+                again.name()
+            ),
+        }
+    }
+}
+
 pub(crate) fn main(args: Args) -> ExitCode {
     let out = Out {
         for_model: args.for_model,
@@ -335,6 +406,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
         invocation,
         options,
         subreaper,
+        shutdown_grace,
     } = match validate(args) {
         Ok(v) => v,
         Err(e) => {
@@ -358,26 +430,53 @@ pub(crate) fn main(args: Args) -> ExitCode {
             return ExitCode::from(EXIT_INTERNAL);
         }
     };
-    let outcome = match &gate {
-        None => runtime.block_on(custodian::process::run(invocation, &options)),
-        Some(gate) => match gate.run(&runtime, invocation, &options, out) {
-            Ok(outcome) => outcome,
-            Err(refused) => return refused,
-        },
-    };
-    match outcome {
-        Ok(evidence) => {
-            let internal =
-                evidence.status == custodian::process::evidence::ProcessStatus::InternalError;
-            match (out.json(&evidence.to_json()), internal) {
-                (false, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
+    let ended = runtime.block_on(async {
+        // Caught before the launch: from here on a stop signal cancels the
+        // run instead of killing custodian with the process left running.
+        let mut stops = match StopSignals::install() {
+            Ok(stops) => stops,
+            Err(e) => {
+                print_error(out, "internal", "signal_handlers", &super::chain(&e));
+                return Ended::Refused(ExitCode::from(EXIT_INTERNAL));
+            }
+        };
+        let launched = match &gate {
+            None => custodian::process::launch(invocation, &options),
+            Some(gate) => match gate.launch(invocation, &options, out) {
+                Ok(launched) => launched,
+                Err(refused) => return Ended::Refused(refused),
+            },
+        };
+        match launched {
+            Ok(running) => {
+                let (evidence, stopped) = settle(&running, &mut stops, shutdown_grace).await;
+                Ended::Settled { evidence, stopped }
+            }
+            Err(e) => Ended::NotLaunched(e),
+        }
+    });
+    match ended {
+        Ended::Settled { evidence, stopped } => {
+            let evidence = match stopped {
+                Some(signal) => Arc::new(
+                    Evidence::clone(&evidence).with_cancel_cause(CancelCause::signal(signal)),
+                ),
+                None => evidence,
+            };
+            let internal = evidence.status == ProcessStatus::InternalError;
+            // Stopped by the signal, not settled on its own just before.
+            let stopped = stopped.filter(|_| evidence.status == ProcessStatus::Cancelled);
+            match (out.json(&evidence.to_json()), internal, stopped) {
+                (false, _, _) => ExitCode::from(EXIT_OUTPUT_FAILED),
                 // custodian failed after the launch (the group was killed,
                 // the evidence says `internal_error`).
-                (true, true) => ExitCode::from(EXIT_INTERNAL),
-                (true, false) => ExitCode::from(EXIT_COMPLETED),
+                (true, true, _) => ExitCode::from(EXIT_INTERNAL),
+                (true, false, Some(signal)) => ExitCode::from(stop::exit_code(signal)),
+                (true, false, None) => ExitCode::from(EXIT_COMPLETED),
             }
         }
-        Err(e) => {
+        Ended::Refused(code) => code,
+        Ended::NotLaunched(e) => {
             let (kind, exit) = match e {
                 ProcessError::NoRuntime => ("internal", EXIT_INTERNAL),
                 ProcessError::Env(_) => ("invalid_invocation", EXIT_INVALID),

@@ -3,18 +3,25 @@
 //! Exit codes (each subcommand's `--help` lists its own): 0 success; 1 the
 //! sweep finished with warnings; 2 usage; 65 malformed locator, session or
 //! prefix; 66 no such spill, root or input file; 74 I/O error; 77 refused
-//! (untrusted, symlink, foreign root); 78 invalid configuration.
+//! (untrusted, symlink, foreign root); 78 invalid configuration; 128 + N a
+//! sweep stopped early by signal N (`SIGTERM`, `SIGINT`, `SIGHUP`).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
+
+use custodian::process::evidence::StopSignal;
 
 use custodian::spill::{
     Discovery, Locator, ServiceOptions, SpillConfig, SpillConfigError, SpillService, SpillStore,
-    StoreError, SweepPlan, SweepReport, TracingSink, discover_default_roots, sweep_spill_roots,
-    validate_prefix,
+    StoreError, SweepPlan, SweepReport, TracingSink, discover_default_roots,
+    sweep_spill_roots_until, validate_prefix,
 };
+
+use super::stop::{self, StopSignals};
 
 const EXIT_WARNINGS: u8 = 1;
 const EXIT_DATAERR: u8 = 65;
@@ -34,7 +41,13 @@ Exit codes:
   65  invalid --prefix
   74  I/O error (the store or the runtime could not be set up)
   77  a root refused (not owned by this user, a symlink, a foreign root)
-  78  invalid configuration (--config unreadable or not valid)";
+  78  invalid configuration (--config unreadable or not valid)
+  129/130/143  SIGHUP/SIGINT/SIGTERM arrived mid-sweep: the sweep ended at
+      its next safe point (between the entries of a root, every 1024 entries
+      of a session's listing, after a session's removals; never with a file
+      half removed: what was moved out is destroyed and the quarantine
+      removed), and its report (`cancelled`: true) is printed. What it did
+      not reach is left for the next sweep. A further signal changes nothing";
 
 const WRITE_HELP: &str = "\
 Output: the locator (cspill:...) as one text line on stdout; not JSON.
@@ -216,38 +229,53 @@ fn sweep(a: SweepArgs) -> Result<u8, Failure> {
     }
     let report = if cfg.period().is_none() {
         None
-    } else if let Some((first, rest)) = roots.split_first() {
-        // Boot the real service: activation opens the store and launches the
-        // sweep, disposal awaits it.
-        cfg.root = Some(first.clone());
-        let opts = ServiceOptions {
-            extra_roots: rest.to_vec(),
-            dry_run: a.dry_run,
-            ..ServiceOptions::default()
-        };
-        let rt = runtime()?;
-        rt.block_on(async {
-            let svc = SpillService::activate_with(&cfg, opts).map_err(|e| match e {
-                custodian::spill::ServiceError::Store(s) => Failure::from(s),
-                other => Failure(EXIT_IOERR, super::chain(&other)),
-            })?;
-            Ok::<_, Failure>(svc.dispose().await)
-        })?
     } else {
-        // No root: sweep only what discovery finds, without creating a
-        // default root just to sweep.
-        let Some(cutoff) = cfg.cutoff(SystemTime::now()) else {
-            unreachable!("period checked above")
-        };
-        let mut plan = SweepPlan::new(cutoff);
-        plan.dry_run = a.dry_run;
-        plan.discovery = cfg.discover_default_roots.then(|| Discovery {
-            temp_dir: cfg.temp_dir(),
-            prefix: cfg.default_root_prefix.clone(),
-        });
-        Some(sweep_spill_roots(&plan, &TracingSink))
+        let rt = runtime()?;
+        Some(rt.block_on(async {
+            // Caught before the sweep starts: from here on a stop signal ends
+            // it at its next safe point instead of killing it mid-removal.
+            let mut stops = StopSignals::install()
+                .map_err(|e| Failure(EXIT_IOERR, format!("cannot catch stop signals: {e}")))?;
+            if let Some((first, rest)) = roots.split_first() {
+                // Boot the real service: activation opens the store and
+                // launches the sweep, disposal awaits it.
+                cfg.root = Some(first.clone());
+                let opts = ServiceOptions {
+                    extra_roots: rest.to_vec(),
+                    dry_run: a.dry_run,
+                    ..ServiceOptions::default()
+                };
+                let svc = SpillService::activate_with(&cfg, opts).map_err(|e| match e {
+                    custodian::spill::ServiceError::Store(s) => Failure::from(s),
+                    other => Failure(EXIT_IOERR, super::chain(&other)),
+                })?;
+                let cancel = svc.sweep_cancel();
+                Ok::<_, Failure>(until_stopped(svc.dispose(), &cancel, &mut stops).await)
+            } else {
+                // No root: sweep only what discovery finds, without creating
+                // a default root just to sweep.
+                let Some(cutoff) = cfg.cutoff(SystemTime::now()) else {
+                    unreachable!("period checked above")
+                };
+                let mut plan = SweepPlan::new(cutoff);
+                plan.dry_run = a.dry_run;
+                plan.discovery = cfg.discover_default_roots.then(|| Discovery {
+                    temp_dir: cfg.temp_dir(),
+                    prefix: cfg.default_root_prefix.clone(),
+                });
+                let cancel = Arc::new(AtomicBool::new(false));
+                let flag = Arc::clone(&cancel);
+                let sweep = tokio::task::spawn_blocking(move || {
+                    sweep_spill_roots_until(&plan, &TracingSink, &flag)
+                });
+                let (report, stopped) = until_stopped(sweep, &cancel, &mut stops).await;
+                let report = report
+                    .map_err(|e| Failure(EXIT_IOERR, format!("the sweep task failed: {e}")))?;
+                Ok((Some(report), stopped))
+            }
+        })?)
     };
-    let Some(report) = report else {
+    let Some((Some(report), stopped)) = report else {
         if a.json {
             println!("{{\"schema\":\"custodian.spill.sweep_report/1\",\"disabled\":true}}");
         } else {
@@ -256,13 +284,43 @@ fn sweep(a: SweepArgs) -> Result<u8, Failure> {
         return Ok(0);
     };
     print_report(&report, a.json);
-    Ok(
-        if report.warnings.is_empty() && report.warnings_dropped == 0 {
-            0
-        } else {
-            EXIT_WARNINGS
-        },
-    )
+    // Stopped by the signal, not finished just before it.
+    Ok(match stopped.filter(|_| report.cancelled) {
+        Some(signal) => stop::exit_code(signal),
+        None if report.warnings.is_empty() && report.warnings_dropped == 0 => 0,
+        None => EXIT_WARNINGS,
+    })
+}
+
+/// Awaits `sweep`; on the first stop signal sets `cancel`, so that the
+/// sweep ends at its next safe point, and keeps awaiting it: a later signal
+/// is reported and changes nothing, so the report always comes.
+async fn until_stopped<T>(
+    sweep: impl std::future::Future<Output = T>,
+    cancel: &AtomicBool,
+    stops: &mut StopSignals,
+) -> (T, Option<StopSignal>) {
+    tokio::pin!(sweep);
+    let first = tokio::select! {
+        biased;
+        done = &mut sweep => return (done, None),
+        signal = stops.recv() => signal,
+    };
+    eprintln!(
+        "custodian spill: {}: stopping the sweep at its next safe point",
+        first.name()
+    );
+    cancel.store(true, Ordering::Relaxed);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut sweep => return (done, Some(first)),
+            again = stops.recv() => eprintln!(
+                "custodian spill: {}: already stopping; the report still comes",
+                again.name()
+            ),
+        }
+    }
 }
 
 fn print_report(r: &SweepReport, json: bool) {

@@ -20,7 +20,7 @@
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -37,7 +37,7 @@ use super::evidence::{
 };
 use super::fault::{self, FaultPoint};
 use super::invocation::Invocation;
-use super::launch::{ProcessError, ROOTS, Running, Shared};
+use super::launch::{NO_CANCEL_GRACE, ProcessError, ROOTS, Running, Shared};
 use super::spawn::IsolatedInit;
 use super::sys::{self, Delivery, GroupScan};
 use crate::confine::build::{Prepared, PrivateTmp};
@@ -187,6 +187,7 @@ pub(crate) fn spawn(
         pid,
         cancel: Notify::new(),
         cancelled: AtomicBool::new(false),
+        cancel_grace: AtomicU64::new(NO_CANCEL_GRACE),
         done,
         captured: Default::default(),
     });
@@ -746,7 +747,9 @@ impl Driver {
                 let probing = self.probe.is_some();
                 Some(tokio::select! {
                     biased;
-                    _ = shared.cancel.notified(), if !cancel_seen => Wake::Cancel,
+                    // Not only the first: a later `cancel_within` may
+                    // shorten the grace.
+                    _ = shared.cancel.notified() => Wake::Cancel,
                     r = root_exit(self.pidfd.as_ref(), self.child.as_mut()), if root_pending => {
                         match r {
                             Some(st) => Wake::Exit(program_exit(self.isolation.as_ref(), st)),
@@ -775,8 +778,8 @@ impl Driver {
                 let event = match wake {
                     None => Some(follow.remove(0)),
                     Some(Wake::Cancel) => {
-                        cancel_seen = true;
-                        Some(Event::Cancel)
+                        self.narrow_grace(now);
+                        (!std::mem::replace(&mut cancel_seen, true)).then_some(Event::Cancel)
                     }
                     Some(Wake::Exit(st)) => {
                         root_pending = false;
@@ -821,6 +824,34 @@ impl Driver {
                 self.abandon(true);
             }
         }
+    }
+
+    /// Applies the shortest grace a [`Running::cancel_within`] asked for:
+    /// the machine arms the grace from its limits, so they are narrowed
+    /// before it sees the cancel; a ladder already climbing has its grace
+    /// and hard deadline re-armed sooner, counted from its `SIGTERM`.
+    fn narrow_grace(&mut self, now: Instant) {
+        let us = self.shared.cancel_grace.load(Ordering::SeqCst);
+        let grace = Duration::from_micros(us);
+        if us == NO_CANCEL_GRACE || grace >= self.machine.limits.grace {
+            return;
+        }
+        self.machine.limits.grace = grace;
+        self.probe_window = self.probe_window.min(grace / 2);
+        let Some(term) = self.machine.timings.term_sent else {
+            return;
+        };
+        let sooner = |armed: &mut Option<Instant>, at: Instant| {
+            if let Some(t) = armed {
+                *t = (*t).min(at);
+            }
+        };
+        // A grace already past ends now; the hard deadline keeps its whole
+        // margin after that KILL, so the streams still get to close.
+        let kill = (term + grace).max(now);
+        sooner(&mut self.timers[timer_index(Timer::Grace)], kill);
+        let hard = kill + self.machine.limits.hard_margin;
+        sooner(&mut self.timers[timer_index(Timer::Hard)], hard);
     }
 
     /// Drops the readers the machine has closed (`CloseStreams`).
@@ -1315,6 +1346,7 @@ impl Driver {
             escalation: std::mem::take(&mut self.escalation),
             descendants: self.descendants(summary),
             confinement: self.confinement.clone(),
+            cancel_cause: None,
         }
     }
 

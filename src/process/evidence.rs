@@ -59,6 +59,72 @@ pub struct Evidence {
     /// scopes, the seccomp denials and what was not enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<crate::confine::ConfinementReport>,
+    /// Why the run was cancelled, when whoever cancelled it said so
+    /// ([`Evidence::with_cancel_cause`]); absent otherwise, and always
+    /// absent unless `status` is `cancelled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_cause: Option<CancelCause>,
+}
+
+/// Why a run was cancelled (the evidence's `cancel_cause`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CancelCause {
+    /// The process that launched it was asked to stop by a signal and
+    /// cancelled what it ran before exiting (`custodian run` under
+    /// `SIGTERM`, `SIGINT` or `SIGHUP`).
+    Signal {
+        /// The signal's number (its POSIX value).
+        signal: i32,
+        /// The signal's name.
+        name: StopSignal,
+    },
+}
+
+impl CancelCause {
+    /// The cause for `signal`, with its number.
+    pub fn signal(signal: StopSignal) -> Self {
+        CancelCause::Signal {
+            signal: signal.number(),
+            name: signal,
+        }
+    }
+}
+
+/// A signal by which a host asks a command to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum StopSignal {
+    /// `SIGTERM`: a supervisor's stop, an orchestrator's timeout.
+    #[serde(rename = "SIGTERM")]
+    Term,
+    /// `SIGINT`: Ctrl-C at a terminal.
+    #[serde(rename = "SIGINT")]
+    Int,
+    /// `SIGHUP`: the controlling terminal or session went away.
+    #[serde(rename = "SIGHUP")]
+    Hup,
+}
+
+impl StopSignal {
+    /// The signal's number: its value in POSIX (the same on every Unix).
+    pub fn number(self) -> i32 {
+        match self {
+            StopSignal::Hup => 1,
+            StopSignal::Int => 2,
+            StopSignal::Term => 15,
+        }
+    }
+
+    /// The signal's name, e.g. `SIGTERM`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignal::Term => "SIGTERM",
+            StopSignal::Int => "SIGINT",
+            StopSignal::Hup => "SIGHUP",
+        }
+    }
 }
 
 /// The identity of what ran. Never the environment.
@@ -432,7 +498,19 @@ impl Evidence {
                 vec![VerdictReason::GroupEmptinessUnknown],
             ),
             confinement: None,
+            cancel_cause: None,
         }
+    }
+
+    /// Records why the run was cancelled. No effect unless `status` is
+    /// [`ProcessStatus::Cancelled`]: a run that ended on its own before the
+    /// cancel reached it keeps its own account.
+    #[must_use]
+    pub fn with_cancel_cause(mut self, cause: CancelCause) -> Self {
+        if self.status == ProcessStatus::Cancelled {
+            self.cancel_cause = Some(cause);
+        }
+        self
     }
 
     /// The evidence as one JSON object.
@@ -588,7 +666,42 @@ mod tests {
                 vec![VerdictReason::StdioHeldOpen],
             ),
             confinement: None,
+            cancel_cause: None,
         }
+    }
+
+    #[test]
+    fn a_cancel_cause_is_recorded_only_on_a_cancelled_run() {
+        let cause = CancelCause::signal(StopSignal::Term);
+        let timed_out = sample().with_cancel_cause(cause);
+        assert_eq!(timed_out.cancel_cause, None);
+        assert!(!timed_out.to_json().contains("cancel_cause"));
+        let mut e = sample();
+        e.status = ProcessStatus::Cancelled;
+        let e = e.with_cancel_cause(cause);
+        let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+        assert_eq!(
+            v["cancel_cause"],
+            serde_json::json!({"kind": "signal", "signal": 15, "name": "SIGTERM"})
+        );
+        let back: Evidence = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+        for (s, n) in [
+            (StopSignal::Hup, 1),
+            (StopSignal::Int, 2),
+            (StopSignal::Term, 15),
+        ] {
+            assert_eq!(s.number(), n);
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.name())
+            );
+        }
+        #[cfg(unix)]
+        assert_eq!(
+            [StopSignal::Hup, StopSignal::Int, StopSignal::Term].map(StopSignal::number),
+            [libc::SIGHUP, libc::SIGINT, libc::SIGTERM]
+        );
     }
 
     #[test]

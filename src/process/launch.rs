@@ -5,7 +5,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
@@ -209,12 +210,18 @@ pub fn enable_subreaper() -> Result<(), ProcessError> {
     })
 }
 
+/// [`Shared::cancel_grace`] before any [`Running::cancel_within`].
+pub(crate) const NO_CANCEL_GRACE: u64 = u64::MAX;
+
 /// The handle shared by every clone of [`Running`] and the driver task.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) pid: u32,
     pub(crate) cancel: Notify,
     pub(crate) cancelled: AtomicBool,
+    /// The shortest grace a [`Running::cancel_within`] asked for, in
+    /// microseconds ([`NO_CANCEL_GRACE`] until one did).
+    pub(crate) cancel_grace: AtomicU64,
     pub(crate) done: watch::Sender<Option<Arc<Evidence>>>,
     /// Bytes captured so far on stdout and stderr (after redaction), for
     /// progress reports; the evidence holds the final counts.
@@ -253,6 +260,34 @@ impl Running {
             // right now, so a cancel is never lost.
             self.shared.cancel.notify_one();
         }
+    }
+
+    /// [`Running::cancel`] with a grace of at most `grace` between
+    /// `SIGTERM` and `SIGKILL` (the invocation's own grace if that is
+    /// shorter), for a host that is shutting down and cannot wait the full
+    /// grace. A ladder already climbing (a timeout's, an earlier cancel's)
+    /// is shortened too: its `SIGKILL` comes at most `grace` after its
+    /// `SIGTERM`. The shortest grace asked for wins; a no-op once settled.
+    /// Returns at once; await [`Running::settled`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn stop(running: custodian::process::Running) {
+    /// use std::time::Duration;
+    /// running.cancel_within(Duration::from_millis(500));
+    /// let evidence = running.settled().await; // KILLed 0.5 s after the TERM at most
+    /// # }
+    /// ```
+    pub fn cancel_within(&self, grace: Duration) {
+        let us = u64::try_from(grace.as_micros())
+            .unwrap_or(u64::MAX)
+            .min(NO_CANCEL_GRACE - 1);
+        self.shared.cancel_grace.fetch_min(us, Ordering::SeqCst);
+        self.shared.cancelled.store(true, Ordering::SeqCst);
+        // Every call wakes the driver (a permit is stored if it is busy),
+        // so a grace shortened after a plain cancel is seen too.
+        self.shared.cancel.notify_one();
     }
 
     /// Waits for settlement and returns the evidence. Every caller, early

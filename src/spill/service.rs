@@ -180,6 +180,16 @@ impl SpillService {
         read_on_pool(Arc::clone(&self.store), locator.clone()).await
     }
 
+    /// The flag the sweep checks at its safe points (between the entries of
+    /// a root, every 1024 entries of a session's listing, and after a
+    /// session's removals, before it is pruned): set it to end the sweep
+    /// early. [`dispose`](Self::dispose) still awaits the sweep and returns
+    /// its report, `cancelled: true`; nothing is left half removed (every
+    /// file already moved out is destroyed first, the quarantine removed).
+    pub fn sweep_cancel(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
+    }
+
     /// Awaits the sweep and returns its report (`None` when cleanup is
     /// disabled). After this returns, the sweep performs no more I/O.
     pub async fn dispose(mut self) -> Option<SweepReport> {

@@ -17,4 +17,5 @@ mod isolation;
 mod lifecycle;
 mod output;
 mod panics;
+mod signals;
 mod soundness;

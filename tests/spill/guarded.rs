@@ -34,6 +34,11 @@ fn service_in_a_private_mount_namespace() {
 }
 
 #[test]
+fn signals_in_a_private_mount_namespace() {
+    run("signals::");
+}
+
+#[test]
 fn store_in_a_private_mount_namespace() {
     run("store::");
 }

@@ -9,6 +9,7 @@ mod rules;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
 mod service;
+mod signals;
 mod store;
 mod tamper;
 

@@ -44,3 +44,8 @@ fn policy_in_a_private_mount_namespace() {
 fn race_in_a_private_mount_namespace() {
     run("race::");
 }
+
+#[test]
+fn signals_in_a_private_mount_namespace() {
+    run("signals::");
+}

@@ -17,5 +17,6 @@ mod race;
 mod read_order;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
+mod signals;
 mod spawn;
 mod ssh;
