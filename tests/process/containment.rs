@@ -348,7 +348,13 @@ async fn a_cancel_settles_with_cgroup_kill() {
          setsid sh -c 'while :; do sleep 0.05; done' </dev/null >/dev/null 2>&1 & wait",
     );
     let r = launch(sh(&script, Duration::from_secs(20)), &cgroup_opts()).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Cancel only once the shell ignores TERM (it printed "ready"): on a
+    // loaded machine a fixed pause may end before it ran at all.
+    let waited = std::time::Instant::now();
+    while r.bytes_captured().0 == 0 && waited.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
     r.cancel();
     let ev = r.settled().await;
     assert_eq!(ev.status, ProcessStatus::Cancelled);
