@@ -353,7 +353,8 @@ async def t_invalid(env, s):
 
 def only_scratch_writable(scratch):
     """As root: every visible mount but the scratch directory (and the cgroup
-    v2 hierarchy) must be read-only before anything may delete."""
+    v2 hierarchy, and /proc, which holds nothing to delete) must be read-only
+    before anything may delete."""
     visible = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -361,7 +362,7 @@ def only_scratch_writable(scratch):
             visible[fields[4]] = fields[5]
     for mount, opts in visible.items():
         keep = os.environ.get("CUSTODIAN_TEST_KEEP") or None
-        if mount == scratch or mount.startswith(scratch + "/") or mount == keep:
+        if mount == scratch or mount.startswith(scratch + "/") or mount in (keep, "/proc"):
             continue
         if "ro" not in opts.split(","):
             sys.exit(f"refusing to run: {mount} is writable (run through tests/mcp/run.sh)")
