@@ -637,22 +637,23 @@ fn read_except(
 /// [`network_filter`], compiled once: it never changes.
 pub(crate) fn network_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
     static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
-    match PROGRAM.get_or_init(|| {
-        network_filter().map_err(|e| match e {
-            ConfineError::Build { message, .. } => message,
-            other => other.to_string(),
-        })
-    }) {
-        Ok(p) => Ok(p),
-        Err(message) => Err(seccomp_err(message)),
-    }
+    compiled_once(&PROGRAM, network_filter)
 }
 
 /// [`isolation_filter`], compiled once.
 pub(crate) fn isolation_program() -> Result<&'static [seccompiler::sock_filter], ConfineError> {
     static PROGRAM: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
-    match PROGRAM.get_or_init(|| {
-        isolation_filter().map_err(|e| match e {
+    compiled_once(&PROGRAM, isolation_filter)
+}
+
+/// The program `build` makes, compiled on first use and kept in `cell`
+/// (a failure is kept too, as its message).
+fn compiled_once(
+    cell: &'static OnceLock<Result<BpfProgram, String>>,
+    build: fn() -> Result<BpfProgram, ConfineError>,
+) -> Result<&'static [seccompiler::sock_filter], ConfineError> {
+    match cell.get_or_init(|| {
+        build().map_err(|e| match e {
             ConfineError::Build { message, .. } => message,
             other => other.to_string(),
         })
