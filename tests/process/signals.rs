@@ -120,6 +120,9 @@ fn cgroup_of(pid: u32) -> Option<PathBuf> {
 /// One `custodian run` of `script` with its marker, started.
 struct Run {
     child: Child,
+    /// Stderr, read on the side: its lines as they come, and all of it.
+    stderr_lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
     marker: Marker,
     /// The tree, once it was seen whole.
     members: Vec<u32>,
@@ -133,7 +136,7 @@ impl Run {
     /// before the launch).
     fn start(args: &[&str], script: &str) -> Run {
         let marker = Marker::new();
-        let child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
             .arg("run")
             .args(args)
             .args(["--", "sh", "-c", script, "sh", &marker.0])
@@ -142,8 +145,23 @@ impl Run {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let pipe = child.stderr.take().unwrap();
+        let (lines_tx, stderr_lines) = std::sync::mpsc::channel::<String>();
+        let stderr = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = Vec::new();
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                all.extend_from_slice(line.as_bytes());
+                all.push(b'\n');
+                let _ = lines_tx.send(line);
+            }
+            all
+        });
         let mut run = Run {
             child,
+            stderr_lines,
+            stderr,
             marker,
             members: Vec::new(),
             cgroup: None,
@@ -177,16 +195,32 @@ impl Run {
         kill_process(pid, sig).unwrap();
     }
 
+    /// Waits until custodian wrote a stderr line holding `needle` (it took
+    /// a signal: signals pending together have no order, so a "second"
+    /// signal is one sent after the first was acknowledged).
+    fn wait_for_stderr(&self, needle: &str) {
+        loop {
+            match self.stderr_lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(e) => panic!("no stderr line with {needle:?}: {e}"),
+            }
+        }
+    }
+
     /// Waits for custodian to exit, printing how long the stop took.
     fn finish(self, what: &str, since: Instant) -> Finished {
         let Run {
             child,
+            stderr,
             marker,
             members,
             cgroup,
+            ..
         } = self;
         let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let mut out = child.wait_with_output().unwrap();
+        out.stderr = stderr.join().unwrap();
         let took = since.elapsed();
         eprintln!("{what}: stopped in {took:?}");
         Finished {
@@ -380,7 +414,8 @@ fn a_second_signal_changes_nothing(containment: &str) {
     );
     let at = Instant::now();
     run.signal(Signal::TERM);
-    std::thread::sleep(Duration::from_millis(200));
+    run.wait_for_stderr("stopping the process");
+    std::thread::sleep(Duration::from_millis(100));
     run.signal(Signal::INT);
     run.signal(Signal::HUP);
     let done = run.finish(&what, at);

@@ -122,23 +122,54 @@ fn stopped_mid_sweep(first: Signal, then: &[Signal]) {
         );
         std::thread::sleep(Duration::from_micros(200));
     }
+    // Stderr is read on the side: a later signal is sent only once the
+    // first was acknowledged there. Signals that are pending together have
+    // no order (any of them may be seen first), so "a second signal" means
+    // one that arrives after the first was taken.
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            all.push_str(&line);
+            all.push('\n');
+            let _ = lines_tx.send(line);
+        }
+        all
+    });
     let at = Instant::now();
     signal(pid, first);
+    if !then.is_empty() {
+        let acknowledged = loop {
+            match lines.recv_timeout(GENEROUS) {
+                Ok(line) if line.contains("stopping") => break true,
+                Ok(_) => {}
+                Err(_) => break false,
+            }
+        };
+        assert!(
+            acknowledged,
+            "{what}: the first signal was never acknowledged"
+        );
+    }
     for &sig in then {
-        std::thread::sleep(Duration::from_millis(5));
         // It may have exited already: a later signal then finds nobody.
         if child.try_wait().unwrap().is_none() {
             signal(pid, sig);
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
     let out = child.wait_with_output().unwrap();
+    let stderr = reader.join().unwrap();
     let took = at.elapsed();
     eprintln!("{what}: the sweep stopped in {took:?}");
     let report = one_report(&out.stdout);
     assert_eq!(
         out.status.code(),
         Some(128 + first.as_raw()),
-        "{what}: {out:?}"
+        "{what}: {out:?}, stderr: {stderr}"
     );
     assert_eq!(report["cancelled"], true, "{what}: {report}");
     let deleted = report["files_deleted"].as_u64().unwrap() as usize;
