@@ -20,6 +20,13 @@ pub trait RequestProcess: Send + Sync + 'static {
     /// Completes once the process has settled (its group is gone or the
     /// launcher gave up on it and said so in its evidence).
     fn settled(&self) -> SettledFuture<'_>;
+
+    /// Whether the process has settled already (then a cancel is not
+    /// counted as one). The default says no: a process the launcher cannot
+    /// ask is counted as running.
+    fn is_settled(&self) -> bool {
+        false
+    }
 }
 
 impl RequestProcess for crate::process::Running {
@@ -33,5 +40,9 @@ impl RequestProcess for crate::process::Running {
             // only needs to know the group has settled.
             let _evidence = crate::process::Running::settled(self).await;
         })
+    }
+
+    fn is_settled(&self) -> bool {
+        self.try_settled().is_some()
     }
 }

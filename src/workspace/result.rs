@@ -132,7 +132,8 @@ impl CleanupCode {
 /// What a cleanup did, counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CleanupCounts {
-    /// Process groups the request had tracked and that were cancelled.
+    /// Process groups of the request still running when its cleanup began,
+    /// and so cancelled (one that had settled is not counted).
     pub processes_cancelled: u32,
     /// Of those, how many had not settled within the cleanup bound.
     pub processes_unsettled: u32,

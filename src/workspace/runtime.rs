@@ -1244,7 +1244,8 @@ async fn cleanup_request(
         p.closed = true;
         std::mem::take(&mut p.active)
     };
-    counts.processes_cancelled = active.len() as u32;
+    // Only the ones still running count: a settled process is not cancelled.
+    counts.processes_cancelled = active.iter().filter(|p| !p.is_settled()).count() as u32;
     for p in &active {
         p.cancel();
     }

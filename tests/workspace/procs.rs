@@ -114,6 +114,11 @@ impl RequestProcess for GroupChild {
             }
         })
     }
+
+    fn is_settled(&self) -> bool {
+        self.reap();
+        group_members(self.pgid).is_empty()
+    }
 }
 
 impl Drop for GroupChild {
@@ -187,6 +192,32 @@ async fn an_active_child_is_terminated_before_anything_is_removed() {
     let mut after = fx.snapshot();
     after.remove(std::path::Path::new("outside/witness"));
     assert_only_removed(&before, &after, &gone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
+async fn a_process_that_settled_before_cleanup_is_not_counted_as_cancelled() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("settled").unwrap();
+    populate(&job);
+    let done = launch_sh(&fx, &job, "exit 0", Duration::from_secs(5));
+    let evidence = done.settled().await;
+    assert_eq!(evidence.exit_code, Some(0));
+    let running = launch_sh(
+        &fx,
+        &job,
+        "while :; do sleep 0.05; done",
+        Duration::from_secs(5),
+    );
+    let r = job.cleanup().await;
+    assert!(r.is_clean(), "{r:?}");
+    // Two launched, one still running: one cancelled.
+    assert_eq!(
+        (r.counts.processes_cancelled, r.counts.processes_unsettled),
+        (1, 0),
+        "{r:?}"
+    );
+    assert!(running.try_settled().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
