@@ -134,6 +134,20 @@ pub struct SpillReadInput {
     pub offset: u64,
     /// Most bytes returned (1..=[`MAX_SPILL_READ`]).
     pub length: u64,
+    /// How the bytes are returned.
+    pub encoding: Encoding,
+}
+
+/// How `spill_read` returns the bytes of a range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Encoding {
+    /// UTF-8 text in `text` (a character cut by the range edge, or a byte
+    /// that is not UTF-8, shows as U+FFFD).
+    #[default]
+    Text,
+    /// The exact bytes, base64 (standard alphabet, padded) in `base64`.
+    Base64,
 }
 
 fn field_name(key: &str) -> String {
@@ -172,9 +186,11 @@ fn integer(
     max: u64,
     range: &'static str,
 ) -> Result<u64, InputError> {
-    // `1e3` or `5.0` is not an integer in the schema: refuse it rather than
-    // round.
-    let n = v.as_u64().ok_or_else(|| {
+    // JSON Schema's `integer` is any number with a zero fractional part, so
+    // `1000.0` and `1e3` (what a client that keeps numbers as floats sends)
+    // are integers; `1.5` is refused rather than rounded. Floats are exact
+    // up to 2^53, past every range used here.
+    let n = v.as_u64().or_else(|| integral(v)).ok_or_else(|| {
         if v.is_number() {
             InputError::OutOfRange { field, range }
         } else {
@@ -189,6 +205,18 @@ fn integer(
         return Err(InputError::OutOfRange { field, range });
     }
     Ok(n)
+}
+
+/// A non-negative float with no fractional part, exactly representable.
+fn integral(v: &Value) -> Option<u64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    let f = v.as_f64()?;
+    if f.fract() == 0.0 && (0.0..=EXACT).contains(&f) {
+        // In range and integral: the cast is exact.
+        Some(f as u64)
+    } else {
+        None
+    }
 }
 
 /// Validates the arguments of `process_run`.
@@ -297,7 +325,7 @@ fn env_value(index: usize, value: &Value) -> Result<EnvValue, InputError> {
 ///
 /// An [`InputError`]; nothing is read.
 pub fn spill_read(args: Option<&Map<String, Value>>) -> Result<SpillReadInput, InputError> {
-    let map = object(args, &["locator", "offset", "length"])?;
+    let map = object(args, &["locator", "offset", "length", "encoding"])?;
     let locator = string(
         map.get("locator")
             .ok_or(InputError::MissingField { field: "locator" })?,
@@ -318,10 +346,31 @@ pub fn spill_read(args: Option<&Map<String, Value>>) -> Result<SpillReadInput, I
         None => DEFAULT_SPILL_READ,
         Some(v) => integer(v, "length", 1, MAX_SPILL_READ, "1 to 262144 bytes")?,
     };
+    let encoding = match map.get("encoding") {
+        None => Encoding::Text,
+        Some(v) => match v.as_str() {
+            Some("text") => Encoding::Text,
+            Some("base64") => Encoding::Base64,
+            Some(_) => {
+                return Err(InputError::OutOfRange {
+                    field: "encoding",
+                    range: "\"text\" or \"base64\"",
+                });
+            }
+            None => {
+                return Err(InputError::WrongType {
+                    field: "encoding",
+                    expected: "a string",
+                    index: None,
+                });
+            }
+        },
+    };
     Ok(SpillReadInput {
         locator,
         offset,
         length,
+        encoding,
     })
 }
 
@@ -383,6 +432,10 @@ mod tests {
                 json!({"executable": "x", "timeout_ms": 1.5}),
                 "out_of_range",
             ),
+            (
+                json!({"executable": "x", "timeout_ms": 1.0e300}),
+                "out_of_range",
+            ),
             (json!({"executable": "x", "timeout_ms": -1}), "out_of_range"),
             (json!({"executable": "x", "env": {"A": 1}}), "bad_env_entry"),
             (
@@ -398,6 +451,25 @@ mod tests {
         for (v, code) in cases {
             assert_eq!(run(v.clone()).unwrap_err().code(), code, "{v}");
         }
+    }
+
+    #[test]
+    fn integral_floats_are_integers() {
+        for (given, ms) in [(json!(1000.0), 1000), (json!(1e3), 1000), (json!(250), 250)] {
+            let got = run(json!({"executable": "x", "timeout_ms": given.clone()})).unwrap();
+            assert_eq!(
+                got.invocation.timeout(),
+                Duration::from_millis(ms),
+                "{given}"
+            );
+        }
+        let m = |v: Value| v.as_object().cloned().unwrap();
+        let read = spill_read(Some(&m(
+            json!({"locator": "l", "offset": 8.0, "length": 16.0, "encoding": "base64"}),
+        )))
+        .unwrap();
+        assert_eq!((read.offset, read.length), (8, 16));
+        assert_eq!(read.encoding, Encoding::Base64);
     }
 
     #[test]
@@ -424,6 +496,8 @@ mod tests {
             json!({"locator": "l", "path": "/etc/passwd"}),
             json!({"offset": 1}),
             json!({"locator": "x".repeat(MAX_LOCATOR_BYTES + 1)}),
+            json!({"locator": "l", "encoding": "hex"}),
+            json!({"locator": "l", "encoding": 64}),
         ] {
             assert!(spill_read(Some(&m(bad.clone()))).is_err(), "{bad}");
         }

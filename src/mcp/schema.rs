@@ -146,7 +146,8 @@ pub fn spill_read_input() -> Value {
         "properties": {
             "locator": { "type": "string", "minLength": 1, "maxLength": MAX_LOCATOR_BYTES },
             "offset": { "type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "First byte (default 0)." },
-            "length": { "type": "integer", "minimum": 1, "maximum": MAX_SPILL_READ, "description": "Most bytes returned (default 16384)." }
+            "length": { "type": "integer", "minimum": 1, "maximum": MAX_SPILL_READ, "description": "Most bytes returned (default 16384)." },
+            "encoding": { "type": "string", "enum": ["text", "base64"], "description": "`text` (default): UTF-8, a cut character shown as U+FFFD; `base64`: the exact bytes." }
         }
     })
 }
@@ -156,21 +157,53 @@ pub fn spill_read_output() -> Value {
     let success = json!({
         "type": "object",
         "additionalProperties": false,
-        "required": ["locator", "offset", "length", "total_bytes", "eof", "text"],
+        "required": ["locator", "offset", "length", "total_bytes", "eof"],
         "properties": {
             "locator": { "type": "string" },
             "offset": { "type": "integer", "minimum": 0 },
             "length": { "type": "integer", "minimum": 0, "description": "Bytes returned." },
             "total_bytes": { "type": "integer", "minimum": 0 },
             "eof": { "type": "boolean" },
-            "text": { "type": "string", "description": "The bytes, UTF-8 (a character cut by the range edge shows as U+FFFD)." }
-        }
+            "text": { "type": "string", "description": "The bytes, UTF-8 (a character cut by the range edge shows as U+FFFD); with `encoding: text`." },
+            "base64": { "type": "string", "contentEncoding": "base64", "description": "The exact bytes; with `encoding: base64`." }
+        },
+        "oneOf": [{ "required": ["text"] }, { "required": ["base64"] }]
     });
     json!({
         "type": "object",
         "description": "The range, or, on a tool error, `error`.",
         "oneOf": [success, error_shape()]
     })
+}
+
+/// `schema` with every type array (`"type": ["string", "null"]`) written as
+/// an `anyOf` of single types: the same meaning, in the form strict
+/// validators (MCP Inspector's among them) accept.
+pub fn without_type_arrays(schema: Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut map: serde_json::Map<String, Value> = map
+                .into_iter()
+                .map(|(k, v)| (k, without_type_arrays(v)))
+                .collect();
+            let typed_array = map.get("type").is_some_and(Value::is_array);
+            if let Some(Value::Array(types)) = typed_array.then(|| map.remove("type")).flatten() {
+                let one_of_these =
+                    Value::Array(types.into_iter().map(|t| json!({ "type": t })).collect());
+                // An `anyOf` already there must hold as well.
+                match map.remove("anyOf") {
+                    None => map.insert("anyOf".to_owned(), one_of_these),
+                    Some(existing) => map.insert(
+                        "allOf".to_owned(),
+                        json!([{ "anyOf": existing }, { "anyOf": one_of_these }]),
+                    ),
+                };
+            }
+            Value::Object(map)
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(without_type_arrays).collect()),
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +246,36 @@ mod tests {
             spill_read_output(),
         ] {
             validator(&s);
+        }
+    }
+
+    #[test]
+    fn type_arrays_become_any_of_with_the_same_meaning() {
+        let given = json!({
+            "type": "object",
+            "properties": {
+                "code": { "type": ["string", "null"], "minLength": 1 },
+                "deep": { "items": { "type": ["integer", "null"], "anyOf": [{ "minimum": 1 }, { "type": "null" }] } }
+            }
+        });
+        let strict = without_type_arrays(given.clone());
+        assert!(!strict.to_string().contains("\"type\":["), "{strict}");
+        let (a, b) = (validator(&given), validator(&strict));
+        for v in [
+            json!({"code": "x"}),
+            json!({"code": null}),
+            json!({"code": 3}),
+            json!({"code": ""}),
+            json!({"deep": [1, null]}),
+            json!({"deep": [0]}),
+            json!({"deep": ["x"]}),
+        ] {
+            assert_eq!(a.is_valid(&v), b.is_valid(&v), "{v}");
+        }
+        for s in [process_run_output(), spill_read_output()] {
+            let strict = without_type_arrays(s);
+            assert!(!strict.to_string().contains("\"type\":["), "{strict}");
+            validator(&strict);
         }
     }
 
