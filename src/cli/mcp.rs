@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use custodian::contain::Containment;
-use custodian::mcp::McpConfig;
+use custodian::mcp::{Ended, McpConfig};
 use custodian::process::env::{SecretError, SecretValue};
 use custodian::process::invocation::SecretRef;
 use custodian::process::units::{parse_duration, parse_size};
@@ -24,8 +24,14 @@ Example client entry (the `mcpServers` map most clients read):
                 \"args\": [\"mcp\", \"--workspace\", \"/path/to/project\",
                          \"--policy\", \"/path/to/policy.toml\"]}
 
+Stopping: when the client closes stdin (or dies), or on SIGTERM, SIGINT or
+SIGHUP, every call in flight is cancelled at once (SIGTERM to its tree,
+--shutdown-grace, SIGKILL), reaped and cleaned up, and its result still
+sent; a further signal changes nothing.
+
 Exit status: 0 the client closed the session (every request still open was
-cleaned up); 65/66 the --policy file is invalid / not readable; 1 the
+cleaned up); 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM, after the same
+cleanup; 65/66 the --policy file is invalid / not readable; 1 the
 workspace or the spill store could not be opened, a budget is out of range,
 or the session failed.";
 
@@ -68,6 +74,11 @@ pub(crate) struct Args {
     /// How often progress is reported while a process runs.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     progress_every: Duration,
+    /// When the server stops (stdin closed, or a stop signal): the grace
+    /// between SIGTERM and SIGKILL for every call still running. Below the
+    /// 2 s after which the MCP SDKs kill a server they closed.
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
+    shutdown_grace: Duration,
     /// Make the secret reference NAME resolve to this server's environment
     /// variable NAME (repeatable). Only listed names resolve; the value is
     /// read once at start and never printed.
@@ -143,6 +154,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
     config.spill_cap = args.spill_cap;
     config.default_timeout = args.default_timeout;
     config.progress_every = args.progress_every;
+    config.shutdown_grace = args.shutdown_grace;
     config.secrets = Arc::new(resolver);
     if args.containment == Containment::Subreaper {
         if let Err(e) = custodian::process::enable_subreaper() {
@@ -163,10 +175,43 @@ pub(crate) fn main(args: Args) -> ExitCode {
         }
     };
     let served = tracing::subscriber::with_default(subscriber(), || {
-        rt.block_on(custodian::mcp::serve_stdio(config))
+        rt.block_on(async {
+            let mut stops = match super::stop::StopSignals::install() {
+                Ok(s) => s,
+                Err(e) => return Err(format!("catching the stop signals: {e}")),
+            };
+            let stop = async move {
+                let first = stops.recv().await;
+                eprintln!(
+                    "custodian mcp: {}: stopping (every call: SIGTERM, {} grace, SIGKILL; then cleanup)",
+                    first.name(),
+                    humantime::format_duration(args.shutdown_grace)
+                );
+                // Later signals are caught (they cannot kill the server
+                // mid-cleanup) and only said.
+                tokio::spawn(async move {
+                    loop {
+                        let again = stops.recv().await;
+                        eprintln!(
+                            "custodian mcp: {}: already stopping; the cleanups still run",
+                            again.name()
+                        );
+                    }
+                });
+                first
+            };
+            let io = (tokio::io::stdin(), tokio::io::stdout());
+            custodian::mcp::serve_until(config, io, stop)
+                .await
+                .map_err(|e| e.to_string())
+        })
     });
+    // Stdin is read on a blocking thread that a client which keeps stdin
+    // open never releases: do not wait for it.
+    rt.shutdown_background();
     match served {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Ended::Stopped(signal)) => ExitCode::from(super::stop::exit_code(signal)),
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("custodian mcp: {e}");
             ExitCode::FAILURE

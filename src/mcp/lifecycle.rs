@@ -11,9 +11,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
 use crate::process::evidence::Evidence;
 use crate::process::{Invocation, LaunchOptions};
 use crate::workspace::{CleanupResult, Workspace, WorkspaceError};
+
+/// The default grace between `SIGTERM` and `SIGKILL` when the server stops:
+/// below the 2 s after which the MCP SDKs' clients kill a server they closed.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
 /// How far a running process has got, for a progress notification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +65,10 @@ pub enum LaunchFailed {
     /// workspace closes, whose cleanup kills and removes what it holds.
     #[error("the call's task failed; the request is cleaned up when the server stops")]
     TaskFailed,
+    /// The server is stopping (its client went away or it was signalled):
+    /// nothing was opened or launched.
+    #[error("the server is stopping; nothing was launched")]
+    Stopping,
 }
 
 impl LaunchFailed {
@@ -73,6 +84,7 @@ impl LaunchFailed {
                 _ => "workspace_error",
             },
             LaunchFailed::TaskFailed => "internal",
+            LaunchFailed::Stopping => "server_stopping",
         }
     }
 }
@@ -85,6 +97,12 @@ pub struct Lifecycle {
     progress_every: Duration,
     prefix: String,
     next: AtomicU64,
+    /// Set once the server stops: every call in flight is cancelled with
+    /// the shutdown grace, and no new call launches.
+    stopping: CancellationToken,
+    shutdown_grace: Duration,
+    /// Every call's task, so that [`Lifecycle::stop`] can wait for them.
+    calls: TaskTracker,
 }
 
 impl Lifecycle {
@@ -102,7 +120,39 @@ impl Lifecycle {
             progress_every,
             prefix: format!("mcp-{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
             next: AtomicU64::new(1),
+            stopping: CancellationToken::new(),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            calls: TaskTracker::new(),
         }
+    }
+
+    /// The grace a process gets between `SIGTERM` and `SIGKILL` when the
+    /// server stops (default [`DEFAULT_SHUTDOWN_GRACE`]).
+    #[must_use]
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Stops the server's calls: every call in flight is cancelled at once
+    /// (`SIGTERM`, the shutdown grace, `SIGKILL` of its whole tree) and
+    /// cleaned up; a call that has not launched yet launches nothing.
+    /// Returns once every call's task has finished, its cleanup included.
+    /// Idempotent.
+    pub async fn stop(&self) {
+        self.stopping.cancel();
+        self.calls.close();
+        self.calls.wait().await;
+    }
+
+    /// Completes once [`Lifecycle::stop`] was called.
+    pub async fn stopping(&self) {
+        self.stopping.cancelled().await;
+    }
+
+    /// Whether [`Lifecycle::stop`] was called.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
     }
 
     /// The workspace served.
@@ -143,7 +193,10 @@ impl Lifecycle {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         let this = Arc::clone(self);
-        let task = tokio::spawn(async move {
+        let task = self.calls.spawn(async move {
+            if this.stopping.is_cancelled() {
+                return Err(LaunchFailed::Stopping);
+            }
             let job = this
                 .workspace
                 .open_request(&id)
@@ -167,12 +220,20 @@ impl Lifecycle {
             tick.tick().await;
             tokio::pin!(cancel);
             let mut cancelled = false;
+            let mut stopped = false;
             let evidence = loop {
                 tokio::select! {
                     ev = running.settled() => break ev,
                     () = &mut cancel, if !cancelled => {
                         cancelled = true;
                         running.cancel();
+                    }
+                    // The server stops: the short shutdown grace, even if a
+                    // plain cancel already started the long one.
+                    () = this.stopping.cancelled(), if !stopped => {
+                        stopped = true;
+                        cancelled = true;
+                        running.cancel_within(this.shutdown_grace);
                     }
                     // No progress for a cancelled call: the client has
                     // forgotten its token.

@@ -22,17 +22,24 @@
 //!   locator returned.
 //! - `spill_read` returns a bounded byte range of a spilled output.
 //!
-//! When the client goes away (stdin closes) every request still open is
-//! cleaned up, the spill sweep is awaited, and [`serve_stdio`] returns.
+//! When the client goes away (stdin closes, or the client dies) or the server
+//! is told to stop ([`serve_until`]), every call in flight is cancelled at
+//! once with a short shutdown grace and cleaned up, every request still open
+//! is cleaned, the spill sweep is awaited, and the server returns. A gate in
+//! front of the SDK answers what the SDK would answer badly (a request before
+//! `initialize`, a line that is not JSON-RPC, a `tools/call` whose arguments
+//! are not an object, a duplicate in-flight id).
 //!
 //! Environment values never leave the server: the child gets the minimal
 //! baseline plus the call's overlay, secret references are resolved only at
 //! launch and redacted from captured output, and no error or log carries an
 //! environment key or value.
 
+mod gate;
 pub mod input;
 pub mod lifecycle;
 mod output;
+mod pump;
 pub mod schema;
 mod server;
 
@@ -90,6 +97,10 @@ pub struct McpConfig {
     pub secrets: Arc<dyn SecretResolver>,
     /// How long cleanup waits for a request's processes.
     pub cleanup_bound: Duration,
+    /// The grace between `SIGTERM` and `SIGKILL` for the calls in flight
+    /// when the server stops (default 500 ms, below the 2 s after which the
+    /// SDKs' clients kill a server they closed).
+    pub shutdown_grace: Duration,
 }
 
 impl std::fmt::Debug for McpConfig {
@@ -106,7 +117,8 @@ impl std::fmt::Debug for McpConfig {
 impl McpConfig {
     /// Defaults for `workspace`: no policy, untrusted provenance, `auto`
     /// containment, the default spill store, 16 KiB inline, 8 MiB cap, a
-    /// 30 s timeout, progress every second, no secrets.
+    /// 30 s timeout, progress every second, no secrets, a 500 ms shutdown
+    /// grace.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         McpConfig {
             workspace: workspace.into(),
@@ -121,6 +133,7 @@ impl McpConfig {
             progress_every: Duration::from_secs(1),
             secrets: Arc::new(NoSecrets),
             cleanup_bound: WorkspaceConfig::default().cleanup_bound,
+            shutdown_grace: lifecycle::DEFAULT_SHUTDOWN_GRACE,
         }
     }
 }
@@ -145,6 +158,21 @@ pub enum McpError {
     Session(String),
 }
 
+/// How a session ended (once every call was cancelled and cleaned up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ended<S> {
+    /// The client closed the server's input (a clean close, or the client
+    /// died).
+    InputClosed,
+    /// The stop future given to [`serve_until`] completed with this value
+    /// (for `custodian mcp`, the signal that stopped it).
+    Stopped(S),
+    /// The SDK ended the session by itself (the client's first message was
+    /// not a valid `initialize`, or the transport failed).
+    SessionEnded,
+}
+
 /// Serves MCP on this process's stdin/stdout until the client closes it,
 /// then cleans up every request still open. Must run inside a tokio
 /// runtime (multi-thread or current-thread, with IO and time enabled).
@@ -154,7 +182,7 @@ pub enum McpError {
 /// An [`McpError`] when the workspace or the spill store cannot be opened or
 /// the session fails.
 pub async fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
-    serve(config, rmcp::transport::stdio()).await
+    serve(config, (tokio::io::stdin(), tokio::io::stdout())).await
 }
 
 /// [`serve_stdio`] over any byte transport (for tests and embedders).
@@ -167,6 +195,37 @@ where
     R: tokio::io::AsyncRead + Send + Unpin + 'static,
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
+    serve_until(config, io, std::future::pending::<()>())
+        .await
+        .map(|_| ())
+}
+
+/// Serves MCP over `io` until the client closes the input or `stop`
+/// completes, whichever is first; then stops at once: every call in flight
+/// is cancelled (`SIGTERM`, [`McpConfig::shutdown_grace`], `SIGKILL` of its
+/// whole tree) and its request cleaned up, each cancelled call still gets
+/// its result (if the client still reads), every request left is cleaned
+/// with the workspace, and the spill sweep is awaited. The SDK's own drain
+/// of in-flight handlers is never waited for: they have finished by then.
+///
+/// Every line passes the gate first (`src/mcp/gate.rs`: what the SDK would
+/// answer badly, it answers itself).
+///
+/// # Errors
+///
+/// As [`serve_stdio`]; a session the SDK refused to start (a first message
+/// that is not `initialize`) is [`Ended::SessionEnded`] when it follows a
+/// close, else [`McpError::Session`].
+pub async fn serve_until<R, W, S>(
+    config: McpConfig,
+    io: (R, W),
+    stop: S,
+) -> Result<Ended<S::Output>, McpError>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    S: std::future::Future,
+{
     if config.inline_budget == 0
         || config.spill_cap > MAX_STREAM_BUDGET
         || config.inline_budget > config.spill_cap
@@ -177,23 +236,30 @@ where
         cleanup_bound: config.cleanup_bound,
         ..WorkspaceConfig::default()
     };
+    let internal = config.workspace.join(&ws_config.internal_name);
     let workspace = Workspace::open(&config.workspace, ws_config)?;
     for (request_id, result) in workspace.reclaim().await {
         tracing::info!(%request_id, status = ?result.status, "reclaimed at start");
     }
+    // Without a configured root, spills go to the workspace's internal
+    // namespace: the next server on this workspace reads the same root, so
+    // a locator stays valid across restarts until the retention sweep.
+    let mut spill_config = config.spill.clone();
+    if spill_config.root.is_none() {
+        spill_config.root = Some(internal.join(DEFAULT_SPILL_DIR));
+    }
     // Activation starts the one startup sweep; the store is usable at once.
-    let spill = SpillService::activate(&config.spill)?;
+    let spill = SpillService::activate(&spill_config)?;
     let launch = LaunchOptions::new(&config.workspace)
         .with_containment(config.containment)
         .with_secrets(config.secrets.clone());
-    let lifecycle = Arc::new(lifecycle::Lifecycle::new(
-        workspace.clone(),
-        launch,
-        config.progress_every,
-    ));
+    let lifecycle = Arc::new(
+        lifecycle::Lifecycle::new(workspace.clone(), launch, config.progress_every)
+            .with_shutdown_grace(config.shutdown_grace),
+    );
     let handler = CustodianServer {
         inner: Arc::new(server::Inner {
-            lifecycle,
+            lifecycle: Arc::clone(&lifecycle),
             policy: config.policy,
             provenance: config.provenance,
             store: Some(spill.store().clone()),
@@ -205,15 +271,59 @@ where
             inline_budget: config.inline_budget,
         }),
     };
-    let served = match handler.serve(io).await {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| McpError::Session(e.to_string())),
-        Err(e) => Err(McpError::Session(e.to_string())),
+
+    let (input, output) = io;
+    // The SDK talks to the gate over two in-memory pipes.
+    let (mut to_sdk, sdk_input) = tokio::io::duplex(PIPE_BYTES);
+    let (sdk_output, from_sdk) = tokio::io::duplex(PIPE_BYTES);
+    let gate = Arc::new(std::sync::Mutex::new(gate::Gate::new()));
+    let (lines, queue) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let writer = tokio::spawn(pump::write_lines(output, queue));
+    let returning = tokio::spawn(pump::from_sdk(from_sdk, Arc::clone(&gate), lines.clone()));
+    let mut session = tokio::spawn(async move {
+        match handler.serve((sdk_input, sdk_output)).await {
+            Ok(running) => running
+                .waiting()
+                .await
+                .map(|_| ())
+                .map_err(|e| McpError::Session(e.to_string())),
+            Err(e) => Err(McpError::Session(e.to_string())),
+        }
+    });
+    let mut finished = None;
+    let ended = {
+        let reading = pump::from_client(input, &gate, &mut to_sdk, &lines);
+        tokio::pin!(reading);
+        tokio::pin!(stop);
+        tokio::select! {
+            read = &mut reading => {
+                if let Err(e) = read {
+                    tracing::warn!(error = %e, "reading the client's input failed; stopping");
+                }
+                Ended::InputClosed
+            }
+            s = &mut stop => Ended::Stopped(s),
+            r = &mut session => {
+                finished = Some(r);
+                Ended::SessionEnded
+            }
+        }
     };
-    // The client is gone: whatever it left running dies with its request.
+    // Stop now, not after the SDK's drain: cancel every call, wait for its
+    // process and its cleanup.
+    lifecycle.stop().await;
+    // Then the SDK sees its input close, answers what it still holds and
+    // ends.
+    drop(to_sdk);
+    drop(lines);
+    let served = match finished {
+        Some(r) => r,
+        None => session.await,
+    };
+    let served = served.unwrap_or_else(|e| Err(McpError::Session(e.to_string())));
+    let _ = returning.await;
+    let _ = writer.await;
+    // Whatever is left (a call whose task failed) dies with its request.
     for (request_id, result) in workspace.close().await {
         tracing::info!(%request_id, status = ?result.status, "cleaned at shutdown");
     }
@@ -223,5 +333,18 @@ where
             "startup spill sweep finished"
         );
     }
-    served
+    match (served, ended) {
+        (Ok(()), e) => Ok(e),
+        // A session the SDK ended because the client went away before (or
+        // while) it initialized is a close, not a failure.
+        (Err(_), e @ (Ended::InputClosed | Ended::Stopped(_))) => Ok(e),
+        (Err(e), Ended::SessionEnded) => Err(e),
+    }
 }
+
+/// The bytes buffered in each direction between the gate and the SDK.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// The directory of the default spill root inside the workspace's internal
+/// namespace.
+pub const DEFAULT_SPILL_DIR: &str = "spill";

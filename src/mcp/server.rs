@@ -9,6 +9,7 @@ use rmcp::model::{
     BooleanSchema, CallToolRequestParams, CallToolResult, ElicitRequestParams, ElicitationAction,
     ElicitationSchema, ErrorData, Implementation, ListToolsResult, PaginatedRequestParams,
     PrimitiveSchemaDefinition, ProgressNotificationParam, ServerCapabilities, ServerInfo, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
@@ -40,7 +41,15 @@ pub struct CustodianServer {
 }
 
 fn tools() -> Vec<Tool> {
-    let obj = |v: Value| Arc::new(v.as_object().cloned().unwrap_or_default());
+    // Every schema in the strict form validators expect: no type arrays.
+    let obj = |v: Value| {
+        Arc::new(
+            schema::without_type_arrays(v)
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        )
+    };
     vec![
         Tool::new(
             "process_run",
@@ -53,14 +62,33 @@ fn tools() -> Vec<Tool> {
              spilled whole and its locator given (read it with spill_read).",
             obj(schema::process_run_input()),
         )
-        .with_raw_output_schema(obj(schema::process_run_output())),
+        .with_title("Run a governed process")
+        .with_raw_output_schema(obj(schema::process_run_output()))
+        // It runs whatever the argv says: it may write the workspace and,
+        // with the network on, reach anything.
+        .with_annotations(
+            ToolAnnotations::with_title("Run a governed process")
+                .read_only(false)
+                .destructive(true)
+                .idempotent(false)
+                .open_world(true),
+        ),
         Tool::new(
             "spill_read",
             "Read a byte range of a spilled process output by its locator (at most 256 KiB \
-             per call).",
+             per call), as UTF-8 text (default) or as base64 (`encoding: \"base64\"`, exact \
+             bytes).",
             obj(schema::spill_read_input()),
         )
-        .with_raw_output_schema(obj(schema::spill_read_output())),
+        .with_title("Read spilled output")
+        .with_raw_output_schema(obj(schema::spill_read_output()))
+        .with_annotations(
+            ToolAnnotations::with_title("Read spilled output")
+                .read_only(true)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
+        ),
     ]
 }
 
@@ -174,6 +202,13 @@ impl CustodianServer {
                     "policy_refused",
                     "cancelled",
                     "the call was cancelled before it was approved; nothing was launched",
+                ));
+            }
+            () = self.inner.lifecycle.stopping() => {
+                return Some(output::error(
+                    "policy_refused",
+                    "server_stopping",
+                    "the server stopped before the call was approved; nothing was launched",
                 ));
             }
         };
@@ -317,16 +352,24 @@ impl CustodianServer {
         let start = req.offset.min(total);
         let end = start.saturating_add(req.length).min(total);
         let slice = &bytes[start as usize..end as usize];
-        output::result(
-            json!({
-                "locator": req.locator,
-                "offset": start,
-                "length": end - start,
-                "total_bytes": total,
-                "eof": end == total,
-                "text": String::from_utf8_lossy(slice),
-            }),
-            false,
-        )
+        let mut range = json!({
+            "locator": req.locator,
+            "offset": start,
+            "length": end - start,
+            "total_bytes": total,
+            "eof": end == total,
+        });
+        let (key, value) = match req.encoding {
+            input::Encoding::Text => ("text", String::from_utf8_lossy(slice).into_owned()),
+            input::Encoding::Base64 => {
+                use base64::Engine as _;
+                (
+                    "base64",
+                    base64::engine::general_purpose::STANDARD.encode(slice),
+                )
+            }
+        };
+        range[key] = Value::String(value);
+        output::result(range, false)
     }
 }
