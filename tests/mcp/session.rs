@@ -1,0 +1,148 @@
+//! What clients send that the SDK alone answers badly, answered well: a
+//! probe before `initialize`, lines that are not JSON-RPC, a `tools/call`
+//! whose arguments are not an object, a duplicate in-flight id; and the
+//! tool surface strict clients check (titles, annotations, no type arrays,
+//! integral floats, base64 spill reads, locators valid across restarts).
+
+use serde_json::{Value, json};
+
+use crate::client::Server;
+use crate::sandbox;
+
+fn tools(server: &mut Server) -> Vec<Value> {
+    let r = server.request(json!("tools"), "tools/list", json!({}));
+    r["result"]["tools"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+#[ignore = "deletes: run by session_in_a_private_mount_namespace"]
+fn a_probe_before_initialize_is_method_not_found_and_the_session_goes_on() {
+    let tmp = sandbox::tempdir();
+    let mut server = Server::start(tmp.path(), &[]);
+    // What the Python SDK's default client sends first.
+    let r = server.request(json!(1), "server/discover", json!({}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    // A notification before initialize is dropped, never fatal.
+    server.send(&json!({"jsonrpc": "2.0", "method": "notifications/whatever"}));
+    let r = server.request(json!(2), "ping", json!({}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    server.initialize();
+    assert_eq!(tools(&mut server).len(), 2);
+    let (code, stderr) = server.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+#[ignore = "deletes: run by session_in_a_private_mount_namespace"]
+fn malformed_and_duplicate_requests_are_answered_and_the_session_goes_on() {
+    let tmp = sandbox::tempdir();
+    let mut server = Server::start(tmp.path(), &[]);
+    server.initialize();
+    server.send_raw("{this is not json");
+    let r = server.next();
+    assert_eq!(
+        (r["error"]["code"].clone(), r["id"].clone()),
+        (json!(-32700), Value::Null),
+        "{r}"
+    );
+    server.send_raw("[1, 2]");
+    assert_eq!(server.next()["error"]["code"], -32600);
+    let r = server.request(
+        json!(3),
+        "tools/call",
+        json!({"name": "process_run", "arguments": "ls -l"}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    // A duplicate of an id still in flight is refused; the first is
+    // answered as usual.
+    server.call_run(json!(4), "sleep", &["0.5"]);
+    server.call_run(json!(4), "true", &[]);
+    let dup = server.response(&json!(4));
+    assert_eq!(dup["error"]["code"], -32600, "{dup}");
+    let first = server.response(&json!(4));
+    assert_eq!(
+        first["result"]["structuredContent"]["evidence"]["status"], "exited",
+        "{first}"
+    );
+    // Once answered, the id is free again; an integral float is an integer.
+    let r = server.request(
+        json!(4),
+        "tools/call",
+        json!({"name": "process_run", "arguments": {"executable": "true", "timeout_ms": 5000.0}}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let (code, stderr) = server.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+#[ignore = "deletes: run by session_in_a_private_mount_namespace"]
+fn tools_carry_titles_annotations_and_schemas_without_type_arrays() {
+    let tmp = sandbox::tempdir();
+    let mut server = Server::start(tmp.path(), &[]);
+    server.initialize();
+    let listed = tools(&mut server);
+    let by_name = |n: &str| listed.iter().find(|t| t["name"] == n).cloned().unwrap();
+    let run = by_name("process_run");
+    let read = by_name("spill_read");
+    assert!(run["title"].is_string(), "{run}");
+    assert_eq!(run["annotations"]["destructiveHint"], true, "{run}");
+    assert_eq!(run["annotations"]["openWorldHint"], true, "{run}");
+    assert_eq!(read["annotations"]["readOnlyHint"], true, "{read}");
+    for t in &listed {
+        let text = t.to_string();
+        assert!(
+            !text.contains("\"type\":["),
+            "a type array in {}",
+            t["name"]
+        );
+    }
+}
+
+/// A range of a spilled output read as base64 is exact where text would
+/// show a cut character as U+FFFD; a server started again on the same
+/// workspace reads the same locator (the default spill root is the
+/// workspace's, not one per process). (The spill holds the captured text:
+/// output that is not UTF-8 was captured with U+FFFD already.)
+#[test]
+#[ignore = "deletes: run by session_in_a_private_mount_namespace"]
+fn spills_read_back_exactly_and_survive_a_restart() {
+    let tmp = sandbox::tempdir();
+    let args = ["--inline-budget", "1KiB"];
+    let mut server = Server::start(tmp.path(), &args);
+    server.initialize();
+    // 4 KiB of `é` (c3 a9).
+    let r = server.request(
+        json!(1),
+        "tools/call",
+        json!({"name": "process_run", "arguments": {
+            "executable": "sh", "argv": ["-c", "i=0; while [ $i -lt 2048 ]; do printf '\\303\\251'; i=$((i+1)); done"]}}),
+    );
+    let content = &r["result"]["structuredContent"];
+    let locator = content["spill"]["stdout"]["locator"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no spill: {r}"))
+        .to_owned();
+    let read = |server: &mut Server, id: i64, encoding: &str| {
+        let r = server.request(
+            json!(id),
+            "tools/call",
+            json!({"name": "spill_read", "arguments": {
+                "locator": locator, "offset": 1, "length": 4, "encoding": encoding}}),
+        );
+        r["result"]["structuredContent"].clone()
+    };
+    // Bytes 1..5: a9 c3 a9 c3, two halves around one whole `é`.
+    let got = read(&mut server, 2, "base64");
+    assert_eq!(got["base64"], "qcOpww==", "{got}");
+    assert_eq!(got["total_bytes"], 4096, "{got}");
+    assert!(got.get("text").is_none(), "{got}");
+    let text = read(&mut server, 3, "text");
+    assert_eq!(text["text"], "\u{fffd}é\u{fffd}", "{text}");
+    let (code, _) = server.wait();
+    assert_eq!(code, Some(0));
+    let mut again = Server::start(tmp.path(), &args);
+    again.initialize();
+    let got = read(&mut again, 4, "base64");
+    assert_eq!(got["base64"], "qcOpww==", "after a restart: {got}");
+}
