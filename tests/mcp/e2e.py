@@ -21,7 +21,9 @@ import time
 import traceback
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, types
+import signal
+
+from mcp import Client, ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 CANARY_SECRET = "canary-secret-7f3a91c2d4"
@@ -397,6 +399,9 @@ async def main(exe):
         await run_one(t_startup_sweep, env, None)
         await run_one(t_confined, env, exe)
         await run_one(t_disconnect, env, exe)
+        await run_one(t_default_client, env, exe)
+        await run_one(t_close_mid_call, env, exe)
+        await run_one(t_killed_client, env, exe)
         # Give the servers a moment to finish their shutdown logs.
         await anyio.sleep(0.5)
         await run_one(t_no_leak, env, None)
@@ -471,6 +476,132 @@ async def t_disconnect(env, exe):
         print(subprocess.run(["ps", "-o", "pid,ppid,pgid,stat,cmd", "-g", str(pgid)], capture_output=True, text=True).stdout)
     check(not alive, f"process group {pgid} outlived its client")
     check(env.jobs() == [], f"job dirs left: {env.jobs()}")
+
+
+def wait_gone(pgid, seconds=10):
+    """Whether process group `pgid` is gone within `seconds` (KILLed members
+    are reaped by init a moment after they died)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def journals(env):
+    d = os.path.join(env.ws, ".custodian", "journal")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def plain_server(env, name):
+    """The server with nothing but its workspace, as a client would start it."""
+    return StdioServerParameters(
+        command=env.exe,
+        args=["mcp", "--workspace", env.ws],
+        env={"TMPDIR": os.environ.get("TMPDIR", "/tmp")},
+    )
+
+
+async def t_default_client(env, exe):
+    """The SDK's default high-level client (`mcp.Client`, mode auto) probes
+    `server/discover` first, gets "method not found", falls back to
+    `initialize`, and works."""
+    async with Client(plain_server(env, "default"), read_timeout_seconds=30) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        check(tools == {"process_run", "spill_read"}, f"tools: {sorted(tools)}")
+        res = await client.call_tool("process_run", {"executable": "sh", "argv": ["-c", "echo hi"]})
+        check(not res.is_error, f"run: {text_of(res)[:300]}")
+        check(structured(res)["evidence"]["stdout"]["text"] == "hi\n", "the output")
+    check(env.jobs() == [], f"job dirs left: {env.jobs()}")
+
+
+async def t_close_mid_call(env, exe):
+    """The client closes (the SDK: stdin closed, SIGTERM after 2 s) while a
+    call runs a tree that ignores TERM: the server cancels it at once (500 ms
+    shutdown grace), and nothing is left, before the SDK's escalation."""
+    pidfile = os.path.join(env.root, "close.pid")
+    script = f"trap '' TERM; echo $$ > {shlex.quote(pidfile)}; sleep 300 & sleep 300"
+    took = None
+    async with anyio.create_task_group() as tg:
+        async def call(s):
+            try:
+                await s.call_tool("process_run", {"executable": "sh", "argv": ["-c", script]})
+            except Exception:
+                pass  # the session closes under it
+        async with stdio_client(plain_server(env, "close")) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                tg.start_soon(call, s)
+                deadline = time.monotonic() + 20
+                while not os.path.exists(pidfile) and time.monotonic() < deadline:
+                    await anyio.sleep(0.02)
+                check(os.path.exists(pidfile), "the tree started")
+                await anyio.sleep(0.2)
+                pgid = int(open(pidfile).read())
+                start = time.monotonic()
+        took = time.monotonic() - start
+        tg.cancel_scope.cancel()
+    print(f"     client close mid-call: closed in {took * 1000:.0f} ms")
+    check(wait_gone(pgid), f"process group {pgid} outlived the close")
+    check(env.jobs() == [], f"job dirs left: {env.jobs()}")
+    check(journals(env) == [], f"journals left: {journals(env)}")
+    check(took < 20, f"close took {took:.1f}s")
+
+
+CLIENT_TO_KILL = """
+import json, subprocess, sys
+ws, exe, script = sys.argv[1:4]
+server = subprocess.Popen([exe, "mcp", "--workspace", ws], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def send(m):
+    server.stdin.write((json.dumps(m) + "\\n").encode()); server.stdin.flush()
+send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "doomed", "version": "0"}}})
+server.stdout.readline()
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+    "name": "process_run", "arguments": {"executable": "sh", "argv": ["-c", script]}}})
+print(server.pid, flush=True)
+server.stdout.read()
+"""
+
+
+async def t_killed_client(env, exe):
+    """A client SIGKILLed mid-call: the server sees its input close and
+    cleans up as for a close; nothing is left and the server exits."""
+    pidfile = os.path.join(env.root, "killed.pid")
+    script = f"echo $$ > {shlex.quote(pidfile)}; sleep 300 & sleep 300"
+    client = subprocess.Popen([sys.executable, "-c", CLIENT_TO_KILL, env.ws, exe, script],
+                              stdout=subprocess.PIPE)
+    server_pid = int(client.stdout.readline())
+    deadline = time.monotonic() + 20
+    while not os.path.exists(pidfile) and time.monotonic() < deadline:
+        await anyio.sleep(0.02)
+    check(os.path.exists(pidfile), "the tree started")
+    await anyio.sleep(0.2)
+    pgid = int(open(pidfile).read())
+    start = time.monotonic()
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    # The server is the dead client's orphan now: wait for it to go.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{server_pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break  # exited; its new parent reaps it
+        await anyio.sleep(0.01)
+    took = time.monotonic() - start
+    print(f"     SIGKILLed client: the server was gone {took * 1000:.0f} ms later")
+    check(wait_gone(pgid), f"process group {pgid} outlived the client")
+    check(env.jobs() == [], f"job dirs left: {env.jobs()}")
+    check(journals(env) == [], f"journals left: {journals(env)}")
+    check(took < 20, f"the server took {took:.1f}s to go")
 
 
 async def t_no_leak(env, _):
