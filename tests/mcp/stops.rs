@@ -202,7 +202,6 @@ fn a_dead_client(script: &str) {
     );
     let cgroup = tree_started(&marker);
     let at = Instant::now();
-    drop(send);
     drop(stdin);
     drop(stdout);
     let deadline = Instant::now() + GENEROUS;
