@@ -58,10 +58,11 @@ request is named):
   --fd-reserve         descriptors held back so a cleanup can run when the
                        node is out of them; accept failures back off (10 ms
                        to 1 s) and warn once per 10 s
-On stdio the node has no deadlines: its one edge's EOF ends it.
+On stdio the node has no deadlines: its one edge's EOF ends it, or SIGTERM,
+SIGINT or SIGHUP (every open request is then cancelled and cleaned first).
 
 Exit codes:
-  0  served until stdin closed (stdio) or SIGTERM/SIGINT/SIGHUP (socket);
+  0  served until stdin closed or SIGTERM/SIGINT/SIGHUP (stdio and socket);
      every request still open was then cleaned up
   1  the node could not start or serve: an invalid --max-frame or
      --process-timeout, a --policy file refused (its error is printed
@@ -219,7 +220,11 @@ pub(crate) fn main(args: Args) -> ExitCode {
             .enable_all()
             .build()
             .context("starting the runtime")?;
-        rt.block_on(serve(config))
+        let served = rt.block_on(serve(config));
+        // Stdin is read on a blocking thread that an edge which keeps stdin
+        // open never releases: do not wait for it.
+        rt.shutdown_background();
+        served
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -279,13 +284,28 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let node = Node::with_fd_reserve(adapter, config.node, reserve);
     match &config.socket {
         None => {
+            // Caught before serving: from now on a stop signal is a message
+            // (a second one changes nothing), never a death mid-request.
+            let mut stops =
+                super::stop::StopSignals::install().context("catching the stop signals")?;
             let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
-            let served = node.serve(io).await;
-            // The edge closed stdin: it is gone. Clean up what it left open
-            // (this also cancels its running processes, so their answers
-            // arrive), then let the remaining answers reach stdout.
+            let serving = node.serve(io);
+            tokio::pin!(serving);
+            let served = tokio::select! {
+                served = &mut serving => Some(served),
+                signal = stops.recv() => {
+                    info!(signal = signal.name(), "stopping: every open request is cancelled and cleaned");
+                    None
+                }
+            };
+            // The edge closed stdin (it is gone), or the node was told to
+            // stop: clean up every request still open (this also cancels
+            // its running processes, so their answers arrive), then let the
+            // remaining answers reach stdout.
             shutdown(&node, &workspace).await;
-            served.context("reading stdin")?.wait().await;
+            if let Some(served) = served {
+                served.context("reading stdin")?.wait().await;
+            }
         }
         Some(path) => {
             let listener = bind_owner_only(path)?;
