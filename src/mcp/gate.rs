@@ -21,8 +21,8 @@
 //! the client unchanged; a response retires its id from the in-flight set (as
 //! does the client's `notifications/cancelled`).
 //!
-//! The gate is a pure state machine over lines ([`Gate::inbound`],
-//! [`Gate::outbound`]); the pumps that move the bytes are in `super::serve`.
+//! The gate is a pure state machine over lines ([`LineGate::inbound`],
+//! [`LineGate::outbound`]); the pumps that move the bytes are in `super::pump`.
 
 use std::collections::HashSet;
 
@@ -47,7 +47,7 @@ pub enum Inbound {
 /// The gate's state: whether the session is initialized, and which client
 /// request ids are in flight.
 #[derive(Debug, Default)]
-pub struct Gate {
+pub struct LineGate {
     initialized: bool,
     in_flight: HashSet<String>,
 }
@@ -77,10 +77,10 @@ fn valid_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
 
-impl Gate {
+impl LineGate {
     /// A gate for a session that has not been initialized.
-    pub fn new() -> Gate {
-        Gate::default()
+    pub fn new() -> LineGate {
+        LineGate::default()
     }
 
     /// Decides one line from the client (without its newline).
@@ -243,8 +243,8 @@ mod tests {
 
     const INIT: &[u8] = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
 
-    fn initialized() -> Gate {
-        let mut g = Gate::new();
+    fn initialized() -> LineGate {
+        let mut g = LineGate::new();
         assert_eq!(g.inbound(INIT), Inbound::Forward);
         g.outbound(br#"{"jsonrpc":"2.0","id":0,"result":{}}"#);
         g
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn before_initialize_unknown_requests_are_method_not_found() {
-        let mut g = Gate::new();
+        let mut g = LineGate::new();
         let a = answer(g.inbound(br#"{"jsonrpc":"2.0","id":"d","method":"server/discover"}"#));
         assert_eq!(a["id"], "d");
         assert_eq!(a["error"]["code"], -32601);
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn responses_to_the_server_pass_once_initialized() {
-        let mut g = Gate::new();
+        let mut g = LineGate::new();
         let resp = br#"{"jsonrpc":"2.0","id":0,"result":{"action":"accept"}}"#;
         assert_eq!(g.inbound(resp), Inbound::Drop);
         let mut g = initialized();

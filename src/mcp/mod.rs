@@ -276,7 +276,7 @@ where
     // The SDK talks to the gate over two in-memory pipes.
     let (mut to_sdk, sdk_input) = tokio::io::duplex(PIPE_BYTES);
     let (sdk_output, from_sdk) = tokio::io::duplex(PIPE_BYTES);
-    let gate = Arc::new(std::sync::Mutex::new(gate::Gate::new()));
+    let gate = Arc::new(std::sync::Mutex::new(gate::LineGate::new()));
     let (lines, queue) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
     let writer = tokio::spawn(pump::write_lines(output, queue));
     let returning = tokio::spawn(pump::from_sdk(from_sdk, Arc::clone(&gate), lines.clone()));

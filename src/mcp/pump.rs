@@ -1,9 +1,9 @@
 //! The three pumps that move lines between the client, the gate and the SDK.
 //!
 //! - [`from_client`]: the client's input, line by line, through
-//!   [`Gate::inbound`] to the SDK (or answered by the gate).
+//!   [`LineGate::inbound`] to the SDK (or answered by the gate).
 //! - [`from_sdk`]: the SDK's output, line by line, noted by
-//!   [`Gate::outbound`], to the writer.
+//!   [`LineGate::outbound`], to the writer.
 //! - [`write_lines`]: the one writer of the client's output, so the gate's
 //!   answers and the SDK's lines never interleave inside a line. Once the
 //!   client stops reading (a write fails) it keeps draining, so the SDK is
@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::gate::{Gate, Inbound, MAX_LINE};
+use super::gate::{Inbound, LineGate, MAX_LINE};
 
-fn with_gate<T>(gate: &Mutex<Gate>, f: impl FnOnce(&mut Gate) -> T) -> T {
+fn with_gate<T>(gate: &Mutex<LineGate>, f: impl FnOnce(&mut LineGate) -> T) -> T {
     f(&mut gate.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
@@ -34,7 +34,7 @@ fn too_long() -> Vec<u8> {
 /// Reads the client's lines until its input ends (`Ok`) or fails.
 pub(crate) async fn from_client<R, W>(
     input: R,
-    gate: &Mutex<Gate>,
+    gate: &Mutex<LineGate>,
     to_sdk: &mut W,
     answers: &mpsc::Sender<Vec<u8>>,
 ) -> std::io::Result<()>
@@ -97,8 +97,11 @@ where
 }
 
 /// Passes the SDK's lines to the writer until the SDK closes its output.
-pub(crate) async fn from_sdk<R>(from_sdk: R, gate: Arc<Mutex<Gate>>, lines: mpsc::Sender<Vec<u8>>)
-where
+pub(crate) async fn from_sdk<R>(
+    from_sdk: R,
+    gate: Arc<Mutex<LineGate>>,
+    lines: mpsc::Sender<Vec<u8>>,
+) where
     R: AsyncRead + Unpin,
 {
     let mut from_sdk = BufReader::new(from_sdk);
