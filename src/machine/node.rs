@@ -12,8 +12,10 @@
 //!   only the workspace can tell whether a job directory exists).
 //! - [`Fence`] — whether the request still accepts work:
 //!   [`Accepting`](Fence::Accepting), [`Cancelled`](Fence::Cancelled) (a
-//!   cancel arrived), [`Cleaning`](Fence::Cleaning) (a cleanup was asked for)
-//!   or [`Cleaned`](Fence::Cleaned) (absorbing, with the cleanup's verdict).
+//!   cancel arrived), [`Cleaning`](Fence::Cleaning) (a cleanup was asked for),
+//!   [`Retry`](Fence::Retry) (the cleanup could not run: the machine was out
+//!   of inodes, descriptors or memory) or [`Cleaned`](Fence::Cleaned)
+//!   (absorbing, with the cleanup's verdict).
 //!
 //! Once the fence has left `Accepting` it never returns: an open, a write or
 //! a run that arrives after a cancel or a cleanup is refused, whatever order
@@ -25,7 +27,11 @@
 //! [`Input::Cleanup`] returns [`Action::StartCleanup`] (or, if the job is
 //! still being opened, returns it when the open finishes, so a cleanup never
 //! races the open that creates what it removes); every later one waits for
-//! that cleanup's verdict or receives it from the state. A cleanup for a
+//! that cleanup's verdict or receives it from the state. A cleanup that
+//! could not run ([`Input::CleanupCouldNotRun`]) decided nothing: its
+//! waiters get its answer, and the next [`Input::Cleanup`] starts it again.
+//! So at most one cleanup runs at a time, and none starts once one reached a
+//! verdict. A cleanup for a
 //! request this node never opened answers
 //! [`CleanupVerdict::AlreadyGone`] at once without touching the workspace,
 //! and still fences every later open.
@@ -41,7 +47,8 @@
 //!   request's whole life) or [`State::after_restart`] (it may not: a job
 //!   directory may remain from an earlier run of the node).
 //! - Answer [`Action::Open`] with exactly one [`Input::OpenFinished`];
-//!   [`Action::StartCleanup`] with exactly one [`Input::CleanupFinished`].
+//!   [`Action::StartCleanup`] with exactly one [`Input::CleanupFinished`]
+//!   or, when the cleanup could not run at all, [`Input::CleanupCouldNotRun`].
 //!   A failed open must leave nothing behind that the workspace's cleanup
 //!   would not find.
 //! - [`Action::Reply`] answers the message just stepped;
@@ -94,6 +101,11 @@ pub enum Fence {
     Cancelled,
     /// A cleanup was asked for (it runs, or waits for a running open).
     Cleaning,
+    /// The last cleanup could not run (the machine was out of inodes,
+    /// descriptors or memory; nothing suspicious was found, nothing was
+    /// decided): closed to work like `Cancelled`, and the next cleanup
+    /// runs again.
+    Retry,
     /// Absorbing: the cleanup finished with this verdict.
     Cleaned(CleanupVerdict),
 }
@@ -121,7 +133,8 @@ pub enum CleanupVerdict {
 pub struct State {
     job: JobState,
     fence: Fence,
-    /// Cleanups started (0 or 1; kept so that properties can count).
+    /// Cleanups started: 0 or 1, more only after cleanups that could not
+    /// run (kept so that properties can count).
     cleanups: u8,
 }
 
@@ -162,7 +175,9 @@ impl State {
         self.fence
     }
 
-    /// How many cleanups this state started (never more than one).
+    /// How many cleanups this state started: at most one, but for the
+    /// ones that could not run ([`Input::CleanupCouldNotRun`]), each
+    /// followed by a retry.
     pub const fn cleanups_started(&self) -> u8 {
         self.cleanups
     }
@@ -181,8 +196,13 @@ impl State {
     pub const fn cleaned(&self) -> Option<CleanupVerdict> {
         match self.fence {
             Fence::Cleaned(v) => Some(v),
-            Fence::Accepting | Fence::Cancelled | Fence::Cleaning => None,
+            Fence::Accepting | Fence::Cancelled | Fence::Cleaning | Fence::Retry => None,
         }
+    }
+
+    /// Whether a started cleanup is running (its finish is awaited).
+    pub const fn cleanup_running(&self) -> bool {
+        matches!(self.fence, Fence::Cleaning) && self.cleanups > 0
     }
 }
 
@@ -205,6 +225,10 @@ pub enum Input {
     Cleanup,
     /// The cleanup started by [`Action::StartCleanup`] finished.
     CleanupFinished(CleanupVerdict),
+    /// The cleanup started by [`Action::StartCleanup`] could not run (out
+    /// of inodes, descriptors or memory): nothing was decided, and the next
+    /// [`Input::Cleanup`] starts it again.
+    CleanupCouldNotRun,
 }
 
 /// Why a message is refused.
@@ -296,7 +320,7 @@ pub fn step(state: &State, input: Input) -> Transition {
                 Action::Reply(Reply::Refused(Refusal::OpenInProgress))
             }
             (Fence::Accepting, JobState::Present) => Action::Reply(Reply::Opened { already: true }),
-            (Fence::Cancelled | Fence::Cleaning | Fence::Cleaned(_), _) => {
+            (Fence::Cancelled | Fence::Cleaning | Fence::Retry | Fence::Cleaned(_), _) => {
                 Action::Reply(Reply::Refused(Refusal::Closed))
             }
         }),
@@ -323,8 +347,9 @@ pub fn step(state: &State, input: Input) -> Transition {
                     actions.push(Action::Reply(Reply::Closed));
                     start_cleanup(&mut next, &mut actions);
                 }
-                // Unreachable: a cleanup never finishes while an open runs.
-                Fence::Cleaned(_) => actions.push(Action::Reply(Reply::Closed)),
+                // Unreachable: a cleanup never finishes (or fails to run)
+                // while an open runs.
+                Fence::Cleaned(_) | Fence::Retry => actions.push(Action::Reply(Reply::Closed)),
             }
         }
         Input::Work => actions.push(match (next.fence, next.job) {
@@ -332,7 +357,7 @@ pub fn step(state: &State, input: Input) -> Transition {
             (Fence::Accepting, JobState::Absent | JobState::Opening | JobState::Unknown) => {
                 Action::Reply(Reply::Refused(Refusal::NotOpen))
             }
-            (Fence::Cancelled | Fence::Cleaning | Fence::Cleaned(_), _) => {
+            (Fence::Cancelled | Fence::Cleaning | Fence::Retry | Fence::Cleaned(_), _) => {
                 Action::Reply(Reply::Refused(Refusal::Closed))
             }
         }),
@@ -341,7 +366,9 @@ pub fn step(state: &State, input: Input) -> Transition {
                 next.fence = Fence::Cancelled;
             }
             actions.push(match (next.fence, next.job) {
-                (Fence::Accepting | Fence::Cancelled, JobState::Present) => Action::CancelProcesses,
+                (Fence::Accepting | Fence::Cancelled | Fence::Retry, JobState::Present) => {
+                    Action::CancelProcesses
+                }
                 // The cleanup cancels the processes itself before removing.
                 (Fence::Cleaning | Fence::Cleaned(_), _)
                 | (_, JobState::Absent | JobState::Opening | JobState::Unknown) => {
@@ -366,6 +393,12 @@ pub fn step(state: &State, input: Input) -> Transition {
                     JobState::Present | JobState::Unknown => start_cleanup(&mut next, &mut actions),
                 }
             }
+            // The last cleanup could not run: this one runs it again (no
+            // open can be running: none was accepted since the first).
+            Fence::Retry => {
+                next.fence = Fence::Cleaning;
+                start_cleanup(&mut next, &mut actions);
+            }
             Fence::Cleaning => actions.push(Action::AwaitCleanup),
             Fence::Cleaned(verdict) => actions.push(Action::Reply(Reply::Cleanup {
                 verdict,
@@ -382,6 +415,12 @@ pub fn step(state: &State, input: Input) -> Transition {
                     // Failed closed: the suspect subtree is kept and reported.
                     CleanupVerdict::Failed(_) => next.job,
                 };
+            }
+            // Otherwise nobody asked: a stray answer changes nothing.
+        }
+        Input::CleanupCouldNotRun => {
+            if next.cleanup_running() {
+                next.fence = Fence::Retry;
             }
             // Otherwise nobody asked: a stray answer changes nothing.
         }
@@ -417,7 +456,7 @@ mod tests {
         seen
     }
 
-    fn inputs() -> [Input; 8] {
+    fn inputs() -> [Input; 9] {
         [
             Input::Open,
             Input::OpenFinished { ok: true },
@@ -427,11 +466,15 @@ mod tests {
             Input::Cleanup,
             Input::CleanupFinished(CleanupVerdict::Cleaned),
             Input::CleanupFinished(CleanupVerdict::Failed(FAIL)),
+            Input::CleanupCouldNotRun,
         ]
     }
 
     fn s(job: JobState, fence: Fence) -> State {
-        let cleanups = u8::from(matches!(fence, Fence::Cleaning | Fence::Cleaned(_)));
+        let cleanups = u8::from(matches!(
+            fence,
+            Fence::Cleaning | Fence::Cleaned(_) | Fence::Retry
+        ));
         State {
             job,
             fence,
@@ -451,13 +494,16 @@ mod tests {
                     assert!(!t.actions.contains(&Action::Open), "{ctx}");
                     assert!(!t.actions.contains(&Action::Proceed), "{ctx}");
                 }
-                if st.cleanups > 0 {
-                    assert!(!t.actions.contains(&Action::StartCleanup), "{ctx}");
+                // One cleanup at a time, and a new one only after one
+                // that could not run.
+                if t.actions.contains(&Action::StartCleanup) {
+                    assert!(!st.cleanup_running(), "{ctx}");
+                    assert!(st.cleanups == 0 || st.fence == Fence::Retry, "{ctx}");
+                    assert!(st.cleaned().is_none(), "{ctx}");
                 }
                 if let Some(v) = st.cleaned() {
                     assert_eq!(t.next.cleaned(), Some(v), "{ctx}: cleaned is absorbing");
                 }
-                assert!(t.next.cleanups <= 1, "{ctx}");
                 // A cleanup never starts while an open runs.
                 if t.actions.contains(&Action::StartCleanup) {
                     assert_ne!(t.next.job, JobState::Opening, "{ctx}");
@@ -655,14 +701,51 @@ mod tests {
     }
 
     #[test]
+    fn a_cleanup_that_could_not_run_is_started_again_by_the_next_one() {
+        let t = step(&s(JobState::Present, Fence::Accepting), Input::Cleanup);
+        assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
+        // A duplicate while it runs waits for it (and gets its answer).
+        let t = step(&t.next, Input::Cleanup);
+        assert_eq!(t.actions, [Action::AwaitCleanup]);
+        let t = step(&t.next, Input::CleanupCouldNotRun);
+        assert!(t.actions.is_empty());
+        assert_eq!(
+            (t.next.fence(), t.next.job()),
+            (Fence::Retry, JobState::Present)
+        );
+        assert!(t.next.cleaned().is_none());
+        // Still closed to work.
+        for input in [Input::Open, Input::Work] {
+            let r = step(&t.next, input);
+            assert_eq!(r.actions, [Action::Reply(Reply::Refused(Refusal::Closed))]);
+        }
+        // The next cleanup runs again; its verdict is final.
+        let t = step(&t.next, Input::Cleanup);
+        assert_eq!(t.actions, [Action::StartCleanup, Action::AwaitCleanup]);
+        assert_eq!(t.next.cleanups_started(), 2);
+        let t = step(&t.next, Input::CleanupFinished(CleanupVerdict::Cleaned));
+        assert_eq!(t.next.cleaned(), Some(CleanupVerdict::Cleaned));
+        let t = step(&t.next, Input::Cleanup);
+        assert_eq!(
+            t.actions,
+            [Action::Reply(Reply::Cleanup {
+                verdict: CleanupVerdict::Cleaned,
+                cached: true
+            })]
+        );
+    }
+
+    #[test]
     fn stray_answers_change_nothing() {
         for st in states() {
             if st.job != JobState::Opening {
                 let t = step(&st, Input::OpenFinished { ok: true });
                 assert_eq!((t.next, t.actions.len()), (st, 0), "{st:?}");
             }
-            if !(st.fence == Fence::Cleaning && st.cleanups > 0) {
+            if !st.cleanup_running() {
                 let t = step(&st, Input::CleanupFinished(CleanupVerdict::Cleaned));
+                assert_eq!((t.next, t.actions.len()), (st, 0), "{st:?}");
+                let t = step(&st, Input::CleanupCouldNotRun);
                 assert_eq!((t.next, t.actions.len()), (st, 0), "{st:?}");
             }
         }

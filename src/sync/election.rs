@@ -128,6 +128,22 @@ impl<V> OwnerGuard<V> {
         self.publish(Ok(value), Filing::Transient);
     }
 
+    /// Whether this guard owns `cell`.
+    pub(super) fn owns(&self, cell: &SettleOnce<Outcome<V>>) -> bool {
+        self.cell.same_cell(cell)
+    }
+
+    /// Settles this attempt's cell with `value` without running its hook:
+    /// for a keyed table that already forgot the attempt itself, under its
+    /// own lock ([`Slots::retry`](super::Slots::retry)).
+    pub(super) fn settle_detached(mut self, value: V) {
+        if self.on_settled.take().is_none() {
+            return;
+        }
+        let refused = self.cell.try_settle(Ok(value)).is_err();
+        debug_assert!(!refused, "an election's cell was settled twice");
+    }
+
     /// Publishes [`Abandoned`] explicitly (the same as dropping the guard).
     pub fn abandon(mut self) {
         self.publish(Err(Abandoned), Filing::Final);

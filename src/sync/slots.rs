@@ -259,6 +259,45 @@ where
         }
     }
 
+    /// Ends the attempt `guard` owns as one that **could not run** (the
+    /// machine was out of something; nothing was decided): under the
+    /// table's lock, `key`'s state becomes `step`'s and the attempt is
+    /// forgotten, so the next [`StartCleanup`](SlotEffect::StartCleanup)
+    /// owns a new one; then `value` goes to the waiters of this attempt
+    /// only. The key is not filed as finished: it stays remembered (and
+    /// cannot be evicted) like an open one.
+    ///
+    /// State and cell change in one critical section, so a cleanup asked
+    /// for concurrently either waits on this attempt (and gets `value`) or,
+    /// stepped after, starts the next one; it never waits on an attempt
+    /// nobody owns.
+    ///
+    /// # Panics
+    ///
+    /// In debug builds, if `guard` does not own `key`'s current attempt.
+    pub fn retry(
+        &self,
+        key: &K,
+        guard: OwnerGuard<V>,
+        value: V,
+        step: impl FnOnce(Option<&S>) -> Option<S>,
+    ) {
+        {
+            let mut table = shim::lock(&self.table);
+            if let Some(entry) = table.entries.get_mut(key) {
+                let ours = entry.cleanup.as_ref().is_some_and(|c| guard.owns(c));
+                debug_assert!(ours, "retry with a guard of another attempt");
+                if ours {
+                    entry.state = step(entry.state.as_ref());
+                    entry.cleanup = None;
+                    entry.owned = false;
+                    entry.published = false;
+                }
+            }
+        }
+        guard.settle_detached(value);
+    }
+
     /// Returns the number of finished keys remembered.
     pub fn finished(&self) -> usize {
         shim::lock(&self.table).finished.len()
@@ -432,6 +471,30 @@ mod tests {
         assert_eq!(duplicate.wait(), Ok(7));
         assert_eq!(slots.result(&1), Some(Ok(7)));
         assert_eq!((slots.in_flight(), slots.finished()), (0, 1));
+    }
+
+    #[test]
+    fn a_retried_attempt_answers_its_waiters_and_the_next_start_owns_anew() {
+        let slots: Slots<u8, Slot, u32> = Slots::new(1);
+        assert!(slots.apply(&1, open).decision);
+        let (guard, _) = owner(slots.apply(&1, close));
+        let duplicate = waiter(slots.apply(&1, close));
+        // Could not run: the state goes back to open-for-cleanup.
+        slots.retry(&1, guard, 28, |_| Some(Slot::Open));
+        assert_eq!(duplicate.wait(), Ok(28));
+        assert_eq!(slots.get(&1), Some(Slot::Open));
+        assert_eq!((slots.in_flight(), slots.finished()), (0, 0));
+        assert_eq!(slots.result(&1), None, "a retried attempt is not a result");
+        // Other keys finishing do not evict it (it was never filed).
+        for k in 2..5 {
+            let (g, _) = owner(slots.apply(&k, close));
+            g.complete(0);
+        }
+        assert_eq!(slots.get(&1), Some(Slot::Open));
+        let (again, remove) = owner(slots.apply(&1, close));
+        assert!(remove);
+        again.complete(7);
+        assert_eq!(slots.result(&1), Some(Ok(7)));
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub use message::{
 pub use node::{
     Admitted, CleanupVerdict, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS,
     DEFAULT_MAX_UNANSWERED_BYTES, Drain, Node, NodeConfig, NodeStats, NodeWorkspace,
-    node_slot_step,
+    node_slot_retry, node_slot_step,
 };
 pub use transport::{NodeTransport, SpawnError};
 #[cfg(unix)]

@@ -245,6 +245,17 @@ pub fn node_slot_step(
     }
 }
 
+/// The state a request's cleanup that **could not run** leaves, as
+/// [`Slots::retry`] files it under the node's table lock: the machine's
+/// [`CleanupCouldNotRun`](Input::CleanupCouldNotRun) step.
+///
+/// Public so that the loom models drive the node's real retry; a [`Node`]
+/// is the only other caller.
+pub fn node_slot_retry(state: Option<&decide::State>) -> Option<decide::State> {
+    let from = state.copied().unwrap_or_else(decide::State::after_restart);
+    Some(decide::step(&from, Input::CleanupCouldNotRun).next)
+}
+
 /// Whether this step ended the request on the node without a cleanup to
 /// run: a cleanup answered at once (nothing was ever opened here), or a
 /// cancel that fenced a request with no job.
@@ -260,7 +271,28 @@ fn forgettable_now(input: Input, next: &decide::State, actions: &[Action]) -> bo
                     decide::JobState::Absent | decide::JobState::Unknown
                 )
         }
-        Input::Open | Input::OpenFinished { .. } | Input::Work | Input::CleanupFinished(_) => false,
+        Input::Open
+        | Input::OpenFinished { .. }
+        | Input::Work
+        | Input::CleanupFinished(_)
+        | Input::CleanupCouldNotRun => false,
+    }
+}
+
+/// Whether a cleanup's verdict says it **could not run** (the workspace was
+/// out of inodes, descriptors or memory) rather than deciding anything
+/// ([`CleanupCode::is_transient`](crate::workspace::CleanupCode::is_transient)).
+fn could_not_run(verdict: &CleanupVerdict) -> bool {
+    use crate::workspace::CleanupCode;
+    match verdict {
+        CleanupVerdict::Failed(code) => [
+            CleanupCode::NoSpace,
+            CleanupCode::NoDescriptors,
+            CleanupCode::NoMemory,
+        ]
+        .into_iter()
+        .any(|c| c.is_transient() && c.safe_code() == *code),
+        _ => false,
     }
 }
 
@@ -617,6 +649,15 @@ impl<W: NodeWorkspace> Node<W> {
                 // the verdict: it accepts no more work.
                 let released = node.holds().remove(&id);
                 drop(released);
+                if could_not_run(&verdict) {
+                    // Nothing was decided (out of inodes, descriptors or
+                    // memory): this attempt's callers get the answer, and
+                    // the request waits, closed, for the next cleanup (a
+                    // caller's, or the node's shutdown) to run it again.
+                    // State and attempt change under one lock.
+                    node.table.retry(&id, guard, verdict, node_slot_retry);
+                    return;
+                }
                 // The verdict enters the state before it is published, so a
                 // caller that sees it published finds the state cleaned.
                 let _stray_answer_has_no_actions =
@@ -678,13 +719,16 @@ impl<W: NodeWorkspace> Node<W> {
     /// cleanup has not started.
     pub fn open_requests(&self) -> Vec<RequestId> {
         self.table.keys_where(|s| {
-            matches!(
-                s.job(),
-                decide::JobState::Present | decide::JobState::Opening
-            ) && matches!(
-                s.fence(),
-                decide::Fence::Accepting | decide::Fence::Cancelled
-            )
+            // A request whose last cleanup could not run is held still,
+            // whatever the node knows of its job.
+            s.fence() == decide::Fence::Retry
+                || matches!(
+                    s.job(),
+                    decide::JobState::Present | decide::JobState::Opening
+                ) && matches!(
+                    s.fence(),
+                    decide::Fence::Accepting | decide::Fence::Cancelled
+                )
         })
     }
 
