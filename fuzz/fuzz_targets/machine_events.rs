@@ -64,6 +64,8 @@ enum NodeEvent {
     Cancel,
     Cleanup,
     CleanupFinished(u8),
+    /// The cleanup could not run (out of inodes, descriptors or memory).
+    CleanupCouldNotRun,
     /// The node restarts: its memory of the request is lost.
     Restart,
 }
@@ -71,7 +73,10 @@ enum NodeEvent {
 /// What the node oracle remembers since the node's last (re)start.
 #[derive(Default)]
 struct NodeOracle {
-    cleanups_started: u32,
+    /// A started cleanup has not finished (nor failed to run) yet.
+    running: bool,
+    /// A cleanup reached a verdict.
+    decided: bool,
     fenced: bool,
 }
 
@@ -97,8 +102,11 @@ impl NodeOracle {
         for a in &tr.actions {
             match a {
                 Action::StartCleanup => {
-                    self.cleanups_started += 1;
-                    assert_eq!(self.cleanups_started, 1, "a second cleanup started");
+                    // One at a time, and none once one reached a verdict;
+                    // a new one only after one that could not run.
+                    assert!(!self.running, "a second cleanup started while one runs");
+                    assert!(!self.decided, "a cleanup started after the verdict");
+                    self.running = true;
                     assert_ne!(after.job(), JobState::Opening, "cleanup raced an open");
                 }
                 Action::Open => {
@@ -109,10 +117,23 @@ impl NodeOracle {
                 Action::CancelProcesses | Action::AwaitCleanup | Action::Reply(_) => {}
             }
         }
+        if before.cleanup_running() {
+            match input {
+                node::Input::CleanupFinished(_) => {
+                    self.running = false;
+                    self.decided = true;
+                }
+                node::Input::CleanupCouldNotRun => {
+                    self.running = false;
+                    assert!(after.cleaned().is_none(), "could-not-run became a verdict");
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(after.cleanup_running(), self.running, "{before:?} {input:?}");
         if let Some(v) = before.cleaned() {
             assert_eq!(after.cleaned(), Some(v), "cleaned is absorbing");
         }
-        assert!(after.cleanups_started() <= 1);
     }
 }
 
@@ -387,6 +408,7 @@ fuzz_target!(|input: Input| {
                         1 => node::CleanupVerdict::AlreadyGone,
                         _ => node::CleanupVerdict::Failed(code(i)),
                     }),
+                    NodeEvent::CleanupCouldNotRun => node::Input::CleanupCouldNotRun,
                     NodeEvent::Restart => unreachable!("handled above"),
                 };
                 let tr = node::step(&node_state, input);

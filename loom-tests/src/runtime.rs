@@ -24,7 +24,7 @@ use custodian::sync::shim::{self, Arc, Condvar, Mutex, thread};
 use custodian::sync::{
     Applied, Commit, CommitLog, Elected, OwnerGuard, SlotEffect, SlotStep, Slots,
 };
-use custodian::wire::node_slot_step;
+use custodian::wire::{node_slot_retry, node_slot_step};
 
 use crate::{Exploration, explore};
 
@@ -814,6 +814,95 @@ pub fn node_cleanup_races_eviction(name: &str, bound: usize, after_restart: bool
         }
         recorder.won(usize::from(mine != node::CleanupVerdict::Cleaned));
         recorder.tag(if runs == 2 { 0 } else { 1 });
+    });
+    assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
+
+/// What the fake workspace answers for a cleanup that could not run.
+const NO_SPACE: node::CleanupVerdict =
+    node::CleanupVerdict::Failed(custodian::error::SafeCode::new("no_space"));
+
+/// Asks for `key`'s cleanup as [`node_cleanup`] does, where the disk's
+/// first cleanup run cannot run (`no_space`, the node's [`node_slot_retry`]
+/// under the table lock, as its cleanup task does) and later ones do; asks
+/// again after a `no_space` answer, at most twice.
+fn node_cleanup_until_final(
+    table: &NodeTable,
+    disk: &Disk,
+    key: u8,
+) -> (node::CleanupVerdict, bool) {
+    let mut saw_no_space = false;
+    for _ in 0..2 {
+        let applied = node_apply(table, key, node::Input::Cleanup);
+        let verdict = match applied.cleanup {
+            Some(Elected::Owner(guard)) => {
+                let waiter = guard.waiter();
+                let k = disk.at(key);
+                if disk.runs[k].load(StdOrdering::SeqCst) == 0 {
+                    assert_eq!(
+                        disk.active[k].fetch_add(1, LoomOrdering::SeqCst),
+                        0,
+                        "two cleanups of key {key} at once"
+                    );
+                    disk.runs[k].fetch_add(1, StdOrdering::SeqCst);
+                    disk.active[k].fetch_sub(1, LoomOrdering::SeqCst);
+                    table.retry(&key, guard, NO_SPACE, node_slot_retry);
+                } else {
+                    run_cleanup(table, disk, key, guard);
+                }
+                waiter.wait().expect("the owner completed")
+            }
+            Some(Elected::Waiter(waiter)) => waiter.wait().expect("the owner completed"),
+            None => match applied.decision.as_slice() {
+                [node::Action::Reply(node::Reply::Cleanup { verdict, .. })] => *verdict,
+                other => panic!("a cleanup answered {other:?}"),
+            },
+        };
+        if verdict != NO_SPACE {
+            return (verdict, saw_no_space);
+        }
+        saw_no_space = true;
+    }
+    panic!("a cleanup answered no_space twice: the retry never ran");
+}
+
+/// Two callers clean one open request whose first cleanup could not run
+/// (the node's retry on the real decisions and the real table): whatever
+/// the interleaving, never two cleanups at once, exactly two runs (the one
+/// that could not run and one that removed), never a caller waiting on an
+/// attempt nobody owns (loom reports the deadlock), and both end with
+/// `cleaned`. Tag 0 counts executions where both callers received the
+/// `no_space` answer, tag 1 those where only one did.
+pub fn node_transient_cleanup_is_run_again(name: &str, bound: usize) -> Exploration {
+    let exploration = explore(name, bound, 2, 2, |recorder| {
+        let table: NodeTable = Slots::new(1);
+        let disk = StdArc::new(Disk::default());
+        assert_eq!(
+            node_open(&table, &disk, 0),
+            node::Reply::Opened { already: false }
+        );
+        let racer = {
+            let (table, disk) = (table.clone(), StdArc::clone(&disk));
+            thread::spawn(move || node_cleanup_until_final(&table, &disk, 0))
+        };
+        let (mine, mine_saw) = node_cleanup_until_final(&table, &disk, 0);
+        let (theirs, theirs_saw) = racer.join().unwrap();
+        assert_eq!(
+            disk.runs[0].load(StdOrdering::SeqCst),
+            2,
+            "one retry, one removal"
+        );
+        assert_eq!(disk.removals[0].load(StdOrdering::SeqCst), 1);
+        assert_eq!([mine, theirs], [node::CleanupVerdict::Cleaned; 2]);
+        assert!(
+            mine_saw || theirs_saw,
+            "nobody received the no_space answer"
+        );
+        let final_state = table.get(&0).expect("remembered");
+        assert_eq!(final_state.cleaned(), Some(node::CleanupVerdict::Cleaned));
+        recorder.won(usize::from(!mine_saw));
+        recorder.tag(if mine_saw && theirs_saw { 0 } else { 1 });
     });
     assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
     exploration

@@ -13,7 +13,7 @@ mod loom_models {
     use custodian_loom_tests::runtime::{
         Rec, Report, Slot, cancel_races_open, cleanup_races_eviction,
         direct_commit_races_the_actor, node_cancel_and_cleanup_race_open,
-        node_cleanup_races_eviction, scan_races_spawn,
+        node_cleanup_races_eviction, node_transient_cleanup_is_run_again, scan_races_spawn,
     };
 
     #[test]
@@ -51,6 +51,11 @@ mod loom_models {
             3,
             true,
         );
+    }
+
+    #[test]
+    fn node_decisions_a_cleanup_that_could_not_run_is_run_again_once() {
+        node_transient_cleanup_is_run_again("node (real decisions), no_space then retry", 3);
     }
 
     #[test]

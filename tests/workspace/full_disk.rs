@@ -311,3 +311,92 @@ async fn a_restart_reclaims_a_request_whose_cleanup_could_not_run() {
     fx.restart();
     assert_nothing_left(&fx.root());
 }
+
+/// Through the node (the wire's exactly-once cleanup on top of the
+/// workspace's): a `cleanup_workspace` that could not run answers
+/// `failed / no_space`, and the node does not keep it as the request's
+/// verdict: the next `cleanup_workspace` of the id runs again (not
+/// `cached`) and cleans once an inode is free, and the node's shutdown runs
+/// the cleanup of a request still held that way. Opens stay refused
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes and mounts: run by guarded::full_disk_in_a_private_mount_namespace"]
+async fn through_the_node_a_cleanup_that_could_not_run_is_run_again() {
+    use custodian::coordinator::RequestId;
+    use custodian::process::LaunchOptions;
+    use custodian::wire::{
+        CleanupStatus as WireStatus, Node, NodeConfig, WireClient, WorkspaceNode,
+    };
+
+    let scratch = sandbox::tempdir();
+    let Some(_mounted) = tmpfs_of(scratch.path(), 200) else {
+        return;
+    };
+    let fx = Fixture::with_config_in(WorkspaceConfig::default(), scratch.path());
+    let qroot = fx.root().join(".custodian/quarantine");
+    let adapter = WorkspaceNode::new(
+        fx.ws.clone(),
+        LaunchOptions::new(fx.root()),
+        std::time::Duration::from_secs(30),
+    );
+    let node = Node::new(adapter, NodeConfig::default());
+    let (edge, node_side) = tokio::io::duplex(1 << 16);
+    let serving = {
+        let node = std::sync::Arc::clone(&node);
+        tokio::spawn(async move { node.serve(node_side).await })
+    };
+    let client = WireClient::new(edge, 1 << 20);
+    let (first, second) = (
+        RequestId::new("first").unwrap(),
+        RequestId::new("second").unwrap(),
+    );
+    for id in [&first, &second] {
+        assert!(!client.open_workspace(id).await.unwrap());
+        client.write_artifact(id, "out.json", "{}").await.unwrap();
+    }
+    let mut filler = Filler::new(scratch.path().join("filler"));
+    take_reservations(&qroot, &filler.dir);
+    filler.fill();
+
+    let r = client.cleanup_workspace(&first).await.unwrap();
+    assert_eq!(r.status, WireStatus::Failed, "{r:?}");
+    assert_eq!(
+        r.code.as_ref().map(|c| c.as_str()),
+        Some("no_space"),
+        "{r:?}"
+    );
+    // Closed to work, not cleaned: an open is refused, the job is whole.
+    assert!(client.open_workspace(&first).await.is_err());
+    assert!(fx.job_dir("first").join("out.json").is_file());
+    // Run again, not answered from the node's memory: still no inode.
+    let again = client.cleanup_workspace(&first).await.unwrap();
+    assert_eq!(
+        (again.status, again.cached),
+        (WireStatus::Failed, false),
+        "{again:?}"
+    );
+    filler.free(1);
+    let r = client.cleanup_workspace(&first).await.unwrap();
+    assert_eq!((r.status, r.cached), (WireStatus::Cleaned, false), "{r:?}");
+    assert!(!fx.job_dir("first").exists());
+    // Now final: a duplicate gets it from the node's memory.
+    let dup = client.cleanup_workspace(&first).await.unwrap();
+    assert_eq!(
+        (dup.status, dup.cached),
+        (WireStatus::Cleaned, true),
+        "{dup:?}"
+    );
+
+    // The second could not run either; the node's shutdown runs it again.
+    filler.fill();
+    let r = client.cleanup_workspace(&second).await.unwrap();
+    assert_eq!(r.status, WireStatus::Failed, "{r:?}");
+    assert_eq!(node.open_requests(), vec![second.clone()]);
+    filler.free(1);
+    let closed = node.close().await;
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].status, WireStatus::Cleaned, "{closed:?}");
+    assert!(!fx.job_dir("second").exists());
+    drop(client);
+    let _ = serving.await;
+}
