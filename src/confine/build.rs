@@ -228,10 +228,11 @@ pub(crate) fn prepare(
     workspace: &Path,
     cwd: &Path,
     program_path: &Path,
+    home: Option<&Path>,
 ) -> Result<Prepared, ConfineError> {
     let mut plan = plan;
     let view = if plan.isolate {
-        Some(prepare_view(spec, workspace, cwd, program_path)?)
+        Some(prepare_view(spec, workspace, cwd, program_path, home)?)
     } else {
         None
     };
@@ -313,6 +314,7 @@ fn prepare_view(
     workspace: &Path,
     cwd: &Path,
     program_path: &Path,
+    home: Option<&Path>,
 ) -> Result<View, ConfineError> {
     use std::os::unix::fs::DirBuilderExt;
     let workspace = canonical(workspace)?;
@@ -332,10 +334,14 @@ fn prepare_view(
             }
         }
     }
+    // The child's HOME, resolved (a symlinked home is overlaid where it
+    // leads); one that does not resolve gets no overlay.
+    let home = home.and_then(|h| std::fs::canonicalize(h).ok());
     let host = view::Host {
         workspace: &workspace,
         cwd: &cwd,
         program: program_path,
+        home: home.as_deref(),
         uid: rustix::process::geteuid().as_raw(),
         gid: rustix::process::getegid().as_raw(),
     };

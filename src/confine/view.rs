@@ -74,6 +74,13 @@ pub const INTERNAL_DIR: &str = ".custodian";
 pub const TMP_SIZE: &str = "1g";
 /// The size of the private `/dev/shm`.
 pub const SHM_SIZE: &str = "256m";
+/// The size of the tmpfs that holds what a tool writes to its `HOME`.
+pub const HOME_SIZE: &str = "1g";
+
+/// Where the private `HOME`'s writes live in the view: a tmpfs of its own
+/// (upper and work directories of the overlay), beneath the read-only
+/// `/run`.
+const HOME_LAYER: &str = "/run/custodian-home";
 
 /// Mount points the view replaces with a fresh filesystem: a tree beneath
 /// one of them is visible only when bound in again.
@@ -196,6 +203,12 @@ pub struct IsolationReport {
     pub unix_sockets: String,
     /// The tool runs in a new session with no controlling terminal.
     pub new_session: bool,
+    /// The tool's `HOME` is a private overlay: it reads the host's files
+    /// there, and what it writes (caches, `~/.npm`, `~/.cargo`) lands in
+    /// the view and is discarded at the end, never on the host. `false`
+    /// when `HOME` is missing, writable already, or not overlayable.
+    #[serde(default)]
+    pub private_home: bool,
 }
 
 /// The child's side of an isolated launch, built by [`plan_view`].
@@ -276,6 +289,8 @@ pub(crate) struct Host<'a> {
     pub(crate) cwd: &'a Path,
     /// The program about to be executed.
     pub(crate) program: &'a Path,
+    /// The child's `HOME`, canonical, if it has one.
+    pub(crate) home: Option<&'a Path>,
     /// The caller's effective uid and gid.
     pub(crate) uid: u32,
     /// The caller's effective gid.
@@ -419,6 +434,38 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
             path: cstr(p)?,
         });
     }
+    // The private HOME, before the copies: a tree bound beneath it (the
+    // workspace under the user's home) is attached on top.
+    let home = host.home.filter(|h| overlayable_home(h, &binds));
+    if let Some(h) = home {
+        let layer = Path::new(HOME_LAYER);
+        steps.push(Step::Mkdir {
+            path: cstr(layer)?,
+            mode: 0o755,
+        });
+        steps.push(Step::Mount {
+            fstype: lit("tmpfs"),
+            target: cstr(layer)?,
+            flags: MS_NOSUID | MS_NODEV,
+            data: lit(&format!("size={HOME_SIZE},mode=0755")),
+        });
+        for (dir, mode) in [("upper", 0o755), ("work", 0o700)] {
+            steps.push(Step::Mkdir {
+                path: cstr(&layer.join(dir))?,
+                mode,
+            });
+        }
+        let data = format!(
+            "lowerdir={},upperdir={HOME_LAYER}/upper,workdir={HOME_LAYER}/work,userxattr",
+            h.display()
+        );
+        steps.push(Step::Mount {
+            fstype: lit("overlay"),
+            target: cstr(h)?,
+            flags: MS_NOSUID | MS_NODEV,
+            data: CString::new(data).map_err(|_| view_path(h, "not_normal"))?,
+        });
+    }
 
     // 5. The copies attached, parents first.
     for (b, s) in &attach {
@@ -510,10 +557,14 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
     if new_net {
         namespaces.push("net".into());
     }
+    let mut writable_fresh = vec![lit("/tmp"), lit("/dev")];
+    if let Some(h) = home {
+        writable_fresh.push(cstr(h)?);
+    }
     Ok(View {
         steps,
         slots: slot,
-        writable_fresh: vec![lit("/tmp"), lit("/dev")],
+        writable_fresh,
         uid_map: format!("{0} {0} 1\n", host.uid).into_bytes(),
         gid_map: format!("{0} {0} 1\n", host.gid).into_bytes(),
         new_net,
@@ -528,8 +579,25 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
             masked,
             unix_sockets: "view".into(),
             new_session: true,
+            private_home: home.is_some(),
         },
     })
+}
+
+/// Whether `home` gets a private overlay: an absolute, normal directory
+/// other than `/`, outside the view's fresh mounts, that no bound tree
+/// covers already (a writable one makes it writable, a read-only one is
+/// what the caller asked for), and whose path the overlay's options can
+/// carry (no `,`, `:` or `\`).
+fn overlayable_home(home: &Path, binds: &[Bind]) -> bool {
+    let text = home.as_os_str().as_bytes();
+    home.is_absolute()
+        && normal(home)
+        && home != Path::new("/")
+        && fresh_root(home).is_none()
+        && !text.iter().any(|b| matches!(b, b',' | b':' | b'\\'))
+        && !binds.iter().any(|b| home.starts_with(&b.path))
+        && std::fs::symlink_metadata(home).is_ok_and(|m| m.is_dir())
 }
 
 /// A denied path with its symlinks resolved as far as it exists (the rest
@@ -697,8 +765,59 @@ mod tests {
             workspace: ws,
             cwd,
             program: Path::new("/bin/sh"),
+            home: None,
             uid: 1000,
             gid: 1000,
+        }
+    }
+
+    #[test]
+    fn a_home_gets_a_private_overlay_unless_a_bound_tree_covers_it() {
+        let tmp = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let ws = tmp.path().join("ws");
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let spec = Confinement::workspace_write();
+        let mut h = host(&ws, &ws);
+        h.home = Some(&home);
+        let view = plan_view(&spec, &h).unwrap();
+        assert!(view.report.private_home);
+        let overlay = view
+            .steps
+            .iter()
+            .position(
+                |s| matches!(s, Step::Mount { fstype, .. } if fstype.as_bytes() == b"overlay"),
+            )
+            .expect("an overlay mount");
+        // Before the copies are attached, so a tree beneath HOME stays on top.
+        let first_attach = view
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Attach { path, .. } if path.as_bytes() == ws.as_os_str().as_bytes()))
+            .unwrap();
+        assert!(overlay < first_attach);
+        assert!(
+            view.writable_fresh
+                .iter()
+                .any(|p| p.as_bytes() == home.as_os_str().as_bytes())
+        );
+        // HOME inside the writable workspace: already writable, no overlay.
+        let inner = ws.join("home");
+        std::fs::create_dir(&inner).unwrap();
+        h.home = Some(&inner);
+        assert!(!plan_view(&spec, &h).unwrap().report.private_home);
+        // Beneath a fresh mount, `/`, a comma in the path, or missing: none.
+        let comma = tmp.path().join("a,b");
+        std::fs::create_dir(&comma).unwrap();
+        for p in [
+            Path::new("/tmp"),
+            Path::new("/"),
+            comma.as_path(),
+            Path::new("/nonexistent-home"),
+        ] {
+            h.home = Some(p);
+            assert!(!plan_view(&spec, &h).unwrap().report.private_home, "{p:?}");
         }
     }
 

@@ -394,6 +394,7 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         &options.workspace,
         &cwd,
         &resolved,
+        env.get("HOME").map(Path::new),
     )?;
     // Last, so that no cgroup is created for an invocation refused above.
     #[cfg(target_os = "linux")]
@@ -427,6 +428,7 @@ fn prepare_confinement(
     workspace: &Path,
     cwd: &Path,
     program: &Path,
+    home: Option<&Path>,
 ) -> Result<Option<Prepared>, ProcessError> {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
@@ -459,12 +461,12 @@ fn prepare_confinement(
             return Ok(None);
         };
         Ok(Some(confine::build::prepare(
-            spec, plan, workspace, cwd, program,
+            spec, plan, workspace, cwd, program, home,
         )?))
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
-        let _ = (workspace, cwd, program);
+        let _ = (workspace, cwd, program, home);
         if confine::plan(spec, confine::landlock_abi())
             .map_err(ConfineError::from)?
             .is_none()

@@ -489,6 +489,122 @@ fn everyday_tools_work_with_the_network_off_as_an_unprivileged_user() {
     everyday_tools(Who::User);
 }
 
+/// The files beneath `dir`, relative, with their sizes (empty when `dir`
+/// does not exist).
+fn tree_of(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push((p.strip_prefix(dir).unwrap().to_path_buf(), m.len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The home directory of `who` as the run sees it.
+fn home_of(who: Who) -> PathBuf {
+    let user = match who {
+        Who::Root => "root".to_owned(),
+        Who::User => test_user(),
+    };
+    let out = Command::new("getent")
+        .args(["passwd", &user])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    PathBuf::from(
+        line.trim()
+            .split(':')
+            .nth(5)
+            .unwrap_or_else(|| panic!("no home for {user}")),
+    )
+}
+
+/// `npm install` of a local tarball under `workspace-write` with the
+/// network off: npm writes its cache (`~/.npm`) into the private `HOME` of
+/// the view, the package lands in the workspace, and the host's `HOME` is
+/// unchanged. (Before the private `HOME`, npm failed with `EROFS` on
+/// `~/.npm`.)
+fn npm_install(who: Who) {
+    assert!(
+        Command::new("npm")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "needs npm and node (.ci/run installs them)"
+    );
+    let ws = scratch(Who::Root);
+    let pkg = ws.path().join("pkg");
+    std::fs::create_dir(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("package.json"),
+        r#"{"name":"tiny","version":"1.0.0","main":"index.js"}"#,
+    )
+    .unwrap();
+    std::fs::write(pkg.join("index.js"), "module.exports = 42;\n").unwrap();
+    let packed = Command::new("npm")
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(ws.path())
+        .current_dir(&pkg)
+        .env("npm_config_cache", ws.path().join(".pack-cache"))
+        .output()
+        .unwrap();
+    assert!(packed.status.success(), "{packed:?}");
+    std::fs::remove_dir_all(ws.path().join(".pack-cache")).ok();
+    std::fs::write(
+        ws.path().join("package.json"),
+        r#"{"name":"app","version":"1.0.0"}"#,
+    )
+    .unwrap();
+    if let Who::User = who {
+        let st = Command::new("chown")
+            .args(["-R", &test_user()])
+            .arg(ws.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let home = home_of(who);
+    let before = tree_of(&home.join(".npm"));
+    let script = "npm install --no-audit --no-fund --offline ./tiny-1.0.0.tgz >/dev/null && \
+                  node -e 'console.log(\"TINY\", require(\"tiny\"))' && \
+                  test -d \"$HOME/.npm/_cacache\" && echo CACHE-WRITTEN";
+    let ev = attack(who, ws.path(), "workspace-write", script);
+    assert_isolated(&ev);
+    assert_eq!(ev["confinement"]["isolation"]["private_home"], true, "{ev}");
+    assert!(stdout(&ev).contains("TINY 42"), "{ev}");
+    assert!(stdout(&ev).contains("CACHE-WRITTEN"), "{ev}");
+    assert!(ws.path().join("node_modules/tiny/index.js").is_file());
+    assert_eq!(
+        tree_of(&home.join(".npm")),
+        before,
+        "npm wrote the host's HOME"
+    );
+}
+
+#[test]
+fn npm_install_of_a_local_tarball_works_and_leaves_the_host_home_alone_as_root() {
+    npm_install(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn npm_install_of_a_local_tarball_works_and_leaves_the_host_home_alone_as_an_unprivileged_user() {
+    npm_install(Who::User);
+}
+
 /// `git commit` in a plain checkout works under `workspace-write`, while
 /// its hooks stay read-only.
 #[test]
