@@ -31,8 +31,9 @@ const X32_SYSCALL_BIT: i64 = 0x4000_0000;
 /// A confinement ready for the child: everything it needs is built.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    /// What is enforced (for the evidence).
-    pub(crate) report: ConfinementReport,
+    /// What is enforced (for the evidence); `None` for a launch that is
+    /// only contained by a pid namespace ([`Prepared::pid_namespace_only`]).
+    report: Option<ConfinementReport>,
     ruleset: Option<OwnedFd>,
     program: Option<&'static [seccompiler::sock_filter]>,
     /// The private temporary directory (removed on drop); `None` when
@@ -62,7 +63,7 @@ impl Prepared {
     /// The child's `TMPDIR`: the private temporary directory, or the
     /// view's own `/tmp` when isolated.
     pub(crate) fn tmp_dir(&self) -> Option<&Path> {
-        if self.view.is_some() {
+        if self.view.as_ref().is_some_and(|v| !v.contains_only) {
             return Some(Path::new("/tmp"));
         }
         self.tmp.as_ref().map(PrivateTmp::path)
@@ -85,9 +86,39 @@ impl Prepared {
     }
 
     /// Drops what only the spawn needed; keeps the report and the private
-    /// directory, which lives until the process settles.
-    pub(crate) fn after_spawn(self) -> (ConfinementReport, Option<PrivateTmp>) {
-        (self.report, self.tmp)
+    /// directory, which lives until the process settles. `None` when the
+    /// launch was not confined (only contained by its pid namespace).
+    pub(crate) fn after_spawn(self) -> Option<(ConfinementReport, Option<PrivateTmp>)> {
+        let report = self.report?;
+        Some((report, self.tmp))
+    }
+
+    /// Whether this confines the process (else it only contains it: the
+    /// pid-namespace tier of an unconfined launch).
+    pub(crate) fn confines(&self) -> bool {
+        self.report.is_some()
+    }
+
+    /// The pid-namespace tier of an **unconfined** launch: new user and pid
+    /// namespaces only (the caller's uid and gid mapped to themselves), the
+    /// sandbox's init reaping and ending the namespace, and nothing else —
+    /// the host's view, the host's network, no Landlock, no seccomp, no
+    /// `no_new_privs`, the same session. What `auto` picks where no cgroup
+    /// can be made and user namespaces are allowed: a `setsid` escapee dies
+    /// with the run, without a cgroup or root.
+    pub(crate) fn pid_namespace_only() -> Prepared {
+        Prepared {
+            report: None,
+            ruleset: None,
+            program: None,
+            tmp: None,
+            view: Some(View::pid_namespace_only(
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            )),
+            access_fs: 0,
+            nest: None,
+        }
     }
 }
 
@@ -264,7 +295,7 @@ pub(crate) fn prepare(
         _ => None,
     };
     Ok(Prepared {
-        report: plan.report,
+        report: Some(plan.report),
         ruleset,
         program,
         tmp,

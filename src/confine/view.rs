@@ -228,8 +228,41 @@ pub(crate) struct View {
     pub(crate) gid_map: Vec<u8>,
     /// A new network namespace (loopback brought up).
     pub(crate) new_net: bool,
+    /// Only new user and pid namespaces, for an unconfined launch: no view
+    /// (the host's mounts), no new session, no capability dropped (the
+    /// tool keeps what `execve` gives it), nothing confined
+    /// ([`View::pid_namespace_only`]).
+    pub(crate) contains_only: bool,
     /// The evidence.
     pub(crate) report: IsolationReport,
+}
+
+impl View {
+    /// The pid-namespace tier of an unconfined launch: the caller's uid
+    /// and gid mapped to themselves in a new user namespace that owns a
+    /// new pid namespace, and nothing else.
+    pub(crate) fn pid_namespace_only(uid: u32, gid: u32) -> View {
+        View {
+            steps: Vec::new(),
+            slots: 0,
+            writable_fresh: Vec::new(),
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            new_net: false,
+            contains_only: true,
+            report: IsolationReport {
+                namespaces: vec!["user".into(), "pid".into()],
+                capabilities: "unchanged".into(),
+                host_read_only: false,
+                fresh: Vec::new(),
+                protected: Vec::new(),
+                masked: Vec::new(),
+                unix_sockets: "host".into(),
+                new_session: false,
+                private_home: false,
+            },
+        }
+    }
 }
 
 /// One tree bound into the view.
@@ -568,6 +601,7 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         uid_map: format!("{0} {0} 1\n", host.uid).into_bytes(),
         gid_map: format!("{0} {0} 1\n", host.gid).into_bytes(),
         new_net,
+        contains_only: false,
         report: IsolationReport {
             namespaces,
             capabilities: "none".into(),

@@ -122,7 +122,7 @@ pub(crate) fn start(
         stderr: err_w.as_fd(),
         new_process_group: true,
         cgroup: cgroup.map(|c| c.as_fd()),
-        confine: confine.map(|c| ChildConfine {
+        confine: confine.filter(|c| c.confines()).map(|c| ChildConfine {
             ruleset: c.ruleset(),
             seccomp: c.program(),
         }),

@@ -163,6 +163,29 @@ pub(crate) fn spawn(
                 Err(Err(e)) => return Err(e),
             }
         }
+        // Unconfined under `auto` with no cgroup: the pid namespace is the
+        // unit where user namespaces are allowed (a `setsid` escapee dies
+        // with the run, no root or cgroup needed); where the clone is
+        // refused after all, the group tier.
+        #[cfg(target_os = "linux")]
+        Plan::Group { subreaper }
+            if !confined
+                && requested == Containment::Auto
+                && super::spawn::isolation_supported().is_ok() =>
+        {
+            let contained = Some(Prepared::pid_namespace_only());
+            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, None, contained) {
+                Ok(started) => started,
+                Err(Ok(why)) => {
+                    tracing::debug!(
+                        ?why,
+                        "no pid-namespace tier; the group tier contains the run"
+                    );
+                    spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
+                }
+                Err(Err(e)) => return Err(e),
+            }
+        }
         Plan::Group { .. } if confined => return unconfinable("no_cgroup_tier"),
         Plan::Group { subreaper } => {
             spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
@@ -329,7 +352,7 @@ fn spawn_in_cgroup(
         subreaper: false,
         started_wall,
         started,
-        confined: confine.map(Prepared::after_spawn),
+        confined: confine.and_then(Prepared::after_spawn),
         isolation: root.isolation,
     })
 }

@@ -777,6 +777,10 @@ mod imp {
         gid_map: *const u8,
         gid_map_len: usize,
         new_net: bool,
+        /// Only contained (an unconfined launch's pid-namespace tier): a
+        /// new process group instead of a new session, and neither the
+        /// view's Landlock rules nor the capability drop.
+        contains_only: bool,
         /// `prctl(PR_SET_PDEATHSIG, SIGKILL)`: only when the cloning thread
         /// lives as long as the process (the spawner thread).
         death_signal: bool,
@@ -1207,7 +1211,13 @@ mod imp {
                     return Err((Stage::Session, r));
                 }
             }
-            let r = raw4(libc::SYS_setsid as usize, 0, 0, 0, 0);
+            // Contained only: the run keeps its session (and terminal), in
+            // a process group of its own like the group tier's.
+            let r = if i.contains_only {
+                raw4(libc::SYS_setpgid as usize, 0, 0, 0, 0)
+            } else {
+                raw4(libc::SYS_setsid as usize, 0, 0, 0, 0)
+            };
             if r < 0 {
                 return Err((Stage::Session, r));
             }
@@ -1239,6 +1249,10 @@ mod imp {
     /// `i` is the live [`IsolateArgs`] of this child; `ruleset` is a
     /// Landlock ruleset descriptor or -1.
     unsafe fn isolate_late(i: &IsolateArgs, ruleset: c_int) -> Result<(), (Stage, isize)> {
+        if i.contains_only {
+            // Nothing is confined: the tool keeps what `execve` gives it.
+            return Ok(());
+        }
         // SAFETY: as in `isolate_early`.
         unsafe {
             if ruleset >= 0 && i.access_fs != 0 {
@@ -2381,6 +2395,7 @@ mod imp {
             gid_map: view.gid_map.as_ptr(),
             gid_map_len: view.gid_map.len(),
             new_net: view.new_net,
+            contains_only: view.contains_only,
             death_signal: parts.filtering.is_some(),
             rw_dirs: rw_dirs.as_ptr(),
             n_rw_dirs: rw_dirs.len(),
@@ -2391,7 +2406,8 @@ mod imp {
             failed_step: AtomicU32::new(u32::MAX),
         };
         let child = ChildArgs {
-            no_new_privs: parts.filtering.is_none(),
+            // An unconfined launch keeps setuid programs working.
+            no_new_privs: parts.filtering.is_none() && !view.contains_only,
             landlock: parts.landlock,
             seccomp: parts.fprog.map_or(ptr::null(), ptr::from_ref),
             program: spec.program.as_ptr(),
@@ -2407,7 +2423,12 @@ mod imp {
         let (lo, size) = init_stack.region();
         let pidfd = AtomicI32::new(-1);
         let mut args = zeroed_args();
-        args.flags = (libc::CLONE_VM | libc::CLONE_PIDFD) as u64 | NEW_NAMESPACES;
+        args.flags = (libc::CLONE_VM | libc::CLONE_PIDFD) as u64
+            | if view.contains_only {
+                (libc::CLONE_NEWUSER | libc::CLONE_NEWPID) as u64
+            } else {
+                NEW_NAMESPACES
+            };
         if view.new_net {
             args.flags |= libc::CLONE_NEWNET as u64;
         }

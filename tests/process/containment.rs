@@ -399,7 +399,8 @@ async fn a_held_pipe_is_reported_and_the_empty_cgroup_still_terminated() {
 /// With the cgroup hierarchy hidden (a tmpfs mounted over it in a private
 /// mount namespace), an explicit `--containment cgroup` is a launch error
 /// (exit code 71, `containment_unavailable`) and nothing runs; `auto` falls
-/// back to the pinned group and says why.
+/// back and says why: to the pid-namespace tier where user namespaces are
+/// allowed (as here), else to the pinned group.
 #[test]
 fn an_unavailable_explicit_cgroup_is_a_typed_launch_error_and_auto_falls_back() {
     let Ok(h) = Hierarchy::discover() else {
@@ -443,7 +444,16 @@ fn an_unavailable_explicit_cgroup_is_a_typed_launch_error_and_auto_falls_back() 
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let ev = json(&out);
     assert!(marker.exists(), "auto did not run the command");
-    assert_eq!(ev["descendants"]["tier"], "pinned_process_group", "{ev}");
+    let userns = Command::new("unshare")
+        .args(["-U", "-p", "--fork", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let want = if userns {
+        "pid_namespace"
+    } else {
+        "pinned_process_group"
+    };
+    assert_eq!(ev["descendants"]["tier"], want, "{ev}");
     assert_eq!(ev["descendants"]["requested_containment"], "auto");
     assert_eq!(ev["descendants"]["fallback_reason"], "no_cgroup2", "{ev}");
     assert_eq!(ev["descendants"]["cgroup_removal"], serde_json::Value::Null);

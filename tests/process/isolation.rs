@@ -80,24 +80,25 @@ fn attack(who: Who, ws: &Path, confine: &str, script: &str) -> Value {
 }
 
 fn attack_env(who: Who, ws: &Path, confine: &str, script: &str, env: &[(&str, &str)]) -> Value {
+    attack_with(who, ws, &["--confine", confine], script, env)
+}
+
+/// The evidence of a run of `sh -c script` with `args` (before the usual
+/// workspace and timeout).
+fn attack_with(who: Who, ws: &Path, args: &[&str], script: &str, env: &[(&str, &str)]) -> Value {
     let ws_arg = ws.to_str().unwrap();
-    let out = custodian(
-        who,
-        ws,
-        env,
-        &[
-            "--confine",
-            confine,
-            "--workspace",
-            ws_arg,
-            "--timeout",
-            "20s",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
-    );
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend([
+        "--workspace",
+        ws_arg,
+        "--timeout",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    let out = custodian(who, ws, env, &all);
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
@@ -202,7 +203,16 @@ fn proc_of_launcher_and_foreign(who: Who) {
     );
     let env = [("CUSTODIAN_LAUNCHER", secret.as_str())];
     let ev = attack_env(who, ws.path(), "read-only", &script, &env);
-    let control = attack_env(who, ws.path(), "none", &script, &env);
+    // The control runs unconfined in the host's view: the group tier (the
+    // pid-namespace tier of an unconfined run already keeps it from the
+    // environment of processes outside its user namespace).
+    let control = attack_with(
+        who,
+        ws.path(),
+        &["--confine", "none", "--containment", "group"],
+        &script,
+        &env,
+    );
     let _ = foreign.kill();
     let _ = foreign.wait();
     assert_isolated(&ev);
@@ -440,6 +450,61 @@ fn a_daemon_dies_with_its_run_as_root() {
 fn a_daemon_dies_with_its_run_in_the_pid_namespace_tier_as_an_unprivileged_user() {
     let _ = uid_of(&test_user());
     daemon_dies(Who::User);
+}
+
+/// An **unconfined** run of an unprivileged user with no cgroup of its own:
+/// `auto` contains it by a pid namespace (before, the group tier, where a
+/// `setsid` daemon survived). The daemon dies with the run; nothing is
+/// confined (no `confinement` in the evidence, no namespace but user and
+/// pid: the host's view and network). The control, `--containment group`,
+/// leaves the same daemon alive.
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn an_unconfined_daemon_dies_with_its_run_in_the_pid_namespace_tier_as_an_unprivileged_user() {
+    let who = Who::User;
+    let ws = scratch(who);
+    let run = |containment: &str, tag: &str| {
+        let marker = format!("custodian-unconfined-{}-{tag}", std::process::id());
+        let script =
+            format!("setsid sh -c 'sleep 300; : {marker}' </dev/null >/dev/null 2>&1 & echo x");
+        let ws_arg = ws.path().to_str().unwrap();
+        let out = custodian(
+            who,
+            ws.path(),
+            &[],
+            &[
+                "--containment",
+                containment,
+                "--workspace",
+                ws_arg,
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let ev: Value =
+            serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        // The daemon, once it has started (it is reparented at once).
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        (ev, marker)
+    };
+    let (ev, marker) = run("auto", "auto");
+    let survived = alive_with(&marker);
+    let _ = Command::new("pkill").args(["-f", &marker]).status();
+    assert_eq!(stdout(&ev), "x\n", "{ev}");
+    assert!(!survived, "the daemon outlived its run: {ev}");
+    assert_eq!(ev["descendants"]["tier"], "pid_namespace", "{ev}");
+    assert_eq!(ev["descendants"]["verdict"], "terminated", "{ev}");
+    assert!(ev["descendants"]["fallback_reason"].is_string(), "{ev}");
+    assert!(ev["confinement"].is_null(), "nothing is confined: {ev}");
+
+    let (ev, marker) = run("group", "group");
+    let survived = alive_with(&marker);
+    let _ = Command::new("pkill").args(["-f", &marker]).status();
+    assert!(survived, "the control: the group tier let it survive: {ev}");
+    assert_ne!(ev["descendants"]["verdict"], "terminated", "{ev}");
 }
 
 // --- everyday tools under workspace-write, network off ---------------------
