@@ -92,6 +92,13 @@ pub mod __bench {
         crate::process::spawn::supported()
     }
 
+    /// Turns the spawner's descriptor hand-off (a child of a large table
+    /// gets a small one of its own) off or on, for the benchmark that
+    /// measures what it saves. On by default.
+    pub fn set_fd_handoff(on: bool) {
+        crate::process::spawn::set_handoff(on);
+    }
+
     /// Runs `program` (argv `[program]`, empty environment, new process
     /// group) through the clone3 spawner, into `cgroup` if given, with
     /// stdin on `/dev/null` and stdout/stderr on pipes it reads to the end

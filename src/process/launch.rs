@@ -40,7 +40,14 @@ pub struct LaunchOptions {
 impl LaunchOptions {
     /// Options for a workspace rooted at `workspace`, with the baseline
     /// taken from this process's environment and no secrets.
+    ///
+    /// Also makes the spawner's descriptor slots, once per process, while
+    /// the descriptor table is (usually) still small: a launch from a large
+    /// table later hands the child a small one of its own instead of a copy
+    /// (see `docs/performance.md`, *A large descriptor table*).
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        #[cfg(target_os = "linux")]
+        super::spawn::prepare_handoff();
         LaunchOptions {
             workspace: workspace.into(),
             baseline: Baseline::from_parent(),

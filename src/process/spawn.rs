@@ -61,6 +61,31 @@
 //! this process, which does not copy it), the child installs the program
 //! itself as its last step.
 //!
+//! ## A large descriptor table
+//!
+//! A clone without `CLONE_FILES` copies the whole descriptor table into the
+//! child (`dup_fd`), and the child's `execve` closes every copy again (all
+//! are close-on-exec): a launch from a node holding thousands of
+//! connections pays for each of them twice. So a spawn whose descriptors
+//! are numbered from [`LARGE_TABLE`](imp::LARGE_TABLE) up is *handed off*:
+//! the parent places the child's stdio (and its Landlock ruleset) in a set
+//! of four low slots — descriptors this module opened once, while the table
+//! was small (`LaunchOptions::new` does it), each holding `/dev/null`
+//! between spawns; `dup3` replaces a slot's file atomically — and clones
+//! with `CLONE_FILES`. The child's very first system call is
+//! `close_range(below, ~0, CLOSE_RANGE_UNSHARE)`: the kernel gives it a
+//! table of its own and copies only the descriptors below the range it
+//! closes (the few low ones: the slots, and whatever the process opened
+//! first). Until then it touches no descriptor, so the parent's table is
+//! never changed by it. Once the spawn returns (the child exec'ed or
+//! exited) the slots get `/dev/null` back, which also drops their
+//! references to the child's pipe ends (the reader's EOF needs that). Four
+//! sets serve four spawns at once; a fifth, or a kernel without
+//! `CLOSE_RANGE_UNSHARE` (before 5.9, or one that filters it, probed once
+//! on a thread of its own), or slots that landed high (the first launch
+//! came from a large table), uses the plain copy. Measured by
+//! `benches/process_fd_table.rs`.
+//!
 //! # Caveats
 //!
 //! - x86-64 Linux only (the clone trampoline is assembly); elsewhere
@@ -180,10 +205,24 @@ pub(crate) struct Spawned {
     /// The sandbox's init, when isolated: it must outlive the child's
     /// reaping (see [`IsolatedInit`]).
     pub isolation: Option<IsolatedInit>,
+    /// The child started with a small descriptor table of its own
+    /// (module docs, *A large descriptor table*), not a copy of this
+    /// process's.
+    pub small_table: bool,
 }
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::IsolatedInit;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use imp::{prepare_handoff, set_handoff};
+
+/// Nothing to prepare off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn prepare_handoff() {}
+
+/// No hand-off off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn set_handoff(_on: bool) {}
 
 /// Never constructed off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
@@ -425,6 +464,8 @@ mod imp {
     const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
     /// `CLOSE_RANGE_CLOEXEC` (Linux 5.11).
     const CLOSE_RANGE_CLOEXEC: usize = 1 << 2;
+    /// `CLOSE_RANGE_UNSHARE` (Linux 5.9).
+    const CLOSE_RANGE_UNSHARE: usize = 1 << 1;
     /// x86-64 base pages are always 4 KiB.
     const PAGE: usize = 4096;
     /// The child's stack: its frames are small (no allocation, no
@@ -464,6 +505,11 @@ mod imp {
         seccomp: *const libc::sock_fprog,
         /// Isolation (NULL: none): the child becomes the sandbox's init.
         isolate: *const IsolateArgs,
+        /// Cloned with `CLONE_FILES` (sharing this process's descriptor
+        /// table): the child's first step is `close_range(unshare_below,
+        /// ~0, CLOSE_RANGE_UNSHARE)`, a table of its own holding only the
+        /// descriptors below. -1: cloned without `CLONE_FILES`.
+        unshare_below: c_int,
         failed_stage: AtomicU32,
         failed_errno: AtomicI32,
     }
@@ -1449,6 +1495,28 @@ mod imp {
             exit_127()
         };
 
+        // 0. Sharing the parent's descriptor table (`CLONE_FILES`): a table
+        // of its own first, a copy of only the few descriptors below
+        // `unshare_below` (the kernel copies nothing above the range it
+        // closes), before any descriptor is touched. Exiting while still
+        // sharing closes nothing of the parent's.
+        if a.unshare_below > 0 {
+            // SAFETY: close_range takes integers; with CLOSE_RANGE_UNSHARE
+            // it acts on the new private table only.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_close_range as usize,
+                    a.unshare_below as usize,
+                    u32::MAX as usize,
+                    CLOSE_RANGE_UNSHARE,
+                    0,
+                )
+            };
+            if r < 0 {
+                fail(Stage::CloseFds, r);
+            }
+        }
+
         // 1. No handler may run in the shared memory: every caught signal
         // goes back to SIG_DFL, and SIGPIPE too (std's rule); ignored ones
         // stay ignored (POSIX exec semantics). Signals are all blocked here.
@@ -2078,6 +2146,182 @@ mod imp {
     /// Moves `fd` out of 0–2 unless it already sits on `target`, so that
     /// installing one stdio descriptor cannot overwrite the source of
     /// another.
+    /// The descriptor slots of a child that starts with a small table of
+    /// its own (module docs, *A large descriptor table*): sets of four low
+    /// descriptors (stdin, stdout, stderr, a Landlock ruleset), each holding
+    /// `/dev/null` between spawns, opened once while this process's table
+    /// was still small.
+    struct HandOff {
+        null: OwnedFd,
+        sets: Vec<SlotSet>,
+    }
+
+    struct SlotSet {
+        busy: std::sync::atomic::AtomicBool,
+        fds: [OwnedFd; 4],
+        /// One above the highest descriptor of the set: what the child
+        /// copies is everything below.
+        below: c_int,
+    }
+
+    /// Spawns at once that can each have a set (more use the plain copy).
+    const HANDOFF_SETS: usize = 4;
+    /// Slots above this are not worth it: the copy below them is the cost
+    /// the hand-off saves.
+    const HANDOFF_MAX_FD: c_int = 128;
+    /// A spawn whose descriptors are numbered this high is from a large
+    /// table: it is handed off.
+    pub(super) const LARGE_TABLE: c_int = 64;
+
+    impl HandOff {
+        /// The slots, made on first use; `None` where the kernel cannot
+        /// unshare a table in `close_range` (before 5.9, or filtered), or
+        /// where the slots land too high already.
+        fn get() -> Option<&'static HandOff> {
+            static HANDOFF: OnceLock<Option<HandOff>> = OnceLock::new();
+            HANDOFF.get_or_init(HandOff::make).as_ref()
+        }
+
+        fn make() -> Option<HandOff> {
+            // Probed on a thread of its own: unsharing changes only that
+            // thread's table, which goes with it.
+            let probe = std::thread::spawn(|| {
+                // SAFETY: close_range takes integers; the range is empty.
+                unsafe {
+                    raw4(
+                        libc::SYS_close_range as usize,
+                        u32::MAX as usize,
+                        u32::MAX as usize,
+                        CLOSE_RANGE_UNSHARE,
+                        0,
+                    )
+                }
+            })
+            .join()
+            .ok()?;
+            if probe != 0 {
+                return None;
+            }
+            let null = rustix::fs::open(
+                c"/dev/null",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .ok()?;
+            let mut sets = Vec::with_capacity(HANDOFF_SETS);
+            for _ in 0..HANDOFF_SETS {
+                let dup = || rustix::io::fcntl_dupfd_cloexec(&null, 3).ok();
+                let fds = [dup()?, dup()?, dup()?, dup()?];
+                let below = fds.iter().map(|f| f.as_raw_fd()).max().unwrap_or(0) + 1;
+                if below > HANDOFF_MAX_FD {
+                    return None;
+                }
+                sets.push(SlotSet {
+                    busy: std::sync::atomic::AtomicBool::new(false),
+                    fds,
+                    below,
+                });
+            }
+            // A child copies everything below its set: make each set's
+            // copy as small as it can be.
+            sets.sort_by_key(|s| s.below);
+            Some(HandOff { null, sets })
+        }
+
+        /// A free set, with `stdio` (and `ruleset`, unless -1) placed in
+        /// its slots; `None` when every set is busy or a placement failed.
+        fn lease(&self, stdio: [c_int; 3], ruleset: c_int) -> Option<Lease<'_>> {
+            let set = self
+                .sets
+                .iter()
+                .find(|s| !s.busy.swap(true, Ordering::Acquire))?;
+            let lease = Lease { handoff: self, set };
+            let sources = [stdio[0], stdio[1], stdio[2], ruleset];
+            for (src, slot) in sources.into_iter().zip(&set.fds) {
+                if src < 0 {
+                    continue;
+                }
+                // SAFETY: `src` is a descriptor the caller keeps open for
+                // the whole spawn.
+                let src = unsafe { BorrowedFd::borrow_raw(src) };
+                // dup3 onto the slot: its /dev/null is replaced at once.
+                let mut slot = ManuallyOwned(slot.as_raw_fd());
+                rustix::io::dup3(src, &mut slot.owned(), rustix::io::DupFlags::CLOEXEC).ok()?;
+            }
+            Some(lease)
+        }
+    }
+
+    /// A descriptor number this module owns for the whole process (a slot),
+    /// borrowed as an `OwnedFd` for `dup3` without ever being closed.
+    struct ManuallyOwned(RawFd);
+
+    impl ManuallyOwned {
+        fn owned(&mut self) -> std::mem::ManuallyDrop<OwnedFd> {
+            // SAFETY: the slot stays open for the life of the process; the
+            // ManuallyDrop never closes it.
+            std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(self.0) })
+        }
+    }
+
+    /// One spawn's set: its slots hold the child's descriptors until the
+    /// child has its own table (it has, once the spawn returns: the child
+    /// exec'ed or exited); dropping puts `/dev/null` back and frees the set.
+    struct Lease<'a> {
+        handoff: &'a HandOff,
+        set: &'a SlotSet,
+    }
+
+    impl Lease<'_> {
+        fn stdio(&self) -> [c_int; 3] {
+            [
+                self.set.fds[0].as_raw_fd(),
+                self.set.fds[1].as_raw_fd(),
+                self.set.fds[2].as_raw_fd(),
+            ]
+        }
+
+        fn ruleset(&self, ruleset: c_int) -> c_int {
+            if ruleset < 0 {
+                -1
+            } else {
+                self.set.fds[3].as_raw_fd()
+            }
+        }
+    }
+
+    impl Drop for Lease<'_> {
+        fn drop(&mut self) {
+            for slot in &self.set.fds {
+                let mut slot = ManuallyOwned(slot.as_raw_fd());
+                // Drops the slot's reference to the child's pipe end (the
+                // reader's EOF depends on it). A failure leaves that
+                // reference until the next lease replaces it.
+                let _ = rustix::io::dup3(
+                    &self.handoff.null,
+                    &mut slot.owned(),
+                    rustix::io::DupFlags::CLOEXEC,
+                );
+            }
+            self.set.busy.store(false, Ordering::Release);
+        }
+    }
+
+    /// Off only for the benchmark's comparison (`custodian::__bench`).
+    static HANDOFF_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Turns the hand-off off or on (the benchmark measures the plain copy
+    /// it saves).
+    pub(crate) fn set_handoff(on: bool) {
+        HANDOFF_OFF.store(!on, Ordering::Relaxed);
+    }
+
+    /// Makes the hand-off slots now, while this process's descriptor table
+    /// is small (a node calls it at start; otherwise the first spawn does).
+    pub(crate) fn prepare_handoff() {
+        let _ = HandOff::get();
+    }
+
     fn lift(fd: BorrowedFd<'_>, target: RawFd) -> Result<Option<OwnedFd>, SpawnError> {
         let raw = fd.as_raw_fd();
         if raw == target || raw > 2 {
@@ -2169,18 +2413,30 @@ mod imp {
                 },
             );
         }
+        // From a large descriptor table, the child shares this one and
+        // keeps only a few low slots holding its descriptors: the kernel
+        // neither copies the whole table at the clone nor closes it again at
+        // the exec. Held until the child exec'ed or exited.
+        let large = fds.iter().chain([&landlock]).any(|&f| f >= LARGE_TABLE)
+            && !HANDOFF_OFF.load(Ordering::Relaxed);
+        let lease = if large {
+            HandOff::get().and_then(|h| h.lease(fds, landlock))
+        } else {
+            None
+        };
         let child = ChildArgs {
             // A child of the spawner thread inherits its no_new_privs.
             no_new_privs: spec.confine.is_some() && filtering.is_none(),
-            landlock,
+            landlock: lease.as_ref().map_or(landlock, |l| l.ruleset(landlock)),
             seccomp: fprog.as_ref().map_or(ptr::null(), ptr::from_ref),
             program: spec.program.as_ptr(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
             cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
-            stdio: fds,
+            stdio: lease.as_ref().map_or(fds, Lease::stdio),
             new_process_group: spec.new_process_group,
             isolate: ptr::null(),
+            unshare_below: lease.as_ref().map_or(-1, |l| l.set.below),
             failed_stage: AtomicU32::new(0),
             failed_errno: AtomicI32::new(0),
         };
@@ -2192,6 +2448,9 @@ mod imp {
         let mut pidfd: c_int = -1;
         let mut args = zeroed_args();
         args.flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64;
+        if lease.is_some() {
+            args.flags |= libc::CLONE_FILES as u64;
+        }
         args.pidfd = (&raw mut pidfd) as u64;
         args.exit_signal = libc::SIGCHLD as u64;
         args.stack = lo;
@@ -2216,8 +2475,11 @@ mod imp {
                 unsafe { clone3(&mut args, child_main, &raw const child) }
             }
         };
-        // The child exec'ed or exited (CLONE_VFORK): nothing uses the stack.
+        // The child exec'ed or exited (CLONE_VFORK): nothing uses the stack,
+        // and it has a table of its own (the slots are free again).
         stack.give_back();
+        let small_table = lease.is_some();
+        drop(lease);
         if ret < 0 {
             return Err(classify(
                 Errno::from_raw_os_error(-(ret as i32)),
@@ -2238,6 +2500,7 @@ mod imp {
             pid,
             pidfd,
             isolation: None,
+            small_table,
         })
     }
 
@@ -2417,6 +2680,7 @@ mod imp {
             stdio: parts.stdio,
             new_process_group: true,
             isolate: &raw const isolate,
+            unshare_below: -1,
             failed_stage: AtomicU32::new(0),
             failed_errno: AtomicI32::new(0),
         };
@@ -2523,6 +2787,7 @@ mod imp {
                 stack: Some(init_stack),
                 status,
             }),
+            small_table: false,
         })
     }
 

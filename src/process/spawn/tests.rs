@@ -996,3 +996,81 @@ fn the_spawner_thread_hands_back_pid_stage_and_refusal_to_each_caller() {
         }
     });
 }
+
+#[test]
+fn from_a_large_descriptor_table_the_child_gets_a_small_one_of_its_own() {
+    if !host_ok() {
+        return;
+    }
+    run_helper("helper_large_descriptor_table");
+}
+
+/// A process with hundreds of descriptors open (some without `O_CLOEXEC`),
+/// as a node with many connections: every spawn is handed off (the child
+/// shares the table only until its first system call unshares a small
+/// copy), sees exactly its stdio, is wired right (stdin read, stdout and
+/// stderr written), and its pipes reach EOF once it exits (the slots gave
+/// their references back). Eight threads at once, for four slot sets:
+/// those that find every set busy use the plain copy, and are right too.
+#[test]
+#[ignore = "helper process for from_a_large_descriptor_table_the_child_gets_a_small_one_of_its_own"]
+fn helper_large_descriptor_table() {
+    assert_helper("helper_large_descriptor_table");
+    // The slots are made while the table is small, as a node does at start.
+    super::prepare_handoff();
+    let mut held = Vec::new();
+    for i in 0..400 {
+        let flags = if i % 2 == 0 {
+            OFlags::RDONLY | OFlags::CLOEXEC
+        } else {
+            OFlags::RDONLY // careless code elsewhere in the process
+        };
+        held.push(rustix::fs::open("/dev/null", flags, Mode::empty()).unwrap());
+    }
+    let handed_off = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let handed_off = &handed_off;
+            scope.spawn(move || {
+                for round in 0..10 {
+                    let (in_r, in_w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+                    let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+                    let (err_r, err_w) = pipe_with(PipeFlags::CLOEXEC).unwrap();
+                    let c = Child::new(
+                        "/bin/sh",
+                        &[
+                            b"sh",
+                            b"-c",
+                            b"read line; echo \"$line\"; /bin/ls /proc/$$/fd; echo err >&2",
+                        ],
+                    );
+                    let spawned = spawn(&c.spec(&in_r, &out_w, &err_w, None)).unwrap();
+                    if spawned.small_table {
+                        handed_off.fetch_add(1, Ordering::Relaxed);
+                    }
+                    drop((in_r, out_w, err_w));
+                    rustix::io::write(&in_w, format!("t{t}r{round}\n").as_bytes()).unwrap();
+                    drop(in_w);
+                    // EOF comes only if no slot still holds the write end.
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    std::thread::spawn(move || {
+                        let (mut out, mut err) = (String::new(), String::new());
+                        File::from(out_r).read_to_string(&mut out).unwrap();
+                        File::from(err_r).read_to_string(&mut err).unwrap();
+                        let _ = tx.send((out, err));
+                    });
+                    let (out, err) = rx
+                        .recv_timeout(Duration::from_secs(20))
+                        .expect("no EOF: a slot kept the child's pipe open");
+                    assert_eq!(wait(&spawned), Ok(0));
+                    assert_eq!(out, format!("t{t}r{round}\n0\n1\n2\n"));
+                    assert_eq!(err, "err\n");
+                }
+            });
+        }
+    });
+    let n = handed_off.load(Ordering::Relaxed);
+    eprintln!("{n} of 80 spawns handed off");
+    assert!(n > 0, "no spawn was handed off");
+    drop(held);
+}
