@@ -2147,8 +2147,9 @@ mod imp {
     /// installing one stdio descriptor cannot overwrite the source of
     /// another.
     /// The descriptor slots of a child that starts with a small table of
-    /// its own (module docs, *A large descriptor table*): sets of four low
-    /// descriptors (stdin, stdout, stderr, a Landlock ruleset), each holding
+    /// its own (module docs, *A large descriptor table*): sets of five low
+    /// descriptors (stdin, stdout, stderr, the launch's Landlock ruleset,
+    /// an isolated program's nesting ruleset), each holding
     /// `/dev/null` between spawns, opened once while this process's table
     /// was still small.
     struct HandOff {
@@ -2158,7 +2159,7 @@ mod imp {
 
     struct SlotSet {
         busy: std::sync::atomic::AtomicBool,
-        fds: [OwnedFd; 4],
+        fds: [OwnedFd; SLOTS],
         /// One above the highest descriptor of the set: what the child
         /// copies is everything below.
         below: c_int,
@@ -2166,6 +2167,8 @@ mod imp {
 
     /// Spawns at once that can each have a set (more use the plain copy).
     const HANDOFF_SETS: usize = 4;
+    /// Slots per set: stdin, stdout, stderr, ruleset, nesting ruleset.
+    const SLOTS: usize = 5;
     /// Slots above this are not worth it: the copy below them is the cost
     /// the hand-off saves.
     const HANDOFF_MAX_FD: c_int = 128;
@@ -2211,16 +2214,19 @@ mod imp {
             let mut sets = Vec::with_capacity(HANDOFF_SETS);
             for _ in 0..HANDOFF_SETS {
                 let dup = || rustix::io::fcntl_dupfd_cloexec(&null, 3).ok();
-                let fds = [dup()?, dup()?, dup()?, dup()?];
+                let fds = [dup()?, dup()?, dup()?, dup()?, dup()?];
                 let below = fds.iter().map(|f| f.as_raw_fd()).max().unwrap_or(0) + 1;
-                if below > HANDOFF_MAX_FD {
-                    return None;
+                // A set that landed high saves nothing: closed again.
+                if below <= HANDOFF_MAX_FD {
+                    sets.push(SlotSet {
+                        busy: std::sync::atomic::AtomicBool::new(false),
+                        fds,
+                        below,
+                    });
                 }
-                sets.push(SlotSet {
-                    busy: std::sync::atomic::AtomicBool::new(false),
-                    fds,
-                    below,
-                });
+            }
+            if sets.is_empty() {
+                return None;
             }
             // A child copies everything below its set: make each set's
             // copy as small as it can be.
@@ -2228,15 +2234,16 @@ mod imp {
             Some(HandOff { null, sets })
         }
 
-        /// A free set, with `stdio` (and `ruleset`, unless -1) placed in
-        /// its slots; `None` when every set is busy or a placement failed.
-        fn lease(&self, stdio: [c_int; 3], ruleset: c_int) -> Option<Lease<'_>> {
+        /// A free set, with `stdio`, `ruleset` and `nest` (each unless -1)
+        /// placed in its slots; `None` when every set is busy or a
+        /// placement failed.
+        fn lease(&self, stdio: [c_int; 3], ruleset: c_int, nest: c_int) -> Option<Lease<'_>> {
             let set = self
                 .sets
                 .iter()
                 .find(|s| !s.busy.swap(true, Ordering::Acquire))?;
             let lease = Lease { handoff: self, set };
-            let sources = [stdio[0], stdio[1], stdio[2], ruleset];
+            let sources = [stdio[0], stdio[1], stdio[2], ruleset, nest];
             for (src, slot) in sources.into_iter().zip(&set.fds) {
                 if src < 0 {
                     continue;
@@ -2286,6 +2293,14 @@ mod imp {
                 -1
             } else {
                 self.set.fds[3].as_raw_fd()
+            }
+        }
+
+        fn nest(&self, nest: c_int) -> c_int {
+            if nest < 0 {
+                -1
+            } else {
+                self.set.fds[4].as_raw_fd()
             }
         }
     }
@@ -2420,7 +2435,7 @@ mod imp {
         let large = fds.iter().chain([&landlock]).any(|&f| f >= LARGE_TABLE)
             && !HANDOFF_OFF.load(Ordering::Relaxed);
         let lease = if large {
-            HandOff::get().and_then(|h| h.lease(fds, landlock))
+            HandOff::get().and_then(|h| h.lease(fds, landlock, -1))
         } else {
             None
         };
@@ -2647,8 +2662,22 @@ mod imp {
             .map(|l| l.as_fd().as_raw_fd())
             .or(iso.nest.map(|fd| fd.as_raw_fd()))
             .unwrap_or(-1);
+        // As for a plain spawn: from a large table, the init shares this
+        // one until its first system call unshares a copy of a few slots
+        // (held until the program exec'ed, which the release waits for).
+        let large = parts
+            .stdio
+            .iter()
+            .chain([&parts.landlock, &nest])
+            .any(|&f| f >= LARGE_TABLE)
+            && !HANDOFF_OFF.load(Ordering::Relaxed);
+        let lease = if large {
+            HandOff::get().and_then(|h| h.lease(parts.stdio, parts.landlock, nest))
+        } else {
+            None
+        };
         let isolate = IsolateArgs {
-            nest,
+            nest: lease.as_ref().map_or(nest, |l| l.nest(nest)),
             steps: steps.as_ptr(),
             n_steps: steps.len(),
             fds: slots.as_mut_ptr(),
@@ -2671,16 +2700,18 @@ mod imp {
         let child = ChildArgs {
             // An unconfined launch keeps setuid programs working.
             no_new_privs: parts.filtering.is_none() && !view.contains_only,
-            landlock: parts.landlock,
+            landlock: lease
+                .as_ref()
+                .map_or(parts.landlock, |l| l.ruleset(parts.landlock)),
             seccomp: parts.fprog.map_or(ptr::null(), ptr::from_ref),
             program: spec.program.as_ptr(),
             argv: parts.argv.as_ptr(),
             envp: parts.envp.as_ptr(),
             cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
-            stdio: parts.stdio,
+            stdio: lease.as_ref().map_or(parts.stdio, Lease::stdio),
             new_process_group: true,
             isolate: &raw const isolate,
-            unshare_below: -1,
+            unshare_below: lease.as_ref().map_or(-1, |l| l.set.below),
             failed_stage: AtomicU32::new(0),
             failed_errno: AtomicI32::new(0),
         };
@@ -2695,6 +2726,9 @@ mod imp {
             };
         if view.new_net {
             args.flags |= libc::CLONE_NEWNET as u64;
+        }
+        if lease.is_some() {
+            args.flags |= libc::CLONE_FILES as u64;
         }
         args.pidfd = pidfd.as_ptr() as u64;
         args.exit_signal = libc::SIGCHLD as u64;
@@ -2724,6 +2758,10 @@ mod imp {
                 }
             }
         };
+        // The init has a table of its own (it unshared first, before the
+        // release): the slots are free again.
+        let small_table = lease.is_some();
+        drop(lease);
         if ret < 0 && pidfd.load(Ordering::Relaxed) < 0 {
             // No child: nothing uses either stack.
             program_stack.give_back();
@@ -2787,7 +2825,7 @@ mod imp {
                 stack: Some(init_stack),
                 status,
             }),
-            small_table: false,
+            small_table,
         })
     }
 

@@ -546,3 +546,34 @@ fn confined_tmpdir_is_the_views_private_tmp_and_leaves_nothing_on_the_host() {
     }
     assert_eq!(std::fs::read_dir(chosen.path()).unwrap().count(), 0);
 }
+
+/// `custodian run` started with 300 descriptors open and inherited (not
+/// close-on-exec), as under a host that leaks them: its stdio pipes are
+/// numbered high, so the spawner hands the child a small table of its own
+/// (plain and isolated launches alike). The child sees only its stdio,
+/// reads nothing it was not given, and its output reaches EOF.
+#[test]
+fn from_a_large_inherited_descriptor_table_the_child_sees_only_its_stdio() {
+    if Command::new("bash").arg("--version").output().is_err() {
+        panic!("needs bash (opening descriptors numbered above 9)");
+    }
+    let bin = env!("CARGO_BIN_EXE_custodian");
+    let dir = tempfile::tempdir().unwrap();
+    for confine in ["none", "read-only"] {
+        let script = format!(
+            "for i in $(seq 10 310); do eval \"exec $i</dev/null\"; done; \
+             exec '{bin}' run --confine {confine} --workspace '{}' -- \
+             sh -c 'ls /proc/$$/fd; cat'",
+            dir.path().display()
+        );
+        let out = Command::new("bash")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{confine}: {out:?}");
+        let ev = json(&out);
+        assert_eq!(ev["exit_code"], 0, "{confine}: {ev}");
+        assert_eq!(ev["stdout"]["text"], "0\n1\n2\n", "{confine}: {ev}");
+    }
+}
