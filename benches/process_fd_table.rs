@@ -2,9 +2,10 @@
 //! table: `/bin/true` through custodian and through
 //! `tokio::process::Command::output()`, each from a table of a few
 //! descriptors and from one of `CUSTODIAN_BENCH_FDS` (default 5000) open
-//! descriptors, interleaved round by round (the large table is opened
-//! before, and closed after, its two launches of the round; that time is
-//! not measured).
+//! descriptors, in alternating blocks of rounds (the large table is opened
+//! before its block and closed after it; that time is not measured), and
+//! custodian from the large table with its hand-off turned off (the plain
+//! copy it saves).
 //!
 //! Run: `cargo bench -p custodian --bench process_fd_table`
 //!
@@ -85,9 +86,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    // The group tier: this measures the spawn, not the cgroup's creation.
+    // `auto`: the cgroup tier where a cgroup can be made (root, or a
+    // delegated hierarchy), else the pid-namespace tier: both start the
+    // child with the clone3 spawner, whose hand-off this measures. (The
+    // group tier starts it with std's `posix_spawn`, which copies the
+    // table like tokio's.)
     let dir = tempfile::tempdir().unwrap();
-    let opts = LaunchOptions::new(dir.path()).with_containment(Containment::Group);
+    let opts = LaunchOptions::new(dir.path()).with_containment(Containment::Auto);
     let mut rows: [(&str, Vec<Duration>); 5] = [
         ("custodian, small table", Vec::new()),
         ("custodian, large table", Vec::new()),
@@ -99,27 +104,31 @@ fn main() {
         custodian_once(&rt, &opts);
         tokio_once(&rt);
     }
-    for round in 0..ROUNDS {
-        let small_first = round % 2 == 0;
-        for pass in 0..2 {
-            let large = (pass == 0) != small_first;
-            let held = if large { open_many(fds) } else { Vec::new() };
-            let base = if large { 1 } else { 0 };
-            if round % 4 < 2 {
-                rows[base].1.push(custodian_once(&rt, &opts));
-                rows[base + 2].1.push(tokio_once(&rt));
-            } else {
-                rows[base + 2].1.push(tokio_once(&rt));
-                rows[base].1.push(custodian_once(&rt, &opts));
+    // Blocks of rounds alternate between the two tables (opening and
+    // closing thousands of descriptors disturbs the caches: per block, not
+    // per launch); within a round the spawners rotate.
+    let blocks = 6;
+    let per_block = ROUNDS / (blocks / 2);
+    for block in 0..blocks {
+        let large = block % 2 == 1;
+        let held = if large { open_many(fds) } else { Vec::new() };
+        let base = usize::from(large);
+        for round in 0..per_block {
+            for k in 0..3 {
+                match (round + k) % 3 {
+                    0 => rows[base].1.push(custodian_once(&rt, &opts)),
+                    1 => rows[base + 2].1.push(tokio_once(&rt)),
+                    _ if large => {
+                        // The plain copy the hand-off saves.
+                        custodian::__bench::set_fd_handoff(false);
+                        rows[4].1.push(custodian_once(&rt, &opts));
+                        custodian::__bench::set_fd_handoff(true);
+                    }
+                    _ => {}
+                }
             }
-            if large {
-                // The plain copy the hand-off saves.
-                custodian::__bench::set_fd_handoff(false);
-                rows[4].1.push(custodian_once(&rt, &opts));
-                custodian::__bench::set_fd_handoff(true);
-            }
-            drop(held);
         }
+        drop(held);
     }
     println!("launch + settle of /bin/true, {ROUNDS} rounds, large table = {fds} open descriptors");
     println!("{:<28} {:>10} {:>10} {:>10}", "", "p50", "p90", "p99");

@@ -2177,34 +2177,24 @@ mod imp {
     pub(super) const LARGE_TABLE: c_int = 64;
 
     impl HandOff {
-        /// The slots, made on first use; `None` where the kernel cannot
-        /// unshare a table in `close_range` (before 5.9, or filtered), or
-        /// where the slots land too high already.
-        fn get() -> Option<&'static HandOff> {
+        /// The slots, made on first use (`prepare_handoff`: cheap, a few
+        /// `dup`s); `None` where they landed too high already.
+        fn slots() -> Option<&'static HandOff> {
             static HANDOFF: OnceLock<Option<HandOff>> = OnceLock::new();
             HANDOFF.get_or_init(HandOff::make).as_ref()
         }
 
+        /// The slots, for a spawn from a large table: `None` also where the
+        /// kernel cannot unshare a table in `close_range` (before 5.9, or
+        /// filtered), probed once, on the first such spawn (a process that
+        /// never has a large table never pays for the probe).
+        fn get() -> Option<&'static HandOff> {
+            static UNSHARE: OnceLock<bool> = OnceLock::new();
+            let slots = HandOff::slots()?;
+            UNSHARE.get_or_init(unshare_supported).then_some(slots)
+        }
+
         fn make() -> Option<HandOff> {
-            // Probed on a thread of its own: unsharing changes only that
-            // thread's table, which goes with it.
-            let probe = std::thread::spawn(|| {
-                // SAFETY: close_range takes integers; the range is empty.
-                unsafe {
-                    raw4(
-                        libc::SYS_close_range as usize,
-                        u32::MAX as usize,
-                        u32::MAX as usize,
-                        CLOSE_RANGE_UNSHARE,
-                        0,
-                    )
-                }
-            })
-            .join()
-            .ok()?;
-            if probe != 0 {
-                return None;
-            }
             let null = rustix::fs::open(
                 c"/dev/null",
                 rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
@@ -2257,6 +2247,26 @@ mod imp {
             }
             Some(lease)
         }
+    }
+
+    /// Whether `close_range(…, CLOSE_RANGE_UNSHARE)` works here, probed on
+    /// a thread of its own: unsharing changes only that thread's table,
+    /// which goes with it.
+    fn unshare_supported() -> bool {
+        std::thread::spawn(|| {
+            // SAFETY: close_range takes integers; the range is empty.
+            unsafe {
+                raw4(
+                    libc::SYS_close_range as usize,
+                    u32::MAX as usize,
+                    u32::MAX as usize,
+                    CLOSE_RANGE_UNSHARE,
+                    0,
+                )
+            }
+        })
+        .join()
+        .is_ok_and(|r| r == 0)
     }
 
     /// A descriptor number this module owns for the whole process (a slot),
@@ -2334,7 +2344,7 @@ mod imp {
     /// Makes the hand-off slots now, while this process's descriptor table
     /// is small (a node calls it at start; otherwise the first spawn does).
     pub(crate) fn prepare_handoff() {
-        let _ = HandOff::get();
+        let _ = HandOff::slots();
     }
 
     fn lift(fd: BorrowedFd<'_>, target: RawFd) -> Result<Option<OwnedFd>, SpawnError> {
