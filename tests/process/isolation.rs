@@ -643,14 +643,25 @@ fn npm_install(who: Who) {
     }
     let home = home_of(who);
     let before = tree_of(&home.join(".npm"));
+    // Also the attack: a file planted in HOME (a `.bashrc`, a hook the
+    // user's shell would run) must never reach the host's.
     let script = "npm install --no-audit --no-fund --offline ./tiny-1.0.0.tgz >/dev/null && \
                   node -e 'console.log(\"TINY\", require(\"tiny\"))' && \
-                  test -d \"$HOME/.npm/_cacache\" && echo CACHE-WRITTEN";
+                  test -d \"$HOME/.npm/_cacache\" && echo CACHE-WRITTEN; \
+                  echo planted > \"$HOME/.custodian-home-probe\" && echo PLANTED";
     let ev = attack(who, ws.path(), "workspace-write", script);
     assert_isolated(&ev);
     assert_eq!(ev["confinement"]["isolation"]["private_home"], true, "{ev}");
     assert!(stdout(&ev).contains("TINY 42"), "{ev}");
     assert!(stdout(&ev).contains("CACHE-WRITTEN"), "{ev}");
+    assert!(
+        stdout(&ev).contains("PLANTED"),
+        "the private HOME is writable: {ev}"
+    );
+    assert!(
+        !home.join(".custodian-home-probe").exists(),
+        "a file planted in HOME reached the host"
+    );
     assert!(ws.path().join("node_modules/tiny/index.js").is_file());
     assert_eq!(
         tree_of(&home.join(".npm")),
