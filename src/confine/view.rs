@@ -494,9 +494,9 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         );
         steps.push(Step::Mount {
             fstype: lit("overlay"),
-            target: cstr(h)?,
+            target: home_cstr(h)?,
             flags: MS_NOSUID | MS_NODEV,
-            data: CString::new(data).map_err(|_| view_path(h, "not_normal"))?,
+            data: CString::new(data).map_err(|_| home_error())?,
         });
     }
 
@@ -592,7 +592,7 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
     }
     let mut writable_fresh = vec![lit("/tmp"), lit("/dev")];
     if let Some(h) = home {
-        writable_fresh.push(cstr(h)?);
+        writable_fresh.push(home_cstr(h)?);
     }
     Ok(View {
         steps,
@@ -616,6 +616,16 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
             private_home: home.is_some(),
         },
     })
+}
+
+/// The error for a `HOME` the kernel cannot be given: never with the path,
+/// which is an environment value.
+fn home_error() -> ConfineError {
+    view_path(Path::new("$HOME"), "not_normal")
+}
+
+fn home_cstr(home: &Path) -> Result<CString, ConfineError> {
+    CString::new(home.as_os_str().as_bytes()).map_err(|_| home_error())
 }
 
 /// Whether `home` gets a private overlay: an absolute, normal directory
