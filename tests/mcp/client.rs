@@ -4,7 +4,6 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -168,53 +167,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A `sleep` duration no other process on the host has: `300.<pid><n>`,
-/// passed to every process of a tree. Dropped, it kills every live process
-/// that holds it: a failing test leaks nothing.
-pub struct Marker(pub String);
-
-impl Marker {
-    pub fn new() -> Marker {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        Marker(format!(
-            "300.{}{:03}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ))
-    }
-
-    /// `(pid, argv[0])` of every live process holding the marker.
-    pub fn holding(&self) -> Vec<(u32, String)> {
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        dir.flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter_map(|pid| {
-                let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-                let argv: Vec<String> = raw
-                    .split(|&b| b == 0)
-                    .filter(|a| !a.is_empty())
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect();
-                argv.iter()
-                    .any(|a| a == &self.0)
-                    .then(|| (pid, argv.first().cloned().unwrap_or_default()))
-            })
-            .collect()
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        for (pid, _) in self.holding() {
-            if let Some(pid) = Pid::from_raw(pid as i32) {
-                let _ = kill_process(pid, Signal::KILL);
-            }
-        }
     }
 }
 

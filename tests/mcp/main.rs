@@ -9,6 +9,8 @@
 //! (TypeScript), run by `.ci/run`.
 
 mod client;
+#[path = "../support/marker.rs"]
+mod marker;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
 mod session;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use serde_json::{Value, json};
 
-use crate::client::{GENEROUS, Marker, Server, cgroup_of, entries, start_bare};
+use crate::client::{GENEROUS, Server, cgroup_of, entries, start_bare};
+use crate::marker::Marker;
 use crate::sandbox;
 
 const HONOURS_TERM: &str = "sleep \"$1\" & sleep \"$1\"";
@@ -33,7 +34,7 @@ fn tree_started(marker: &Marker) -> Option<PathBuf> {
         let sleeps: Vec<u32> = marker
             .holding()
             .into_iter()
-            .filter(|(_, a)| a == "sleep")
+            .filter(|(_, argv)| argv.first().is_some_and(|a| a == "sleep"))
             .map(|(p, _)| p)
             .collect();
         if sleeps.len() == 2 {

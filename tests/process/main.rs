@@ -15,6 +15,8 @@ mod errors;
 mod evidence;
 mod isolation;
 mod lifecycle;
+#[path = "../support/marker.rs"]
+mod marker;
 mod output;
 mod panics;
 mod signals;

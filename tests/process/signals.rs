@@ -11,11 +11,12 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use custodian::contain::{Hierarchy, process_cgroup};
 use rustix::process::{Pid, Signal, kill_process};
+
+use crate::marker::{Marker, holding};
 
 /// Far above any stop on a loaded machine; the figure is printed.
 const GENEROUS: Duration = Duration::from_secs(20);
@@ -25,53 +26,6 @@ const HONOURS_TERM: &str = "sleep \"$1\" & sleep \"$1\"";
 /// A tree that ignores SIGTERM (the `sleep`s inherit the ignored signal):
 /// only the KILL after the shutdown grace ends it.
 const IGNORES_TERM: &str = "trap '' TERM; sleep \"$1\" & sleep \"$1\"";
-
-/// A `sleep` duration no other process on the host has: `300.<pid><n>`
-/// (GNU `sleep` takes fractions), passed to every process of the tree.
-/// Dropped, it kills every live process that holds it (custodian included):
-/// a failing test leaks nothing.
-struct Marker(String);
-
-impl Marker {
-    fn new() -> Marker {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        Marker(format!(
-            "300.{}{:03}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ))
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        for (pid, _) in holding(&self.0) {
-            if let Some(pid) = Pid::from_raw(pid as i32) {
-                let _ = kill_process(pid, Signal::KILL);
-            }
-        }
-    }
-}
-
-/// `(pid, argv)` of every live process whose argv holds `marker` (a zombie
-/// has an empty `cmdline` and is not listed).
-fn holding(marker: &str) -> Vec<(u32, Vec<String>)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let argv: Vec<String> = raw
-                .split(|&b| b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            argv.iter().any(|a| a == marker).then_some((pid, argv))
-        })
-        .collect()
-}
 
 /// The processes of the tree (not custodian itself) holding `marker`.
 fn tree(marker: &str, custodian: u32) -> Vec<u32> {
