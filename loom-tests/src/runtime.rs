@@ -647,11 +647,21 @@ fn run_cleanup(table: &NodeTable, disk: &Disk, key: u8, guard: OwnerGuard<node::
 
 /// Asks the node for `key`'s cleanup and returns its verdict.
 fn node_cleanup(table: &NodeTable, disk: &Disk, key: u8) -> node::CleanupVerdict {
+    node_cleanup_owning(table, key, |guard| run_cleanup(table, disk, key, guard))
+}
+
+/// Asks the node for `key`'s cleanup, runs `own` with the owner guard if
+/// this caller was elected, and returns the verdict it receives.
+fn node_cleanup_owning(
+    table: &NodeTable,
+    key: u8,
+    own: impl FnOnce(OwnerGuard<node::CleanupVerdict>),
+) -> node::CleanupVerdict {
     let applied = node_apply(table, key, node::Input::Cleanup);
     match applied.cleanup {
         Some(Elected::Owner(guard)) => {
             let waiter = guard.waiter();
-            run_cleanup(table, disk, key, guard);
+            own(guard);
             waiter.wait().expect("the owner completed")
         }
         Some(Elected::Waiter(waiter)) => waiter.wait().expect("the owner completed"),
@@ -834,31 +844,21 @@ fn node_cleanup_until_final(
 ) -> (node::CleanupVerdict, bool) {
     let mut saw_no_space = false;
     for _ in 0..2 {
-        let applied = node_apply(table, key, node::Input::Cleanup);
-        let verdict = match applied.cleanup {
-            Some(Elected::Owner(guard)) => {
-                let waiter = guard.waiter();
-                let k = disk.at(key);
-                if disk.runs[k].load(StdOrdering::SeqCst) == 0 {
-                    assert_eq!(
-                        disk.active[k].fetch_add(1, LoomOrdering::SeqCst),
-                        0,
-                        "two cleanups of key {key} at once"
-                    );
-                    disk.runs[k].fetch_add(1, StdOrdering::SeqCst);
-                    disk.active[k].fetch_sub(1, LoomOrdering::SeqCst);
-                    table.retry(&key, guard, NO_SPACE, node_slot_retry);
-                } else {
-                    run_cleanup(table, disk, key, guard);
-                }
-                waiter.wait().expect("the owner completed")
+        let verdict = node_cleanup_owning(table, key, |guard| {
+            let k = disk.at(key);
+            if disk.runs[k].load(StdOrdering::SeqCst) == 0 {
+                assert_eq!(
+                    disk.active[k].fetch_add(1, LoomOrdering::SeqCst),
+                    0,
+                    "two cleanups of key {key} at once"
+                );
+                disk.runs[k].fetch_add(1, StdOrdering::SeqCst);
+                disk.active[k].fetch_sub(1, LoomOrdering::SeqCst);
+                table.retry(&key, guard, NO_SPACE, node_slot_retry);
+            } else {
+                run_cleanup(table, disk, key, guard);
             }
-            Some(Elected::Waiter(waiter)) => waiter.wait().expect("the owner completed"),
-            None => match applied.decision.as_slice() {
-                [node::Action::Reply(node::Reply::Cleanup { verdict, .. })] => *verdict,
-                other => panic!("a cleanup answered {other:?}"),
-            },
-        };
+        });
         if verdict != NO_SPACE {
             return (verdict, saw_no_space);
         }
