@@ -467,25 +467,13 @@ fn an_unconfined_daemon_dies_with_its_run_in_the_pid_namespace_tier_as_an_unpriv
         let marker = format!("custodian-unconfined-{}-{tag}", std::process::id());
         let script =
             format!("setsid sh -c 'sleep 300; : {marker}' </dev/null >/dev/null 2>&1 & echo x");
-        let ws_arg = ws.path().to_str().unwrap();
-        let out = custodian(
+        let ev = attack_with(
             who,
             ws.path(),
+            &["--containment", containment],
+            &script,
             &[],
-            &[
-                "--containment",
-                containment,
-                "--workspace",
-                ws_arg,
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ],
         );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let ev: Value =
-            serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
         // The daemon, once it has started (it is reparented at once).
         std::thread::sleep(std::time::Duration::from_millis(200));
         (ev, marker)
