@@ -8,6 +8,10 @@
 //! `CUSTODIAN_BENCH_EXTRA_PROCS=1000` starts that many idle `sleep`s first,
 //! to show which spawners' cost grows with the host's process count).
 //!
+//! The small-parent table is measured twice: as is (each standalone launch
+//! makes and removes its cgroup, and the base with it), and with a
+//! `SpareKeeper` held (an empty cgroup serves the next launch).
+//!
 //! On Linux x86-64 it also measures the clone3 spawner alone
 //! (`process::spawn`, through `custodian::__bench`): without a cgroup, into
 //! a cgroup made for each launch (`mkdir`, spawn, reap, `rmdir`), and into
@@ -365,6 +369,18 @@ fn main() {
     let rows = measure(&rt, cg.as_mut());
     print("Small parent", &rows, "tokio Command::output");
     println!("load average after: {}", loadavg());
+    {
+        // What an embedder that launches again and again gets: with a
+        // keeper held, a standalone launch's empty cgroup serves the next.
+        let _keeper = custodian::contain::SpareKeeper::new();
+        let rows = measure(&rt, cg.as_mut());
+        print(
+            "Small parent, a SpareKeeper held",
+            &rows,
+            "tokio Command::output",
+        );
+        println!("load average after: {}", loadavg());
+    }
 
     let mib: usize = std::env::var("CUSTODIAN_BENCH_HOLD_MIB")
         .ok()

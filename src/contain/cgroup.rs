@@ -248,6 +248,10 @@ pub struct Cgroup {
     home: Option<Weak<Spares>>,
     /// `cgroup.kill` was written here: never kept (see [`Cgroup::kill`]).
     killed: AtomicBool,
+    /// A process cgroup made directly beneath the base by
+    /// [`process_cgroup`] (a launch without a request): kept beneath the
+    /// base by [`Cgroup::release`] while a [`SpareKeeper`] lives.
+    standalone: bool,
 }
 
 /// Empty process cgroups kept beneath one request cgroup.
@@ -304,6 +308,9 @@ impl Unfit {
 const MAX_SPARE_PROCESS_CGROUPS: usize = 8;
 /// At most this many empty request cgroups are kept beneath the base.
 const MAX_SPARE_REQUEST_CGROUPS: usize = 256;
+/// At most this many empty standalone process cgroups (launches without a
+/// request) are kept beneath the base.
+const MAX_SPARE_STANDALONE_CGROUPS: usize = 8;
 
 /// What [`Cgroup::release`] did with a cgroup seen empty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -369,6 +376,7 @@ impl Cgroup {
             spares: None,
             home: None,
             killed: AtomicBool::new(false),
+            standalone: false,
         })
     }
 
@@ -534,8 +542,10 @@ impl Cgroup {
     /// Ends this cgroup's use: a process cgroup of a request cgroup, or a
     /// request cgroup, that `cgroup.events` shows empty and not frozen is
     /// kept for the next process of the request (or the next request of
-    /// this custodian process) instead of being removed and created again;
-    /// any other is removed as by [`Cgroup::remove`].
+    /// this custodian process) instead of being removed and created again,
+    /// as is a standalone process cgroup ([`process_cgroup`]) while a
+    /// [`SpareKeeper`] lives; any other is removed as by
+    /// [`Cgroup::remove`].
     ///
     /// A kept cgroup is verified again before it serves (see
     /// [`request_cgroup`] and [`Cgroup::process_child`]): a tool that could
@@ -557,6 +567,13 @@ impl Cgroup {
         } else if self.spares.is_some() && self._lease.is_some() {
             if self.empty_and_thawed() {
                 return Ok(keep_request_cgroup(self));
+            }
+        } else if self.standalone && self._lease.is_some() {
+            if self.empty_and_thawed() {
+                match keep_standalone_cgroup(self) {
+                    Ok(released) => return Ok(released),
+                    Err(back) => self = back,
+                }
             }
         } else if let Some(home) = self.home.take().and_then(|w| w.upgrade()) {
             if !home.killed() && self.empty_and_thawed() {
@@ -971,6 +988,9 @@ struct BaseState {
     /// Empty request cgroups kept for the next requests; they hold no
     /// lease, and go when the last lease does if no keeper is left.
     spares: Vec<Cgroup>,
+    /// Empty standalone process cgroups kept for the next launches without
+    /// a request, only while a keeper lives; no lease either.
+    standalone: Vec<Cgroup>,
     /// Live [`SpareKeeper`]s.
     keepers: usize,
 }
@@ -979,6 +999,7 @@ static BASE: Mutex<BaseState> = Mutex::new(BaseState {
     dir: None,
     live: 0,
     spares: Vec::new(),
+    standalone: Vec::new(),
     keepers: 0,
 });
 
@@ -1000,6 +1021,25 @@ fn keep_request_cgroup(mut cg: Cgroup) -> Released {
     // every spare and the base).
     drop(lease);
     out
+}
+
+/// Keeps `cg`, a standalone process cgroup seen empty, for the next
+/// [`process_cgroup`] while a keeper lives and there is room; else hands
+/// it back to be removed.
+fn keep_standalone_cgroup(mut cg: Cgroup) -> Result<Released, Cgroup> {
+    let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+    if base.dir.is_none()
+        || base.keepers == 0
+        || base.standalone.len() >= MAX_SPARE_STANDALONE_CGROUPS
+    {
+        return Err(cg);
+    }
+    let lease = cg._lease.take();
+    base.standalone.push(cg);
+    drop(base);
+    // Last: the lease's drop takes the lock.
+    drop(lease);
+    Ok(Released::Kept)
 }
 
 /// Keeps the base alive; the last lease to go removes it, best effort
@@ -1027,8 +1067,11 @@ impl BaseState {
             for spare in std::mem::take(&mut self.spares) {
                 spare.discard();
             }
+            for spare in std::mem::take(&mut self.standalone) {
+                spare.discard();
+            }
         }
-        if self.spares.is_empty() {
+        if self.spares.is_empty() && self.standalone.is_empty() {
             if let Some((parent, _)) = self.dir.take() {
                 // Best effort: a leftover child (reported by its owner)
                 // keeps the base; the next launch opens it again.
@@ -1040,9 +1083,13 @@ impl BaseState {
 
 /// While one lives, empty request cgroups released by
 /// [`Cgroup::release`] are kept beneath the base for the next requests
-/// even when no request is open; the last keeper's drop removes them (and
+/// even when no request is open, and so are the empty cgroups of
+/// standalone launches ([`process_cgroup`], a launch without a request) for
+/// the next standalone launch; the last keeper's drop removes them (and
 /// the base, if nothing else is in use). A workspace holds one for its
-/// lifetime. A process that dies leaves them to
+/// lifetime; an embedder that launches processes without requests again
+/// and again holds one to spare each launch a `mkdir` and `rmdir` of its
+/// cgroup and of the base. A process that dies leaves them to
 /// [`remove_dead_bases`], as it leaves its base.
 #[derive(Debug)]
 #[must_use = "the spares go when the keeper is dropped"]
@@ -1137,6 +1184,7 @@ fn with_base<T>(
         spares: None,
         home: None,
         killed: AtomicBool::new(false),
+        standalone: false,
     };
     let out = if handle.has_kill() {
         f(&handle).map_err(|e| match e {
@@ -1300,10 +1348,50 @@ pub fn remove_dead_bases() -> Result<DeadBases, Unavailable> {
 /// # Errors
 ///
 /// [`Unavailable`] with the reason the cgroup tier cannot be used here.
+///
+/// While a [`SpareKeeper`] lives, one released empty by
+/// [`Cgroup::release`] is kept beneath the base and handed out here again
+/// instead of a fresh one, once verified as fit as a fresh one (see
+/// [`Cgroup::release`]).
 pub fn process_cgroup() -> Result<Cgroup, Unavailable> {
+    if let Some(kept) = reuse_spare(|b| b.standalone.pop(), false) {
+        return Ok(kept);
+    }
     let (mut cg, lease) = with_base(|b| b.fresh_child("p"))?;
     cg._lease = Some(lease);
+    cg.standalone = true;
     Ok(cg)
+}
+
+/// Pops kept cgroups with `pick` until one is fit to serve again (with a
+/// lease taken for it); an unfit one is discarded. `None` when no kept one
+/// is left. A request cgroup (`with_children`) may hold its own kept
+/// process cgroups, and no other child.
+fn reuse_spare(
+    pick: impl Fn(&mut BaseState) -> Option<Cgroup>,
+    with_children: bool,
+) -> Option<Cgroup> {
+    loop {
+        let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = pick(&mut base)?;
+        base.live += 1;
+        drop(base);
+        kept._lease = Some(BaseLease);
+        // Verified outside the lock: a tool may have written it since it
+        // was kept. One that fails is discarded (its lease goes with it)
+        // and the next spare, or a fresh cgroup, serves instead.
+        let fit = if with_children {
+            let spares = kept.spares.as_ref().map(|s| s.lock());
+            let expected: Vec<&Cgroup> = spares.iter().flat_map(|s| s.iter()).collect();
+            kept.fit_for_reuse(&expected)
+        } else {
+            kept.fit_for_reuse(&[])
+        };
+        match fit {
+            Ok(()) => return Some(kept),
+            Err(why) => kept.discard_unfit(why),
+        }
+    }
 }
 
 /// A cgroup `custodian-<pid>/r<n>` for one request: an empty one kept by
@@ -1315,26 +1403,8 @@ pub fn process_cgroup() -> Result<Cgroup, Unavailable> {
 ///
 /// As [`process_cgroup`].
 pub fn request_cgroup() -> Result<Cgroup, Unavailable> {
-    loop {
-        let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mut kept) = base.spares.pop() else {
-            break;
-        };
-        base.live += 1;
-        drop(base);
-        kept._lease = Some(BaseLease);
-        // Verified outside the lock: a tool may have written it since it
-        // was kept. One that fails is discarded (its lease goes with it)
-        // and the next spare, or a fresh cgroup, serves instead.
-        let fit = {
-            let spares = kept.spares.as_ref().map(|s| s.lock());
-            let expected: Vec<&Cgroup> = spares.iter().flat_map(|s| s.iter()).collect();
-            kept.fit_for_reuse(&expected)
-        };
-        match fit {
-            Ok(()) => return Ok(kept),
-            Err(why) => kept.discard_unfit(why),
-        }
+    if let Some(kept) = reuse_spare(|b| b.spares.pop(), true) {
+        return Ok(kept);
     }
     let (mut cg, lease) = with_base(|b| b.fresh_child("r"))?;
     cg._lease = Some(lease);
@@ -1526,6 +1596,7 @@ pub fn reopen_request_cgroup(
         spares: None,
         home: None,
         killed: AtomicBool::new(false),
+        standalone: false,
     }))
 }
 

@@ -26,9 +26,11 @@
 //! ```
 //!
 //! Empty cgroups are kept for reuse ([`Cgroup::release`]): a process
-//! cgroup beneath its request cgroup for the request's next process, a
-//! request cgroup beneath the base for the next request while a
-//! [`SpareKeeper`] (a workspace) lives. A kept cgroup is read again before
+//! cgroup beneath its request cgroup for the request's next process; a
+//! request cgroup beneath the base for the next request, and a standalone
+//! launch's cgroup ([`process_cgroup`]) for the next standalone launch,
+//! while a [`SpareKeeper`] (a workspace, or an embedder that launches again
+//! and again) lives. A kept cgroup is read again before
 //! it serves (empty, attributes at their defaults, no stray child): a tool
 //! that can write cgroupfs may have changed it, and then it is not reused.
 //!

@@ -400,7 +400,9 @@ pub enum CgroupRemoval {
     Removed,
     /// A process cgroup of a request cgroup, seen empty and not frozen
     /// (`cgroup.events`) and kept for the request's next process instead of
-    /// removed; it is removed with the request's cgroup.
+    /// removed; it is removed with the request's cgroup. Or a standalone
+    /// launch's cgroup kept the same way for the next standalone launch
+    /// while a [`SpareKeeper`](crate::contain::SpareKeeper) lives.
     KeptEmpty,
     /// `rmdir` answered `EBUSY`: a task is still in it (it was killed; the
     /// cgroup is left for the operator to inspect).

@@ -535,3 +535,93 @@ async fn a_member_that_writes_itself_into_another_cgroup_is_never_terminated_inn
         "{ev:?}"
     );
 }
+
+const KEPT_INNER: &str = "containment::with_a_keeper_a_standalone_launch_reuses_an_empty_cgroup_never_a_changed_or_killed_one_inner";
+
+/// PE-18: while a `SpareKeeper` lives, the cgroup of a standalone launch
+/// (no request) seen empty at settlement is kept and serves the next
+/// launch; one its tool changed, or one that was killed, never serves
+/// again; without a keeper each launch's cgroup (and the base) goes.
+#[test]
+fn with_a_keeper_a_standalone_launch_reuses_an_empty_cgroup_never_a_changed_or_killed_one() {
+    if !cgroups() {
+        return;
+    }
+    if !sandbox::is_root() {
+        eprintln!("skipped: a tool writing its cgroup's attributes needs root here");
+        return;
+    }
+    let h = Hierarchy::discover().expect("cgroup v2 mounted");
+    sandbox::run_guarded_keeping(KEPT_INNER, &std::env::temp_dir(), Some(&h.mount));
+}
+
+#[tokio::test]
+#[ignore = "run by with_a_keeper_a_standalone_launch_reuses_an_empty_cgroup_never_a_changed_or_killed_one in a mount namespace"]
+async fn with_a_keeper_a_standalone_launch_reuses_an_empty_cgroup_never_a_changed_or_killed_one_inner()
+ {
+    let h = Hierarchy::discover().unwrap();
+    sandbox::scratch_keeping(Some(&h.mount));
+    let mount = h.mount.display().to_string();
+    let dir_of = |cg: &str| h.mount.join(cg.trim_start_matches('/'));
+    let base = h.own.join(format!("custodian-{}", std::process::id()));
+    // Runs `script` (with the cgroupfs mount as `$0`) in the cgroup tier;
+    // its first stdout line is its own cgroup.
+    let run = |script: String| {
+        let mount = mount.clone();
+        async move {
+            let r = launch(
+                inv(
+                    "sh",
+                    &[
+                        "-c",
+                        &format!("sed -n 's/^0:://p' /proc/self/cgroup; {script}"),
+                        &mount,
+                    ],
+                    Duration::from_secs(20),
+                ),
+                &cgroup_opts(),
+            )
+            .unwrap();
+            let ev = r.settled().await;
+            assert_eq!(ev.status, ProcessStatus::Exited, "{ev:?}");
+            let cg = ev.stdout.text.lines().next().unwrap_or("").to_owned();
+            (cg, ev.descendants.cgroup_removal)
+        }
+    };
+
+    // Without a keeper: removed, and the base with it.
+    let (first, removal) = run(String::new()).await;
+    assert_eq!(removal, Some(CgroupRemoval::Removed));
+    assert!(!dir_of(&first).exists() && !base.exists(), "{first}");
+
+    let keeper = custodian::contain::SpareKeeper::new();
+    let (c1, removal) = run(String::new()).await;
+    assert_eq!(removal, Some(CgroupRemoval::KeptEmpty));
+    assert!(dir_of(&c1).is_dir());
+    let (again, removal) = run(String::new()).await;
+    assert_eq!(again, c1, "the kept cgroup did not serve the next launch");
+    assert_eq!(removal, Some(CgroupRemoval::KeptEmpty));
+
+    // Its tool changes an attribute of its own cgroup: kept empty at
+    // settlement, refused by the check before reuse, and removed.
+    let (changed, _) =
+        run("echo 0 > \"$0$(sed -n 's/^0:://p' /proc/self/cgroup)/cgroup.max.depth\"".into()).await;
+    assert_eq!(changed, c1);
+    let (c2, removal) = run(String::new()).await;
+    assert_ne!(c2, c1, "a changed cgroup served again");
+    assert!(!dir_of(&c1).exists(), "the changed cgroup was not removed");
+    assert_eq!(removal, Some(CgroupRemoval::KeptEmpty));
+
+    // A descendant that ignores TERM outlives the root: the cgroup is
+    // killed at settlement, and a killed cgroup is never kept.
+    let (killed, removal) =
+        run("(trap '' TERM; exec sleep 30) </dev/null >/dev/null 2>&1 &".into()).await;
+    assert_eq!(killed, c2);
+    assert_eq!(removal, Some(CgroupRemoval::Removed));
+    let (c3, _) = run(String::new()).await;
+    assert_ne!(c3, c2, "a killed cgroup served again");
+
+    // The keeper's drop takes the kept cgroups and the base.
+    drop(keeper);
+    assert!(!dir_of(&c3).exists() && !base.exists(), "{c3} left behind");
+}
