@@ -10,8 +10,11 @@
 // structured result against the tools' output schemas; and its
 // `client.close()` mid-call (stdin closed, SIGTERM after 2 s, SIGKILL after
 // 2 more) leaves no process, no job directory and no journal, within the
-// shutdown grace for a tree that ignores TERM.
+// shutdown grace for a tree that ignores TERM. And MCP Inspector's CLI
+// (`--strict`) lists the tools with no schema portability finding (0
+// errors, 0 warnings) and runs one.
 
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -144,6 +147,32 @@ async function closeWhileRunning(client, script, label, pidfile) {
   check(took < 20000, `close took ${took} ms`);
 }
 
+// MCP Inspector's CLI, as a user runs it: `--strict` prints every schema
+// portability finding (errors and warnings) on stderr and exits 6 on an
+// error; a clean listing prints nothing there.
+function inspector(args) {
+  const bin = path.join(sdkDir, "node_modules/.bin/mcp-inspector");
+  return spawnSync(bin, ["--cli", exe, "mcp", "--workspace", ws, ...args], {
+    encoding: "utf8",
+    timeout: 60000,
+    // Its catalog file lives in HOME unless told otherwise.
+    env: { PATH: process.env.PATH, TMPDIR: process.env.TMPDIR || "/tmp", MCP_CATALOG_PATH: path.join(root, "inspector.json") },
+  });
+}
+
+async function tInspectorStrict() {
+  const list = inspector(["--strict", "--method", "tools/list"]);
+  check(list.status === 0, `inspector --strict exited ${list.status}: ${list.stderr}`);
+  check(list.stderr.trim() === "", `inspector --strict found problems: ${list.stderr}`);
+  const names = JSON.parse(list.stdout).tools.map((t) => t.name).sort();
+  check(JSON.stringify(names) === '["process_run","spill_read"]', `tools: ${names}`);
+  const call = inspector(["--method", "tools/call", "--tool-name", "process_run", "--tool-arg", "executable=/bin/echo", 'argv=["hi"]']);
+  check(call.status === 0, `inspector tools/call exited ${call.status}: ${call.stderr}`);
+  const res = JSON.parse(call.stdout);
+  check(res.structuredContent?.evidence?.stdout?.text === "hi\n", `the output: ${call.stdout.slice(0, 300)}`);
+  check(jobs().length === 0, `job dirs left: ${jobs()}`);
+}
+
 const tCloseHonoursTerm = () => closeMidCall("sleep 300 & sleep 300", "honours TERM");
 const tCloseIgnoresTerm = () => closeMidCall("trap '' TERM; sleep 300 & sleep 300", "ignores TERM");
 
@@ -151,6 +180,7 @@ for (const [name, t] of [
   ["t_list_and_run", tListAndRun],
   ["t_close_mid_call_honours_term", tCloseHonoursTerm],
   ["t_close_mid_call_ignores_term", tCloseIgnoresTerm],
+  ["t_inspector_strict", tInspectorStrict],
 ]) {
   try {
     await t();
