@@ -2,13 +2,17 @@
 //! [`discover_default_roots`]. No service, no runtime, no clock: the caller
 //! passes the cutoff.
 //!
-//! A session dir with at least `SPLIT_MIN` entries is swept by two threads:
-//! the second takes the second half of the listing on its own descriptors
-//! (the in-place `statx` and the removal of what expired, through its own
-//! quarantine, `.sweep-<pid>-<n>` like the first's), and hands back what it
-//! found and did; the sweeping thread applies both halves to the report in
-//! listing order, so the report and the warnings are those of a sequential
-//! sweep. The removal protocol is `crate::fs`'s, per file, in either thread.
+//! Two threads share the work, each in session dirs of its own (two
+//! threads renaming out of one directory wait on its lock): the second
+//! takes every other session dir whole, on its own descriptors (the
+//! in-place `statx` and the removal of what expired, through its own
+//! quarantine, `.sweep-<pid>-<n>` like the first's), while the sweeping
+//! thread does the next one the same way; then the sweeping thread applies
+//! what each found and did to the report in listing order and prunes the
+//! emptied dirs, so the report and the warnings are those of a sequential
+//! sweep. A session dir of at least `SPLIT_LARGE` entries is split in
+//! halves between the two threads instead. The removal protocol is
+//! `crate::fs`'s, per file, in either thread.
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -145,6 +149,8 @@ pub fn sweep_spill_roots_until(
         quarantine2: None,
         quarantine2_name: None,
         helper: None,
+        handed: None,
+        held: Vec::new(),
     };
     s.run(plan);
     s.report
@@ -181,11 +187,28 @@ struct Sweeper<'a> {
     quarantine2_name: Option<CString>,
     /// The second thread, once a session had enough expired files.
     helper: Option<Helper>,
+    /// The session dir the second thread has whole, finished (its report
+    /// applied, pruned) after the next one or at the end of the root.
+    handed: Option<Handed>,
+    /// Warnings about entries listed after the handed session, held until
+    /// it is finished.
+    held: Vec<SpillWarning>,
 }
 
-/// A session's expired files are split between two threads when there are
-/// at least this many (fewer are not worth the hand-off).
+/// A session dir handed whole to the second thread.
+struct Handed {
+    path: PathBuf,
+    name: CString,
+    meta: Meta,
+    dir: OwnedFd,
+}
+
+/// A session dir is handed to the second thread when it has at least this
+/// many entries (fewer are not worth the hand-off).
 const SPLIT_MIN: usize = 4;
+/// A session dir of at least this many entries is split in halves between
+/// the two threads (it would keep one of them alone for long).
+const SPLIT_LARGE: usize = 4096;
 
 /// An expired spill file found in place, to be removed.
 struct Expired {
@@ -369,10 +392,14 @@ struct Done {
     outcomes: Vec<(usize, Outcome)>,
     /// Creating its quarantine failed: it removed nothing.
     quarantine_failed: Option<Errno>,
+    /// Stopped before looking at every entry: removed nothing.
+    cancelled: bool,
 }
 
 impl Job {
-    fn run(self) -> Done {
+    /// Looks at every entry and removes the expired ones; on the sweeping
+    /// thread, stops looking once `cancel` is set (then removes nothing).
+    fn run(self, cancel: Option<&AtomicBool>) -> Done {
         let Job {
             q,
             root,
@@ -386,7 +413,12 @@ impl Job {
         } = self;
         let mut looks = Vec::with_capacity(entries.len());
         let mut expired = Vec::new();
+        let mut cancelled = false;
         for (i, f) in entries.iter().enumerate() {
+            if i % 1024 == 1023 && cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                cancelled = true;
+                break;
+            }
             let found = look(dir.as_fd(), &dmeta, f, cutoff);
             if let Look::Expired(m) = &found {
                 expired.push(Expired {
@@ -404,8 +436,9 @@ impl Job {
             entries,
             outcomes: Vec::new(),
             quarantine_failed: None,
+            cancelled,
         };
-        if expired.is_empty() {
+        if expired.is_empty() || cancelled {
             return done;
         }
         if done.q.is_none() {
@@ -440,7 +473,7 @@ impl Helper {
             .name("custodian-sweep".into())
             .spawn(move || {
                 for job in inbox {
-                    if reply.send(Box::new(job.run())).is_err() {
+                    if reply.send(Box::new(job.run(None))).is_err() {
                         break;
                     }
                 }
@@ -531,6 +564,11 @@ impl Sweeper<'_> {
             path: escape::escape_path(path),
             message,
         };
+        if self.handed.is_some() {
+            // After the handed session's own, in listing order.
+            self.held.push(w);
+            return;
+        }
         self.report.warn(self.sink, w);
     }
 
@@ -800,7 +838,7 @@ impl Sweeper<'_> {
         for e in &entries {
             if self.cancelled() {
                 self.report.skip(SkipReason::Cancelled);
-                return remaining + 1;
+                return remaining + self.finish_handed(root) + 1;
             }
             // `DT_UNKNOWN` (some filesystems): ask `statx`, never follow.
             let kind = match e.kind {
@@ -828,21 +866,21 @@ impl Sweeper<'_> {
                     SkipReason::NonSessionDir
                 }
                 Some(Kind::Dir) => {
-                    if !self.sweep_session(root, e, &mut session_entries) {
-                        remaining += 1;
-                    }
+                    remaining += self.sweep_session(root, e, &mut session_entries);
                     continue;
                 }
             };
             self.report.skip(reason);
             remaining += 1;
         }
-        remaining
+        remaining + self.finish_handed(root)
     }
 
-    /// Sweeps one session directory; returns `true` if it no longer exists
-    /// (pruned, or gone).
-    fn sweep_session(&mut self, root: &OpenRoot, e: &Entry, entries: &mut Vec<Entry>) -> bool {
+    /// Sweeps one session directory, or hands it to the second thread;
+    /// returns how many of the session dirs it finished still exist (this
+    /// one and the one handed before it; a dir handed now is counted when
+    /// [`Sweeper::finish_handed`] finishes it).
+    fn sweep_session(&mut self, root: &OpenRoot, e: &Entry, entries: &mut Vec<Entry>) -> u64 {
         let path = root
             .path
             .join(std::ffi::OsStr::from_bytes(e.name.to_bytes()));
@@ -851,10 +889,10 @@ impl Sweeper<'_> {
             // Replaced by a symlink (or a non-directory) since listing.
             Err(Errno::LOOP | Errno::NOTDIR) => {
                 self.report.skip(SkipReason::Symlink);
-                return false;
+                return 1;
             }
             // Removed since listing (a concurrent sweep): nothing to do.
-            Err(Errno::NOENT) => return true,
+            Err(Errno::NOENT) => return 0,
             Err(err) => {
                 self.report.skip(SkipReason::Error);
                 self.warn(
@@ -862,7 +900,7 @@ impl Sweeper<'_> {
                     &path,
                     format!("cannot open session dir: {err}"),
                 );
-                return false;
+                return 1;
             }
         };
         let meta = match fs::stat_fd(dir.as_fd()) {
@@ -870,7 +908,7 @@ impl Sweeper<'_> {
             Err(err) => {
                 self.report.skip(SkipReason::Error);
                 self.warn("stat_failed", &path, format!("{err}"));
-                return false;
+                return 1;
             }
         };
         if !meta.on_mount_of(&root.meta) {
@@ -880,7 +918,7 @@ impl Sweeper<'_> {
                 &path,
                 "not descending into a mount point".into(),
             );
-            return false;
+            return 1;
         }
         if meta.ino != e.ino {
             self.report.skip(SkipReason::IdentityChanged);
@@ -889,7 +927,7 @@ impl Sweeper<'_> {
                 &path,
                 "session dir changed since listing".into(),
             );
-            return false;
+            return 1;
         }
         if let Err(u) = meta.trusted_dir_for(self.uid) {
             self.report.skip(match u {
@@ -902,7 +940,7 @@ impl Sweeper<'_> {
                 "session dir is not owned by the current user or is writable by group/others"
                     .into(),
             );
-            return false;
+            return 1;
         }
         if let Err(err) = fs::list(dir.as_fd(), &mut self.buf, entries) {
             self.report.skip(SkipReason::Error);
@@ -911,13 +949,93 @@ impl Sweeper<'_> {
                 &path,
                 format!("cannot list session dir: {err}"),
             );
-            return false;
+            return 1;
         }
-        // Enough entries: the second half goes to the second thread, which
+        let whole = !self.dry_run && self.can_remove && entries.len() >= SPLIT_MIN;
+        if whole && entries.len() < SPLIT_LARGE {
+            if let (Ok(rootfd), Ok(dirfd)) = (fs::dup(root.fd.as_fd()), fs::dup(dir.as_fd())) {
+                // To the second thread whole when it has none; else here,
+                // while it does the one before.
+                let handing = self.handed.is_none();
+                let (q, old) = if handing {
+                    (self.quarantine2.take(), None)
+                } else {
+                    match self.quarantine.take() {
+                        Some((q, name)) => (Some(q), Some(name)),
+                        None => (None, None),
+                    }
+                };
+                let job = Box::new(Job {
+                    q,
+                    root: rootfd,
+                    root_meta: root.meta,
+                    uid: self.uid,
+                    dir: dirfd,
+                    dmeta: meta,
+                    entries: std::mem::take(entries),
+                    base: 0,
+                    cutoff: self.cutoff,
+                });
+                let here = Handed {
+                    path,
+                    name: e.name.clone(),
+                    meta,
+                    dir,
+                };
+                if !handing {
+                    let mut done = job.run(Some(self.cancel));
+                    self.take_back(&mut done, Some(old));
+                    // Both applied in listing order: the one before first.
+                    let left = self.finish_handed(root);
+                    return left + self.finish(root, here, done);
+                }
+                match self.helper().send(job) {
+                    Ok(()) => {
+                        self.handed = Some(here);
+                        return 0;
+                    }
+                    // No second thread: all of it here, below.
+                    Err(job) => {
+                        *entries = job.entries;
+                        self.quarantine2 = job.q;
+                        return self.sweep_in_place(root, here, entries, false);
+                    }
+                }
+            }
+        }
+        let here = Handed {
+            path,
+            name: e.name.clone(),
+            meta,
+            dir,
+        };
+        let split = whole && entries.len() >= SPLIT_LARGE;
+        self.sweep_in_place(root, here, entries, split)
+    }
+
+    /// Sweeps the session dir `h` on this thread (a dry run, a small or a
+    /// large one, or no second thread), after the one handed before is
+    /// applied; `split`: its second half goes to the second thread. Returns
+    /// how many of the two still exist.
+    fn sweep_in_place(
+        &mut self,
+        root: &OpenRoot,
+        h: Handed,
+        entries: &mut Vec<Entry>,
+        split: bool,
+    ) -> u64 {
+        let Handed {
+            path,
+            name,
+            meta,
+            dir,
+        } = h;
+        let mut left = self.finish_handed(root);
+        // A large one: the second half goes to the second thread, which
         // looks at each in place and removes the expired ones through its
         // own quarantine while this thread does the same with the first.
         let mut sent = None;
-        if !self.dry_run && self.can_remove && entries.len() >= SPLIT_MIN {
+        if split {
             if let (Ok(rootfd), Ok(dirfd)) = (fs::dup(root.fd.as_fd()), fs::dup(dir.as_fd())) {
                 let base = entries.len() / 2;
                 let job = Box::new(Job {
@@ -971,9 +1089,75 @@ impl Sweeper<'_> {
             remaining += self.second_half(root, &path, base);
         }
         if cancelled || remaining > 0 || self.dry_run || self.cancelled() {
-            return false;
+            return left + 1;
         }
-        self.prune(root, dir.as_fd(), &e.name, &meta, &path)
+        if !self.prune(root, dir.as_fd(), &name, &meta, &path) {
+            left += 1;
+        }
+        left
+    }
+
+    /// Finishes the session dir handed whole to the second thread, if any:
+    /// waits for what it found and did, applies that to the report and
+    /// prunes the dir if it is empty; returns 1 if it still exists.
+    fn finish_handed(&mut self, root: &OpenRoot) -> u64 {
+        let Some(h) = self.handed.take() else {
+            return 0;
+        };
+        let left = match self.helper.as_ref().and_then(|h| h.done.recv().ok()) {
+            Some(done) => {
+                let mut done = *done;
+                self.take_back(&mut done, None);
+                self.finish(root, h, done)
+            }
+            None => {
+                // The thread is gone (it panicked) with its quarantine: the
+                // session's entries stay for the next sweep.
+                self.helper = None;
+                self.can_remove = false;
+                self.report.skip(SkipReason::Error);
+                1
+            }
+        };
+        for w in std::mem::take(&mut self.held) {
+            self.report.warn(self.sink, w);
+        }
+        left
+    }
+
+    /// Takes the quarantine back from what a [`Job`] did: the sweeping
+    /// thread's (`here` holds its name, if it had one) when the job ran
+    /// here, else the second thread's.
+    fn take_back(&mut self, done: &mut Done, here: Option<Option<CString>>) {
+        let q = done.q.take();
+        if let Some(old) = here {
+            self.quarantine = match q {
+                Some((q, created)) => created.or(old).map(|name| (q, name)),
+                None => None,
+            };
+        } else if let Some((q, name)) = q {
+            self.quarantine2 = Some(q);
+            if name.is_some() {
+                self.quarantine2_name = name;
+            }
+        }
+    }
+
+    /// Applies what a [`Job`] found and did in the session dir `h` to the
+    /// report and prunes it if nothing stays; returns 1 if it still exists.
+    /// Its quarantine was taken back ([`Sweeper::take_back`]).
+    fn finish(&mut self, root: &OpenRoot, h: Handed, done: Done) -> u64 {
+        let cancelled = done.cancelled;
+        if cancelled {
+            // It stopped on the flag: say so in the report.
+            let _ = self.cancelled();
+            self.report.skip(SkipReason::Cancelled);
+        }
+        let remaining = self.apply_done(root, &h.path, done, 0);
+        if cancelled || remaining > 0 || self.dry_run || self.cancelled() {
+            return 1;
+        }
+        u64::from(!self.prune(root, h.dir.as_fd(), &h.name, &h.meta, &h.path))
     }
 
     /// Removes the `expired` files of the session dir `dir` (at `dpath`)
@@ -1032,7 +1216,7 @@ impl Sweeper<'_> {
     /// entries from listing position `base` on) and applies what it found
     /// and did, after the first half; returns how many entries stay.
     fn second_half(&mut self, root: &OpenRoot, dpath: &Path, base: usize) -> u64 {
-        let Some(done) = self.helper.as_ref().and_then(|h| h.done.recv().ok()) else {
+        let Some(mut done) = self.helper.as_ref().and_then(|h| h.done.recv().ok()) else {
             // The thread is gone (it panicked) with its half's quarantine:
             // those entries stay for the next sweep.
             self.helper = None;
@@ -1040,19 +1224,27 @@ impl Sweeper<'_> {
             self.report.skip(SkipReason::Error);
             return 1;
         };
-        let Done {
-            q,
-            looks,
-            entries,
-            outcomes,
-            quarantine_failed,
-        } = *done;
-        if let Some((q, name)) = q {
+        if let Some((q, name)) = done.q.take() {
             self.quarantine2 = Some(q);
             if name.is_some() {
                 self.quarantine2_name = name;
             }
         }
+        self.apply_done(root, dpath, *done, base)
+    }
+
+    /// Applies what a [`Job`] found and did in the session dir at `dpath`
+    /// (its entries from listing position `base` on) to the report, its
+    /// quarantine already taken back; returns how many entries stay.
+    fn apply_done(&mut self, root: &OpenRoot, dpath: &Path, done: Done, base: usize) -> u64 {
+        let Done {
+            q: _,
+            looks,
+            entries,
+            outcomes,
+            quarantine_failed,
+            cancelled: _,
+        } = done;
         let mut remaining = 0;
         let mut expired = 0u64;
         for (found, f) in looks.into_iter().zip(&entries) {
