@@ -113,11 +113,25 @@ struct Conn {
 }
 
 impl Conn {
+    /// Connects, retrying while the listener's backlog is full: a
+    /// non-blocking `connect` of a unix socket then fails with `EAGAIN`
+    /// instead of waiting (the node accepts behind a burst of peers).
     async fn connect(socket: &Path) -> Conn {
-        let s = tokio::time::timeout(Duration::from_secs(30), UnixStream::connect(socket))
-            .await
-            .expect("connect timed out")
-            .expect("connect");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let s = loop {
+            match tokio::time::timeout(Duration::from_secs(30), UnixStream::connect(socket))
+                .await
+                .expect("connect timed out")
+            {
+                Ok(s) => break s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("connect: {e}"),
+            }
+        };
         let (r, w) = s.into_split();
         Conn {
             read: BufReader::new(r),
