@@ -185,7 +185,8 @@ pub enum ConfineError {
     /// clone3 spawner).
     #[error("isolation unavailable: {reason}")]
     IsolationUnavailable {
-        /// A safe code: `user_namespaces_unavailable`, `not_x86_64_linux`.
+        /// A safe code: `user_namespaces_unavailable`,
+        /// `network_namespace_unavailable`, `not_x86_64_linux`.
         reason: &'static str,
     },
     /// Building the Landlock ruleset, the seccomp program or the private

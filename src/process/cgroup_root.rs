@@ -17,6 +17,7 @@ use super::spawn::{self, ChildConfine, Isolate, IsolatedInit, SpawnError, SpawnS
 use crate::confine::build::Prepared;
 use crate::confine::{ApplyStep, ConfineError};
 use crate::contain::Cgroup;
+use rustix::io::Errno;
 
 fn confine_step(stage: Stage) -> Option<ApplyStep> {
     match stage {
@@ -134,8 +135,17 @@ pub(crate) fn start(
             })
         }),
     };
+    let new_net = spec.isolate.as_ref().is_some_and(|i| i.view.new_net);
     let spawned = spawn::spawn(&spec).map_err(|e| match e {
         SpawnError::Unsupported { .. } => StartError::Unsupported,
+        // The isolation probe leaves the network namespace out: a limit on
+        // them (`max_net_namespaces`) or a refusal is seen here.
+        SpawnError::Failed {
+            stage: Stage::Clone,
+            errno: Errno::NOSPC | Errno::USERS,
+        } if new_net => StartError::Confine(ConfineError::IsolationUnavailable {
+            reason: "network_namespace_unavailable",
+        }),
         SpawnError::CgroupRefused { errno } => StartError::Refused(errno),
         SpawnError::Failed { stage, errno } if confine_step(stage).is_some() => {
             StartError::Confine(ConfineError::Apply {

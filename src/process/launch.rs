@@ -444,21 +444,31 @@ fn prepare_confinement(
             return Ok(None);
         }
         let abi = confine::landlock_abi();
-        let isolation = super::spawn::isolation_supported();
+        // A strict launch with the network off learns of a refused network
+        // namespace from its own clone (`network_namespace_unavailable`); a
+        // best-effort one must know now, to plan without isolation.
+        let isolation = match super::spawn::isolation_supported() {
+            Err(_) => Err("user_namespaces_unavailable"),
+            Ok(())
+                if spec.enforcement != Enforcement::Strict
+                    && spec.network == confine::Network::Off
+                    && super::spawn::net_namespace_supported().is_err() =>
+            {
+                Err("network_namespace_unavailable")
+            }
+            Ok(()) => Ok(()),
+        };
         let plan = match isolation {
             Ok(()) => confine::plan_isolated(spec, abi),
-            Err(_) if spec.enforcement == Enforcement::Strict => {
-                return Err(ConfineError::IsolationUnavailable {
-                    reason: "user_namespaces_unavailable",
-                }
-                .into());
+            Err(reason) if spec.enforcement == Enforcement::Strict => {
+                return Err(ConfineError::IsolationUnavailable { reason }.into());
             }
-            Err(_) => confine::plan(spec, abi).map(|p| {
+            Err(reason) => confine::plan(spec, abi).map(|p| {
                 p.map(|mut p| {
                     p.report.not_enforced.push(NotEnforced {
                         feature: Feature::Isolation,
                         needs_abi: 0,
-                        reason: Some("user_namespaces_unavailable".into()),
+                        reason: Some(reason.into()),
                     });
                     p
                 })

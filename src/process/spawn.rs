@@ -419,7 +419,7 @@ impl From<SpawnError> for io::Error {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{isolation_supported, spawn, supported};
+pub(crate) use imp::{isolation_supported, net_namespace_supported, spawn, supported};
 
 #[cfg(not(target_arch = "x86_64"))]
 /// Never: the clone trampoline exists for x86-64 only.
@@ -1824,17 +1824,34 @@ mod imp {
     }
 
     /// Whether an isolated launch can be made here: a child cloned into new
-    /// user, pid, mount, ipc, uts and net namespaces that can map its ids
-    /// and change its mounts (a sysctl or a security module may refuse the
+    /// user, pid, mount, ipc and uts namespaces that can map its ids and
+    /// change its mounts (a sysctl or a security module may refuse the
     /// namespace, or let it be made with no capability in it). Probed once,
     /// by a child that does exactly that and exits.
+    ///
+    /// The network namespace is not part of it: it is the costliest to
+    /// make and to tear down, and a launch that needs one makes its own
+    /// anyway, so a refusal is seen there (`clone3` answers `ENOSPC` at a
+    /// `max_net_namespaces` limit) and reported as
+    /// `network_namespace_unavailable`. Only a best-effort launch, which
+    /// must know before its plan is made, asks
+    /// [`net_namespace_supported`] too.
     pub(crate) fn isolation_supported() -> Result<(), Errno> {
         static PROBE: OnceLock<Result<(), Errno>> = OnceLock::new();
-        *PROBE.get_or_init(probe_isolation)
+        *PROBE.get_or_init(|| probe_isolation(false))
     }
 
-    /// The probe behind [`isolation_supported`].
-    fn probe_isolation() -> Result<(), Errno> {
+    /// Whether an isolated launch with a network namespace of its own can
+    /// be made here: [`isolation_supported`] with a new net namespace too.
+    /// Probed once, the same way.
+    pub(crate) fn net_namespace_supported() -> Result<(), Errno> {
+        static PROBE: OnceLock<Result<(), Errno>> = OnceLock::new();
+        *PROBE.get_or_init(|| isolation_supported().and_then(|()| probe_isolation(true)))
+    }
+
+    /// The probe behind [`isolation_supported`] (and, with `new_net`,
+    /// [`net_namespace_supported`]).
+    fn probe_isolation(new_net: bool) -> Result<(), Errno> {
         let uid_map = format!("{0} {0} 1\n", rustix::process::geteuid().as_raw());
         let gid_map = format!("{0} {0} 1\n", rustix::process::getegid().as_raw());
         let stack = Stack::new(PAGE * 4)?;
@@ -1845,8 +1862,10 @@ mod imp {
             errno: AtomicI32::new(0),
         };
         let mut args = zeroed_args();
-        args.flags =
-            (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWNET) as u64 | NEW_NAMESPACES;
+        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | NEW_NAMESPACES;
+        if new_net {
+            args.flags |= libc::CLONE_NEWNET as u64;
+        }
         args.exit_signal = libc::SIGCHLD as u64;
         args.stack = lo;
         args.stack_size = size;
