@@ -811,8 +811,20 @@ fn without_netns(who: Who) {
     assert!(ran, "{ev}");
     assert_isolated(&ev);
 
-    // Best-effort, network off: runs without isolation and says why.
+    // Best-effort, network off: without isolation. Root runs Landlock-only
+    // and says why; an unprivileged user with no cgroup of its own has no
+    // Landlock-only spawner (it needs the cgroup tier) and is refused,
+    // typed, as wherever user namespaces are unavailable to it.
     let (code, ev, ran) = run(&["--confine-best-effort"], "best-effort-off");
+    if let Who::User = who {
+        assert!(!ran, "{ev}");
+        assert_ne!(code, Some(0), "{ev}");
+        assert_eq!(
+            ev["error"]["code"], "confinement_spawner_unavailable",
+            "{ev}"
+        );
+        return;
+    }
     assert_eq!(code, Some(0), "{ev}");
     assert!(ran, "{ev}");
     let not_enforced = ev["confinement"]["not_enforced"].to_string();
@@ -827,7 +839,8 @@ fn without_netns(who: Who) {
 /// a strict launch that needs one is refused with
 /// `network_namespace_unavailable` (nothing launched), one with the network
 /// on is isolated as anywhere, and a best-effort one runs without isolation
-/// and lists why.
+/// and lists why (as root; an unprivileged user with no cgroup is refused
+/// `confinement_spawner_unavailable`, having no Landlock-only spawner).
 #[test]
 fn where_network_namespaces_are_refused_strict_refuses_typed_as_root() {
     without_netns(Who::Root);
