@@ -953,7 +953,7 @@ impl Sweeper<'_> {
         }
         let whole = !self.dry_run && self.can_remove && entries.len() >= SPLIT_MIN;
         if whole && entries.len() < SPLIT_LARGE {
-            if let (Ok(rootfd), Ok(dirfd)) = (fs::dup(root.fd.as_fd()), fs::dup(dir.as_fd())) {
+            if let Some(job) = self.job(root, dir.as_fd(), &meta) {
                 // To the second thread whole when it has none; else here,
                 // while it does the one before.
                 let handing = self.handed.is_none();
@@ -965,17 +965,7 @@ impl Sweeper<'_> {
                         None => (None, None),
                     }
                 };
-                let job = Box::new(Job {
-                    q,
-                    root: rootfd,
-                    root_meta: root.meta,
-                    uid: self.uid,
-                    dir: dirfd,
-                    dmeta: meta,
-                    entries: std::mem::take(entries),
-                    base: 0,
-                    cutoff: self.cutoff,
-                });
+                let job = job(q, std::mem::take(entries), 0);
                 let here = Handed {
                     path,
                     name: e.name.clone(),
@@ -1036,19 +1026,9 @@ impl Sweeper<'_> {
         // own quarantine while this thread does the same with the first.
         let mut sent = None;
         if split {
-            if let (Ok(rootfd), Ok(dirfd)) = (fs::dup(root.fd.as_fd()), fs::dup(dir.as_fd())) {
+            if let Some(job) = self.job(root, dir.as_fd(), &meta) {
                 let base = entries.len() / 2;
-                let job = Box::new(Job {
-                    q: self.quarantine2.take(),
-                    root: rootfd,
-                    root_meta: root.meta,
-                    uid: self.uid,
-                    dir: dirfd,
-                    dmeta: meta,
-                    entries: entries.split_off(base),
-                    base,
-                    cutoff: self.cutoff,
-                });
+                let job = job(self.quarantine2.take(), entries.split_off(base), base);
                 match self.helper().send(job) {
                     Ok(()) => sent = Some(base),
                     // No second thread: all of it here.
@@ -1104,20 +1084,12 @@ impl Sweeper<'_> {
         let Some(h) = self.handed.take() else {
             return 0;
         };
-        let left = match self.helper.as_ref().and_then(|h| h.done.recv().ok()) {
-            Some(done) => {
-                let mut done = *done;
+        let left = match self.receive() {
+            Some(mut done) => {
                 self.take_back(&mut done, None);
                 self.finish(root, h, done)
             }
-            None => {
-                // The thread is gone (it panicked) with its quarantine: the
-                // session's entries stay for the next sweep.
-                self.helper = None;
-                self.can_remove = false;
-                self.report.skip(SkipReason::Error);
-                1
-            }
+            None => 1,
         };
         for w in std::mem::take(&mut self.held) {
             self.report.warn(self.sink, w);
@@ -1216,21 +1188,51 @@ impl Sweeper<'_> {
     /// entries from listing position `base` on) and applies what it found
     /// and did, after the first half; returns how many entries stay.
     fn second_half(&mut self, root: &OpenRoot, dpath: &Path, base: usize) -> u64 {
-        let Some(mut done) = self.helper.as_ref().and_then(|h| h.done.recv().ok()) else {
-            // The thread is gone (it panicked) with its half's quarantine:
-            // those entries stay for the next sweep.
+        let Some(mut done) = self.receive() else {
+            return 1;
+        };
+        self.take_back(&mut done, None);
+        self.apply_done(root, dpath, done, base)
+    }
+
+    /// What the second thread did with the job it has, its quarantine not
+    /// yet taken back; `None` when the thread is gone (it panicked) with
+    /// that quarantine: the job's entries stay for the next sweep, and
+    /// nothing more is removed in this root.
+    fn receive(&mut self) -> Option<Done> {
+        let done = self.helper.as_ref().and_then(|h| h.done.recv().ok());
+        if done.is_none() {
             self.helper = None;
             self.can_remove = false;
             self.report.skip(SkipReason::Error);
-            return 1;
-        };
-        if let Some((q, name)) = done.q.take() {
-            self.quarantine2 = Some(q);
-            if name.is_some() {
-                self.quarantine2_name = name;
-            }
         }
-        self.apply_done(root, dpath, *done, base)
+        done.map(|d| *d)
+    }
+
+    /// A job in the session dir `dir` (`meta`) of `root`, on descriptors of
+    /// its own: given its quarantine, its entries and the listing position
+    /// of the first; `None` when the descriptors cannot be had.
+    fn job(
+        &self,
+        root: &OpenRoot,
+        dir: BorrowedFd<'_>,
+        meta: &Meta,
+    ) -> Option<impl FnOnce(Option<fs::Quarantine>, Vec<Entry>, usize) -> Box<Job> + use<>> {
+        let (rootfd, dirfd) = (fs::dup(root.fd.as_fd()).ok()?, fs::dup(dir).ok()?);
+        let (root_meta, dmeta, uid, cutoff) = (root.meta, *meta, self.uid, self.cutoff);
+        Some(move |q, entries, base| {
+            Box::new(Job {
+                q,
+                root: rootfd,
+                root_meta,
+                uid,
+                dir: dirfd,
+                dmeta,
+                entries,
+                base,
+                cutoff,
+            })
+        })
     }
 
     /// Applies what a [`Job`] found and did in the session dir at `dpath`
