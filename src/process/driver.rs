@@ -1583,15 +1583,16 @@ fn adopted() -> Option<Vec<u32>> {
 /// over our children until one sees a live one ([`View::Occupied`]) or
 /// neither a live nor a dead one ([`View::NoDescendant`]). A pass that
 /// reaped a zombie proves nothing (its children may have been handed to
-/// us behind the cursor), so it is repeated, at most
-/// [`sys::STABLE_ATTEMPTS`] times.
+/// us behind the cursor), nor does one that could not read `/proc`
+/// whole, so it is repeated, at most [`sys::STABLE_ATTEMPTS`] times.
 fn adoption_witness() -> View {
     for _ in 0..sys::STABLE_ATTEMPTS {
         match adopted_pass() {
-            None => return View::Unknown,
             Some(c) if !c.live.is_empty() => return View::Occupied,
             Some(c) if c.zombies.is_empty() => return View::NoDescendant,
-            Some(_) => {}
+            // A pass that could not read all of `/proc` (seen, rarely, while
+            // processes come and go) proves nothing either: pass again.
+            None | Some(_) => {}
         }
     }
     View::Unknown
