@@ -11,8 +11,9 @@ use custodian::contain::Containment;
 use custodian::mcp::{Ended, McpConfig};
 use custodian::process::env::{SecretError, SecretValue};
 use custodian::process::invocation::SecretRef;
-use custodian::process::units::{parse_duration, parse_size};
 use custodian::spill::SpillConfig;
+
+use super::units::{parse_duration, parse_size};
 
 const AFTER_HELP: &str = "\
 Speaks MCP (JSON-RPC) on stdin/stdout; logs go to stderr (CUSTODIAN_LOG=info).

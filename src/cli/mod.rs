@@ -11,6 +11,7 @@ mod policy;
 mod run;
 mod spill;
 mod stop;
+mod units;
 
 const AFTER_HELP: &str = "\
 Output: machine output on stdout is compact JSON, one object per line

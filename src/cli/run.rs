@@ -12,12 +12,12 @@ use custodian::confine::{Confinement, Enforcement, FsMode, InvalidConfinement, N
 use custodian::contain::Containment;
 use custodian::process::evidence::{CancelCause, ProcessStatus, StopSignal};
 use custodian::process::invocation::{EnvValue, OutputBudget, Tunables};
-use custodian::process::units::{parse_duration, parse_size};
 use custodian::process::{
     Evidence, Invocation, InvocationSpec, LaunchOptions, ProcessError, Running,
 };
 
 use super::stop::{self, StopSignals};
+use super::units::{parse_duration, parse_size};
 
 /// The run completed (whatever the child did; see `status` in the evidence).
 /// A run cancelled by a stop signal exits `128 + N` instead

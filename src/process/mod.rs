@@ -60,7 +60,6 @@ mod launch;
 #[cfg(target_os = "linux")]
 pub(crate) mod spawn;
 pub(crate) mod sys;
-pub mod units;
 
 pub use evidence::Evidence;
 pub use invocation::{Invocation, InvocationSpec};

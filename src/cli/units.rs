@@ -29,7 +29,7 @@ use std::time::Duration;
 /// line argument, never an environment value).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum UnitsError {
+pub(crate) enum UnitsError {
     /// Not a duration humantime understands.
     #[error("invalid duration {input:?}: {reason} (try 2s, 500ms or 1m30s)")]
     Duration {
@@ -64,7 +64,7 @@ pub enum UnitsError {
 ///
 /// [`UnitsError::Duration`] for anything humantime refuses, including an
 /// empty string and a bare number.
-pub fn parse_duration(input: &str) -> Result<Duration, UnitsError> {
+pub(crate) fn parse_duration(input: &str) -> Result<Duration, UnitsError> {
     humantime::parse_duration(input.trim()).map_err(|e| UnitsError::Duration {
         input: input.to_owned(),
         reason: e.to_string(),
@@ -80,7 +80,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitsError> {
 /// [`UnitsError::SizeUnit`] for a number followed by an unknown unit,
 /// [`UnitsError::Size`] for anything else refused (empty, no number, a
 /// sign).
-pub fn parse_size(input: &str) -> Result<u64, UnitsError> {
+pub(crate) fn parse_size(input: &str) -> Result<u64, UnitsError> {
     const SIZES: parse_size::Config = parse_size::Config::new();
     let s = input.trim();
     // `K`, `M`, ... alone are binary here, as they always were; `Ki` makes
