@@ -193,7 +193,7 @@ impl WorkspaceLifecycle for crate::workspace::Workspace {
                 CleanupOutcome::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
             }
             Ok(_) => CleanupOutcome::Ok,
-            Err(_) => CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
+            Err(e) => CleanupOutcome::Failed(cleanup_error_code(&e)),
         }
     }
 
@@ -204,3 +204,13 @@ impl WorkspaceLifecycle for crate::workspace::Workspace {
 
 /// The code of a failed workspace cleanup that named no reason.
 pub const CODE_WORKSPACE_CLEANUP_FAILED: SafeCode = SafeCode::new("workspace_cleanup_failed");
+
+/// The code of a cleanup the workspace refused to run: `workspace_closed`
+/// once [`Workspace::close`](crate::workspace::Workspace::close) released
+/// it (the result was no longer cached), else `invalid_request_id`.
+pub(crate) fn cleanup_error_code(e: &crate::workspace::WorkspaceError) -> SafeCode {
+    match e {
+        crate::workspace::WorkspaceError::Closed => SafeCode::new("workspace_closed"),
+        _ => SafeCode::new("invalid_request_id"),
+    }
+}

@@ -124,7 +124,7 @@ impl WorkspaceLifecycle for Hooks {
         info!("cleanup started");
         let result = match self.workspace.cleanup(request.as_str()).await {
             Ok(r) => r,
-            Err(_) => return CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
+            Err(e) => return CleanupOutcome::Failed(crate::coordinator::cleanup_error_code(&e)),
         };
         let c = &result.counts;
         let code = result.safe_code();

@@ -411,6 +411,15 @@ impl Runtime {
     /// Closes the workspace (every request still open is cleaned up, see
     /// [`Workspace::close`]) and waits for the spill store's startup sweep.
     /// Returns the cleanups it ran.
+    ///
+    /// It returns only once the workspace's lock is released: a
+    /// [`Runtime::open`] of the same root succeeds at once, whatever clones
+    /// of this runtime, [`Request`]s, [`Executor`]s or [`Job`]s are still
+    /// held. Those no longer touch the workspace: a new request's
+    /// [`Executor::open_workspace`] and a held job's writes are refused
+    /// ([`RuntimeError::Workspace`]).
+    ///
+    /// [`Job`]: crate::workspace::Job
     pub async fn shutdown(&self) -> Vec<(RequestId, CleanupResult)> {
         let cleaned = self.inner.hooks.workspace.close().await;
         let spill = self

@@ -11,6 +11,8 @@ use custodian::process::invocation::{EnvValue, SecretRef};
 
 use crate::sandbox;
 
+mod embedding;
+
 /// Waits at most this long for a completion: a request that only ends at
 /// its (far longer) timeout fails the test instead of passing late.
 const PROMPTLY: Duration = Duration::from_secs(20);
@@ -32,18 +34,22 @@ fn fixture(limits: RequestLimits) -> Fixture {
     let dir = tempfile::tempdir_in(scratch()).unwrap();
     let root = dir.path().join("ws");
     std::fs::create_dir(&root).unwrap();
-    let spill = SpillConfig {
-        root: Some(dir.path().join("spill")),
-        ..SpillConfig::default()
-    };
     let config = RuntimeConfig::new(&root)
         .with_limits(limits)
-        .with_spill(spill);
+        .with_spill(spill_in(dir.path()));
     let runtime = Runtime::open(config).unwrap();
     Fixture {
         root,
         _dir: dir,
         runtime,
+    }
+}
+
+/// A spill store in `dir/spill`.
+fn spill_in(dir: &Path) -> SpillConfig {
+    SpillConfig {
+        root: Some(dir.join("spill")),
+        ..SpillConfig::default()
     }
 }
 
