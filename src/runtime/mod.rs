@@ -91,6 +91,7 @@ use hooks::{Acknowledge, Hooks};
 /// approvals beyond the file's `policy.overrides`: a caller cannot approve
 /// for it.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunPolicy {
     /// The validated policy file.
     pub config: PolicyConfig,
@@ -98,7 +99,50 @@ pub struct RunPolicy {
     pub provenance: Provenance,
 }
 
+impl RunPolicy {
+    /// Enforces `config`, the calls' provenance untrusted (as the command
+    /// line's `--provenance` default: fail closed).
+    pub fn new(config: PolicyConfig) -> Self {
+        RunPolicy {
+            config,
+            provenance: Provenance::Untrusted,
+        }
+    }
+
+    /// Replaces the calls' provenance.
+    #[must_use]
+    pub fn with_provenance(mut self, provenance: Provenance) -> Self {
+        self.provenance = provenance;
+        self
+    }
+}
+
 /// Everything a [`Runtime`] is built from.
+///
+/// Every configuration the facade takes is built one way: a constructor
+/// ([`RuntimeConfig::new`], [`RequestLimits::new`], [`RunPolicy::new`],
+/// [`SpillConfig::default`], [`WorkspaceConfig::default`]), then a `with_*`
+/// method for each setting that differs.
+///
+/// ```
+/// use std::time::Duration;
+/// use custodian::prelude::*;
+///
+/// let config = RuntimeConfig::new("/srv/agent/workspace")
+///     .with_workspace(WorkspaceConfig::default().with_cleanup_bound(Duration::from_secs(5)))
+///     .with_spill(SpillConfig::default().with_root("/srv/agent/spill"))
+///     .with_limits(RequestLimits::new().with_request_timeout(Duration::from_secs(60)));
+/// assert_eq!(config.limits.request_timeout, Duration::from_secs(60));
+/// ```
+///
+/// None is written as a struct literal outside this crate:
+///
+/// ```compile_fail
+/// let limits = custodian::coordinator::RequestLimits {
+///     request_timeout: std::time::Duration::from_secs(1),
+///     ..Default::default()
+/// };
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RuntimeConfig {

@@ -47,17 +47,11 @@ fn fixture(limits: RequestLimits) -> Fixture {
 
 /// A spill store in `dir/spill`.
 fn spill_in(dir: &Path) -> SpillConfig {
-    SpillConfig {
-        root: Some(dir.join("spill")),
-        ..SpillConfig::default()
-    }
+    SpillConfig::default().with_root(dir.join("spill"))
 }
 
 fn limits(timeout: Duration) -> RequestLimits {
-    RequestLimits {
-        request_timeout: timeout,
-        ..RequestLimits::default()
-    }
+    RequestLimits::new().with_request_timeout(timeout)
 }
 
 fn inv(program: &str, args: &[&str]) -> Invocation {
