@@ -76,7 +76,7 @@ async fn every_primary_outcome_merges_with_cleanup_and_delivery() {
                     assert_eq!(c.result.primary(), primary, "{ctx}");
                     let expected_cleanup = match (opened, cleanup_fails) {
                         (false, _) => CleanupReport::NotNeeded,
-                        (true, false) => CleanupReport::Succeeded,
+                        (true, false) => CleanupReport::Cleaned,
                         (true, true) => CleanupReport::Failed {
                             code: SYMLINK_IN_JOB,
                         },
@@ -417,7 +417,7 @@ async fn a_cancel_reaches_the_edge_side_executor_through_the_handle() {
     assert!(h.try_finished().is_none());
     co.processes().gate.release(1);
     let c = h.finished().await;
-    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(c.stop_unconfirmed, None);
     finish(&h, "exec-cancel").await;
 }
@@ -447,7 +447,7 @@ async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
     tokio::time::advance(Duration::from_secs(8)).await;
     let c = h.finished().await;
     assert_eq!(co.lifecycle().count(h.id()), 1, "the cleanup ran anyway");
-    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(c.result.status(), RequestStatus::Cancelled);
     assert_eq!(
         c.stop_unconfirmed,
@@ -481,7 +481,7 @@ async fn a_panicking_cancel_hook_still_cleans_and_says_so() {
     h.candidate(Candidate::Timeout);
     let c = h.finished().await;
     assert_eq!(lifecycle.count(h.id()), 1);
-    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(
         c.stop_unconfirmed,
         Some(custodian::coordinator::CODE_CANCEL_ABORTED)

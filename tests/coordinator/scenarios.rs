@@ -487,7 +487,7 @@ pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<TransitionRecord>>) {
             );
             let expected_cleanup = match (opened, name.starts_with("fail-")) {
                 (false, _) => CleanupReport::NotNeeded,
-                (true, false) => CleanupReport::Succeeded,
+                (true, false) => CleanupReport::Cleaned,
                 (true, true) => CleanupReport::Failed {
                     code: crate::support::SYMLINK_IN_JOB,
                 },
