@@ -877,6 +877,7 @@ where
                 } else {
                     None
                 };
+                let denied = self.this.processes.denied_launches(&id);
                 let processes = self.this.processes.process_verdicts(&id);
                 let completion = Completion {
                     request_id: id,
@@ -885,6 +886,7 @@ where
                     stop_unconfirmed: self.stop_unconfirmed,
                     cleanup,
                     processes,
+                    denied,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");

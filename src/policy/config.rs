@@ -411,7 +411,7 @@ impl PolicyConfig {
     /// let rm = Invocation::validate(InvocationSpec::new("rm").with_args(["-rf", "x"]))?;
     /// assert!(matches!(executor.run(rm).await, Err(RuntimeError::Denied(_))));
     /// executor.succeed();
-    /// request.finished().await;
+    /// assert_eq!(request.finished().await.denied.len(), 1);
     /// runtime.shutdown().await;
     /// # Ok(()) }
     /// ```

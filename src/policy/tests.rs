@@ -760,3 +760,40 @@ fn allow_executables_refuses_what_could_never_run() {
         Verdict::Allow
     );
 }
+
+/// `Reason::code` is the serialized tag, so a code shown in place of a
+/// reason (a completion's denied launch) is the one the JSON carries.
+#[test]
+fn reason_codes_are_the_serialized_tags() {
+    let reasons = [
+        Reason::Routing {
+            cause: RouteError::InvalidId,
+        },
+        Reason::NotExposed {
+            cause: Hidden::NotAllowed,
+        },
+        Reason::MalformedTarget {
+            cause: TargetError::EmptyExecutable,
+        },
+        Reason::DeniedByRule { rule: 2 },
+        Reason::ConfinementRequired {
+            required: ConfineLevel::ReadOnly,
+        },
+        Reason::Override {
+            source: OverrideSource::Config,
+            index: 0,
+            exact: true,
+        },
+        Reason::Rule { rule: 1 },
+        Reason::DefaultDecision,
+        Reason::UntrustedShellRequiresApproval { rule: Some(3) },
+    ];
+    for r in &reasons {
+        let json = serde_json::to_value(r).unwrap();
+        assert_eq!(json["code"], r.code(), "{r:?}");
+        assert_eq!(
+            json.get("rule").and_then(|v| v.as_u64()),
+            r.rule().map(|i| i as u64)
+        );
+    }
+}

@@ -10,7 +10,8 @@ use tracing::info;
 
 use super::RuntimeError;
 use crate::coordinator::{
-    ProcessControl, ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
+    DeniedLaunch, ProcessControl, ProcessVerdict, TerminalSink, TerminalWriteError,
+    WorkspaceLifecycle,
 };
 use crate::error::SafeCode;
 use crate::id::RequestId;
@@ -32,6 +33,8 @@ pub(super) struct Entry {
     pub(super) job: Mutex<Option<Job>>,
     pub(super) procs: Mutex<Procs>,
     pub(super) spills: Mutex<Vec<Locator>>,
+    /// The launches the run policy refused, in order.
+    pub(super) denied: Mutex<Vec<DeniedLaunch>>,
     cleanup: Mutex<Option<CleanupResult>>,
 }
 
@@ -100,6 +103,12 @@ impl ProcessControl for Hooks {
         // opened: it kills the request's cgroup and sees it empty before it
         // removes any file, so killing it here too would only double the
         // wait.
+    }
+
+    fn denied_launches(&self, request: &RequestId) -> Vec<DeniedLaunch> {
+        self.entry(request)
+            .map(|e| lock(&e.denied).clone())
+            .unwrap_or_default()
     }
 
     fn process_verdicts(&self, request: &RequestId) -> Vec<ProcessVerdict> {

@@ -30,8 +30,10 @@
 //! cancels that table (the process groups get `TERM → grace → KILL` and are
 //! awaited, then the request cgroup is killed), runs the workspace cleanup
 //! exactly once, and publishes one [`Completion`] carrying the merged
-//! result, the cleanup detail (status, counts, safe code) and each
-//! process's verdict.
+//! result, the cleanup detail (status, counts, safe code), each process's
+//! verdict and each launch the policy refused (its codes only); its JSON
+//! form is `docs/schemas/completion.v1.json`, its clauses
+//! `docs/contracts/runtime.md`.
 //!
 //! Tracing: each request has a `request` span (field `request_id`); each
 //! process a `process` span (field `pid`) beneath it. Events are emitted at

@@ -8,7 +8,10 @@ use tracing::{Instrument, info, info_span};
 
 use super::hooks::{Entry, lock};
 use super::{Inner, RuntimeError};
-use crate::coordinator::{Completion, ExecutorHandle, RequestHandle, RequestObserver};
+use crate::coordinator::{
+    CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch, ExecutorHandle,
+    RequestHandle, RequestObserver,
+};
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::Candidate;
@@ -207,7 +210,9 @@ impl Executor {
     /// # Errors
     ///
     /// [`RuntimeError::Denied`] / [`RuntimeError::ApprovalRequired`] from
-    /// the policy, [`RuntimeError::Env`] if a secret cannot be resolved,
+    /// the policy (the refusal is also listed, by its codes only, in the
+    /// request's [`Completion::denied`]), [`RuntimeError::Env`] if a secret
+    /// cannot be resolved,
     /// [`RuntimeError::Finalizing`] once the request is ending,
     /// [`RuntimeError::Process`] / [`RuntimeError::Workspace`] if the
     /// launch is refused. Nothing was started in each case.
@@ -278,22 +283,35 @@ impl Executor {
             approvals: &[],
         };
         let decision = decide_invocation(invocation, &gate);
-        match decision.verdict {
-            Verdict::Allow => Ok(()),
-            Verdict::RequireApproval => {
-                match (decision.target.clone(), decision.suggested_override.clone()) {
-                    (Some(target), Some(suggested_override)) => {
-                        Err(RuntimeError::ApprovalRequired(Box::new(ApprovalRequired {
-                            target,
-                            suggested_override,
-                            decision,
-                        })))
-                    }
-                    _ => Err(RuntimeError::Denied(Box::new(decision))),
-                }
-            }
-            _ => Err(RuntimeError::Denied(Box::new(decision))),
+        if decision.verdict == Verdict::Allow {
+            return Ok(());
         }
+        let (reason, rule) = (decision.reason.code(), decision.reason.rule());
+        let (code, refusal) = match (
+            decision.verdict,
+            decision.target.clone(),
+            decision.suggested_override.clone(),
+        ) {
+            (Verdict::RequireApproval, Some(target), Some(suggested_override)) => (
+                CODE_APPROVAL_REQUIRED,
+                RuntimeError::ApprovalRequired(Box::new(ApprovalRequired {
+                    target,
+                    suggested_override,
+                    decision,
+                })),
+            ),
+            // Deny, or an approval with nothing to approve: fail closed.
+            _ => (CODE_POLICY_DENIED, RuntimeError::Denied(Box::new(decision))),
+        };
+        // The completion and the log get codes only: the decision's target
+        // holds the argv and the overlay's literal values.
+        info!(parent: self.handle.span(), %code, reason, "launch refused by the run policy");
+        lock(&self.entry.denied).push(DeniedLaunch {
+            code,
+            reason: SafeCode::new(reason),
+            rule,
+        });
+        Err(refusal)
     }
 
     /// Spills `bytes` (an oversized result) to the runtime's spill store on

@@ -71,3 +71,122 @@ async fn a_runtime_opens_again_as_soon_as_shutdown_returned() {
         "opens right after shutdown refused as locked (of 20 each: handles dropped, handles held)"
     );
 }
+
+/// The completion's schema, `docs/schemas/completion.v1.json`.
+fn completion_schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/schemas/completion.v1.json"
+    ))
+    .unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+/// A launch the run policy refused used to leave no trace in the
+/// completion; now each is listed, by code, reason and rule only.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_completion_lists_each_refused_launch_with_codes_only() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    use custodian::policy::config::Rule;
+    use custodian::policy::exposure::Selector;
+    use custodian::policy::{Pattern, PolicyConfig, Verdict};
+    // `true` allowed, `rm` denied by rule 1, anything else to approve.
+    let mut config = PolicyConfig::allow_executables(["true"]).unwrap();
+    config.policy.default_decision = Verdict::RequireApproval;
+    config.policy.rules.push(Rule {
+        tool: Selector::parse("process.run").unwrap(),
+        decision: Verdict::Deny,
+        target: Some(Pattern::parse(r#"{"executable":"rm",*"#).unwrap()),
+        confinement: None,
+    });
+    let policy = RunPolicy::new(config);
+    let runtime = Runtime::open(RuntimeConfig::new(dir.path()).with_policy(policy)).unwrap();
+    let request = runtime.start(RequestId::new("denied-1").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    executor.write_artifact("a.txt", b"x").await.unwrap();
+    assert_eq!(
+        executor.run(inv("true", &[])).await.unwrap().exit_code,
+        Some(0)
+    );
+    assert!(matches!(
+        executor.run(inv("rm", &["-rf", "argv-marker"])).await,
+        Err(RuntimeError::Denied(_))
+    ));
+    let with_env = Invocation::validate(InvocationSpec::new("printenv").with_env(
+        "ENV_KEY_MARKER",
+        custodian::process::invocation::EnvValue::Literal("env-value-marker".into()),
+    ))
+    .unwrap();
+    assert!(matches!(
+        executor.run(with_env).await,
+        Err(RuntimeError::ApprovalRequired(_))
+    ));
+    executor.succeed();
+    let c = request.finished().await;
+    assert_eq!(c.result.status(), RequestStatus::Succeeded);
+    assert_eq!(c.processes.len(), 1, "the refused launches started nothing");
+    let codes: Vec<_> = c
+        .denied
+        .iter()
+        .map(|d| (d.code.as_str(), d.reason.as_str(), d.rule))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("policy_denied", "denied_by_rule", Some(1)),
+            ("approval_required", "default_decision", None),
+        ]
+    );
+    let json = serde_json::to_value(&c).unwrap();
+    let text = json.to_string();
+    for marker in [
+        "\"rm\"",
+        "argv-marker",
+        "printenv",
+        "ENV_KEY_MARKER",
+        "env-value-marker",
+    ] {
+        assert!(!text.contains(marker), "{marker} in {text}");
+    }
+    let validator = completion_schema();
+    let errors: Vec<String> = validator
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}\n{text}");
+    runtime.shutdown().await;
+}
+
+/// A successful cleanup is spelled one way in a completion: its merged
+/// result used to say `succeeded` where its own detail said `cleaned`.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_successful_cleanup_is_spelled_cleaned_throughout_the_completion() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let runtime = Runtime::open(RuntimeConfig::new(dir.path())).unwrap();
+    let request = runtime.start(RequestId::new("spelled-1").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    executor.write_artifact("a.txt", b"x").await.unwrap();
+    executor.succeed();
+    let c = request.finished().await;
+    assert_eq!(
+        c.result.cleanup(),
+        custodian::machine::request::CleanupReport::Cleaned
+    );
+    assert_eq!(c.cleanup.as_ref().unwrap().status, CleanupStatus::Cleaned);
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["result"]["cleanup"]["status"], "cleaned", "{json}");
+    assert_eq!(json["cleanup"]["status"], "cleaned", "{json}");
+    // `succeeded` is the request's status, never a cleanup's.
+    assert_eq!(json["result"]["status"], "succeeded", "{json}");
+    assert_eq!(json.to_string().matches("succeeded").count(), 1, "{json}");
+    let errors: Vec<String> = completion_schema()
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}\n{json}");
+    runtime.shutdown().await;
+}
