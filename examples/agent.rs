@@ -121,9 +121,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let jobs = std::fs::read_dir(root.join(".custodian/job"))?.count();
-    if jobs != 0 {
-        failures.push(format!("{jobs} job directories left"));
+    for c in &completions {
+        if runtime.job_dir(&c.request_id).exists() {
+            failures.push(format!("{}: its job directory is left", c.request_id));
+        }
     }
     if !runtime.running().is_empty() {
         failures.push(format!("requests still running: {:?}", runtime.running()));

@@ -432,6 +432,27 @@ impl Runtime {
         &self.inner.hooks.workspace
     }
 
+    /// Where request `id`'s job directory is while its workspace is open
+    /// ([`Executor::open_workspace`] to its cleanup):
+    /// `<workspace_root>/<internal name>/job/<id>`, built from
+    /// [`RuntimeConfig::workspace_root`] as configured and
+    /// [`WorkspaceConfig::internal_name`]. The artifacts an executor writes
+    /// ([`Executor::write_artifact`]) are beneath it, at their relative
+    /// names.
+    ///
+    /// # Caveats
+    ///
+    /// A path for reading and for showing to an operator: custodian itself
+    /// never goes through it (it holds the directory by descriptor and
+    /// opens nothing by a path that could be swapped), and a file created
+    /// there other than through the [`Executor`] is not the request's: its
+    /// cleanup then fails closed (`unregistered_entry`) and keeps the job.
+    /// Confined processes do not see it (every confined mode masks the
+    /// internal namespace).
+    pub fn job_dir(&self, id: &RequestId) -> PathBuf {
+        self.inner.job_dir(id)
+    }
+
     /// The ids of the requests that have not completed yet.
     pub fn running(&self) -> Vec<RequestId> {
         self.inner.hooks.running()
@@ -484,6 +505,14 @@ impl Runtime {
 impl Inner {
     fn coordinator_limits(&self) -> RequestLimits {
         self.coordinator.limits()
+    }
+
+    fn job_dir(&self, id: &RequestId) -> PathBuf {
+        self.launch
+            .workspace
+            .join(&self.hooks.workspace.config().internal_name)
+            .join(crate::workspace::JOB_DIR_NAME)
+            .join(id.as_str())
     }
 
     async fn read_spill(&self, locator: &Locator) -> Result<Vec<u8>, RuntimeError> {

@@ -176,6 +176,36 @@ impl Executor {
         lock(&self.entry.job).clone()
     }
 
+    /// The request's job directory, once [`Executor::open_workspace`]
+    /// opened it: where the artifacts of [`Executor::write_artifact`] are,
+    /// at their relative names. See
+    /// [`Runtime::job_dir`](super::Runtime::job_dir), and its caveats.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use custodian::prelude::*;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let runtime = Runtime::open(RuntimeConfig::new(dir.path()))?;
+    /// let request = runtime.start(RequestId::new("req-3")?)?;
+    /// let executor = request.executor();
+    /// assert_eq!(executor.job_dir(), None);
+    /// executor.open_workspace().await?;
+    /// executor.write_artifact("out/result.json", b"{}").await?;
+    /// let job_dir = executor.job_dir().unwrap();
+    /// assert_eq!(std::fs::read(job_dir.join("out/result.json"))?, b"{}");
+    /// executor.succeed();
+    /// request.finished().await;
+    /// assert!(!job_dir.exists());
+    /// # Ok(()) }
+    /// ```
+    pub fn job_dir(&self) -> Option<std::path::PathBuf> {
+        self.job().map(|_| self.rt.job_dir(self.id()))
+    }
+
     /// Creates the artifact `rel` (relative to the job directory, parents
     /// created and registered as needed) and writes `contents` to it, on
     /// tokio's blocking pool. Returns the bytes written.

@@ -69,6 +69,10 @@ pub use runtime::{ArtifactDir, Job, Workspace};
 /// The default name of the internal namespace under the workspace root.
 pub const DEFAULT_INTERNAL_NAME: &str = ".custodian";
 
+/// The directory of the internal namespace that holds one job directory
+/// per open request: `<root>/<internal>/job/<id>`.
+pub const JOB_DIR_NAME: &str = "job";
+
 /// How a [`Workspace`] is opened: [`WorkspaceConfig::default`], then
 /// `with_*` for what differs.
 #[derive(Clone, Debug)]

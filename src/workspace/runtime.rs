@@ -486,7 +486,7 @@ impl Workspace {
             Err(Errno::WOULDBLOCK) => return Err(WorkspaceError::Locked),
             Err(e) => return Err(io_err("lock the internal namespace")(e)),
         }
-        let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
+        let (jobs, _) = ensure_dir(internal.as_fd(), super::JOB_DIR_NAME, &anchor, "job")?;
         let (quarantine, _) = ensure_dir(internal.as_fd(), "quarantine", &anchor, "quarantine")?;
         let (journals, _) = ensure_dir(internal.as_fd(), "journal", &anchor, "journal")?;
         Ok(Workspace {

@@ -72,6 +72,50 @@ async fn a_runtime_opens_again_as_soon_as_shutdown_returned() {
     );
 }
 
+/// Where artifacts land used to be known only from the layout
+/// (`.custodian/job/<id>`, whatever the internal name): the accessor names
+/// it, for the configured root and internal name.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_job_directory_accessor_names_where_the_artifacts_land() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config = RuntimeConfig::new(dir.path())
+        .with_workspace(WorkspaceConfig::default().with_internal_name("_agent"));
+    let runtime = Runtime::open(config).unwrap();
+    let id = RequestId::new("where-1").unwrap();
+    let request = runtime.start(id.clone()).unwrap();
+    let executor = request.executor();
+    assert_eq!(executor.job_dir(), None, "nothing is open yet");
+    executor.open_workspace().await.unwrap();
+    executor
+        .write_artifact("out/deep/result.json", b"{\"ok\":true}")
+        .await
+        .unwrap();
+    let job_dir = executor.job_dir().unwrap();
+    assert_eq!(job_dir, runtime.job_dir(&id));
+    assert_eq!(job_dir, dir.path().join("_agent/job/where-1"));
+    assert_eq!(
+        std::fs::read(job_dir.join("out/deep/result.json")).unwrap(),
+        b"{\"ok\":true}"
+    );
+    // An unconfined process reads it where the accessor says.
+    let cat = inv(
+        "cat",
+        &[job_dir.join("out/deep/result.json").to_str().unwrap()],
+    );
+    assert_eq!(
+        executor.run(cat).await.unwrap().stdout.text,
+        "{\"ok\":true}"
+    );
+    executor.succeed();
+    assert!(request.finished().await.cleanup.unwrap().is_clean());
+    assert!(
+        !job_dir.exists(),
+        "the accessor named the directory cleaned"
+    );
+    runtime.shutdown().await;
+}
+
 /// The completion's schema, `docs/schemas/completion.v1.json`.
 fn completion_schema() -> jsonschema::Validator {
     let text = std::fs::read_to_string(concat!(
