@@ -7,7 +7,8 @@
 //! A [`Runtime`] is built from one [`RuntimeConfig`]: the workspace root
 //! (held by descriptor, the base of every process's cwd, never passed
 //! twice), the spill store, the run policy, the containment asked of every
-//! process, and the default per-request [`RequestLimits`]. It owns a
+//! process, the confinement of every process that names none of its own,
+//! and the default per-request [`RequestLimits`]. It owns a
 //! [`Workspace`], a [`SpillService`] and a [`Coordinator`] whose hooks are
 //! the runtime's own table of requests.
 //!
@@ -72,6 +73,7 @@ mod request;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::confine::{Confinement, InvalidConfinement};
 use crate::contain::Containment;
 use crate::coordinator::{Coordinator, RequestLimits};
 use crate::id::RequestId;
@@ -159,6 +161,11 @@ pub struct RuntimeConfig {
     pub policy: Option<RunPolicy>,
     /// How each process and its descendants are contained.
     pub containment: Containment,
+    /// What every process may touch while it runs, unless its invocation
+    /// names a confinement of its own
+    /// ([`InvocationSpec::confinement`](crate::process::InvocationSpec::confinement)
+    /// is `Some`, [`Confinement::none`] included). Default: none.
+    pub confinement: Confinement,
     /// The default limits of a request ([`Runtime::start_with`] overrides
     /// them per request).
     pub limits: RequestLimits,
@@ -171,8 +178,8 @@ pub struct RuntimeConfig {
 impl RuntimeConfig {
     /// A configuration for the workspace at `workspace_root`: default
     /// workspace settings, no spill store, no policy, `auto` containment,
-    /// default limits, the baseline taken from this process's environment,
-    /// no secrets.
+    /// no default confinement, default limits, the baseline taken from this
+    /// process's environment, no secrets.
     pub fn new(workspace_root: impl Into<PathBuf>) -> Self {
         RuntimeConfig {
             workspace_root: workspace_root.into(),
@@ -180,6 +187,7 @@ impl RuntimeConfig {
             spill: None,
             policy: None,
             containment: Containment::Auto,
+            confinement: Confinement::none(),
             limits: RequestLimits::default(),
             baseline: Baseline::from_parent(),
             secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
@@ -214,6 +222,35 @@ impl RuntimeConfig {
         self
     }
 
+    /// Confines every process whose invocation names no confinement of its
+    /// own; the policy decides on the confinement the process will run
+    /// under.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use custodian::confine::Confinement;
+    /// use custodian::prelude::*;
+    ///
+    /// let config = RuntimeConfig::new("/srv/agent/workspace")
+    ///     .with_confinement(Confinement::workspace_write());
+    /// let runtime = Runtime::open(config)?;
+    /// let request = runtime.start(RequestId::new("req-1")?)?;
+    /// let executor = request.executor();
+    /// // Confined: writes only beneath the workspace root (and its TMPDIR).
+    /// executor.run(Invocation::validate(InvocationSpec::new("make"))?).await?;
+    /// // Explicitly unconfined, whatever the runtime's default.
+    /// let spec = InvocationSpec::new("make").with_confinement(Confinement::none());
+    /// executor.run(Invocation::validate(spec)?).await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_confinement(mut self, confinement: Confinement) -> Self {
+        self.confinement = confinement;
+        self
+    }
+
     /// Replaces the default request limits.
     #[must_use]
     pub fn with_limits(mut self, limits: RequestLimits) -> Self {
@@ -245,6 +282,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("spill", &self.spill.is_some())
             .field("policy", &self.policy.is_some())
             .field("containment", &self.containment)
+            .field("confinement", &self.confinement)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -270,6 +308,9 @@ pub enum RuntimeError {
     /// The spill service could not be activated.
     #[error(transparent)]
     SpillService(#[from] ServiceError),
+    /// [`RuntimeConfig::confinement`] breaks a lexical rule.
+    #[error(transparent)]
+    Confinement(#[from] InvalidConfinement),
     /// The runtime has no spill store ([`RuntimeConfig::spill`] is `None`).
     #[error("the runtime has no spill store")]
     SpillDisabled,
@@ -342,6 +383,8 @@ struct Inner {
     policy: Option<RunPolicy>,
     registry: Registry,
     launch: crate::process::LaunchOptions,
+    /// Validated at open.
+    confinement: Confinement,
     secrets: Arc<dyn AsyncSecretResolver>,
 }
 
@@ -354,9 +397,12 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::Workspace`] if the workspace cannot be opened safely,
-    /// [`RuntimeError::SpillService`] if the spill store cannot.
+    /// [`RuntimeError::Confinement`] if the default confinement breaks a
+    /// lexical rule, [`RuntimeError::Workspace`] if the workspace cannot be
+    /// opened safely, [`RuntimeError::SpillService`] if the spill store
+    /// cannot.
     pub fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        config.confinement.validate()?;
         let workspace = Workspace::open(&config.workspace_root, config.workspace.clone())?;
         let spill = match &config.spill {
             Some(spill) => Some(SpillService::activate_with(
@@ -387,6 +433,7 @@ impl Runtime {
                 policy: config.policy.clone(),
                 registry: Registry::new(),
                 launch,
+                confinement: config.confinement.clone(),
                 secrets: Arc::clone(&config.secrets),
             }),
         })

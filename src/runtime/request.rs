@@ -247,6 +247,9 @@ impl Executor {
     /// [`RuntimeError::Process`] / [`RuntimeError::Workspace`] if the
     /// launch is refused. Nothing was started in each case.
     pub async fn launch(&self, invocation: Invocation) -> Result<Running, RuntimeError> {
+        // First: the policy decides on the confinement the process runs
+        // under. The default was validated when the runtime opened.
+        let invocation = invocation.with_default_confinement(&self.rt.confinement)?;
         self.gate(&invocation)?;
         let secrets = resolve_overlay(invocation.env(), &*self.rt.secrets).await?;
         let mut options = self.rt.launch.clone();

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use custodian::confine::Confinement;
 use custodian::prelude::*;
 use custodian::workspace::WorkspaceError;
 
@@ -114,6 +115,145 @@ async fn the_job_directory_accessor_names_where_the_artifacts_land() {
         "the accessor named the directory cleaned"
     );
     runtime.shutdown().await;
+}
+
+/// Runs `sh -c script` through `executor` under `confinement` (`None`: the
+/// runtime's default); `None` back, with the reason printed, where this
+/// host cannot confine.
+async fn confined_sh(
+    executor: &Executor,
+    script: &str,
+    confinement: Option<Confinement>,
+) -> Option<std::sync::Arc<Evidence>> {
+    use custodian::confine::ConfineError;
+    let mut spec = InvocationSpec::new("sh").with_args(["-c", script]);
+    if let Some(c) = confinement {
+        spec = spec.with_confinement(c);
+    }
+    match executor.run(Invocation::validate(spec).unwrap()).await {
+        Ok(ev) => Some(ev),
+        Err(RuntimeError::Process(custodian::process::ProcessError::Confinement(
+            e @ (ConfineError::SpawnerUnavailable { .. }
+            | ConfineError::IsolationUnavailable { .. }
+            | ConfineError::Unsupported(_)),
+        ))) => {
+            eprintln!("skipped: this host cannot confine ({e})");
+            None
+        }
+        Err(e) => panic!("launch failed: {e}"),
+    }
+}
+
+/// Confinement used to be settable per invocation only. The runtime's
+/// default confines every process that names none; one that names its own,
+/// `none` included, runs under that instead.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_runtime_default_confinement_applies_unless_the_invocation_names_one() {
+    use custodian::confine::FsMode;
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    let config = RuntimeConfig::new(&root).with_confinement(Confinement::workspace_write());
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime
+        .start(RequestId::new("confined-1").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    let write = |name: &str| {
+        format!(
+            "echo x > '{}' || echo refused; echo y > {name}.txt && echo inside",
+            outside.join(name).display()
+        )
+    };
+
+    // Unset: the runtime's default, so nothing outside the workspace.
+    let Some(ev) = confined_sh(&executor, &write("by-default"), None).await else {
+        return;
+    };
+    assert_eq!(ev.stdout.text, "refused\ninside\n", "{ev:?}");
+    assert!(!outside.join("by-default").exists());
+    assert!(root.join("by-default.txt").is_file());
+    let report = ev.confinement.as_ref().expect("the evidence names it");
+    assert_eq!(report.filesystem, FsMode::WorkspaceWrite);
+
+    // Explicitly none: not confined, whatever the default.
+    let ev = confined_sh(
+        &executor,
+        &write("explicit-none"),
+        Some(Confinement::none()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ev.stdout.text, "inside\n", "{ev:?}");
+    assert!(outside.join("explicit-none").is_file());
+    assert!(ev.confinement.is_none(), "{ev:?}");
+
+    // An invocation's own confinement replaces the default, stricter here.
+    let ev = confined_sh(
+        &executor,
+        &write("read-only"),
+        Some(Confinement::read_only()),
+    )
+    .await
+    .unwrap();
+    assert!(ev.stdout.text.starts_with("refused\n"), "{ev:?}");
+    assert!(!ev.stdout.text.contains("inside"), "{ev:?}");
+    assert!(!root.join("read-only.txt").exists());
+    assert_eq!(
+        ev.confinement.as_ref().unwrap().filesystem,
+        FsMode::ReadOnly
+    );
+
+    executor.succeed();
+    assert!(request.finished().await.cleanup.unwrap().is_clean());
+    runtime.shutdown().await;
+
+    // The policy decides on the confinement the process will run under:
+    // the default satisfies a required one, an explicit none does not.
+    let mut policy = custodian::policy::PolicyConfig::allow_executables(["sh"]).unwrap();
+    policy.policy.require_confinement = Some(custodian::policy::ConfineLevel::WorkspaceWrite);
+    let config = RuntimeConfig::new(&root)
+        .with_confinement(Confinement::workspace_write())
+        .with_policy(RunPolicy::new(policy));
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime
+        .start(RequestId::new("confined-2").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    let ev = confined_sh(&executor, "echo ok", None).await.unwrap();
+    assert_eq!(ev.stdout.text, "ok\n", "{ev:?}");
+    let none = InvocationSpec::new("sh")
+        .with_args(["-c", "echo ok"])
+        .with_confinement(Confinement::none());
+    match executor.run(Invocation::validate(none).unwrap()).await {
+        Err(RuntimeError::Denied(d)) => assert_eq!(d.reason.code(), "confinement_required"),
+        other => panic!("{other:?}"),
+    }
+    executor.succeed();
+    request.finished().await;
+    runtime.shutdown().await;
+}
+
+/// A default confinement the launcher could never apply is refused when
+/// the runtime opens, not at each launch.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn an_invalid_default_confinement_is_refused_at_open() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config = RuntimeConfig::new(dir.path())
+        .with_confinement(Confinement::read_only().with_deny_read("relative/path"));
+    assert!(matches!(
+        Runtime::open(config),
+        Err(RuntimeError::Confinement(_))
+    ));
 }
 
 /// The completion's schema, `docs/schemas/completion.v1.json`.
