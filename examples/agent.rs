@@ -57,10 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scratch = tempfile::tempdir()?;
     let root = scratch.path().join("workspace");
     std::fs::create_dir(&root)?;
-    let spill = SpillConfig {
-        root: Some(scratch.path().join("spill")),
-        ..SpillConfig::default()
-    };
+    let spill = SpillConfig::default().with_root(scratch.path().join("spill"));
     let runtime = Runtime::open(RuntimeConfig::new(&root).with_spill(spill))?;
 
     // 1. Succeeds.
@@ -68,10 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ok_task = tokio::spawn(work(ok.executor(), tool("echo", &["done"])));
 
     // 2. Outlives its own one-second limit.
-    let short = RequestLimits {
-        request_timeout: Duration::from_secs(1),
-        ..RequestLimits::default()
-    };
+    let short = RequestLimits::new().with_request_timeout(Duration::from_secs(1));
     let slow = runtime.start_with(RequestId::new("req-timeout")?, short)?;
     let slow_task = tokio::spawn(work(slow.executor(), tool("sleep", &["60"])));
 
@@ -127,9 +121,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let jobs = std::fs::read_dir(root.join(".custodian/job"))?.count();
-    if jobs != 0 {
-        failures.push(format!("{jobs} job directories left"));
+    for c in &completions {
+        if runtime.job_dir(&c.request_id).exists() {
+            failures.push(format!("{}: its job directory is left", c.request_id));
+        }
     }
     if !runtime.running().is_empty() {
         failures.push(format!("requests still running: {:?}", runtime.running()));

@@ -121,7 +121,7 @@ pub fn request_action(act: &request::Act) -> String {
 pub fn result(r: FinalResult) -> String {
     let cleanup = match r.cleanup() {
         CleanupReport::NotNeeded => "not needed".to_owned(),
-        CleanupReport::Succeeded => "succeeded".to_owned(),
+        CleanupReport::Cleaned => "cleaned".to_owned(),
         CleanupReport::Failed { code } => format!("failed({code})"),
     };
     let status = format!("{:?}", r.status()).to_lowercase();

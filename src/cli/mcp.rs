@@ -147,9 +147,9 @@ pub(crate) fn main(args: Args) -> ExitCode {
     config.provenance = args.provenance.into();
     config.containment = args.containment;
     config.confinement = args.confine.confinement();
-    config.spill = SpillConfig {
-        root: args.spill_root,
-        ..SpillConfig::default()
+    config.spill = match args.spill_root {
+        Some(root) => SpillConfig::default().with_root(root),
+        None => SpillConfig::default(),
     };
     config.inline_budget = args.inline_budget;
     config.spill_cap = args.spill_cap;

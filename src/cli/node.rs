@@ -185,11 +185,13 @@ impl Args {
         let deadline = |d: Duration| (on_socket && !d.is_zero()).then_some(d);
         let policy = match &self.policy {
             None => None,
-            Some(path) => Some(custodian::RunPolicy {
-                config: super::policy::load_policy(path)
-                    .map_err(|_| anyhow::anyhow!("--policy {} refused", path.display()))?,
-                provenance: self.provenance.into(),
-            }),
+            Some(path) => Some(
+                custodian::RunPolicy::new(
+                    super::policy::load_policy(path)
+                        .map_err(|_| anyhow::anyhow!("--policy {} refused", path.display()))?,
+                )
+                .with_provenance(self.provenance.into()),
+            ),
         };
         Ok(Config {
             workspace: self.workspace,
@@ -259,10 +261,7 @@ async fn open_owned(
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let ws_config = WorkspaceConfig {
-        cleanup_bound: config.cleanup_bound,
-        ..WorkspaceConfig::default()
-    };
+    let ws_config = WorkspaceConfig::default().with_cleanup_bound(config.cleanup_bound);
     let workspace = open_owned(&config.workspace, ws_config, config.lock_wait)
         .await
         .with_context(|| format!("opening workspace {}", config.workspace.display()))?;

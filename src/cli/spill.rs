@@ -197,11 +197,11 @@ fn load(common: &Common) -> Result<SpillConfig, Failure> {
         None => SpillConfig::default(),
     };
     if let Some(t) = &common.temp_dir {
-        cfg.temp_dir = Some(t.clone());
+        cfg = cfg.with_temp_dir(t);
     }
     if let Some(p) = &common.prefix {
         validate_prefix(p)?;
-        cfg.default_root_prefix = p.clone();
+        cfg = cfg.with_default_root_prefix(p);
     }
     Ok(cfg)
 }
@@ -216,12 +216,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 fn sweep(a: SweepArgs) -> Result<u8, Failure> {
     let mut cfg = load(&a.common)?;
     if let Some(days) = a.period_days {
-        cfg.cleanup_period_days = days;
+        cfg = cfg.with_cleanup_period_days(days);
     }
     if a.no_discover {
-        cfg.discover_default_roots = false;
+        cfg = cfg.with_discover_default_roots(false);
     } else if a.discover {
-        cfg.discover_default_roots = true;
+        cfg = cfg.with_discover_default_roots(true);
     }
     let mut roots = a.roots.clone();
     if roots.is_empty() {

@@ -32,7 +32,19 @@ pub const CODE_CANCEL_ABORTED: SafeCode = SafeCode::new("cancel_aborted");
 
 /// How long a request may run and finalize. Both deadlines are frozen when
 /// the request starts and never extended.
+///
+/// Built like every configuration of the facade: the defaults, then
+/// `with_*` for what differs.
+///
+/// ```
+/// use std::time::Duration;
+/// use custodian::coordinator::RequestLimits;
+///
+/// let limits = RequestLimits::new().with_request_timeout(Duration::from_secs(5));
+/// assert_eq!(limits.cleanup_grace, RequestLimits::default().cleanup_grace);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RequestLimits {
     /// From start to the `Timeout` candidate.
     pub request_timeout: Duration,
@@ -44,13 +56,42 @@ pub struct RequestLimits {
     pub terminal_write_timeout: Duration,
 }
 
-impl Default for RequestLimits {
-    fn default() -> Self {
+impl RequestLimits {
+    /// The default limits: a 300 s request timeout, a 30 s cleanup grace,
+    /// a 10 s terminal write timeout.
+    pub const fn new() -> Self {
         RequestLimits {
             request_timeout: Duration::from_secs(300),
             cleanup_grace: Duration::from_secs(30),
             terminal_write_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// Replaces the request timeout.
+    #[must_use]
+    pub const fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Replaces the cleanup grace.
+    #[must_use]
+    pub const fn with_cleanup_grace(mut self, grace: Duration) -> Self {
+        self.cleanup_grace = grace;
+        self
+    }
+
+    /// Replaces the terminal write timeout.
+    #[must_use]
+    pub const fn with_terminal_write_timeout(mut self, timeout: Duration) -> Self {
+        self.terminal_write_timeout = timeout;
+        self
+    }
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits::new()
     }
 }
 
@@ -836,6 +877,7 @@ where
                 } else {
                     None
                 };
+                let denied = self.this.processes.denied_launches(&id);
                 let processes = self.this.processes.process_verdicts(&id);
                 let completion = Completion {
                     request_id: id,
@@ -844,6 +886,7 @@ where
                     stop_unconfirmed: self.stop_unconfirmed,
                     cleanup,
                     processes,
+                    denied,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");

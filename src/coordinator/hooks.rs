@@ -58,6 +58,14 @@ pub trait ProcessControl: Send + Sync + 'static {
     fn process_verdicts(&self, _request: &RequestId) -> Vec<ProcessVerdict> {
         Vec::new()
     }
+
+    /// Every launch of the request its policy refused, in order, for its
+    /// [`Completion`]. Called once per request, when it completes, just
+    /// before [`ProcessControl::process_verdicts`]; it must neither block
+    /// nor panic. The default reports none.
+    fn denied_launches(&self, _request: &RequestId) -> Vec<DeniedLaunch> {
+        Vec::new()
+    }
 }
 
 /// What became of one process a request launched, as its [`Completion`]
@@ -107,6 +115,27 @@ impl ProcessVerdict {
         }
     }
 }
+
+/// A launch the run policy refused, as a request's [`Completion`] reports
+/// it: codes only, never the executable, its argv or its environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeniedLaunch {
+    /// [`CODE_POLICY_DENIED`] or [`CODE_APPROVAL_REQUIRED`].
+    pub code: SafeCode,
+    /// The policy reason's code (`denied_by_rule`, `default_decision`,
+    /// `not_exposed`, `untrusted_shell_requires_approval`, …; see
+    /// [`Reason::code`](crate::policy::Reason::code)).
+    pub reason: SafeCode,
+    /// The index into the policy's `policy.rules` of the rule that decided,
+    /// if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<usize>,
+}
+
+/// The code of a launch the run policy denied.
+pub const CODE_POLICY_DENIED: SafeCode = SafeCode::new("policy_denied");
+/// The code of a launch the run policy requires an approval for.
+pub const CODE_APPROVAL_REQUIRED: SafeCode = SafeCode::new("approval_required");
 
 /// The endpoint that receives a request's terminal result.
 pub trait TerminalSink: Send + Sync + 'static {
@@ -181,6 +210,10 @@ pub struct Completion {
     /// ([`ProcessControl::process_verdicts`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessVerdict>,
+    /// Each launch the run policy refused, in order
+    /// ([`ProcessControl::denied_launches`]): nothing was started for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub denied: Vec<DeniedLaunch>,
 }
 
 /// The workspace runtime is a lifecycle: its cleanup is already elected once
@@ -193,7 +226,7 @@ impl WorkspaceLifecycle for crate::workspace::Workspace {
                 CleanupOutcome::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
             }
             Ok(_) => CleanupOutcome::Ok,
-            Err(_) => CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
+            Err(e) => CleanupOutcome::Failed(cleanup_error_code(&e)),
         }
     }
 
@@ -204,3 +237,13 @@ impl WorkspaceLifecycle for crate::workspace::Workspace {
 
 /// The code of a failed workspace cleanup that named no reason.
 pub const CODE_WORKSPACE_CLEANUP_FAILED: SafeCode = SafeCode::new("workspace_cleanup_failed");
+
+/// The code of a cleanup the workspace refused to run: `workspace_closed`
+/// once [`Workspace::close`](crate::workspace::Workspace::close) released
+/// it (the result was no longer cached), else `invalid_request_id`.
+pub(crate) fn cleanup_error_code(e: &crate::workspace::WorkspaceError) -> SafeCode {
+    match e {
+        crate::workspace::WorkspaceError::Closed => SafeCode::new("workspace_closed"),
+        _ => SafeCode::new("invalid_request_id"),
+    }
+}

@@ -215,8 +215,11 @@ pub enum CleanupOutcome {
 pub enum CleanupReport {
     /// No workspace was announced, so nothing was cleaned.
     NotNeeded,
-    /// The workspace cleanup ran and succeeded.
-    Succeeded,
+    /// The workspace cleanup ran and nothing of the request remains
+    /// (`"cleaned"`, the spelling of a successful cleanup everywhere: the
+    /// cleanup's own detail then says `cleaned`, `already_gone` or
+    /// `reclaimed`).
+    Cleaned,
     /// The workspace cleanup ran and failed closed.
     Failed {
         /// Why, safely.
@@ -227,7 +230,7 @@ pub enum CleanupReport {
 impl From<CleanupOutcome> for CleanupReport {
     fn from(r: CleanupOutcome) -> Self {
         match r {
-            CleanupOutcome::Ok => CleanupReport::Succeeded,
+            CleanupOutcome::Ok => CleanupReport::Cleaned,
             CleanupOutcome::Failed(code) => CleanupReport::Failed { code },
         }
     }

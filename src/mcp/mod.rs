@@ -232,10 +232,7 @@ where
     {
         return Err(McpError::Budget);
     }
-    let ws_config = WorkspaceConfig {
-        cleanup_bound: config.cleanup_bound,
-        ..WorkspaceConfig::default()
-    };
+    let ws_config = WorkspaceConfig::default().with_cleanup_bound(config.cleanup_bound);
     let internal = config.workspace.join(&ws_config.internal_name);
     let workspace = Workspace::open(&config.workspace, ws_config)?;
     for (request_id, result) in workspace.reclaim().await {

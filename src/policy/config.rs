@@ -110,6 +110,24 @@ pub enum PolicyConfigError {
         /// Where, e.g. `policy.rules[1]`.
         at: String,
     },
+    /// An executable given to [`PolicyConfig::allow_executables`] breaks
+    /// the executable rules.
+    #[error("executables[{index}]: {source}")]
+    InvalidExecutable {
+        /// Its position in the list.
+        index: usize,
+        /// Why.
+        source: super::target::ExecutableError,
+    },
+    /// An executable given to [`PolicyConfig::allow_executables`] is so long
+    /// that a target naming it is truncated
+    /// ([`MAX_PREFIX_BYTES`](super::target::MAX_PREFIX_BYTES)), so no
+    /// pattern over its name could match.
+    #[error("executables[{index}] is too long to be matched")]
+    ExecutableTooLong {
+        /// Its position in the list.
+        index: usize,
+    },
     /// `tools.profile` names a profile that is not defined.
     #[error("tools.profile names {name:?}, which is not defined under [tools.profiles]")]
     UnknownProfile {
@@ -346,6 +364,99 @@ fn pattern(text: &str, at: String) -> Result<Pattern, PolicyConfigError> {
 }
 
 impl PolicyConfig {
+    /// The smallest policy that runs processes: `process.run` exposed, each
+    /// of `executables` allowed with any arguments, working directory and
+    /// environment overlay, every other executable denied.
+    ///
+    /// An executable matches as the invocation names it
+    /// ([`Invocation::executable`](crate::process::Invocation::executable)):
+    /// allowing `git` does not allow `/usr/bin/git`. The list is the
+    /// embedder's own decision, so untrusted provenance does not raise these
+    /// allows to an approval. It is the file
+    ///
+    /// ```toml
+    /// version = 1
+    /// [tools]
+    /// allow = ["process.run"]
+    /// [policy]
+    /// default_decision = "deny"
+    /// untrusted_shell_requires_approval = false
+    /// [[policy.rules]]               # one per executable
+    /// tool = "process.run"
+    /// decision = "allow"
+    /// target = '{"executable":"git",*'
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyConfigError::InvalidExecutable`] for an empty executable, one
+    /// holding a NUL byte or one that does not name a file;
+    /// [`PolicyConfigError::ExecutableTooLong`] for one too long to match.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use custodian::policy::PolicyConfig;
+    /// use custodian::prelude::*;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let policy = RunPolicy::new(PolicyConfig::allow_executables(["echo"])?);
+    /// let runtime = Runtime::open(RuntimeConfig::new(dir.path()).with_policy(policy))?;
+    /// let request = runtime.start(RequestId::new("req-1")?)?;
+    /// let executor = request.executor();
+    /// let echo = Invocation::validate(InvocationSpec::new("echo").with_args(["hi"]))?;
+    /// assert_eq!(executor.run(echo).await?.stdout.text, "hi\n");
+    /// let rm = Invocation::validate(InvocationSpec::new("rm").with_args(["-rf", "x"]))?;
+    /// assert!(matches!(executor.run(rm).await, Err(RuntimeError::Denied(_))));
+    /// executor.succeed();
+    /// assert_eq!(request.finished().await.denied.len(), 1);
+    /// runtime.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn allow_executables<I, S>(executables: I) -> Result<Self, PolicyConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let process_run = || Selector::parse(super::tool::PROCESS_RUN).expect("a built-in id");
+        let mut rules = Vec::new();
+        for (index, exe) in executables.into_iter().enumerate() {
+            let exe = exe.as_ref();
+            super::target::check_executable(exe)
+                .map_err(|source| PolicyConfigError::InvalidExecutable { index, source })?;
+            // The target's own prefix, escaped as targets are (a `*` in the
+            // name is `\u002a`, never a wildcard), then anything.
+            let mut text = String::from("{\"executable\":");
+            super::target::escape_into(&mut text, exe);
+            text.push(',');
+            if text.len() > super::target::MAX_PREFIX_BYTES {
+                return Err(PolicyConfigError::ExecutableTooLong { index });
+            }
+            text.push('*');
+            rules.push(Rule {
+                tool: process_run(),
+                decision: Verdict::Allow,
+                target: Some(pattern(&text, format!("executables[{index}]"))?),
+                confinement: None,
+            });
+        }
+        Ok(PolicyConfig {
+            tools: ToolsConfig {
+                allow: vec![process_run()],
+                ..ToolsConfig::default()
+            },
+            policy: DecisionConfig {
+                default_decision: Verdict::Deny,
+                untrusted_shell_requires_approval: false,
+                rules,
+                ..DecisionConfig::default()
+            },
+            warnings: Vec::new(),
+        })
+    }
+
     /// What the file loaded with but probably did not mean (see
     /// [`ConfigWarning`]); empty for a clean file.
     pub fn warnings(&self) -> &[ConfigWarning] {

@@ -143,6 +143,33 @@ pub enum Reason {
     },
 }
 
+impl Reason {
+    /// The reason's code, as serialized (`"denied_by_rule"`,
+    /// `"default_decision"`, …): safe to show, it holds nothing of the call.
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Reason::Routing { .. } => "routing",
+            Reason::NotExposed { .. } => "not_exposed",
+            Reason::MalformedTarget { .. } => "malformed_target",
+            Reason::DeniedByRule { .. } => "denied_by_rule",
+            Reason::ConfinementRequired { .. } => "confinement_required",
+            Reason::Override { .. } => "override",
+            Reason::Rule { .. } => "rule",
+            Reason::DefaultDecision => "default_decision",
+            Reason::UntrustedShellRequiresApproval { .. } => "untrusted_shell_requires_approval",
+        }
+    }
+
+    /// The index into `policy.rules` of the rule that decided, if one did.
+    pub const fn rule(&self) -> Option<usize> {
+        match self {
+            Reason::DeniedByRule { rule } | Reason::Rule { rule } => Some(*rule),
+            Reason::UntrustedShellRequiresApproval { rule } => *rule,
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

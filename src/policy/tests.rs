@@ -698,3 +698,102 @@ fn a_confinement_is_refused_where_it_cannot_apply() {
         "{unknown:?}"
     );
 }
+
+/// The three settings a policy needs to run anything (`process.run` in
+/// `tools.allow`, an allow rule, no untrusted raise) used to be left for
+/// the embedder to find: `allow_executables` sets them, for exactly the
+/// executables named.
+#[test]
+fn allow_executables_allows_exactly_the_named_executables() {
+    let c = PolicyConfig::allow_executables(["git", "a*b"]).unwrap();
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    for provenance in [Provenance::Trusted, Provenance::Untrusted] {
+        let d = run(&c, &git(&["push", "--force"]), provenance, &[]);
+        assert_eq!(d.verdict, Verdict::Allow, "{provenance:?}: {:?}", d.reason);
+        assert_eq!(d.reason, Reason::Rule { rule: 0 });
+        let exact = |exe: &str| ProcessTarget {
+            executable: exe.into(),
+            ..ProcessTarget::default()
+        };
+        assert_eq!(
+            run(&c, &exact("a*b"), provenance, &[]).verdict,
+            Verdict::Allow
+        );
+        // The name as written: no other spelling, prefix or wildcard match.
+        for other in ["/usr/bin/git", "gitk", "gi", "ab", "axb", "sh"] {
+            let d = run(&c, &exact(other), provenance, &[]);
+            assert_eq!(d.verdict, Verdict::Deny, "{other}");
+            assert_eq!(d.reason, Reason::DefaultDecision, "{other}");
+        }
+    }
+    // Only `process.run` is exposed.
+    assert_eq!(call(&c, BASH, Provenance::Trusted).verdict, Verdict::Deny);
+}
+
+#[test]
+fn allow_executables_refuses_what_could_never_run() {
+    for (list, index) in [(vec!["git", ""], 1), (vec!["a\0b"], 0), (vec!["bin/"], 0)] {
+        assert!(
+            matches!(
+                PolicyConfig::allow_executables(&list),
+                Err(PolicyConfigError::InvalidExecutable { index: i, .. }) if i == index
+            ),
+            "{list:?}"
+        );
+    }
+    // A target this long is truncated: a pattern over the name would never
+    // match, so it is refused rather than silently allowing nothing.
+    assert!(matches!(
+        PolicyConfig::allow_executables(["ok", &"x".repeat(MAX_TARGET_BYTES)]),
+        Err(PolicyConfigError::ExecutableTooLong { index: 1 })
+    ));
+    let longest = "x".repeat(MAX_TARGET_BYTES - 200);
+    let c = PolicyConfig::allow_executables([&longest]).unwrap();
+    let exe = ProcessTarget {
+        executable: longest.clone(),
+        argv: vec!["y".repeat(1000)],
+        ..ProcessTarget::default()
+    };
+    assert!(exe.match_target().unwrap().is_truncated());
+    assert_eq!(
+        run(&c, &exe, Provenance::Trusted, &[]).verdict,
+        Verdict::Allow
+    );
+}
+
+/// `Reason::code` is the serialized tag, so a code shown in place of a
+/// reason (a completion's denied launch) is the one the JSON carries.
+#[test]
+fn reason_codes_are_the_serialized_tags() {
+    let reasons = [
+        Reason::Routing {
+            cause: RouteError::InvalidId,
+        },
+        Reason::NotExposed {
+            cause: Hidden::NotAllowed,
+        },
+        Reason::MalformedTarget {
+            cause: TargetError::EmptyExecutable,
+        },
+        Reason::DeniedByRule { rule: 2 },
+        Reason::ConfinementRequired {
+            required: ConfineLevel::ReadOnly,
+        },
+        Reason::Override {
+            source: OverrideSource::Config,
+            index: 0,
+            exact: true,
+        },
+        Reason::Rule { rule: 1 },
+        Reason::DefaultDecision,
+        Reason::UntrustedShellRequiresApproval { rule: Some(3) },
+    ];
+    for r in &reasons {
+        let json = serde_json::to_value(r).unwrap();
+        assert_eq!(json["code"], r.code(), "{r:?}");
+        assert_eq!(
+            json.get("rule").and_then(|v| v.as_u64()),
+            r.rule().map(|i| i as u64)
+        );
+    }
+}

@@ -191,9 +191,12 @@ pub struct InvocationSpec {
     pub budget: OutputBudget,
     /// Lifecycle tunables.
     pub tunables: Tunables,
-    /// What the process may touch while it runs (default: nothing is
-    /// confined).
-    pub confinement: Confinement,
+    /// What the process may touch while it runs. `None` (the default)
+    /// leaves it to the launcher's default: a
+    /// [`Runtime`](crate::Runtime)'s [`RuntimeConfig::confinement`](crate::RuntimeConfig::confinement),
+    /// else no confinement; `Some(Confinement::none())` says explicitly
+    /// that the process is not confined, whatever the default.
+    pub confinement: Option<Confinement>,
 }
 
 impl InvocationSpec {
@@ -251,10 +254,12 @@ impl InvocationSpec {
         self
     }
 
-    /// Sets the confinement.
+    /// Sets the confinement, overriding any default
+    /// ([`Confinement::none`] runs the process unconfined whatever the
+    /// default is).
     #[must_use]
     pub fn with_confinement(mut self, confinement: Confinement) -> Self {
-        self.confinement = confinement;
+        self.confinement = Some(confinement);
         self
     }
 }
@@ -392,6 +397,9 @@ pub struct Invocation {
     budget: OutputBudget,
     tunables: Tunables,
     confinement: Confinement,
+    /// Whether the spec named the confinement (else a default may replace
+    /// it).
+    confinement_given: bool,
     fault: Option<super::fault::FaultPoint>,
 }
 
@@ -454,6 +462,8 @@ impl Invocation {
         if budget.stderr > MAX_STREAM_BUDGET {
             return Err(InvalidInvocation::BudgetTooLarge { stream: "stderr" });
         }
+        let confinement_given = confinement.is_some();
+        let confinement = confinement.unwrap_or_default();
         confinement.validate()?;
         Ok(Invocation {
             executable,
@@ -464,6 +474,7 @@ impl Invocation {
             budget,
             tunables,
             confinement,
+            confinement_given,
             fault: None,
         })
     }
@@ -503,9 +514,37 @@ impl Invocation {
         self.tunables
     }
 
-    /// The confinement.
+    /// The confinement (none when the spec named none and no default was
+    /// applied).
     pub fn confinement(&self) -> &Confinement {
         &self.confinement
+    }
+
+    /// Whether the spec named the confinement itself
+    /// ([`InvocationSpec::confinement`] was `Some`), [`Confinement::none`]
+    /// included.
+    pub fn confinement_is_explicit(&self) -> bool {
+        self.confinement_given
+    }
+
+    /// This invocation under `default` if its spec named no confinement of
+    /// its own; unchanged otherwise. The result's confinement counts as
+    /// explicit.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfinement`] if `default` is used and breaks a lexical
+    /// rule.
+    pub fn with_default_confinement(
+        mut self,
+        default: &Confinement,
+    ) -> Result<Invocation, InvalidConfinement> {
+        if !self.confinement_given {
+            default.validate()?;
+            self.confinement = default.clone();
+            self.confinement_given = true;
+        }
+        Ok(self)
     }
 
     /// Test seam: makes the launcher panic at `at` (see
@@ -1202,5 +1241,37 @@ mod tests {
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(is_executable_file(&f));
         assert!(!is_executable_file(&dir.path().join("missing")));
+    }
+
+    /// Unset and explicitly none are two things: only the first takes a
+    /// default.
+    #[test]
+    fn a_default_confinement_replaces_only_an_unset_one() {
+        let default = Confinement::workspace_write();
+        let unset = Invocation::validate(spec("true")).unwrap();
+        assert!(!unset.confinement_is_explicit());
+        assert!(unset.confinement().is_none());
+        let applied = unset.with_default_confinement(&default).unwrap();
+        assert!(applied.confinement_is_explicit());
+        assert_eq!(applied.confinement(), &default);
+        let none =
+            Invocation::validate(spec("true").with_confinement(Confinement::none())).unwrap();
+        assert!(none.confinement_is_explicit());
+        let kept = none.with_default_confinement(&default).unwrap();
+        assert!(kept.confinement().is_none());
+        let own = Invocation::validate(spec("true").with_confinement(Confinement::read_only()))
+            .unwrap()
+            .with_default_confinement(&default)
+            .unwrap();
+        assert_eq!(own.confinement(), &Confinement::read_only());
+        // A bad default is refused where it would apply, and only there.
+        let bad = Confinement::read_only().with_deny_read("relative");
+        assert!(
+            Invocation::validate(spec("true"))
+                .unwrap()
+                .with_default_confinement(&bad)
+                .is_err()
+        );
+        assert!(kept.with_default_confinement(&bad).is_ok());
     }
 }

@@ -10,7 +10,8 @@ use tracing::info;
 
 use super::RuntimeError;
 use crate::coordinator::{
-    ProcessControl, ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
+    DeniedLaunch, ProcessControl, ProcessVerdict, TerminalSink, TerminalWriteError,
+    WorkspaceLifecycle,
 };
 use crate::error::SafeCode;
 use crate::id::RequestId;
@@ -32,6 +33,8 @@ pub(super) struct Entry {
     pub(super) job: Mutex<Option<Job>>,
     pub(super) procs: Mutex<Procs>,
     pub(super) spills: Mutex<Vec<Locator>>,
+    /// The launches the run policy refused, in order.
+    pub(super) denied: Mutex<Vec<DeniedLaunch>>,
     cleanup: Mutex<Option<CleanupResult>>,
 }
 
@@ -102,6 +105,12 @@ impl ProcessControl for Hooks {
         // wait.
     }
 
+    fn denied_launches(&self, request: &RequestId) -> Vec<DeniedLaunch> {
+        self.entry(request)
+            .map(|e| lock(&e.denied).clone())
+            .unwrap_or_default()
+    }
+
     fn process_verdicts(&self, request: &RequestId) -> Vec<ProcessVerdict> {
         // The last hook of the request: it is forgotten here.
         let Some(entry) = lock(&self.table).remove(request) else {
@@ -124,7 +133,7 @@ impl WorkspaceLifecycle for Hooks {
         info!("cleanup started");
         let result = match self.workspace.cleanup(request.as_str()).await {
             Ok(r) => r,
-            Err(_) => return CleanupOutcome::Failed(SafeCode::new("invalid_request_id")),
+            Err(e) => return CleanupOutcome::Failed(crate::coordinator::cleanup_error_code(&e)),
         };
         let c = &result.counts;
         let code = result.safe_code();

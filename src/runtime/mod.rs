@@ -7,7 +7,8 @@
 //! A [`Runtime`] is built from one [`RuntimeConfig`]: the workspace root
 //! (held by descriptor, the base of every process's cwd, never passed
 //! twice), the spill store, the run policy, the containment asked of every
-//! process, and the default per-request [`RequestLimits`]. It owns a
+//! process, the confinement of every process that names none of its own,
+//! and the default per-request [`RequestLimits`]. It owns a
 //! [`Workspace`], a [`SpillService`] and a [`Coordinator`] whose hooks are
 //! the runtime's own table of requests.
 //!
@@ -30,8 +31,10 @@
 //! cancels that table (the process groups get `TERM → grace → KILL` and are
 //! awaited, then the request cgroup is killed), runs the workspace cleanup
 //! exactly once, and publishes one [`Completion`] carrying the merged
-//! result, the cleanup detail (status, counts, safe code) and each
-//! process's verdict.
+//! result, the cleanup detail (status, counts, safe code), each process's
+//! verdict and each launch the policy refused (its codes only); its JSON
+//! form is `docs/schemas/completion.v1.json`, its clauses
+//! `docs/contracts/runtime.md`.
 //!
 //! Tracing: each request has a `request` span (field `request_id`); each
 //! process a `process` span (field `pid`) beneath it. Events are emitted at
@@ -70,6 +73,7 @@ mod request;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::confine::{Confinement, InvalidConfinement};
 use crate::contain::Containment;
 use crate::coordinator::{Coordinator, RequestLimits};
 use crate::id::RequestId;
@@ -91,6 +95,7 @@ use hooks::{Acknowledge, Hooks};
 /// approvals beyond the file's `policy.overrides`: a caller cannot approve
 /// for it.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunPolicy {
     /// The validated policy file.
     pub config: PolicyConfig,
@@ -98,7 +103,50 @@ pub struct RunPolicy {
     pub provenance: Provenance,
 }
 
+impl RunPolicy {
+    /// Enforces `config`, the calls' provenance untrusted (as the command
+    /// line's `--provenance` default: fail closed).
+    pub fn new(config: PolicyConfig) -> Self {
+        RunPolicy {
+            config,
+            provenance: Provenance::Untrusted,
+        }
+    }
+
+    /// Replaces the calls' provenance.
+    #[must_use]
+    pub fn with_provenance(mut self, provenance: Provenance) -> Self {
+        self.provenance = provenance;
+        self
+    }
+}
+
 /// Everything a [`Runtime`] is built from.
+///
+/// Every configuration the facade takes is built one way: a constructor
+/// ([`RuntimeConfig::new`], [`RequestLimits::new`], [`RunPolicy::new`],
+/// [`SpillConfig::default`], [`WorkspaceConfig::default`]), then a `with_*`
+/// method for each setting that differs.
+///
+/// ```
+/// use std::time::Duration;
+/// use custodian::prelude::*;
+///
+/// let config = RuntimeConfig::new("/srv/agent/workspace")
+///     .with_workspace(WorkspaceConfig::default().with_cleanup_bound(Duration::from_secs(5)))
+///     .with_spill(SpillConfig::default().with_root("/srv/agent/spill"))
+///     .with_limits(RequestLimits::new().with_request_timeout(Duration::from_secs(60)));
+/// assert_eq!(config.limits.request_timeout, Duration::from_secs(60));
+/// ```
+///
+/// None is written as a struct literal outside this crate:
+///
+/// ```compile_fail
+/// let limits = custodian::coordinator::RequestLimits {
+///     request_timeout: std::time::Duration::from_secs(1),
+///     ..Default::default()
+/// };
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RuntimeConfig {
@@ -113,6 +161,11 @@ pub struct RuntimeConfig {
     pub policy: Option<RunPolicy>,
     /// How each process and its descendants are contained.
     pub containment: Containment,
+    /// What every process may touch while it runs, unless its invocation
+    /// names a confinement of its own
+    /// ([`InvocationSpec::confinement`](crate::process::InvocationSpec::confinement)
+    /// is `Some`, [`Confinement::none`] included). Default: none.
+    pub confinement: Confinement,
     /// The default limits of a request ([`Runtime::start_with`] overrides
     /// them per request).
     pub limits: RequestLimits,
@@ -125,8 +178,8 @@ pub struct RuntimeConfig {
 impl RuntimeConfig {
     /// A configuration for the workspace at `workspace_root`: default
     /// workspace settings, no spill store, no policy, `auto` containment,
-    /// default limits, the baseline taken from this process's environment,
-    /// no secrets.
+    /// no default confinement, default limits, the baseline taken from this
+    /// process's environment, no secrets.
     pub fn new(workspace_root: impl Into<PathBuf>) -> Self {
         RuntimeConfig {
             workspace_root: workspace_root.into(),
@@ -134,6 +187,7 @@ impl RuntimeConfig {
             spill: None,
             policy: None,
             containment: Containment::Auto,
+            confinement: Confinement::none(),
             limits: RequestLimits::default(),
             baseline: Baseline::from_parent(),
             secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
@@ -168,6 +222,35 @@ impl RuntimeConfig {
         self
     }
 
+    /// Confines every process whose invocation names no confinement of its
+    /// own; the policy decides on the confinement the process will run
+    /// under.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use custodian::confine::Confinement;
+    /// use custodian::prelude::*;
+    ///
+    /// let config = RuntimeConfig::new("/srv/agent/workspace")
+    ///     .with_confinement(Confinement::workspace_write());
+    /// let runtime = Runtime::open(config)?;
+    /// let request = runtime.start(RequestId::new("req-1")?)?;
+    /// let executor = request.executor();
+    /// // Confined: writes only beneath the workspace root (and its TMPDIR).
+    /// executor.run(Invocation::validate(InvocationSpec::new("make"))?).await?;
+    /// // Explicitly unconfined, whatever the runtime's default.
+    /// let spec = InvocationSpec::new("make").with_confinement(Confinement::none());
+    /// executor.run(Invocation::validate(spec)?).await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_confinement(mut self, confinement: Confinement) -> Self {
+        self.confinement = confinement;
+        self
+    }
+
     /// Replaces the default request limits.
     #[must_use]
     pub fn with_limits(mut self, limits: RequestLimits) -> Self {
@@ -199,6 +282,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("spill", &self.spill.is_some())
             .field("policy", &self.policy.is_some())
             .field("containment", &self.containment)
+            .field("confinement", &self.confinement)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -224,6 +308,9 @@ pub enum RuntimeError {
     /// The spill service could not be activated.
     #[error(transparent)]
     SpillService(#[from] ServiceError),
+    /// [`RuntimeConfig::confinement`] breaks a lexical rule.
+    #[error(transparent)]
+    Confinement(#[from] InvalidConfinement),
     /// The runtime has no spill store ([`RuntimeConfig::spill`] is `None`).
     #[error("the runtime has no spill store")]
     SpillDisabled,
@@ -296,6 +383,8 @@ struct Inner {
     policy: Option<RunPolicy>,
     registry: Registry,
     launch: crate::process::LaunchOptions,
+    /// Validated at open.
+    confinement: Confinement,
     secrets: Arc<dyn AsyncSecretResolver>,
 }
 
@@ -308,9 +397,12 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::Workspace`] if the workspace cannot be opened safely,
-    /// [`RuntimeError::SpillService`] if the spill store cannot.
+    /// [`RuntimeError::Confinement`] if the default confinement breaks a
+    /// lexical rule, [`RuntimeError::Workspace`] if the workspace cannot be
+    /// opened safely, [`RuntimeError::SpillService`] if the spill store
+    /// cannot.
     pub fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        config.confinement.validate()?;
         let workspace = Workspace::open(&config.workspace_root, config.workspace.clone())?;
         let spill = match &config.spill {
             Some(spill) => Some(SpillService::activate_with(
@@ -341,6 +433,7 @@ impl Runtime {
                 policy: config.policy.clone(),
                 registry: Registry::new(),
                 launch,
+                confinement: config.confinement.clone(),
                 secrets: Arc::clone(&config.secrets),
             }),
         })
@@ -386,6 +479,27 @@ impl Runtime {
         &self.inner.hooks.workspace
     }
 
+    /// Where request `id`'s job directory is while its workspace is open
+    /// ([`Executor::open_workspace`] to its cleanup):
+    /// `<workspace_root>/<internal name>/job/<id>`, built from
+    /// [`RuntimeConfig::workspace_root`] as configured and
+    /// [`WorkspaceConfig::internal_name`]. The artifacts an executor writes
+    /// ([`Executor::write_artifact`]) are beneath it, at their relative
+    /// names.
+    ///
+    /// # Caveats
+    ///
+    /// A path for reading and for showing to an operator: custodian itself
+    /// never goes through it (it holds the directory by descriptor and
+    /// opens nothing by a path that could be swapped), and a file created
+    /// there other than through the [`Executor`] is not the request's: its
+    /// cleanup then fails closed (`unregistered_entry`) and keeps the job.
+    /// Confined processes do not see it (every confined mode masks the
+    /// internal namespace).
+    pub fn job_dir(&self, id: &RequestId) -> PathBuf {
+        self.inner.job_dir(id)
+    }
+
     /// The ids of the requests that have not completed yet.
     pub fn running(&self) -> Vec<RequestId> {
         self.inner.hooks.running()
@@ -411,6 +525,15 @@ impl Runtime {
     /// Closes the workspace (every request still open is cleaned up, see
     /// [`Workspace::close`]) and waits for the spill store's startup sweep.
     /// Returns the cleanups it ran.
+    ///
+    /// It returns only once the workspace's lock is released: a
+    /// [`Runtime::open`] of the same root succeeds at once, whatever clones
+    /// of this runtime, [`Request`]s, [`Executor`]s or [`Job`]s are still
+    /// held. Those no longer touch the workspace: a new request's
+    /// [`Executor::open_workspace`] and a held job's writes are refused
+    /// ([`RuntimeError::Workspace`]).
+    ///
+    /// [`Job`]: crate::workspace::Job
     pub async fn shutdown(&self) -> Vec<(RequestId, CleanupResult)> {
         let cleaned = self.inner.hooks.workspace.close().await;
         let spill = self
@@ -429,6 +552,14 @@ impl Runtime {
 impl Inner {
     fn coordinator_limits(&self) -> RequestLimits {
         self.coordinator.limits()
+    }
+
+    fn job_dir(&self, id: &RequestId) -> PathBuf {
+        self.launch
+            .workspace
+            .join(&self.hooks.workspace.config().internal_name)
+            .join(crate::workspace::JOB_DIR_NAME)
+            .join(id.as_str())
     }
 
     async fn read_spill(&self, locator: &Locator) -> Result<Vec<u8>, RuntimeError> {

@@ -8,7 +8,10 @@ use tracing::{Instrument, info, info_span};
 
 use super::hooks::{Entry, lock};
 use super::{Inner, RuntimeError};
-use crate::coordinator::{Completion, ExecutorHandle, RequestHandle, RequestObserver};
+use crate::coordinator::{
+    CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch, ExecutorHandle,
+    RequestHandle, RequestObserver,
+};
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::Candidate;
@@ -173,6 +176,36 @@ impl Executor {
         lock(&self.entry.job).clone()
     }
 
+    /// The request's job directory, once [`Executor::open_workspace`]
+    /// opened it: where the artifacts of [`Executor::write_artifact`] are,
+    /// at their relative names. See
+    /// [`Runtime::job_dir`](super::Runtime::job_dir), and its caveats.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use custodian::prelude::*;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let runtime = Runtime::open(RuntimeConfig::new(dir.path()))?;
+    /// let request = runtime.start(RequestId::new("req-3")?)?;
+    /// let executor = request.executor();
+    /// assert_eq!(executor.job_dir(), None);
+    /// executor.open_workspace().await?;
+    /// executor.write_artifact("out/result.json", b"{}").await?;
+    /// let job_dir = executor.job_dir().unwrap();
+    /// assert_eq!(std::fs::read(job_dir.join("out/result.json"))?, b"{}");
+    /// executor.succeed();
+    /// request.finished().await;
+    /// assert!(!job_dir.exists());
+    /// # Ok(()) }
+    /// ```
+    pub fn job_dir(&self) -> Option<std::path::PathBuf> {
+        self.job().map(|_| self.rt.job_dir(self.id()))
+    }
+
     /// Creates the artifact `rel` (relative to the job directory, parents
     /// created and registered as needed) and writes `contents` to it, on
     /// tokio's blocking pool. Returns the bytes written.
@@ -207,11 +240,16 @@ impl Executor {
     /// # Errors
     ///
     /// [`RuntimeError::Denied`] / [`RuntimeError::ApprovalRequired`] from
-    /// the policy, [`RuntimeError::Env`] if a secret cannot be resolved,
+    /// the policy (the refusal is also listed, by its codes only, in the
+    /// request's [`Completion::denied`]), [`RuntimeError::Env`] if a secret
+    /// cannot be resolved,
     /// [`RuntimeError::Finalizing`] once the request is ending,
     /// [`RuntimeError::Process`] / [`RuntimeError::Workspace`] if the
     /// launch is refused. Nothing was started in each case.
     pub async fn launch(&self, invocation: Invocation) -> Result<Running, RuntimeError> {
+        // First: the policy decides on the confinement the process runs
+        // under. The default was validated when the runtime opened.
+        let invocation = invocation.with_default_confinement(&self.rt.confinement)?;
         self.gate(&invocation)?;
         let secrets = resolve_overlay(invocation.env(), &*self.rt.secrets).await?;
         let mut options = self.rt.launch.clone();
@@ -278,22 +316,35 @@ impl Executor {
             approvals: &[],
         };
         let decision = decide_invocation(invocation, &gate);
-        match decision.verdict {
-            Verdict::Allow => Ok(()),
-            Verdict::RequireApproval => {
-                match (decision.target.clone(), decision.suggested_override.clone()) {
-                    (Some(target), Some(suggested_override)) => {
-                        Err(RuntimeError::ApprovalRequired(Box::new(ApprovalRequired {
-                            target,
-                            suggested_override,
-                            decision,
-                        })))
-                    }
-                    _ => Err(RuntimeError::Denied(Box::new(decision))),
-                }
-            }
-            _ => Err(RuntimeError::Denied(Box::new(decision))),
+        if decision.verdict == Verdict::Allow {
+            return Ok(());
         }
+        let (reason, rule) = (decision.reason.code(), decision.reason.rule());
+        let (code, refusal) = match (
+            decision.verdict,
+            decision.target.clone(),
+            decision.suggested_override.clone(),
+        ) {
+            (Verdict::RequireApproval, Some(target), Some(suggested_override)) => (
+                CODE_APPROVAL_REQUIRED,
+                RuntimeError::ApprovalRequired(Box::new(ApprovalRequired {
+                    target,
+                    suggested_override,
+                    decision,
+                })),
+            ),
+            // Deny, or an approval with nothing to approve: fail closed.
+            _ => (CODE_POLICY_DENIED, RuntimeError::Denied(Box::new(decision))),
+        };
+        // The completion and the log get codes only: the decision's target
+        // holds the argv and the overlay's literal values.
+        info!(parent: self.handle.span(), %code, reason, "launch refused by the run policy");
+        lock(&self.entry.denied).push(DeniedLaunch {
+            code,
+            reason: SafeCode::new(reason),
+            rule,
+        });
+        Err(refusal)
     }
 
     /// Spills `bytes` (an oversized result) to the runtime's spill store on

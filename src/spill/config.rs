@@ -68,8 +68,10 @@ pub enum SpillConfigError {
     UnknownKey(String),
 }
 
-/// The spill store and sweep configuration.
+/// The spill store and sweep configuration: [`SpillConfig::default`], then
+/// `with_*` for what differs, or [`SpillConfig::load`] from a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpillConfig {
     /// The configured root; `None` means a fresh per-process default root
     /// under [`temp_dir`](Self::temp_dir).
@@ -97,6 +99,41 @@ impl Default for SpillConfig {
 }
 
 impl SpillConfig {
+    /// Sets the configured root.
+    #[must_use]
+    pub fn with_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+
+    /// Replaces the retention, in whole days (`0` disables the sweep).
+    #[must_use]
+    pub fn with_cleanup_period_days(mut self, days: u64) -> Self {
+        self.cleanup_period_days = days;
+        self
+    }
+
+    /// Replaces the name prefix of per-process default roots.
+    #[must_use]
+    pub fn with_default_root_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.default_root_prefix = prefix.into();
+        self
+    }
+
+    /// Sets where default roots live.
+    #[must_use]
+    pub fn with_temp_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.temp_dir = Some(dir.into());
+        self
+    }
+
+    /// Replaces whether the sweep also scans prior default roots.
+    #[must_use]
+    pub fn with_discover_default_roots(mut self, discover: bool) -> Self {
+        self.discover_default_roots = discover;
+        self
+    }
+
     /// Loads a TOML config file.
     ///
     /// # Errors

@@ -80,10 +80,7 @@ impl std::fmt::Debug for ServiceOptions {
 /// use custodian::spill::{Locator, SpillConfig, SpillService};
 ///
 /// let dir = tempfile::tempdir()?;
-/// let config = SpillConfig {
-///     root: Some(dir.path().join("spill")),
-///     ..SpillConfig::default()
-/// };
+/// let config = SpillConfig::default().with_root(dir.path().join("spill"));
 /// let service = SpillService::activate(&config)?; // the sweep starts now
 /// let locator = service.write("session-1", b"a large tool result".to_vec()).await?;
 /// // The locator is opaque text the caller keeps.

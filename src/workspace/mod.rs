@@ -69,8 +69,14 @@ pub use runtime::{ArtifactDir, Job, Workspace};
 /// The default name of the internal namespace under the workspace root.
 pub const DEFAULT_INTERNAL_NAME: &str = ".custodian";
 
-/// How a [`Workspace`] is opened.
+/// The directory of the internal namespace that holds one job directory
+/// per open request: `<root>/<internal>/job/<id>`.
+pub const JOB_DIR_NAME: &str = "job";
+
+/// How a [`Workspace`] is opened: [`WorkspaceConfig::default`], then
+/// `with_*` for what differs.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct WorkspaceConfig {
     /// Name of the internal namespace directory under the root (a single,
     /// non-hidden-dot-dot component; default `.custodian`).
@@ -90,6 +96,29 @@ impl Default for WorkspaceConfig {
             cleanup_bound: Duration::from_secs(10),
             result_cache: 1024,
         }
+    }
+}
+
+impl WorkspaceConfig {
+    /// Replaces the internal namespace's name.
+    #[must_use]
+    pub fn with_internal_name(mut self, name: impl Into<String>) -> Self {
+        self.internal_name = name.into();
+        self
+    }
+
+    /// Replaces how long cleanup waits for a request's process groups.
+    #[must_use]
+    pub fn with_cleanup_bound(mut self, bound: Duration) -> Self {
+        self.cleanup_bound = bound;
+        self
+    }
+
+    /// Replaces how many completed cleanup results are kept.
+    #[must_use]
+    pub fn with_result_cache(mut self, results: usize) -> Self {
+        self.result_cache = results;
+        self
     }
 }
 

@@ -83,8 +83,8 @@ struct Inner {
     /// `<internal>/journal`: one ownership journal per request.
     journals: OwnedFd,
     /// `<internal>` itself, holding the exclusive `flock` that makes this
-    /// the workspace's only owner while it lives.
-    _owner: OwnedFd,
+    /// the workspace's only owner until it is closed or dropped.
+    owner: OwnedFd,
     internal_identity: Identity,
     /// The root's identity: a launch's `LaunchOptions::workspace` must name
     /// this directory.
@@ -94,6 +94,13 @@ struct Inner {
     requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
     elections: Elections<RequestId, CleanupResult>,
     closed: AtomicBool,
+    /// Set by [`Workspace::close`] before it releases the `flock`: from then
+    /// on no cleanup task of this handle touches the namespace (another
+    /// owner may hold it).
+    released: AtomicBool,
+    /// Every cleanup task, so that [`Workspace::close`] releases the lock
+    /// only once none is running.
+    tasks: tokio_util::task::TaskTracker,
     /// Journals of requests cleaned clean, emptied and renamed to a spare
     /// name, for new requests to reuse (no inode allocated per request).
     spares: Mutex<Vec<Spare>>,
@@ -446,8 +453,9 @@ impl Workspace {
     /// mount.
     ///
     /// The returned value (and its clones) is the workspace's only owner
-    /// while it lives: it holds an exclusive `flock(2)` on the internal
-    /// namespace, which the kernel drops when the last clone is dropped or
+    /// until [`Workspace::close`] returned: it holds an exclusive `flock(2)`
+    /// on the internal namespace, which `close` releases (after its last
+    /// cleanup task) and the kernel drops when the last clone is dropped or
     /// the process dies.
     ///
     /// # Errors
@@ -478,7 +486,7 @@ impl Workspace {
             Err(Errno::WOULDBLOCK) => return Err(WorkspaceError::Locked),
             Err(e) => return Err(io_err("lock the internal namespace")(e)),
         }
-        let (jobs, _) = ensure_dir(internal.as_fd(), "job", &anchor, "job")?;
+        let (jobs, _) = ensure_dir(internal.as_fd(), super::JOB_DIR_NAME, &anchor, "job")?;
         let (quarantine, _) = ensure_dir(internal.as_fd(), "quarantine", &anchor, "quarantine")?;
         let (journals, _) = ensure_dir(internal.as_fd(), "journal", &anchor, "journal")?;
         Ok(Workspace {
@@ -487,7 +495,7 @@ impl Workspace {
                 jobs,
                 quarantine,
                 journals,
-                _owner: internal,
+                owner: internal,
                 internal_identity: internal_obs.identity,
                 root_identity: root_obs.identity,
                 anchor,
@@ -495,6 +503,8 @@ impl Workspace {
                 requests: Mutex::new(HashMap::new()),
                 elections: Elections::new(config.result_cache),
                 closed: AtomicBool::new(false),
+                released: AtomicBool::new(false),
+                tasks: tokio_util::task::TaskTracker::new(),
                 spares: Mutex::new(Vec::new()),
                 next_spare: AtomicU64::new(0),
                 spare_quarantines: Mutex::new(Vec::new()),
@@ -527,10 +537,12 @@ impl Workspace {
     /// [`WorkspaceError::Io`] if it cannot be created safely.
     pub fn open_request(&self, id: &str) -> Result<Job, WorkspaceError> {
         let id = RequestId::new(id)?;
+        let mut requests = lock(&self.inner.requests);
+        // Under the lock: `close` lists the open requests after setting
+        // `closed`, so a request is either listed (and cleaned) or refused.
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(WorkspaceError::Closed);
         }
-        let mut requests = lock(&self.inner.requests);
         // A filed cleanup result comes first: the cleanup task removes the
         // id from `requests` only after filing it, so a caller woken by the
         // result can still find the entry for a moment; the request is
@@ -719,6 +731,9 @@ impl Workspace {
     /// [`CleanupResult`] with status [`CleanupStatus::Failed`].
     pub async fn cleanup(&self, id: &str) -> Result<CleanupResult, WorkspaceError> {
         let id = RequestId::new(id)?;
+        if self.inner.released.load(Ordering::SeqCst) {
+            return self.cleanup_result(&id).ok_or(WorkspaceError::Closed);
+        }
         Ok(self.cleanup_id(id).await)
     }
 
@@ -744,8 +759,14 @@ impl Workspace {
                 let inner = self.inner.clone();
                 // The guard moves into the task: the work finishes even if
                 // every caller, this one included, goes away. If the task
-                // dies, the guard's drop publishes `Abandoned`.
-                tokio::spawn(async move {
+                // dies, the guard's drop publishes `Abandoned`. Tracked, and
+                // refused once `close` released the lock: the namespace may
+                // have another owner by then.
+                self.inner.tasks.spawn(async move {
+                    if inner.released.load(Ordering::SeqCst) {
+                        guard.abandon();
+                        return;
+                    }
                     let result = cleanup_work(&inner, &id).await;
                     if result.is_transient() {
                         // Could not run: this attempt's callers get the
@@ -810,6 +831,10 @@ impl Workspace {
     /// in the same cgroup as the dead one); see
     /// `docs/contracts/workspace-cleanup.md`, "Reclaim on restart".
     pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            tracing::warn!("reclaim on a closed workspace; nothing reclaimed");
+            return Vec::new();
+        }
         let mut names = Vec::new();
         let listed = fs::for_each_name(self.inner.journals.as_fd(), |n| {
             names.push(n.to_owned());
@@ -1112,8 +1137,18 @@ impl Workspace {
         }
     }
 
-    /// Refuses new requests, then cleans every open request through
-    /// [`Workspace::cleanup`] and returns each result.
+    /// Refuses new requests, cleans every open request through
+    /// [`Workspace::cleanup`], waits for every cleanup task of this
+    /// workspace, then releases its `flock`, and returns each result.
+    ///
+    /// Once it returned, the workspace can be opened again at once (in this
+    /// process or another), whatever clones of this handle, its [`Job`]s
+    /// included, are still alive: they refuse new requests
+    /// ([`WorkspaceError::Closed`]), a cleanup whose result is no longer
+    /// cached ([`WorkspaceError::Closed`]) and a reclaim (nothing
+    /// reclaimed), so the next owner's namespace is never touched from here.
+    /// A request whose cleanup could not run ([`CleanupResult::is_transient`])
+    /// is left to the next owner's reclaim.
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.drop_spares();
@@ -1131,6 +1166,14 @@ impl Workspace {
             if let Ok(r) = r {
                 out.push(r);
             }
+        }
+        // Before the wait: a cleanup task started after it sees the flag and
+        // does nothing.
+        self.inner.released.store(true, Ordering::SeqCst);
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+        if let Err(e) = fs::flock(self.inner.owner.as_fd(), FlockOperation::Unlock) {
+            tracing::warn!(error = %e, "releasing the workspace lock failed; it is released when the last handle goes");
         }
         out
     }

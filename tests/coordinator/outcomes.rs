@@ -76,7 +76,7 @@ async fn every_primary_outcome_merges_with_cleanup_and_delivery() {
                     assert_eq!(c.result.primary(), primary, "{ctx}");
                     let expected_cleanup = match (opened, cleanup_fails) {
                         (false, _) => CleanupReport::NotNeeded,
-                        (true, false) => CleanupReport::Succeeded,
+                        (true, false) => CleanupReport::Cleaned,
                         (true, true) => CleanupReport::Failed {
                             code: SYMLINK_IN_JOB,
                         },
@@ -159,11 +159,10 @@ async fn opening_after_a_workspace_less_finalization_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
-    let limits = RequestLimits {
-        request_timeout: Duration::from_secs(10),
-        cleanup_grace: Duration::from_secs(5),
-        terminal_write_timeout: Duration::from_secs(1),
-    };
+    let limits = RequestLimits::new()
+        .with_request_timeout(Duration::from_secs(10))
+        .with_cleanup_grace(Duration::from_secs(5))
+        .with_terminal_write_timeout(Duration::from_secs(1));
     // The cleanup gate is never opened: the cleanup hangs.
     let co = coordinator(
         Gate::closed(),
@@ -195,10 +194,7 @@ async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_terminal_write_counts_as_failed_and_still_completes() {
-    let limits = RequestLimits {
-        terminal_write_timeout: Duration::from_secs(2),
-        ..RequestLimits::default()
-    };
+    let limits = RequestLimits::new().with_terminal_write_timeout(Duration::from_secs(2));
     let co = coordinator(
         Gate::open_always(),
         Gate::open_always(),
@@ -421,7 +417,7 @@ async fn a_cancel_reaches_the_edge_side_executor_through_the_handle() {
     assert!(h.try_finished().is_none());
     co.processes().gate.release(1);
     let c = h.finished().await;
-    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(c.stop_unconfirmed, None);
     finish(&h, "exec-cancel").await;
 }
@@ -430,11 +426,9 @@ async fn a_cancel_reaches_the_edge_side_executor_through_the_handle() {
 /// deadline, and the completion says the stop was not confirmed.
 #[tokio::test(start_paused = true)]
 async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
-    let limits = RequestLimits {
-        request_timeout: Duration::from_secs(5),
-        cleanup_grace: Duration::from_secs(2),
-        ..RequestLimits::default()
-    };
+    let limits = RequestLimits::new()
+        .with_request_timeout(Duration::from_secs(5))
+        .with_cleanup_grace(Duration::from_secs(2));
     let co = coordinator(
         Gate::open_always(),
         Gate::closed(),
@@ -453,7 +447,7 @@ async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
     tokio::time::advance(Duration::from_secs(8)).await;
     let c = h.finished().await;
     assert_eq!(co.lifecycle().count(h.id()), 1, "the cleanup ran anyway");
-    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(c.result.status(), RequestStatus::Cancelled);
     assert_eq!(
         c.stop_unconfirmed,
@@ -487,7 +481,7 @@ async fn a_panicking_cancel_hook_still_cleans_and_says_so() {
     h.candidate(Candidate::Timeout);
     let c = h.finished().await;
     assert_eq!(lifecycle.count(h.id()), 1);
-    assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+    assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(
         c.stop_unconfirmed,
         Some(custodian::coordinator::CODE_CANCEL_ABORTED)

@@ -63,7 +63,7 @@ async fn only_a_refused_announcement_is_warned_about() {
     finish(&accepted, "accepted").await;
     assert_eq!(
         accepted.finished().await.result.cleanup(),
-        CleanupReport::Succeeded
+        CleanupReport::Cleaned
     );
     assert_eq!(
         logs.count(REFUSED),

@@ -47,11 +47,10 @@ pub fn permutations<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
     out
 }
 
-const LIMITS: RequestLimits = RequestLimits {
-    request_timeout: Duration::from_secs(60),
-    cleanup_grace: Duration::from_secs(30),
-    terminal_write_timeout: Duration::from_secs(10),
-};
+const LIMITS: RequestLimits = RequestLimits::new()
+    .with_request_timeout(Duration::from_secs(60))
+    .with_cleanup_grace(Duration::from_secs(30))
+    .with_terminal_write_timeout(Duration::from_secs(10));
 
 fn expected_status(primary: Candidate) -> RequestStatus {
     match primary {
@@ -407,11 +406,10 @@ pub struct Totals {
 
 /// Runs `n` requests concurrently; returns the totals and every log.
 pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<TransitionRecord>>) {
-    let limits = RequestLimits {
-        request_timeout: Duration::from_secs(60),
-        cleanup_grace: Duration::from_secs(60),
-        terminal_write_timeout: Duration::from_secs(60),
-    };
+    let limits = RequestLimits::new()
+        .with_request_timeout(Duration::from_secs(60))
+        .with_cleanup_grace(Duration::from_secs(60))
+        .with_terminal_write_timeout(Duration::from_secs(60));
     let co = Arc::new(coordinator(
         Gate::open_always(),
         Gate::open_always(),
@@ -489,7 +487,7 @@ pub async fn run(n: usize, seed: u64) -> (Totals, Vec<Vec<TransitionRecord>>) {
             );
             let expected_cleanup = match (opened, name.starts_with("fail-")) {
                 (false, _) => CleanupReport::NotNeeded,
-                (true, false) => CleanupReport::Succeeded,
+                (true, false) => CleanupReport::Cleaned,
                 (true, true) => CleanupReport::Failed {
                     code: crate::support::SYMLINK_IN_JOB,
                 },

@@ -62,7 +62,7 @@ async fn racing_candidates_send_exactly_one_wire_cleanup() {
         node.workspace().gate.add_permits(1);
         let c = h.finished().await;
         assert_eq!(c.result.primary(), order[0]);
-        assert_eq!(c.result.cleanup(), CleanupReport::Succeeded);
+        assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
         check_log(&h.log(), &format!("{order:?}"));
         assert_eq!(node.workspace().calls(h.id()).cleanup, 1);
     }
@@ -172,7 +172,7 @@ async fn a_thousand_racing_requests_over_one_connection() {
         let (o, done) = t.await.unwrap();
         opened += u64::from(o);
         let expected = if o {
-            CleanupReport::Succeeded
+            CleanupReport::Cleaned
         } else {
             CleanupReport::NotNeeded
         };

@@ -35,7 +35,7 @@ async fn a_success_removes_the_job_and_keeps_the_users_files() {
     let c = h.finished().await;
     assert_eq!(
         (c.result.status(), c.result.cleanup()),
-        (RequestStatus::Succeeded, CleanupReport::Succeeded)
+        (RequestStatus::Succeeded, CleanupReport::Cleaned)
     );
     assert!(!job_dir.exists());
     assert_eq!(

@@ -387,7 +387,7 @@ fn merge_table() {
     let cf = R::Failed { code: CLEAN };
     let rows: [(Candidate, CleanupReport, RequestStatus, Option<&str>); 18] = [
         (Candidate::Success, R::NotNeeded, S::Succeeded, None),
-        (Candidate::Success, R::Succeeded, S::Succeeded, None),
+        (Candidate::Success, R::Cleaned, S::Succeeded, None),
         (Candidate::Success, cf, S::Failed, Some("cleanup_failed")),
         (
             Candidate::ExecutorError { code: EXEC },
@@ -397,7 +397,7 @@ fn merge_table() {
         ),
         (
             Candidate::ExecutorError { code: EXEC },
-            R::Succeeded,
+            R::Cleaned,
             S::Failed,
             Some("executor_crashed"),
         ),
@@ -415,7 +415,7 @@ fn merge_table() {
         ),
         (
             Candidate::Timeout,
-            R::Succeeded,
+            R::Cleaned,
             S::TimedOut,
             Some("request_timeout"),
         ),
@@ -428,7 +428,7 @@ fn merge_table() {
         ),
         (
             Candidate::CallerCancel,
-            R::Succeeded,
+            R::Cleaned,
             S::Cancelled,
             Some("caller_cancelled"),
         ),
@@ -446,7 +446,7 @@ fn merge_table() {
         ),
         (
             Candidate::CallerDisconnect,
-            R::Succeeded,
+            R::Cleaned,
             S::Cancelled,
             Some("caller_disconnected"),
         ),
@@ -464,7 +464,7 @@ fn merge_table() {
         ),
         (
             Candidate::TerminalWriteFailed,
-            R::Succeeded,
+            R::Cleaned,
             S::Failed,
             Some("terminal_write_failed"),
         ),
@@ -503,11 +503,11 @@ fn final_result_serializes_to_the_documented_json() {
     );
     let r = FinalResult::merge(
         Candidate::ExecutorError { code: EXEC },
-        CleanupReport::Succeeded,
+        CleanupReport::Cleaned,
     );
     assert_eq!(
         serde_json::to_string(&r).unwrap(),
-        r#"{"status":"failed","primary":{"kind":"executor_error","code":"executor_crashed"},"cleanup":{"status":"succeeded"},"error_code":"executor_crashed"}"#
+        r#"{"status":"failed","primary":{"kind":"executor_error","code":"executor_crashed"},"cleanup":{"status":"cleaned"},"error_code":"executor_crashed"}"#
     );
 }
 
@@ -534,7 +534,7 @@ fn disconnect_cancels_and_cleans_but_writes_nothing() {
         Event::CleanupFinished(CleanupOutcome::Ok),
         Event::Published,
     ]);
-    let r = FinalResult::merge(Candidate::CallerDisconnect, CleanupReport::Succeeded);
+    let r = FinalResult::merge(Candidate::CallerDisconnect, CleanupReport::Cleaned);
     assert_eq!(
         actions,
         [

@@ -11,12 +11,13 @@ use custodian::process::invocation::{EnvValue, SecretRef};
 
 use crate::sandbox;
 
+mod embedding;
+
 /// Waits at most this long for a completion: a request that only ends at
 /// its (far longer) timeout fails the test instead of passing late.
 const PROMPTLY: Duration = Duration::from_secs(20);
 
 struct Fixture {
-    root: PathBuf,
     _dir: tempfile::TempDir,
     runtime: Runtime,
 }
@@ -32,34 +33,28 @@ fn fixture(limits: RequestLimits) -> Fixture {
     let dir = tempfile::tempdir_in(scratch()).unwrap();
     let root = dir.path().join("ws");
     std::fs::create_dir(&root).unwrap();
-    let spill = SpillConfig {
-        root: Some(dir.path().join("spill")),
-        ..SpillConfig::default()
-    };
     let config = RuntimeConfig::new(&root)
         .with_limits(limits)
-        .with_spill(spill);
+        .with_spill(spill_in(dir.path()));
     let runtime = Runtime::open(config).unwrap();
-    Fixture {
-        root,
-        _dir: dir,
-        runtime,
-    }
+    Fixture { _dir: dir, runtime }
+}
+
+/// A spill store in `dir/spill`.
+fn spill_in(dir: &Path) -> SpillConfig {
+    SpillConfig::default().with_root(dir.join("spill"))
 }
 
 fn limits(timeout: Duration) -> RequestLimits {
-    RequestLimits {
-        request_timeout: timeout,
-        ..RequestLimits::default()
-    }
+    RequestLimits::new().with_request_timeout(timeout)
 }
 
 fn inv(program: &str, args: &[&str]) -> Invocation {
     Invocation::validate(InvocationSpec::new(program).with_args(args.iter().copied())).unwrap()
 }
 
-fn job_dir(root: &Path, id: &str) -> PathBuf {
-    root.join(".custodian/job").join(id)
+fn job_dir(runtime: &Runtime, id: &str) -> PathBuf {
+    runtime.job_dir(&RequestId::new(id).unwrap())
 }
 
 /// The live (not zombie) members of process group `pgid`.
@@ -105,7 +100,7 @@ async fn dropping_every_caller_handle_is_a_disconnect_whatever_the_executor_hold
         .await
         .unwrap();
     let running = executor.launch(inv("sleep", &["30"])).await.unwrap();
-    assert!(job_dir(&fx.root, "gone-1").join("partial.txt").is_file());
+    assert!(job_dir(&fx.runtime, "gone-1").join("partial.txt").is_file());
 
     drop(request);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -124,7 +119,7 @@ async fn dropping_every_caller_handle_is_a_disconnect_whatever_the_executor_hold
     assert_eq!(c.processes.len(), 1);
     assert_eq!(c.processes[0].pid, running.pid());
     assert_eq!(c.processes[0].status, Some(ProcessStatus::Cancelled));
-    assert!(!job_dir(&fx.root, "gone-1").exists());
+    assert!(!job_dir(&fx.runtime, "gone-1").exists());
     assert!(executor.is_cancelled());
     // Still held, the executor can start nothing more.
     assert!(matches!(
@@ -151,7 +146,7 @@ async fn the_request_timeout_stops_its_process_and_cleans_up() {
     assert_eq!(c.delivery, Delivery::Acknowledged);
     assert!(c.cleanup.unwrap().is_clean());
     assert_eq!(c.processes[0].status, Some(ProcessStatus::Cancelled));
-    assert!(!job_dir(&fx.root, "slow-1").exists());
+    assert!(!job_dir(&fx.runtime, "slow-1").exists());
 }
 
 #[tokio::test]
@@ -240,7 +235,7 @@ async fn the_completion_carries_the_cleanup_counts_and_every_verdict() {
     assert!(json.contains("\"files_removed\":3"), "{json}");
     // Spills outlive the request; the job does not.
     assert!(fx.runtime.read_spill(&locator).await.is_ok());
-    assert!(!job_dir(&fx.root, "full-1").exists());
+    assert!(!job_dir(&fx.runtime, "full-1").exists());
 }
 
 /// A secret store that answers only after yielding to the runtime.

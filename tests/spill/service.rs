@@ -10,11 +10,12 @@ use custodian::spill::{ServiceOptions, SpillConfig, SpillService, SpillWarning, 
 use crate::*;
 
 fn config(fx: &Fx, root: Option<&std::path::Path>, days: u64) -> SpillConfig {
-    SpillConfig {
-        root: root.map(|r| r.to_owned()),
-        cleanup_period_days: days,
-        temp_dir: Some(fx.path().to_owned()),
-        ..SpillConfig::default()
+    let config = SpillConfig::default()
+        .with_cleanup_period_days(days)
+        .with_temp_dir(fx.path());
+    match root {
+        Some(root) => config.with_root(root),
+        None => config,
     }
 }
 
@@ -113,8 +114,7 @@ async fn quiescence_store_is_available_at_once_and_dispose_awaits_the_sweep() {
         extra_roots: vec![fx.path().join("missing")],
         ..ServiceOptions::default()
     };
-    let mut cfg = config(&fx, Some(&root), 30);
-    cfg.discover_default_roots = false;
+    let cfg = config(&fx, Some(&root), 30).with_discover_default_roots(false);
     let svc = SpillService::activate_with(&cfg, opts).unwrap();
     while !gate.entered.load(Ordering::SeqCst) {
         tokio::task::yield_now().await;

@@ -184,10 +184,7 @@ async fn the_internal_namespace_is_configurable() {
     let tmp = crate::sandbox::tempdir();
     let ws = Workspace::open(
         tmp.path(),
-        WorkspaceConfig {
-            internal_name: "_agent".into(),
-            ..WorkspaceConfig::default()
-        },
+        WorkspaceConfig::default().with_internal_name("_agent"),
     )
     .unwrap();
     let job = ws.open_request("r9").unwrap();
@@ -200,10 +197,7 @@ async fn the_internal_namespace_is_configurable() {
     assert!(job.cleanup().await.is_clean());
     assert!(!tmp.path().join("_agent/job/r9").exists());
     for bad in ["", "..", "a/b"] {
-        let c = WorkspaceConfig {
-            internal_name: bad.into(),
-            ..WorkspaceConfig::default()
-        };
+        let c = WorkspaceConfig::default().with_internal_name(bad);
         assert!(matches!(
             Workspace::open(tmp.path(), c),
             Err(WorkspaceError::InvalidInternalName)
@@ -278,10 +272,7 @@ async fn nothing_can_be_created_after_cleanup_started() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::basics_in_a_private_mount_namespace"]
 async fn after_eviction_a_repeated_cleanup_only_checks_the_directory_is_gone() {
-    let fx = Fixture::with_config(WorkspaceConfig {
-        result_cache: 1,
-        ..WorkspaceConfig::default()
-    });
+    let fx = Fixture::with_config(WorkspaceConfig::default().with_result_cache(1));
     let a = fx.ws.open_request("a").unwrap();
     populate(&a);
     let first = a.cleanup().await;

@@ -57,10 +57,7 @@ async fn request_cgroup_kills_a_setsid_writer_before_removal_inner() {
     // The cleanup bound is far shorter than the process's grace: cleanup
     // goes on while the root still ignores TERM, and only the request's
     // cgroup can stop the writer in time.
-    let config = WorkspaceConfig {
-        cleanup_bound: Duration::from_millis(300),
-        ..WorkspaceConfig::default()
-    };
+    let config = WorkspaceConfig::default().with_cleanup_bound(Duration::from_millis(300));
     let fx = Fixture::with_config_in(config, &scratch);
     let job = fx.ws.open_request("req-escape").unwrap();
     drop(job.create_file("log").unwrap());

@@ -325,6 +325,45 @@ async fn a_second_owner_is_refused_while_the_first_lives() {
     assert_only_removed(&before, &fx.snapshot(), &gone);
 }
 
+/// `close` hands the workspace over: once it returned, the next owner
+/// opens at once, whatever clones of the old one (its jobs included) are
+/// still held, and those never touch the namespace again. The lock used to
+/// live as long as the last clone, so an owner that kept one (or a task
+/// that had not run yet) refused the next open `Locked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::journal_in_a_private_mount_namespace"]
+async fn close_releases_the_lock_whatever_clones_remain() {
+    let fx = Fixture::new();
+    let job = fx.ws.open_request("closing").unwrap();
+    populate(&job);
+    let clone = fx.ws.clone();
+    let closed = fx.ws.close().await;
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert!(closed[0].1.is_clean(), "{closed:?}");
+    let next = Workspace::open(fx.root(), WorkspaceConfig::default())
+        .expect("the next owner opens as soon as close returned");
+    let before = fx.snapshot();
+    // The old handles refuse everything that would touch the namespace.
+    assert!(matches!(
+        clone.open_request("late"),
+        Err(WorkspaceError::Closed)
+    ));
+    assert!(job.create_file("late.txt").is_err());
+    assert!(clone.reclaim().await.is_empty());
+    assert!(matches!(
+        clone.cleanup("never-opened").await,
+        Err(WorkspaceError::Closed)
+    ));
+    // A cached result is still answered.
+    assert_eq!(clone.cleanup("closing").await.unwrap(), closed[0].1);
+    assert_eq!(before, fx.snapshot(), "the old handles changed nothing");
+    assert!(
+        next.reclaim().await.is_empty(),
+        "nothing was left to reclaim"
+    );
+    drop((job, clone));
+}
+
 /// A node killed between creating a request's journal and completing its
 /// first record (`Open`, written before the job directory is made): every
 /// cut of that frame, from the empty file on. With no job directory there

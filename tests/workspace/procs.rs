@@ -257,10 +257,9 @@ async fn helper_process_descendants_are_all_gone_after_cleanup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::procs_in_a_private_mount_namespace"]
 async fn a_cleanup_that_exceeds_its_bound_reports_it() {
-    let fx = Fixture::with_config(WorkspaceConfig {
-        cleanup_bound: Duration::from_millis(300),
-        ..WorkspaceConfig::default()
-    });
+    let fx = Fixture::with_config(
+        WorkspaceConfig::default().with_cleanup_bound(Duration::from_millis(300)),
+    );
     let job = fx.ws.open_request("slow").unwrap();
     populate(&job);
     // Ignores TERM, and the grace before KILL is far beyond the bound.

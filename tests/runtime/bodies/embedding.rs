@@ -1,0 +1,376 @@
+//! What an embedder relies on from the facade's documentation alone.
+
+use std::time::Duration;
+
+use custodian::confine::Confinement;
+use custodian::prelude::*;
+use custodian::workspace::WorkspaceError;
+
+use super::{inv, scratch, spill_in};
+
+/// `Runtime::open` right after `shutdown().await` used to fail `Locked`
+/// (here 12 of the 20 rounds that drop every handle first, all 20 that keep
+/// them): the workspace's lock lived as long as any clone of the workspace,
+/// and each request's coordinator task holds one until the last handle of
+/// its request is gone and the task has run once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_runtime_opens_again_as_soon_as_shutdown_returned() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let config = || RuntimeConfig::new(&root).with_spill(spill_in(dir.path()));
+    let (mut dropped, mut held) = (0, 0);
+    let mut runtime = Runtime::open(config()).unwrap();
+    for i in 0..40 {
+        let request = runtime
+            .start(RequestId::new(&format!("again-{i}")).unwrap())
+            .unwrap();
+        let executor = request.executor();
+        executor.open_workspace().await.unwrap();
+        executor.write_artifact("a.txt", b"x").await.unwrap();
+        executor.run(inv("true", &[])).await.unwrap();
+        executor.succeed();
+        let c = tokio::time::timeout(Duration::from_secs(20), request.finished())
+            .await
+            .unwrap();
+        assert!(c.cleanup.unwrap().is_clean());
+        runtime.shutdown().await;
+        // Even rounds let go of every handle first; odd ones keep them all.
+        let mut kept = Some((request, executor, runtime));
+        if i % 2 == 0 {
+            kept = None;
+        }
+        runtime = match Runtime::open(config()) {
+            Ok(again) => again,
+            Err(RuntimeError::Workspace(WorkspaceError::Locked)) => {
+                *if kept.is_none() {
+                    &mut dropped
+                } else {
+                    &mut held
+                } += 1;
+                drop(kept.take());
+                // Let the previous owner go before the next round.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Runtime::open(config()).unwrap()
+            }
+            Err(e) => panic!("{e}"),
+        };
+        if let Some((old_request, old_executor, _old)) = kept {
+            // The old handles refuse to touch the namespace.
+            assert!(old_request.try_finished().is_some());
+            assert!(matches!(
+                old_executor.write_artifact("late.txt", b"x").await,
+                Err(RuntimeError::Workspace(_))
+            ));
+        }
+    }
+    runtime.shutdown().await;
+    assert_eq!(
+        (dropped, held),
+        (0, 0),
+        "opens right after shutdown refused as locked (of 20 each: handles dropped, handles held)"
+    );
+}
+
+/// Where artifacts land used to be known only from the layout
+/// (`.custodian/job/<id>`, whatever the internal name): the accessor names
+/// it, for the configured root and internal name.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_job_directory_accessor_names_where_the_artifacts_land() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config = RuntimeConfig::new(dir.path())
+        .with_workspace(WorkspaceConfig::default().with_internal_name("_agent"));
+    let runtime = Runtime::open(config).unwrap();
+    let id = RequestId::new("where-1").unwrap();
+    let request = runtime.start(id.clone()).unwrap();
+    let executor = request.executor();
+    assert_eq!(executor.job_dir(), None, "nothing is open yet");
+    executor.open_workspace().await.unwrap();
+    executor
+        .write_artifact("out/deep/result.json", b"{\"ok\":true}")
+        .await
+        .unwrap();
+    let job_dir = executor.job_dir().unwrap();
+    assert_eq!(job_dir, runtime.job_dir(&id));
+    assert_eq!(job_dir, dir.path().join("_agent/job/where-1"));
+    assert_eq!(
+        std::fs::read(job_dir.join("out/deep/result.json")).unwrap(),
+        b"{\"ok\":true}"
+    );
+    // An unconfined process reads it where the accessor says.
+    let cat = inv(
+        "cat",
+        &[job_dir.join("out/deep/result.json").to_str().unwrap()],
+    );
+    assert_eq!(
+        executor.run(cat).await.unwrap().stdout.text,
+        "{\"ok\":true}"
+    );
+    executor.succeed();
+    assert!(request.finished().await.cleanup.unwrap().is_clean());
+    assert!(
+        !job_dir.exists(),
+        "the accessor named the directory cleaned"
+    );
+    runtime.shutdown().await;
+}
+
+/// Runs `sh -c script` through `executor` under `confinement` (`None`: the
+/// runtime's default); `None` back, with the reason printed, where this
+/// host cannot confine.
+async fn confined_sh(
+    executor: &Executor,
+    script: &str,
+    confinement: Option<Confinement>,
+) -> Option<std::sync::Arc<Evidence>> {
+    use custodian::confine::ConfineError;
+    let mut spec = InvocationSpec::new("sh").with_args(["-c", script]);
+    if let Some(c) = confinement {
+        spec = spec.with_confinement(c);
+    }
+    match executor.run(Invocation::validate(spec).unwrap()).await {
+        Ok(ev) => Some(ev),
+        Err(RuntimeError::Process(custodian::process::ProcessError::Confinement(
+            e @ (ConfineError::SpawnerUnavailable { .. }
+            | ConfineError::IsolationUnavailable { .. }
+            | ConfineError::Unsupported(_)),
+        ))) => {
+            eprintln!("skipped: this host cannot confine ({e})");
+            None
+        }
+        Err(e) => panic!("launch failed: {e}"),
+    }
+}
+
+/// Confinement used to be settable per invocation only. The runtime's
+/// default confines every process that names none; one that names its own,
+/// `none` included, runs under that instead.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_runtime_default_confinement_applies_unless_the_invocation_names_one() {
+    use custodian::confine::FsMode;
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    let config = RuntimeConfig::new(&root).with_confinement(Confinement::workspace_write());
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime
+        .start(RequestId::new("confined-1").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    let write = |name: &str| {
+        format!(
+            "echo x > '{}' || echo refused; echo y > {name}.txt && echo inside",
+            outside.join(name).display()
+        )
+    };
+
+    // Unset: the runtime's default, so nothing outside the workspace.
+    let Some(ev) = confined_sh(&executor, &write("by-default"), None).await else {
+        return;
+    };
+    assert_eq!(ev.stdout.text, "refused\ninside\n", "{ev:?}");
+    assert!(!outside.join("by-default").exists());
+    assert!(root.join("by-default.txt").is_file());
+    let report = ev.confinement.as_ref().expect("the evidence names it");
+    assert_eq!(report.filesystem, FsMode::WorkspaceWrite);
+
+    // Explicitly none: not confined, whatever the default.
+    let ev = confined_sh(
+        &executor,
+        &write("explicit-none"),
+        Some(Confinement::none()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ev.stdout.text, "inside\n", "{ev:?}");
+    assert!(outside.join("explicit-none").is_file());
+    assert!(ev.confinement.is_none(), "{ev:?}");
+
+    // An invocation's own confinement replaces the default, stricter here.
+    let ev = confined_sh(
+        &executor,
+        &write("read-only"),
+        Some(Confinement::read_only()),
+    )
+    .await
+    .unwrap();
+    assert!(ev.stdout.text.starts_with("refused\n"), "{ev:?}");
+    assert!(!ev.stdout.text.contains("inside"), "{ev:?}");
+    assert!(!root.join("read-only.txt").exists());
+    assert_eq!(
+        ev.confinement.as_ref().unwrap().filesystem,
+        FsMode::ReadOnly
+    );
+
+    executor.succeed();
+    assert!(request.finished().await.cleanup.unwrap().is_clean());
+    runtime.shutdown().await;
+
+    // The policy decides on the confinement the process will run under:
+    // the default satisfies a required one, an explicit none does not.
+    let mut policy = custodian::policy::PolicyConfig::allow_executables(["sh"]).unwrap();
+    policy.policy.require_confinement = Some(custodian::policy::ConfineLevel::WorkspaceWrite);
+    let config = RuntimeConfig::new(&root)
+        .with_confinement(Confinement::workspace_write())
+        .with_policy(RunPolicy::new(policy));
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime
+        .start(RequestId::new("confined-2").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    let ev = confined_sh(&executor, "echo ok", None).await.unwrap();
+    assert_eq!(ev.stdout.text, "ok\n", "{ev:?}");
+    let none = InvocationSpec::new("sh")
+        .with_args(["-c", "echo ok"])
+        .with_confinement(Confinement::none());
+    match executor.run(Invocation::validate(none).unwrap()).await {
+        Err(RuntimeError::Denied(d)) => assert_eq!(d.reason.code(), "confinement_required"),
+        other => panic!("{other:?}"),
+    }
+    executor.succeed();
+    request.finished().await;
+    runtime.shutdown().await;
+}
+
+/// A default confinement the launcher could never apply is refused when
+/// the runtime opens, not at each launch.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn an_invalid_default_confinement_is_refused_at_open() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config = RuntimeConfig::new(dir.path())
+        .with_confinement(Confinement::read_only().with_deny_read("relative/path"));
+    assert!(matches!(
+        Runtime::open(config),
+        Err(RuntimeError::Confinement(_))
+    ));
+}
+
+/// The completion's schema, `docs/schemas/completion.v1.json`.
+fn completion_schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/schemas/completion.v1.json"
+    ))
+    .unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+/// A launch the run policy refused used to leave no trace in the
+/// completion; now each is listed, by code, reason and rule only.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_completion_lists_each_refused_launch_with_codes_only() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    use custodian::policy::config::Rule;
+    use custodian::policy::exposure::Selector;
+    use custodian::policy::{Pattern, PolicyConfig, Verdict};
+    // `true` allowed, `rm` denied by rule 1, anything else to approve.
+    let mut config = PolicyConfig::allow_executables(["true"]).unwrap();
+    config.policy.default_decision = Verdict::RequireApproval;
+    config.policy.rules.push(Rule {
+        tool: Selector::parse("process.run").unwrap(),
+        decision: Verdict::Deny,
+        target: Some(Pattern::parse(r#"{"executable":"rm",*"#).unwrap()),
+        confinement: None,
+    });
+    let policy = RunPolicy::new(config);
+    let runtime = Runtime::open(RuntimeConfig::new(dir.path()).with_policy(policy)).unwrap();
+    let request = runtime.start(RequestId::new("denied-1").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    executor.write_artifact("a.txt", b"x").await.unwrap();
+    assert_eq!(
+        executor.run(inv("true", &[])).await.unwrap().exit_code,
+        Some(0)
+    );
+    assert!(matches!(
+        executor.run(inv("rm", &["-rf", "argv-marker"])).await,
+        Err(RuntimeError::Denied(_))
+    ));
+    let with_env = Invocation::validate(InvocationSpec::new("printenv").with_env(
+        "ENV_KEY_MARKER",
+        custodian::process::invocation::EnvValue::Literal("env-value-marker".into()),
+    ))
+    .unwrap();
+    assert!(matches!(
+        executor.run(with_env).await,
+        Err(RuntimeError::ApprovalRequired(_))
+    ));
+    executor.succeed();
+    let c = request.finished().await;
+    assert_eq!(c.result.status(), RequestStatus::Succeeded);
+    assert_eq!(c.processes.len(), 1, "the refused launches started nothing");
+    let codes: Vec<_> = c
+        .denied
+        .iter()
+        .map(|d| (d.code.as_str(), d.reason.as_str(), d.rule))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("policy_denied", "denied_by_rule", Some(1)),
+            ("approval_required", "default_decision", None),
+        ]
+    );
+    let json = serde_json::to_value(&c).unwrap();
+    let text = json.to_string();
+    for marker in [
+        "\"rm\"",
+        "argv-marker",
+        "printenv",
+        "ENV_KEY_MARKER",
+        "env-value-marker",
+    ] {
+        assert!(!text.contains(marker), "{marker} in {text}");
+    }
+    let validator = completion_schema();
+    let errors: Vec<String> = validator
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}\n{text}");
+    runtime.shutdown().await;
+}
+
+/// A successful cleanup is spelled one way in a completion: its merged
+/// result used to say `succeeded` where its own detail said `cleaned`.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_successful_cleanup_is_spelled_cleaned_throughout_the_completion() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let runtime = Runtime::open(RuntimeConfig::new(dir.path())).unwrap();
+    let request = runtime.start(RequestId::new("spelled-1").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    executor.write_artifact("a.txt", b"x").await.unwrap();
+    executor.succeed();
+    let c = request.finished().await;
+    assert_eq!(
+        c.result.cleanup(),
+        custodian::machine::request::CleanupReport::Cleaned
+    );
+    assert_eq!(c.cleanup.as_ref().unwrap().status, CleanupStatus::Cleaned);
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["result"]["cleanup"]["status"], "cleaned", "{json}");
+    assert_eq!(json["cleanup"]["status"], "cleaned", "{json}");
+    // `succeeded` is the request's status, never a cleanup's.
+    assert_eq!(json["result"]["status"], "succeeded", "{json}");
+    assert_eq!(json.to_string().matches("succeeded").count(), 1, "{json}");
+    let errors: Vec<String> = completion_schema()
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}\n{json}");
+    runtime.shutdown().await;
+}
