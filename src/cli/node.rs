@@ -2,7 +2,8 @@
 //!
 //! On stdio (the default) the node serves one edge until stdin closes; on a
 //! Unix socket (`--socket PATH`) it accepts any number of connections from
-//! its own uid until SIGTERM, SIGINT or SIGHUP. Either way it then cleans up every
+//! its own uid in its own user namespace (a confined tool, which runs in a
+//! user namespace of its own, is refused) until SIGTERM, SIGINT or SIGHUP. Either way it then cleans up every
 //! request that is still open, through the same exactly-once cleanup a wire
 //! `cleanup_workspace` uses, and exits. An open still running at that moment
 //! (sent just before stdin closed) is answered `request_closed` and its job
@@ -18,17 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use custodian::confine::peer::{PeerNamespace, peer_namespace};
 use custodian::contain::Containment;
 use custodian::process::LaunchOptions;
-use custodian::wire::codec::encode_line;
 use custodian::wire::listen::{Acceptor, DEFAULT_MAX_CONNECTIONS};
 use custodian::wire::reserve::{DEFAULT_FD_RESERVE, FdReserve};
 use custodian::wire::{
-    Code, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS, DEFAULT_MAX_UNANSWERED_BYTES,
-    Node, NodeConfig, Response, ResponseFrame, VERSION, WorkspaceNode,
+    DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS, DEFAULT_MAX_UNANSWERED_BYTES, Node,
+    NodeConfig, WorkspaceNode,
 };
 use custodian::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
-use tokio::io::AsyncWriteExt;
 use tracing::{debug, info, warn};
 
 const AFTER_HELP: &str = "\
@@ -84,6 +84,12 @@ pub(crate) struct Args {
     /// exist.
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// (--socket) Serve peers in another user namespace than the node's.
+    /// By default such a peer gets one `peer_namespace_refused` line and is
+    /// disconnected: every confined tool runs in a user namespace of its
+    /// own, and must not reach a node that would launch for it.
+    #[arg(long, requires = "socket")]
+    allow_other_user_namespaces: bool,
     /// Largest request frame accepted, in bytes.
     #[arg(long, default_value_t = custodian::wire::DEFAULT_MAX_FRAME)]
     max_frame: usize,
@@ -156,6 +162,7 @@ struct Config {
     policy: Option<custodian::RunPolicy>,
     max_connections: usize,
     fd_reserve: usize,
+    allow_other_user_namespaces: bool,
 }
 
 impl Args {
@@ -212,6 +219,7 @@ impl Args {
             policy,
             max_connections: self.max_connections,
             fd_reserve: self.fd_reserve,
+            allow_other_user_namespaces: self.allow_other_user_namespaces,
         })
     }
 }
@@ -314,7 +322,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 config.max_connections,
                 Arc::clone(node.fd_reserve()),
             );
-            let served = accept_loop(&node, acceptor).await;
+            let served = accept_loop(&node, acceptor, config.allow_other_user_namespaces).await;
             let _ = std::fs::remove_file(path);
             shutdown(&node, &workspace).await;
             served?;
@@ -353,9 +361,24 @@ fn bind_owner_only(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 /// The error code sent to a peer whose uid differs from the node's.
 const PEER_REFUSED: custodian::error::SafeCode = custodian::error::SafeCode::new("peer_refused");
 
+/// The error code sent to a peer in another user namespace than the
+/// node's (every confined tool runs in one of its own), or whose namespace
+/// could not be verified.
+const PEER_NAMESPACE_REFUSED: custodian::error::SafeCode =
+    custodian::error::SafeCode::new("peer_namespace_refused");
+
+/// Answers one error line and closes the connection
+/// ([`custodian::wire::listen::refuse`]).
+fn refuse(stream: tokio::net::UnixStream, code: custodian::error::SafeCode) {
+    if let Ok(stream) = stream.into_std() {
+        custodian::wire::listen::refuse(stream, code);
+    }
+}
+
 async fn accept_loop(
     node: &Arc<Node<WorkspaceNode>>,
     mut acceptor: Acceptor,
+    allow_other_namespaces: bool,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -365,32 +388,32 @@ async fn accept_loop(
     loop {
         // Bounds, backoff and the reserve are the acceptor's: it returns
         // only connections to serve.
-        let (mut stream, slot) = tokio::select! {
+        let (stream, slot) = tokio::select! {
             _ = term.recv() => return Ok(()),
             _ = int.recv() => return Ok(()),
             _ = hup.recv() => return Ok(()),
             accepted = acceptor.accept() => accepted,
         };
-        // The kernel's record of who connected (SO_PEERCRED), not anything
-        // the peer says about itself.
+        // The kernel's record of who connected (SO_PEERCRED, SO_PEERPIDFD),
+        // not anything the peer says about itself.
         let peer = stream.peer_cred().map(|c| c.uid()).ok();
         if peer != Some(me) {
             warn!(peer_uid = ?peer, "refused a peer of another uid");
-            let mut line = Vec::new();
-            encode_line(
-                &ResponseFrame {
-                    v: VERSION,
-                    seq: None,
-                    result: Response::Error {
-                        request_id: None,
-                        code: Code::from(PEER_REFUSED),
-                    },
-                },
-                &mut line,
-            );
-            let _ = stream.write_all(&line).await;
-            let _ = stream.shutdown().await;
+            refuse(stream, PEER_REFUSED);
             continue;
+        }
+        if !allow_other_namespaces {
+            match peer_namespace(&stream) {
+                Ok(PeerNamespace::Same) => {}
+                seen => {
+                    warn!(
+                        peer = ?seen.map_err(|e| e.kind()),
+                        "refused a peer in another user namespace (a sandbox), or one that could not be verified"
+                    );
+                    refuse(stream, PEER_NAMESPACE_REFUSED);
+                    continue;
+                }
+            }
         }
         let node = Arc::clone(node);
         tokio::spawn(async move {

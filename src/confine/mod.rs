@@ -66,6 +66,8 @@ pub(crate) mod view;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub(crate) mod build;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod peer;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod sys;
 
 /// Off x86-64 Linux nothing is ever built: the launcher refuses first.

@@ -226,7 +226,7 @@ fn per_connection(e: &io::Error) -> bool {
 /// fresh socket's buffer holds the line. What the peer had already sent is
 /// read and dropped first, so the close does not reset the connection
 /// before the peer reads the answer.
-pub(crate) fn refuse(stream: UnixStream, code: SafeCode) {
+pub fn refuse(stream: UnixStream, code: SafeCode) {
     let mut line = Vec::with_capacity(96);
     encode_line(
         &ResponseFrame {

@@ -308,6 +308,17 @@ fn custodian_state_and_git_hooks_are_out_of_reach_as_an_unprivileged_user() {
 
 /// A pathname unix socket listening at `path` (by a Python child, so it
 /// stays up while the attack runs); killed on drop.
+/// Waits up to 5 s for `path` to exist.
+fn wait_for(path: &Path, what: &str) {
+    for _ in 0..500 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{what}: {} never appeared", path.display());
+}
+
 struct Listener(std::process::Child);
 
 impl Listener {
@@ -322,13 +333,7 @@ impl Listener {
             .arg(path)
             .spawn()
             .unwrap();
-        for _ in 0..200 {
-            if path.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(path.exists(), "the listener did not start");
+        wait_for(path, "the listener did not start");
         Listener(child)
     }
 }
@@ -409,6 +414,147 @@ fn sockets_outside_cgroupfs_io_uring_and_the_terminal_are_refused_as_root() {
 #[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
 fn sockets_outside_cgroupfs_io_uring_and_the_terminal_are_refused_as_an_unprivileged_user() {
     sockets_cgroupfs_io_uring_and_tty(Who::User);
+}
+
+// --- a node's socket outside the view ------------------------------------
+
+/// A `custodian node --socket` run as `who`, stopped (SIGTERM) on drop.
+struct NodeSocket(std::process::Child);
+
+impl NodeSocket {
+    fn start(who: Who, ws: &Path, socket: &Path, extra: &[&str]) -> NodeSocket {
+        let bin = env!("CARGO_BIN_EXE_custodian");
+        let mut cmd = match who {
+            Who::Root => Command::new(bin),
+            Who::User => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", &test_user(), "--", bin]);
+                c
+            }
+        };
+        cmd.arg("node")
+            .arg("--workspace")
+            .arg(ws)
+            .arg("--socket")
+            .arg(socket)
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        let child = cmd.spawn().unwrap();
+        wait_for(socket, "the node did not start");
+        NodeSocket(child)
+    }
+}
+
+impl Drop for NodeSocket {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// The client: connects to the socket, sends one line the node answers
+/// without creating anything (`{}` is no request), and prints the first
+/// answer line.
+const NODE_CLIENT: &str = "import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.settimeout(10)
+try:
+    s.sendall(b'{}\\n')
+except OSError:
+    pass
+print('ANSWER', s.recv(4096).decode().strip())
+";
+
+/// `sh -c` words that run [`NODE_CLIENT`] (written into `dir`) against
+/// `socket`.
+fn node_client(dir: &Path, socket: &Path) -> String {
+    let client = dir.join("client.py");
+    std::fs::write(&client, NODE_CLIENT).unwrap();
+    format!("python3 {} {}", client.display(), socket.display())
+}
+
+fn node_socket_refuses_sandboxed_peers(who: Who) {
+    let dir = scratch(who);
+    let ws = dir.path().join("ws");
+    let tool_ws = dir.path().join("tool");
+    for d in [&ws, &tool_ws] {
+        std::fs::create_dir(d).unwrap();
+        if let Who::User = who {
+            let st = Command::new("chown")
+                .arg(test_user())
+                .arg(d)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
+    // Outside every private tree of the view: visible, read-only, inside.
+    let socket = dir.path().join("node.sock");
+    let node = NodeSocket::start(who, &ws, &socket, &[]);
+    for mode in ["read-only", "workspace-write"] {
+        let ev = attack(who, &tool_ws, mode, &node_client(dir.path(), &socket));
+        assert_isolated(&ev);
+        let out = stdout(&ev);
+        assert!(out.contains("peer_namespace_refused"), "{mode}: {ev}");
+        assert!(!out.contains("invalid"), "{mode}: served: {ev}");
+    }
+    // The control: the same client outside any sandbox, as the node's own
+    // user, is served (its line is answered as a bad frame, not refused).
+    let control = match who {
+        Who::Root => Command::new("sh")
+            .arg("-c")
+            .arg(node_client(dir.path(), &socket))
+            .output()
+            .unwrap(),
+        Who::User => Command::new("runuser")
+            .args(["-u", &test_user(), "--", "sh", "-c"])
+            .arg(node_client(dir.path(), &socket))
+            .output()
+            .unwrap(),
+    };
+    let text = String::from_utf8_lossy(&control.stdout);
+    assert!(text.contains("ANSWER"), "{control:?}");
+    assert!(!text.contains("peer_namespace_refused"), "{control:?}");
+    drop(node);
+    assert!(
+        !ws.join(".custodian/job")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some()),
+        "nothing was opened on the node"
+    );
+}
+
+#[test]
+fn a_node_socket_outside_the_view_refuses_a_sandboxed_peer_as_root() {
+    node_socket_refuses_sandboxed_peers(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn a_node_socket_outside_the_view_refuses_a_sandboxed_peer_as_an_unprivileged_user() {
+    node_socket_refuses_sandboxed_peers(Who::User);
+}
+
+#[test]
+fn a_node_that_allows_other_user_namespaces_serves_a_sandboxed_peer() {
+    let dir = scratch(Who::Root);
+    let ws = dir.path().join("ws");
+    let tool_ws = dir.path().join("tool");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&tool_ws).unwrap();
+    let socket = dir.path().join("node.sock");
+    let _node = NodeSocket::start(Who::Root, &ws, &socket, &["--allow-other-user-namespaces"]);
+    let ev = attack(
+        Who::Root,
+        &tool_ws,
+        "read-only",
+        &node_client(dir.path(), &socket),
+    );
+    let out = stdout(&ev);
+    assert!(out.contains("ANSWER"), "{ev}");
+    assert!(!out.contains("peer_namespace_refused"), "{ev}");
 }
 
 // --- containment: a daemon dies with its run ------------------------------
