@@ -9,6 +9,7 @@
 //! (TypeScript), run by `.ci/run`.
 
 mod client;
+mod early;
 #[path = "../support/marker.rs"]
 mod marker;
 #[path = "../support/sandbox.rs"]
@@ -36,6 +37,11 @@ fn run_keeping_cgroups(module: &str) {
 #[test]
 fn session_in_a_private_mount_namespace() {
     run_keeping_cgroups("session::");
+}
+
+#[test]
+fn early_returns_in_a_private_mount_namespace() {
+    run_keeping_cgroups("early::");
 }
 
 #[test]
