@@ -9,31 +9,7 @@ use serde::{Deserialize, Serialize};
 /// The most paths accepted in each of the grant and deny lists.
 pub const MAX_PATHS: usize = 64;
 
-/// What the filesystem part of a confinement allows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum FsMode {
-    /// No filesystem confinement: the process may do whatever its user may.
-    #[default]
-    None,
-    /// Read (and execute) anything readable; write nowhere but a private
-    /// temporary directory (its `TMPDIR`) and `/dev/null`.
-    ReadOnly,
-    /// As `read-only`, and also write beneath the workspace root.
-    WorkspaceWrite,
-}
-
-impl FsMode {
-    /// The name used on the command line, the wire and in evidence.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FsMode::None => "none",
-            FsMode::ReadOnly => "read-only",
-            FsMode::WorkspaceWrite => "workspace-write",
-        }
-    }
-}
+pub use crate::policy::FsMode;
 
 impl std::str::FromStr for FsMode {
     type Err = InvalidConfinement;

@@ -83,7 +83,7 @@ pub use decision::{
 pub use exposure::{Hidden, StateMode};
 pub use pattern::{Pattern, PatternError};
 pub use target::{
-    ConfineFs, ConfineLevel, ConfineTarget, MAX_TARGET_BYTES, MatchTarget, ProcessTarget,
+    ConfineLevel, ConfineTarget, FsMode, MAX_TARGET_BYTES, MatchTarget, ProcessTarget,
     TargetEnvValue, TargetError,
 };
 pub use tool::{PROCESS_RUN, Registry, RouteError};

@@ -256,29 +256,35 @@ pub struct ProcessTarget {
     pub confine: Option<ConfineTarget>,
 }
 
-/// The filesystem part of a confinement, weakest first.
+/// What the filesystem part of a confinement allows, weakest first (the
+/// order [`ConfineTarget::satisfies`] compares by).
+///
+/// One concept for the launcher, the policy, the CLI, the wire and the
+/// evidence: [`crate::confine::FsMode`] is this type.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
-pub enum ConfineFs {
-    /// No filesystem confinement.
+pub enum FsMode {
+    /// No filesystem confinement: the process may do whatever its user may.
     #[default]
     None,
-    /// Write only beneath the workspace and a private temporary directory.
+    /// As `read-only`, and also write beneath the workspace root.
     WorkspaceWrite,
-    /// Write only a private temporary directory.
+    /// Read (and execute) anything readable; write nowhere but a private
+    /// temporary directory (its `TMPDIR`) and `/dev/null`.
     ReadOnly,
 }
 
-impl ConfineFs {
-    /// The name used on the command line, the wire and in targets.
+impl FsMode {
+    /// The name used on the command line, the wire, in targets and in
+    /// evidence.
     pub fn as_str(self) -> &'static str {
         match self {
-            ConfineFs::None => "none",
-            ConfineFs::WorkspaceWrite => "workspace-write",
-            ConfineFs::ReadOnly => "read-only",
+            FsMode::None => "none",
+            FsMode::WorkspaceWrite => "workspace-write",
+            FsMode::ReadOnly => "read-only",
         }
     }
 }
@@ -304,10 +310,10 @@ impl ConfineLevel {
         }
     }
 
-    fn fs(self) -> ConfineFs {
+    fn fs(self) -> FsMode {
         match self {
-            ConfineLevel::WorkspaceWrite => ConfineFs::WorkspaceWrite,
-            ConfineLevel::ReadOnly => ConfineFs::ReadOnly,
+            ConfineLevel::WorkspaceWrite => FsMode::WorkspaceWrite,
+            ConfineLevel::ReadOnly => FsMode::ReadOnly,
         }
     }
 }
@@ -324,7 +330,7 @@ impl fmt::Display for ConfineLevel {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct ConfineTarget {
     /// The filesystem mode.
-    pub fs: ConfineFs,
+    pub fs: FsMode,
     /// The network is off.
     pub network_off: bool,
     /// Signals and abstract unix sockets are scoped to the sandbox.
@@ -349,7 +355,7 @@ impl ConfineTarget {
     /// Whether this is no confinement at all (it then adds nothing to the
     /// target).
     pub fn is_unconfined(&self) -> bool {
-        self.fs == ConfineFs::None
+        self.fs == FsMode::None
             && !self.network_off
             && !self.scoped
             && self.allow_read.is_empty()

@@ -429,7 +429,7 @@ fn aliased_call_is_decided_as_shell_like() {
     );
 }
 
-fn confined(fs: ConfineFs) -> ConfineTarget {
+fn confined(fs: FsMode) -> ConfineTarget {
     ConfineTarget {
         fs,
         network_off: true,
@@ -456,7 +456,7 @@ fn an_unconfined_target_is_what_it_always_was() {
 
 #[test]
 fn protect_and_hide_reach_the_target_only_when_given() {
-    let mut c = confined(ConfineFs::WorkspaceWrite);
+    let mut c = confined(FsMode::WorkspaceWrite);
     c.protect = vec!["b".into(), "a".into()];
     c.hide = vec!["secrets".into()];
     let t = with_confine(&git(&["status"]), c).match_target().unwrap();
@@ -466,7 +466,7 @@ fn protect_and_hide_reach_the_target_only_when_given() {
         "{}",
         t.as_str()
     );
-    let plain = with_confine(&git(&["status"]), confined(ConfineFs::WorkspaceWrite))
+    let plain = with_confine(&git(&["status"]), confined(FsMode::WorkspaceWrite))
         .match_target()
         .unwrap();
     assert!(!plain.as_str().contains("protect"), "{}", plain.as_str());
@@ -474,7 +474,7 @@ fn protect_and_hide_reach_the_target_only_when_given() {
 
 #[test]
 fn the_confinement_is_part_of_the_target_in_canonical_form() {
-    let mut c = confined(ConfineFs::WorkspaceWrite);
+    let mut c = confined(FsMode::WorkspaceWrite);
     c.deny_read = vec![
         "/home/u/.ssh".into(),
         "/etc/*".into(),
@@ -488,44 +488,44 @@ fn the_confinement_is_part_of_the_target_in_canonical_form() {
         r#"{"executable":"git","argv":["status"],"cwd":".","env":{},"confine":{"fs":"workspace-write","network":"off","scoped":true,"allow_read":[],"allow_write":[],"deny_read":["/etc/\u002a","/home/u/.ssh"],"enforcement":"strict"}}"#
     );
     // Every field tells runs apart.
-    let base = with_confine(&git(&["status"]), confined(ConfineFs::ReadOnly));
+    let base = with_confine(&git(&["status"]), confined(FsMode::ReadOnly));
     let variants = [
-        confined(ConfineFs::WorkspaceWrite),
+        confined(FsMode::WorkspaceWrite),
         ConfineTarget {
             network_off: false,
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             scoped: false,
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             allow_read: vec!["/opt".into()],
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             allow_write: vec!["/opt".into()],
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             deny_read: vec!["/opt".into()],
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             protect: vec!["build.rs".into()],
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             hide: vec!["secrets".into()],
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             best_effort: true,
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
         ConfineTarget {
             min_abi: Some(6),
-            ..confined(ConfineFs::ReadOnly)
+            ..confined(FsMode::ReadOnly)
         },
     ];
     let base_target = base.match_target().unwrap();
@@ -541,7 +541,7 @@ fn the_confinement_is_part_of_the_target_in_canonical_form() {
 fn an_approval_of_a_confined_run_never_approves_it_unconfined() {
     let c = config(ALLOW_ALL);
     let plain = git(&["push"]);
-    let ro = with_confine(&plain, confined(ConfineFs::ReadOnly));
+    let ro = with_confine(&plain, confined(FsMode::ReadOnly));
     let approval = Pattern::exact(&ro.match_target().unwrap());
     let d = run(
         &c,
@@ -552,12 +552,12 @@ fn an_approval_of_a_confined_run_never_approves_it_unconfined() {
     assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
     for other in [
         plain.clone(),
-        with_confine(&plain, confined(ConfineFs::WorkspaceWrite)),
+        with_confine(&plain, confined(FsMode::WorkspaceWrite)),
         with_confine(
             &plain,
             ConfineTarget {
                 network_off: false,
-                ..confined(ConfineFs::ReadOnly)
+                ..confined(FsMode::ReadOnly)
             },
         ),
     ] {
@@ -589,21 +589,21 @@ fn require_confinement_denies_a_weaker_run_whatever_the_approvals() {
             &plain,
             ConfineTarget {
                 network_off: false,
-                ..confined(ConfineFs::ReadOnly)
+                ..confined(FsMode::ReadOnly)
             },
         ),
         with_confine(
             &plain,
             ConfineTarget {
                 best_effort: true,
-                ..confined(ConfineFs::ReadOnly)
+                ..confined(FsMode::ReadOnly)
             },
         ),
         with_confine(
             &plain,
             ConfineTarget {
                 allow_write: vec!["/".into()],
-                ..confined(ConfineFs::WorkspaceWrite)
+                ..confined(FsMode::WorkspaceWrite)
             },
         ),
         with_confine(
@@ -624,7 +624,7 @@ fn require_confinement_denies_a_weaker_run_whatever_the_approvals() {
             }
         );
     }
-    for fs in [ConfineFs::WorkspaceWrite, ConfineFs::ReadOnly] {
+    for fs in [FsMode::WorkspaceWrite, FsMode::ReadOnly] {
         let p = with_confine(&plain, confined(fs));
         let d = run(&c, &p, Provenance::Trusted, &[]);
         assert_eq!(d.verdict, Verdict::Allow, "{fs:?}: {d:?}");
@@ -632,7 +632,7 @@ fn require_confinement_denies_a_weaker_run_whatever_the_approvals() {
     let strict = config(&format!(
         "{ALLOW_ALL}\nrequire_confinement = \"read-only\"\n"
     ));
-    let ww = with_confine(&plain, confined(ConfineFs::WorkspaceWrite));
+    let ww = with_confine(&plain, confined(FsMode::WorkspaceWrite));
     assert_eq!(
         run(&strict, &ww, Provenance::Trusted, &[]).verdict,
         Verdict::Deny
@@ -666,13 +666,13 @@ confinement = "read-only"
         run(&c, &plain, Provenance::Trusted, &[]).verdict,
         Verdict::Deny
     );
-    let ro = with_confine(&plain, confined(ConfineFs::ReadOnly));
+    let ro = with_confine(&plain, confined(FsMode::ReadOnly));
     let d = run(&c, &ro, Provenance::Trusted, &[]);
     assert_eq!(
         (d.verdict, d.reason),
         (Verdict::Allow, Reason::Rule { rule: 0 })
     );
-    let ww = with_confine(&plain, confined(ConfineFs::WorkspaceWrite));
+    let ww = with_confine(&plain, confined(FsMode::WorkspaceWrite));
     assert_eq!(
         run(&c, &ww, Provenance::Trusted, &[]).verdict,
         Verdict::Deny

@@ -12,14 +12,14 @@
 use std::sync::Arc;
 
 use crate::policy::{
-    ConfineFs, ConfineTarget, Context, Decision, MatchTarget, PROCESS_RUN, Pattern, PolicyConfig,
+    ConfineTarget, Context, Decision, MatchTarget, PROCESS_RUN, Pattern, PolicyConfig,
     ProcessTarget, Query, Registry, TargetEnvValue, Verdict, decide,
 };
 
 use super::evidence::Evidence;
 use super::invocation::{EnvValue, Invocation};
 use super::launch::{LaunchOptions, ProcessError, Running, launch};
-use crate::confine::{Confinement, Enforcement, FsMode, Network};
+use crate::confine::{Confinement, Enforcement, Network};
 
 /// What the decision needs besides the invocation.
 #[derive(Clone, Copy, Debug)]
@@ -115,11 +115,7 @@ pub fn confine_target(c: &Confinement) -> ConfineTarget {
             .collect::<Vec<_>>()
     };
     ConfineTarget {
-        fs: match c.fs {
-            FsMode::ReadOnly => ConfineFs::ReadOnly,
-            FsMode::WorkspaceWrite => ConfineFs::WorkspaceWrite,
-            _ => ConfineFs::None,
-        },
+        fs: c.fs,
         network_off: c.network == Network::Off,
         scoped: c.scoped,
         allow_read: paths(&c.allow_read),
