@@ -139,7 +139,7 @@ impl WorkspaceLifecycle for Hooks {
         let code = result.safe_code();
         info!(
             status = ?result.status,
-            code = code.map(|c| c.as_str()),
+            code = code.as_ref().map(SafeCode::as_str),
             processes_cancelled = c.processes_cancelled,
             processes_unsettled = c.processes_unsettled,
             registered = c.registered,

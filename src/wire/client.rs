@@ -442,15 +442,20 @@ impl WireClient {
         &self,
         request_id: &RequestId,
     ) -> Result<CleanupSummary, WireError> {
-        match self
-            .call(Operation::CleanupWorkspace {
+        cleanup_answer(
+            self.call(Operation::CleanupWorkspace {
                 request_id: request_id.clone(),
             })
-            .await?
-        {
-            Response::Cleanup(report) => Ok(report),
-            other => Err(refused(other)),
-        }
+            .await?,
+        )
+    }
+}
+
+/// A node's answer to `cleanup_workspace`: its report, or why there is none.
+fn cleanup_answer(resp: Response) -> Result<CleanupSummary, WireError> {
+    match resp {
+        Response::Cleanup(report) => Ok(report),
+        other => Err(refused(other)),
     }
 }
 
@@ -502,33 +507,9 @@ impl From<WireError> for io::Error {
 
 /// The code recorded when the node could not be reached for a cleanup.
 pub const CODE_NODE_UNREACHABLE: SafeCode = SafeCode::new("node_unreachable");
-/// The code recorded when a node's failure code could not be kept verbatim
-/// (the table of distinct remote codes is full, or the node answered with
-/// something other than a cleanup report).
+/// The code recorded when a node's cleanup failed without a code, or the
+/// node answered with something other than a cleanup report.
 pub const CODE_REMOTE_CLEANUP_FAILED: SafeCode = SafeCode::new("remote_cleanup_failed");
-
-/// Distinct remote codes turned into [`SafeCode`]s so far. A `SafeCode`
-/// holds a `&'static str`, so each distinct code is leaked once; the table
-/// is bounded, so a hostile node can leak at most
-/// `MAX_INTERNED * Code::MAX_LEN` bytes.
-static INTERNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-const MAX_INTERNED: usize = 256;
-
-fn intern(code: &Code) -> SafeCode {
-    let mut table = INTERNED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(s) = table.iter().find(|s| **s == code.as_str()) {
-        return SafeCode::new(s);
-    }
-    if table.len() >= MAX_INTERNED {
-        return CODE_REMOTE_CLEANUP_FAILED;
-    }
-    let leaked: &'static str = Box::leak(code.as_str().to_owned().into_boxed_str());
-    table.push(leaked);
-    // `Code` was validated with the same rules `SafeCode::new` checks.
-    SafeCode::new(leaked)
-}
 
 /// One `cleanup_workspace` message per call; the coordinator makes exactly
 /// one call per request that announced a workspace, whether or not its open
@@ -536,23 +517,30 @@ fn intern(code: &Code) -> SafeCode {
 /// opened is `already_gone`).
 impl WorkspaceLifecycle for WireClient {
     async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
-        match WireClient::cleanup_workspace(self, request).await {
-            Ok(report) => match report.status {
-                CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed => {
-                    CleanupOutcome::Ok
-                }
-                CleanupStatus::Failed => CleanupOutcome::Failed(
-                    report
-                        .code
-                        .as_ref()
-                        .map_or(CODE_REMOTE_CLEANUP_FAILED, intern),
-                ),
-            },
-            Err(WireError::Disconnected) => CleanupOutcome::Failed(CODE_NODE_UNREACHABLE),
-            Err(WireError::Refused { code }) => CleanupOutcome::Failed(intern(&code)),
-            Err(WireError::Unexpected | WireError::PolicyRefused { .. }) => {
-                CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
+        cleanup_outcome(WireClient::cleanup_workspace(self, request).await)
+    }
+}
+
+/// The coordinator's outcome for a node's answer to `cleanup_workspace`. A
+/// node's failure code is kept verbatim: it was checked as a [`SafeCode`]
+/// when the answer was decoded, and the outcome owns a copy of its text.
+fn cleanup_outcome(answer: Result<CleanupSummary, WireError>) -> CleanupOutcome {
+    match answer {
+        Ok(report) => match report.status {
+            CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed => {
+                CleanupOutcome::Ok
             }
+            CleanupStatus::Failed => CleanupOutcome::Failed(
+                report
+                    .code
+                    .as_ref()
+                    .map_or(CODE_REMOTE_CLEANUP_FAILED, SafeCode::from),
+            ),
+        },
+        Err(WireError::Disconnected) => CleanupOutcome::Failed(CODE_NODE_UNREACHABLE),
+        Err(WireError::Refused { code }) => CleanupOutcome::Failed(SafeCode::from(&code)),
+        Err(WireError::Unexpected | WireError::PolicyRefused { .. }) => {
+            CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
         }
     }
 }
@@ -566,5 +554,146 @@ impl ProcessControl for WireClient {
         if let Err(e) = self.cancel(request).await {
             warn!(error = %e, "cancel over the wire failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::wire::codec::decode_response;
+
+    /// The unit tests' allocator: the system's, counting the bytes each
+    /// thread holds, so that a test can see whether what it did left
+    /// anything allocated (a leak grows its thread's count; other tests
+    /// running at the same time do not touch it).
+    struct CountingAlloc;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn count(bytes: usize, sign: isize) {
+        // `try_with`: the allocator also runs while a thread's locals are
+        // torn down. A size never exceeds isize::MAX (Layout's rule).
+        let bytes = isize::try_from(bytes).unwrap_or(isize::MAX);
+        let _ = LIVE.try_with(|live| live.set(live.get() + sign * bytes));
+    }
+
+    fn live_bytes() -> isize {
+        LIVE.with(Cell::get)
+    }
+
+    // SAFETY: every method forwards to `System` with the caller's layout and
+    // pointer unchanged, so `System`'s guarantees are this allocator's; the
+    // count touches no allocation.
+    #[allow(unsafe_code, reason = "a test-only counting allocator over System")]
+    unsafe impl GlobalAlloc for CountingAlloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller upholds `alloc`'s contract, passed on as is.
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                count(layout.size(), 1);
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            count(layout.size(), -1);
+            // SAFETY: `ptr` came from this allocator, hence from `System`,
+            // with this layout (the caller's contract).
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: as `dealloc` for `ptr` and `layout`; `new_size` is the
+            // caller's, checked by the caller against `realloc`'s contract.
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                count(layout.size(), -1);
+                count(new_size, 1);
+            }
+            p
+        }
+    }
+
+    #[global_allocator]
+    static ALLOC: CountingAlloc = CountingAlloc;
+
+    /// The outcome of a node's cleanup answer, decoded from its frame as
+    /// `WireClient::cleanup_workspace` does.
+    fn outcome_of(frame: &str) -> CleanupOutcome {
+        let resp = decode_response(frame.as_bytes())
+            .expect("a valid frame")
+            .result;
+        cleanup_outcome(cleanup_answer(resp))
+    }
+
+    fn failed_cleanup(code: &str) -> String {
+        format!(
+            r#"{{"v":1,"seq":7,"result":"cleanup","request_id":"req-1","status":"failed","code":"{code}"}}"#
+        )
+    }
+
+    /// A node's failure code reaches the coordinator verbatim, whether it
+    /// comes in a failed cleanup report or an error answer.
+    #[test]
+    fn a_remote_cleanup_code_reaches_the_outcome_verbatim() {
+        assert_eq!(
+            outcome_of(&failed_cleanup("symlink_in_job")),
+            CleanupOutcome::Failed(SafeCode::new("symlink_in_job"))
+        );
+        assert_eq!(
+            outcome_of(r#"{"v":1,"seq":7,"result":"error","code":"no_space_left"}"#),
+            CleanupOutcome::Failed(SafeCode::new("no_space_left"))
+        );
+        assert_eq!(
+            outcome_of(
+                r#"{"v":1,"seq":7,"result":"cleanup","request_id":"req-1","status":"failed"}"#
+            ),
+            CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
+        );
+        assert_eq!(
+            outcome_of(
+                r#"{"v":1,"seq":7,"result":"cleanup","request_id":"req-1","status":"cleaned"}"#
+            ),
+            CleanupOutcome::Ok
+        );
+    }
+
+    /// A hostile node cannot make the edge keep memory by sending many
+    /// distinct codes: each one is owned by the outcome that carries it and
+    /// goes with it. Before a code owned its text, each distinct code was
+    /// leaked into a process-wide table (and past 256 of them the code was
+    /// replaced by `remote_cleanup_failed`).
+    #[test]
+    fn many_distinct_remote_codes_are_kept_verbatim_and_leave_nothing_behind() {
+        let codes: Vec<String> = (0..5_000).map(|i| format!("remote_code_{i}")).collect();
+        let frames: Vec<String> = codes.iter().map(|c| failed_cleanup(c)).collect();
+        // Anything a first decode sets up once (lazily) is not a leak.
+        let _ = outcome_of(&failed_cleanup("warm_up"));
+        let before = live_bytes();
+        for (code, frame) in codes.iter().zip(&frames) {
+            match outcome_of(frame) {
+                CleanupOutcome::Failed(got) => assert_eq!(got.as_str(), code),
+                other => panic!("{other:?}"),
+            }
+        }
+        let grown = live_bytes() - before;
+        assert_eq!(
+            grown, 0,
+            "decoding 5000 distinct codes left {grown} bytes allocated"
+        );
+    }
+
+    /// The counter sees a leak: the check above can fail.
+    #[test]
+    fn the_allocation_count_sees_a_leak() {
+        let before = live_bytes();
+        let leaked: &'static str = Box::leak(String::from("leaked_code").into_boxed_str());
+        assert_eq!(leaked, "leaked_code");
+        assert!(live_bytes() - before >= 11);
     }
 }

@@ -229,7 +229,7 @@ pub enum Response {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyRefusal {
     /// `policy_denied` or `approval_required`.
-    pub code: SafeCode,
+    pub code: Code,
     /// The policy reason's code.
     pub reason: Code,
     /// The match target (on `approval_required`).
@@ -243,7 +243,7 @@ impl PolicyRefusal {
     pub fn into_response(self, request_id: RequestId) -> Response {
         Response::PolicyRefused {
             request_id,
-            code: Code::from(self.code),
+            code: self.code,
             reason: self.reason,
             target: self.target,
             suggested_override: self.suggested_override,
@@ -291,31 +291,26 @@ pub struct CleanupSummary {
 
 /// A safe, stable, machine-readable code received over the wire: 1 to 64
 /// lowercase ASCII letters, digits and `_`. Anything else is refused when
-/// decoding, so a code can never smuggle a path or a value.
+/// decoding ([`SafeCode::parse`] decides), so a code can never smuggle a
+/// path or a value, and every `Code` is a [`SafeCode`] (`SafeCode::from`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Code(String);
 
 impl Code {
     /// The longest code accepted.
-    pub const MAX_LEN: usize = 64;
+    pub const MAX_LEN: usize = SafeCode::MAX_LEN;
 
-    /// Validates `code`.
+    /// Validates `code` with [`SafeCode::parse`].
     ///
     /// # Errors
     ///
     /// [`InvalidCode`] when `code` is empty, longer than [`Code::MAX_LEN`] or
     /// holds anything but lowercase ASCII letters, digits and `_`.
     pub fn new(code: &str) -> Result<Self, InvalidCode> {
-        let ok = !code.is_empty()
-            && code.len() <= Self::MAX_LEN
-            && code
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if ok {
-            Ok(Code(code.to_owned()))
-        } else {
-            Err(InvalidCode)
+        match SafeCode::parse(code) {
+            Ok(_) => Ok(Code(code.to_owned())),
+            Err(_) => Err(InvalidCode),
         }
     }
 
@@ -328,6 +323,17 @@ impl Code {
 impl From<SafeCode> for Code {
     fn from(code: SafeCode) -> Self {
         Code(code.as_str().to_owned())
+    }
+}
+
+/// A node's code as the crate's own: a copy of its text, which owns it.
+impl From<&Code> for SafeCode {
+    fn from(code: &Code) -> Self {
+        match SafeCode::parse(&code.0) {
+            Ok(safe) => safe,
+            // `Code::new`, the only way to a `Code`, checked this very text.
+            Err(_) => unreachable!("a wire code is a safe code"),
+        }
     }
 }
 

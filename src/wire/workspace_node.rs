@@ -166,14 +166,14 @@ impl WorkspaceNode {
         tracing::info!(request_id = %request, verdict = %decision.verdict, %reason, "policy refused run_process");
         Err(match (decision.verdict, decision.suggested_override) {
             (Verdict::RequireApproval, Some(o)) => PolicyRefusal {
-                code: super::message::codes::APPROVAL_REQUIRED,
+                code: Code::from(super::message::codes::APPROVAL_REQUIRED),
                 reason,
                 target: decision.target.map(|t| t.as_str().to_owned()),
                 suggested_override: Some(o.as_str().to_owned()),
             },
             // Deny, or an approval with nothing to approve: fail closed.
             _ => PolicyRefusal {
-                code: super::message::codes::POLICY_DENIED,
+                code: Code::from(super::message::codes::POLICY_DENIED),
                 reason,
                 target: None,
                 suggested_override: None,
@@ -286,7 +286,8 @@ impl NodeWorkspace for WorkspaceNode {
         let inv = self.invocation(spec)?;
         // Checked again on the very invocation that launches, for callers
         // that reach `run` without `admit_run`.
-        self.decide(request, &inv).map_err(|r| r.code)?;
+        self.decide(request, &inv)
+            .map_err(|r| SafeCode::from(&r.code))?;
         // The launch opens descriptors (pipes, a pidfd, its cgroup): not
         // while a cleanup holds the reserve.
         let allocating = match &self.reserve {

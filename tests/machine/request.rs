@@ -479,7 +479,7 @@ fn merge_table() {
         let r = FinalResult::merge(primary, cleanup);
         assert_eq!(r.status(), status, "{primary:?} {cleanup:?}");
         assert_eq!(
-            r.error_code().map(SafeCode::as_str),
+            r.error_code().as_ref().map(SafeCode::as_str),
             code,
             "{primary:?} {cleanup:?}"
         );
