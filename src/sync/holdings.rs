@@ -119,7 +119,17 @@ where
     ///
     /// `Err(refusal)` without running `make`; `Ok(Err(e))` if `make`
     /// failed (nothing is held).
-    pub fn open<E>(&self, key: K, make: impl FnOnce() -> Result<S, E>) -> Result<Result<S, E>, Refusal> {
+    ///
+    /// `make` must not call back into this table's held states (`open`,
+    /// `find`, `complete`, ...: that would deadlock); it may enter the
+    /// key's election ([`elect`](Self::elect) takes only the election's
+    /// lock), e.g. to file a result decided without a cleanup before any
+    /// open of the key can look.
+    pub fn open<E>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> Result<S, E>,
+    ) -> Result<Result<S, E>, Refusal> {
         let mut table = shim::lock(&self.table);
         if table.closed {
             return Err(Refusal::Closed);
@@ -316,7 +326,10 @@ mod tests {
     #[test]
     fn a_failed_make_holds_nothing_and_close_refuses_later_opens() {
         let table: Table = Holdings::new(4);
-        assert_eq!(table.open("bad", || Err::<u32, _>("mkdir")), Ok(Err("mkdir")));
+        assert_eq!(
+            table.open("bad", || Err::<u32, _>("mkdir")),
+            Ok(Err("mkdir"))
+        );
         assert!(table.is_empty());
         assert_eq!(table.open("a", || Ok::<_, ()>(1)), Ok(Ok(1)));
         assert_eq!(table.close(), vec!["a"]);
