@@ -27,7 +27,8 @@ use custodian::sync::shim::atomic::AtomicBool;
 use custodian::sync::shim::atomic::Ordering as LoomOrdering;
 use custodian::sync::shim::{self, Arc, Condvar, Mutex, thread};
 use custodian::sync::{
-    Applied, Commit, CommitLog, Elected, Holdings, OwnerGuard, Refusal, SlotEffect, SlotStep, Slots,
+    Applied, Commit, CommitLog, Elected, Holdings, OpenRefusal, OwnerGuard, SlotEffect, SlotStep,
+    Slots,
 };
 use custodian::wire::{node_slot_retry, node_slot_step};
 
@@ -935,7 +936,7 @@ pub trait HeldTable: Clone + Send + Sync + 'static {
     fn create(capacity: usize) -> Self;
     /// `open_request`: refused, or `make` (the job directory's creation)
     /// ran under the table's lock and the request is held.
-    fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), Refusal>;
+    fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), OpenRefusal>;
     /// `cleanup_id`: enters the key's cleanup election.
     fn elect(&self, key: u8) -> Elected<Verdict>;
     /// `cleanup_work`: whether the owner finds the key held.
@@ -950,7 +951,7 @@ impl HeldTable for Holdings<u8, (), Verdict> {
     fn create(capacity: usize) -> Self {
         Holdings::new(capacity)
     }
-    fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), Refusal> {
+    fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), OpenRefusal> {
         Holdings::open(self, key, || {
             make();
             Ok::<(), ()>(())
@@ -987,8 +988,8 @@ impl HeldTable for Holdings<u8, (), Verdict> {
 ///   one nobody holds.
 ///
 /// Racer 0 wins when the open succeeded, racer 1 when it was refused.
-/// Tags: 0 — refused while the cleanup ran ([`Refusal::Cleaning`]); 1 —
-/// refused by the cached result ([`Refusal::Cleaned`]); 2 — opened after
+/// Tags: 0 — refused while the cleanup ran ([`OpenRefusal::Cleaning`]); 1 —
+/// refused by the cached result ([`OpenRefusal::Cleaned`]); 2 — opened after
 /// the result was published and evicted (only with `capacity == 0`). With
 /// a cache, tags 0 and 1 must occur; with none, tags 0 and 2.
 pub fn open_races_cleanup_of_unknown<H: HeldTable>(
@@ -1042,8 +1043,8 @@ pub fn open_races_cleanup_of_unknown<H: HeldTable>(
         );
         recorder.won(usize::from(opened.is_err()));
         match opened {
-            Err(Refusal::Cleaning) => recorder.tag(0),
-            Err(Refusal::Cleaned) => recorder.tag(1),
+            Err(OpenRefusal::Cleaning) => recorder.tag(0),
+            Err(OpenRefusal::Cleaned) => recorder.tag(1),
             Err(other) => panic!("refused as {other:?}"),
             Ok(()) if !found => recorder.tag(2),
             Ok(()) => {}

@@ -148,7 +148,7 @@ mod loom_models {
 
     use custodian::sync::shim::atomic::{AtomicUsize, Ordering};
     use custodian::sync::{
-        Applied, CommitLog, Elected, Elections, OwnerGuard, Refusal, SlotEffect, Slots,
+        Applied, CommitLog, Elected, Elections, OpenRefusal, OwnerGuard, SlotEffect, Slots,
     };
     use custodian_loom_tests::runtime::{
         CommitCell, Decision, HeldTable, Input, Op, Rec, Report, Roots, Slot, SlotTable, Verdict,
@@ -309,13 +309,13 @@ mod loom_models {
                 elections: Elections::new(capacity),
             }
         }
-        fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), Refusal> {
+        fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), OpenRefusal> {
             let mut requests = shim::lock(&self.requests);
             if self.elections.result(&key).is_some() {
-                return Err(Refusal::Cleaned);
+                return Err(OpenRefusal::Cleaned);
             }
             if requests.contains_key(&key) {
-                return Err(Refusal::Held);
+                return Err(OpenRefusal::Held);
             }
             make();
             requests.insert(key, ());

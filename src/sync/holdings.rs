@@ -10,7 +10,7 @@ use super::shim::{self, Arc, Mutex};
 
 /// Why [`Holdings::open`] refused a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Refusal {
+pub enum OpenRefusal {
     /// [`Holdings::close`] was called: nothing is opened any more.
     Closed,
     /// The key is held already (opened, or taken by a cleanup or a reclaim).
@@ -33,7 +33,7 @@ pub enum Refusal {
 /// itself is the fence: from the moment a cleanup enters it
 /// ([`elect`](Self::elect)) until its result is evicted from the cache,
 /// every [`open`](Self::open) of the key is refused
-/// ([`Refusal::Cleaning`], then [`Refusal::Cleaned`]). The owner then looks
+/// ([`OpenRefusal::Cleaning`], then [`OpenRefusal::Cleaned`]). The owner then looks
 /// the key up ([`find`](Self::find), which takes its guard as proof that
 /// the election came first) under the table's lock, the lock every open
 /// decides and creates under. Whatever the interleaving, exactly one of two
@@ -64,16 +64,16 @@ pub enum Refusal {
 /// # Examples
 ///
 /// ```
-/// use custodian::sync::{Elected, Holdings, Refusal};
+/// use custodian::sync::{Elected, Holdings, OpenRefusal};
 ///
 /// let holdings: Holdings<&str, u32, &str> = Holdings::new(8);
 /// // A cleanup of an unknown key fences it first...
 /// let Elected::Owner(guard) = holdings.elect("req-1") else { unreachable!() };
-/// assert_eq!(holdings.open("req-1", || Ok::<_, ()>(7)), Err(Refusal::Cleaning));
+/// assert_eq!(holdings.open("req-1", || Ok::<_, ()>(7)), Err(OpenRefusal::Cleaning));
 /// // ...then finds nothing, and reports the key gone.
 /// assert_eq!(holdings.find(&guard, &"req-1", || Err::<u32, _>("nothing")), Err("nothing"));
 /// holdings.complete(&"req-1", guard, "already_gone");
-/// assert_eq!(holdings.open("req-1", || Ok::<_, ()>(7)), Err(Refusal::Cleaned));
+/// assert_eq!(holdings.open("req-1", || Ok::<_, ()>(7)), Err(OpenRefusal::Cleaned));
 ///
 /// // An open that came first is what the cleanup finds.
 /// assert_eq!(holdings.open("req-2", || Ok::<_, ()>(9)), Ok(Ok(9)));
@@ -129,13 +129,13 @@ where
         &self,
         key: K,
         make: impl FnOnce() -> Result<S, E>,
-    ) -> Result<Result<S, E>, Refusal> {
+    ) -> Result<Result<S, E>, OpenRefusal> {
         let mut table = shim::lock(&self.table);
         if table.closed {
-            return Err(Refusal::Closed);
+            return Err(OpenRefusal::Closed);
         }
         if table.held.contains_key(&key) {
-            return Err(Refusal::Held);
+            return Err(OpenRefusal::Held);
         }
         if let Some(published) = self.opened_fence(&key) {
             return Err(published);
@@ -177,8 +177,8 @@ where
 
     /// Files `owner`'s final result for `key`: forgets `key`'s state, then
     /// publishes `value` to every participant. In between, opens of `key`
-    /// are refused as [`Refusal::Cleaning`], after it as
-    /// [`Refusal::Cleaned`] while the result is cached.
+    /// are refused as [`OpenRefusal::Cleaning`], after it as
+    /// [`OpenRefusal::Cleaned`] while the result is cached.
     pub fn complete(&self, key: &K, owner: OwnerGuard<V>, value: V) {
         shim::lock(&self.table).held.remove(key);
         owner.complete(value);
@@ -218,12 +218,12 @@ where
     }
 
     /// Why an open of `key` is refused by its election, if it is.
-    fn opened_fence(&self, key: &K) -> Option<Refusal> {
+    fn opened_fence(&self, key: &K) -> Option<OpenRefusal> {
         self.elections.entered(key).map(|published| {
             if published {
-                Refusal::Cleaned
+                OpenRefusal::Cleaned
             } else {
-                Refusal::Cleaning
+                OpenRefusal::Cleaning
             }
         })
     }
@@ -283,11 +283,20 @@ mod tests {
     fn an_entered_cleanup_fences_opens_until_it_publishes_and_while_cached() {
         let table: Table = Holdings::new(1);
         let guard = owner(table.elect("k"));
-        assert_eq!(table.open("k", || Ok::<_, ()>(1)), Err(Refusal::Cleaning));
+        assert_eq!(
+            table.open("k", || Ok::<_, ()>(1)),
+            Err(OpenRefusal::Cleaning)
+        );
         assert_eq!(table.find(&guard, &"k", nothing), Err(()));
-        assert_eq!(table.open("k", || Ok::<_, ()>(1)), Err(Refusal::Cleaning));
+        assert_eq!(
+            table.open("k", || Ok::<_, ()>(1)),
+            Err(OpenRefusal::Cleaning)
+        );
         table.complete(&"k", guard, "gone");
-        assert_eq!(table.open("k", || Ok::<_, ()>(1)), Err(Refusal::Cleaned));
+        assert_eq!(
+            table.open("k", || Ok::<_, ()>(1)),
+            Err(OpenRefusal::Cleaned)
+        );
         assert!(table.is_empty());
         // Evicted by another key's result: the key may be opened again.
         owner(table.elect("other")).complete("gone");
@@ -299,7 +308,7 @@ mod tests {
     fn a_cleanup_finds_the_state_an_earlier_open_holds_and_forgets_it_before_publishing() {
         let table: Table = Holdings::new(4);
         assert_eq!(table.open("k", || Ok::<_, ()>(5)), Ok(Ok(5)));
-        assert_eq!(table.open("k", || Ok::<_, ()>(6)), Err(Refusal::Held));
+        assert_eq!(table.open("k", || Ok::<_, ()>(6)), Err(OpenRefusal::Held));
         let guard = owner(table.elect("k"));
         let waiter = guard.waiter();
         assert_eq!(table.find(&guard, &"k", nothing), Ok(5));
@@ -316,7 +325,7 @@ mod tests {
         assert_eq!(table.find(&guard, &"k", || Ok::<_, ()>(3)), Ok(3));
         guard.complete_transient("no_space");
         // Still held: the next cleanup finds it, an open is refused.
-        assert_eq!(table.open("k", || Ok::<_, ()>(4)), Err(Refusal::Held));
+        assert_eq!(table.open("k", || Ok::<_, ()>(4)), Err(OpenRefusal::Held));
         let guard = owner(table.elect("k"));
         assert_eq!(table.find(&guard, &"k", nothing), Ok(3));
         table.complete(&"k", guard, "cleaned");
@@ -333,7 +342,7 @@ mod tests {
         assert!(table.is_empty());
         assert_eq!(table.open("a", || Ok::<_, ()>(1)), Ok(Ok(1)));
         assert_eq!(table.close(), vec!["a"]);
-        assert_eq!(table.open("b", || Ok::<_, ()>(2)), Err(Refusal::Closed));
+        assert_eq!(table.open("b", || Ok::<_, ()>(2)), Err(OpenRefusal::Closed));
         assert_eq!(table.keys(), vec!["a"]);
         assert_eq!(table.states(), vec![1]);
         assert_eq!(

@@ -112,7 +112,7 @@ mod slots;
 
 pub use commit::{Commit, CommitLog};
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
-pub use holdings::{Holdings, Refusal};
+pub use holdings::{Holdings, OpenRefusal};
 pub use roots::RootRegistry;
 pub use settle::{AlreadySettled, SettleOnce, Settled};
 pub use slots::{Applied, SlotEffect, SlotStep, Slots};

@@ -20,7 +20,7 @@ use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
 use crate::fs::{self, Errno, FileKind, FlockOperation, Identity, Observed};
-use crate::sync::{Abandoned, Elected, Holdings, OwnerGuard, Refusal};
+use crate::sync::{Abandoned, Elected, Holdings, OpenRefusal, OwnerGuard};
 
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
@@ -555,9 +555,9 @@ impl Workspace {
                 ws: self.clone(),
                 state,
             }),
-            Err(Refusal::Closed) => Err(WorkspaceError::Closed),
-            Err(Refusal::Held) => Err(WorkspaceError::AlreadyOpen { request: id }),
-            Err(Refusal::Cleaning | Refusal::Cleaned) => {
+            Err(OpenRefusal::Closed) => Err(WorkspaceError::Closed),
+            Err(OpenRefusal::Held) => Err(WorkspaceError::AlreadyOpen { request: id }),
+            Err(OpenRefusal::Cleaning | OpenRefusal::Cleaned) => {
                 Err(WorkspaceError::AlreadyCleaned { request: id })
             }
         }
