@@ -77,11 +77,22 @@ where
     builder.preemption_bound = Some(preemption_bound);
     let started = Instant::now();
     {
-        let recorder = StdArc::clone(&recorder);
-        builder.check(move || {
-            recorder.executions.fetch_add(1, Ordering::Relaxed);
-            model(&recorder);
-        });
+        let counted = StdArc::clone(&recorder);
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            builder.check(move || {
+                counted.executions.fetch_add(1, Ordering::Relaxed);
+                model(&counted);
+            });
+        }));
+        if let Err(failure) = checked {
+            // A caught bug says how far loom went to find it.
+            println!(
+                "loom {name}: preemption bound {preemption_bound}, failed in execution {}, {:.2}s",
+                recorder.executions.load(Ordering::Relaxed),
+                started.elapsed().as_secs_f64(),
+            );
+            std::panic::resume_unwind(failure);
+        }
     }
     let exploration = Exploration {
         executions: recorder.executions.load(Ordering::Relaxed),

@@ -13,16 +13,22 @@
 //!   the same two node races with the node's real decisions
 //!   (`machine::node::step` through `wire::node_slot_step`, the glue the
 //!   node itself uses) on the real `Slots`.
+//! - [`open_races_cleanup_of_unknown`]: a workspace's [`Holdings`]: an open
+//!   of a request races a cleanup of the same id that holds nothing for it
+//!   yet (the embedder's facade announces the workspace, then opens it; a
+//!   cancel's cleanup can run in between).
 
 use std::collections::VecDeque;
 use std::sync::Arc as StdArc;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
 use custodian::machine::node;
+use custodian::sync::shim::atomic::AtomicBool;
 use custodian::sync::shim::atomic::Ordering as LoomOrdering;
 use custodian::sync::shim::{self, Arc, Condvar, Mutex, thread};
 use custodian::sync::{
-    Applied, Commit, CommitLog, Elected, OwnerGuard, SlotEffect, SlotStep, Slots,
+    Applied, Commit, CommitLog, Elected, Holdings, OpenRefusal, OwnerGuard, SlotEffect, SlotStep,
+    Slots,
 };
 use custodian::wire::{node_slot_retry, node_slot_step};
 
@@ -905,6 +911,155 @@ pub fn node_transient_cleanup_is_run_again(name: &str, bound: usize) -> Explorat
         recorder.tag(if mine_saw && theirs_saw { 0 } else { 1 });
     });
     assert!(exploration.tags.iter().all(|&t| t > 0), "{exploration:?}");
+    exploration
+}
+
+// ---------------------------------------------------------------------------
+// The workspace: an open vs. a cleanup of an id it holds nothing for
+// ---------------------------------------------------------------------------
+
+/// What the model's cleanup reports, as `cleanup_work` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It found the request held and removed its job directory.
+    Cleaned,
+    /// It found nothing held and no job directory.
+    AlreadyGone,
+    /// It found nothing held but a job directory it cannot prove.
+    JobNotOwned,
+}
+
+/// The workspace's table of requests as `Workspace::open_request` and its
+/// cleanup task use it (the methods of [`Holdings`]).
+pub trait HeldTable: Clone + Send + Sync + 'static {
+    /// A table whose elections cache `capacity` results.
+    fn create(capacity: usize) -> Self;
+    /// `open_request`: refused, or `make` (the job directory's creation)
+    /// ran under the table's lock and the request is held.
+    fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), OpenRefusal>;
+    /// `cleanup_id`: enters the key's cleanup election.
+    fn elect(&self, key: u8) -> Elected<Verdict>;
+    /// `cleanup_work`: whether the owner finds the key held.
+    fn find(&self, owner: &OwnerGuard<Verdict>, key: u8) -> bool;
+    /// The cleanup task files its final result.
+    fn complete(&self, key: u8, owner: OwnerGuard<Verdict>, verdict: Verdict);
+    /// Whether the key is held.
+    fn held(&self, key: u8) -> bool;
+}
+
+impl HeldTable for Holdings<u8, (), Verdict> {
+    fn create(capacity: usize) -> Self {
+        Holdings::new(capacity)
+    }
+    fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), OpenRefusal> {
+        Holdings::open(self, key, || {
+            make();
+            Ok::<(), ()>(())
+        })
+        .map(|made| made.unwrap())
+    }
+    fn elect(&self, key: u8) -> Elected<Verdict> {
+        Holdings::elect(self, key)
+    }
+    fn find(&self, owner: &OwnerGuard<Verdict>, key: u8) -> bool {
+        Holdings::find(self, owner, &key, || Err(())).is_ok()
+    }
+    fn complete(&self, key: u8, owner: OwnerGuard<Verdict>, verdict: Verdict) {
+        Holdings::complete(self, &key, owner, verdict);
+    }
+    fn held(&self, key: u8) -> bool {
+        Holdings::get(self, &key).is_some()
+    }
+}
+
+/// An open of request 0 races the cleanup of request 0, which the table
+/// does not hold yet (the facade committed the announcement, then a
+/// cancel's cleanup ran before the open). The cleanup runs as the
+/// workspace's cleanup task does: elect, find, then either remove the job
+/// directory (found) or check that it is gone, then file the result.
+/// Checked in every execution:
+///
+/// - with a cached result (`capacity > 0`): the open is refused, or the
+///   cleanup found the open request (and removed its job directory) —
+///   never an open that succeeded while the cleanup found nothing and
+///   reported the id gone;
+/// - whatever the capacity: a job directory left at the end belongs to a
+///   request the table still holds (a later cleanup removes it), never to
+///   one nobody holds.
+///
+/// Racer 0 wins when the open succeeded, racer 1 when it was refused.
+/// Tags: 0 — refused while the cleanup ran ([`OpenRefusal::Cleaning`]); 1 —
+/// refused by the cached result ([`OpenRefusal::Cleaned`]); 2 — opened after
+/// the result was published and evicted (only with `capacity == 0`). With
+/// a cache, tags 0 and 1 must occur; with none, tags 0 and 2.
+pub fn open_races_cleanup_of_unknown<H: HeldTable>(
+    name: &str,
+    bound: usize,
+    capacity: usize,
+) -> Exploration {
+    let exploration = explore(name, bound, 2, 3, move |recorder| {
+        let table = H::create(capacity);
+        let job_dir = Arc::new(AtomicBool::new(false));
+        let opener = {
+            let (table, job_dir) = (table.clone(), Arc::clone(&job_dir));
+            thread::spawn(move || {
+                table.open(0, &mut || {
+                    assert!(
+                        !job_dir.swap(true, LoomOrdering::SeqCst),
+                        "the job directory was created twice"
+                    );
+                })
+            })
+        };
+        let Elected::Owner(guard) = table.elect(0) else {
+            panic!("the only cleanup does not own its election");
+        };
+        let found = table.find(&guard, 0);
+        let verdict = if found {
+            job_dir.store(false, LoomOrdering::SeqCst);
+            Verdict::Cleaned
+        } else if job_dir.load(LoomOrdering::SeqCst) {
+            Verdict::JobNotOwned
+        } else {
+            Verdict::AlreadyGone
+        };
+        table.complete(0, guard, verdict);
+        let opened = opener.join().unwrap();
+
+        if capacity > 0 {
+            assert!(
+                opened.is_err() || found,
+                "an open succeeded while the cleanup of the id found nothing (it reported {verdict:?})"
+            );
+        }
+        assert!(
+            !job_dir.load(LoomOrdering::SeqCst) || table.held(0),
+            "a job directory is left that no request holds (the cleanup reported {verdict:?})"
+        );
+        assert_eq!(
+            table.held(0),
+            opened.is_ok() && !found,
+            "held after the cleanup: exactly an open that came after it"
+        );
+        recorder.won(usize::from(opened.is_err()));
+        match opened {
+            Err(OpenRefusal::Cleaning) => recorder.tag(0),
+            Err(OpenRefusal::Cleaned) => recorder.tag(1),
+            Err(other) => panic!("refused as {other:?}"),
+            Ok(()) if !found => recorder.tag(2),
+            Ok(()) => {}
+        }
+    });
+    let t = &exploration.tags;
+    // With nothing cached, the result is evicted just after it is
+    // published (the election files it then), so a refusal as cleaned can
+    // still occur in between.
+    let expected = if capacity > 0 {
+        t[0] > 0 && t[1] > 0 && t[2] == 0
+    } else {
+        t[0] > 0 && t[2] > 0
+    };
+    assert!(expected, "{exploration:?}");
     exploration
 }
 

@@ -147,10 +147,13 @@ mod loom_models {
     // -----------------------------------------------------------------
 
     use custodian::sync::shim::atomic::{AtomicUsize, Ordering};
-    use custodian::sync::{Applied, CommitLog, SlotEffect, Slots};
+    use custodian::sync::{
+        Applied, CommitLog, Elected, Elections, OpenRefusal, OwnerGuard, SlotEffect, Slots,
+    };
     use custodian_loom_tests::runtime::{
-        CommitCell, Decision, Input, Op, Rec, Report, Roots, Slot, SlotTable, cancel_races_open,
-        cleanup_races_eviction, direct_commit_races_the_actor, node_step, scan_races_spawn, step,
+        CommitCell, Decision, HeldTable, Input, Op, Rec, Report, Roots, Slot, SlotTable, Verdict,
+        cancel_races_open, cleanup_races_eviction, direct_commit_races_the_actor, node_step,
+        open_races_cleanup_of_unknown, scan_races_spawn, step,
     };
 
     /// Broken: the actor lowers the pending count *before* it commits the
@@ -285,5 +288,71 @@ mod loom_models {
     #[should_panic(expected = "a fresh root taken for an adopted descendant")]
     fn a_scan_between_clone_and_registration_is_caught() {
         scan_races_spawn::<RegisterAfterSpawn>("broken: register after an unlocked clone", 2);
+    }
+
+    /// Broken: the workspace's former ordering. The requests and the
+    /// cleanup elections are two tables; an open is refused only once the
+    /// id's cleanup result is filed, and the cleanup task forgets the
+    /// request only after filing it. A cleanup that found nothing can then
+    /// report the id gone while an open creates its job directory, and its
+    /// late removal can forget a request opened after the result.
+    #[derive(Clone)]
+    struct FencedByFiledResult {
+        requests: Arc<Mutex<std::collections::HashMap<u8, ()>>>,
+        elections: Elections<u8, Verdict>,
+    }
+
+    impl HeldTable for FencedByFiledResult {
+        fn create(capacity: usize) -> Self {
+            Self {
+                requests: Arc::new(Mutex::new(std::collections::HashMap::new())),
+                elections: Elections::new(capacity),
+            }
+        }
+        fn open(&self, key: u8, make: &mut dyn FnMut()) -> Result<(), OpenRefusal> {
+            let mut requests = shim::lock(&self.requests);
+            if self.elections.result(&key).is_some() {
+                return Err(OpenRefusal::Cleaned);
+            }
+            if requests.contains_key(&key) {
+                return Err(OpenRefusal::Held);
+            }
+            make();
+            requests.insert(key, ());
+            Ok(())
+        }
+        fn elect(&self, key: u8) -> Elected<Verdict> {
+            self.elections.elect(key)
+        }
+        fn find(&self, _owner: &OwnerGuard<Verdict>, key: u8) -> bool {
+            shim::lock(&self.requests).contains_key(&key)
+        }
+        fn complete(&self, key: u8, owner: OwnerGuard<Verdict>, verdict: Verdict) {
+            owner.complete(verdict);
+            shim::lock(&self.requests).remove(&key);
+        }
+        fn held(&self, key: u8) -> bool {
+            shim::lock(&self.requests).contains_key(&key)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "an open succeeded while the cleanup of the id found nothing")]
+    fn an_open_fenced_only_by_a_filed_result_is_caught() {
+        open_races_cleanup_of_unknown::<FencedByFiledResult>(
+            "broken: opens fenced by the filed result, open vs cleanup of an unknown id",
+            3,
+            1,
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a job directory is left that no request holds")]
+    fn a_request_forgotten_after_its_result_is_caught() {
+        open_races_cleanup_of_unknown::<FencedByFiledResult>(
+            "broken: opens fenced by the filed result, nothing cached",
+            3,
+            0,
+        );
     }
 }

@@ -20,7 +20,7 @@ use crate::process::env::resolve_overlay;
 use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
 use crate::process::{Evidence, Invocation, Running};
 use crate::spill::{Locator, MAX_SESSION_LEN};
-use crate::workspace::Job;
+use crate::workspace::{Job, WorkspaceError};
 
 /// The caller's side of a request: cancel it, wait for its [`Completion`].
 ///
@@ -152,8 +152,10 @@ impl Executor {
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::Finalizing`] if the request is already ending,
-    /// [`RuntimeError::Workspace`] if the workspace refuses.
+    /// [`RuntimeError::Finalizing`] if the request is already ending (its
+    /// cleanup may have started between the announcement and the open: the
+    /// workspace then refuses the id, and nothing is created),
+    /// [`RuntimeError::Workspace`] if the workspace refuses otherwise.
     pub async fn open_workspace(&self) -> Result<Job, RuntimeError> {
         if let Some(job) = lock(&self.entry.job).clone() {
             return Ok(job);
@@ -166,7 +168,13 @@ impl Executor {
         if let Some(job) = slot.clone() {
             return Ok(job);
         }
-        let job = self.rt.hooks.workspace.open_request(self.id().as_str())?;
+        let job = match self.rt.hooks.workspace.open_request(self.id().as_str()) {
+            Ok(job) => job,
+            // A cleanup of the id entered its election after the
+            // announcement: the request is ending.
+            Err(WorkspaceError::AlreadyCleaned { .. }) => return Err(self.finalizing()),
+            Err(e) => return Err(e.into()),
+        };
         *slot = Some(job.clone());
         Ok(job)
     }

@@ -484,6 +484,20 @@ where
     }
 }
 
+impl<K: Eq + Hash, V> Elections<K, V> {
+    /// Whether `key`'s election was entered and is remembered: `None` if
+    /// not, `Some(false)` while its owner has not published, `Some(true)`
+    /// once it has (and the result is still cached).
+    pub(super) fn entered<Q>(&self, key: &Q) -> Option<bool>
+    where
+        K: Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
+        let cell = shim::lock(&self.table).entries.get(key).cloned();
+        cell.map(|cell| cell.is_settled())
+    }
+}
+
 impl<K: Eq + Hash, V> Table<K, V> {
     /// Files `key` as completed and evicts the oldest completed results
     /// beyond the capacity. In-flight elections are never evicted.

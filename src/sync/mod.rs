@@ -21,7 +21,7 @@
 //!   keeps a bounded cache of completed results (see [`Elections`] for why
 //!   eviction is safe).
 //!
-//! Two more primitives carry the runtime's own concurrency, so that it is
+//! Three more primitives carry the runtime's own concurrency, so that it is
 //! checked here and not only in the integration tests:
 //!
 //! - [`CommitLog<S, R>`]: a request's committed state and the log of its
@@ -38,8 +38,12 @@
 //!   keeps its requests in it, deciding with `machine::node::step`: a cancel
 //!   that returned fences every later open, and evicting a key forgets its
 //!   state and its cleanup result together, never while the cleanup runs.
+//! - [`Holdings<K, S, V>`]: the states a workspace holds per key, fenced
+//!   by the key's cleanup election: a cleanup that entered the election
+//!   refuses every later open of the key before it looks the key up, so it
+//!   never reports a key gone while an open creates something for it.
 //!
-//! A fifth, [`RootRegistry`], keeps the launcher's roots so that a subreaper
+//! Another, [`RootRegistry`], keeps the launcher's roots so that a subreaper
 //! scan never takes a fresh root for an adopted descendant, without
 //! serialising launches while no scan runs.
 //!
@@ -100,6 +104,7 @@
 
 mod commit;
 mod election;
+mod holdings;
 mod roots;
 mod settle;
 pub mod shim;
@@ -107,6 +112,7 @@ mod slots;
 
 pub use commit::{Commit, CommitLog};
 pub use election::{Abandoned, Elected, Election, Elections, Outcome, OwnerGuard, Waiter};
+pub use holdings::{Holdings, OpenRefusal};
 pub use roots::RootRegistry;
 pub use settle::{AlreadySettled, SettleOnce, Settled};
 pub use slots::{Applied, SlotEffect, SlotStep, Slots};
@@ -132,6 +138,7 @@ mod tests {
         send_sync_static::<CommitLog<String, String>>();
         send_sync_static::<Slots<String, String, String>>();
         send_sync_static::<Applied<String, String>>();
+        send_sync_static::<Holdings<String, String, String>>();
         unpin::<Settled<String>>();
     }
 }

@@ -1,6 +1,5 @@
 //! The workspace runtime: requests, artifacts, processes, cleanup (`cfg(unix)`).
 
-use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
@@ -21,7 +20,7 @@ use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
 use crate::fs::{self, Errno, FileKind, FlockOperation, Identity, Observed};
-use crate::sync::{Abandoned, Elected, Elections};
+use crate::sync::{Abandoned, Elected, Holdings, OpenRefusal, OwnerGuard};
 
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
@@ -91,8 +90,12 @@ struct Inner {
     root_identity: Identity,
     anchor: Anchor,
     config: WorkspaceConfig,
-    requests: Mutex<HashMap<RequestId, Arc<RequestState>>>,
-    elections: Elections<RequestId, CleanupResult>,
+    /// The requests held (open, or taken by a cleanup or a reclaim), fenced
+    /// by each id's cleanup election: a cleanup of an id held nothing for
+    /// refuses every open of the id before it decides the id is gone.
+    requests: Holdings<RequestId, Arc<RequestState>, CleanupResult>,
+    /// Set by [`Workspace::close`]: no spare is kept from then on (opens
+    /// are refused by `requests`).
     closed: AtomicBool,
     /// Set by [`Workspace::close`] before it releases the `flock`: from then
     /// on no cleanup task of this handle touches the namespace (another
@@ -235,7 +238,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.drop_spares();
         // The quarantines reserved by requests never cleaned here.
-        for state in lock(&self.requests).values() {
+        for state in self.requests.states() {
             if let Some(q) = lock(&state.quarantine).take() {
                 let _ = fs::rmdir_at(self.quarantine.as_fd(), &q.name);
             }
@@ -500,8 +503,7 @@ impl Workspace {
                 root_identity: root_obs.identity,
                 anchor,
                 config: config.clone(),
-                requests: Mutex::new(HashMap::new()),
-                elections: Elections::new(config.result_cache),
+                requests: Holdings::new(config.result_cache),
                 closed: AtomicBool::new(false),
                 released: AtomicBool::new(false),
                 tasks: tokio_util::task::TaskTracker::new(),
@@ -531,28 +533,39 @@ impl Workspace {
     /// # Errors
     ///
     /// [`WorkspaceError::InvalidRequestId`] for a refused id (no syscall made),
-    /// [`WorkspaceError::AlreadyOpen`], [`WorkspaceError::JobExists`] if the
-    /// directory is already there, [`WorkspaceError::Closed`] after
+    /// [`WorkspaceError::AlreadyOpen`], [`WorkspaceError::AlreadyCleaned`]
+    /// once a cleanup of the id started (even one that found nothing to
+    /// clean) while its result is cached, [`WorkspaceError::JobExists`] if
+    /// the directory is already there, [`WorkspaceError::Closed`] after
     /// [`Workspace::close`], [`WorkspaceError::Untrusted`] /
     /// [`WorkspaceError::Io`] if it cannot be created safely.
     pub fn open_request(&self, id: &str) -> Result<Job, WorkspaceError> {
         let id = RequestId::new(id)?;
-        let mut requests = lock(&self.inner.requests);
-        // Under the lock: `close` lists the open requests after setting
-        // `closed`, so a request is either listed (and cleaned) or refused.
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(WorkspaceError::Closed);
+        // Decided and created under the lock of `requests`: a cleanup of
+        // the id either entered its election first (refused here: it may
+        // have found nothing and be about to report the id gone), or it
+        // finds this request held and cleans it. `close` refuses under the
+        // same lock, so a request is either listed (and cleaned) or refused.
+        let opened = self
+            .inner
+            .requests
+            .open(id.clone(), || self.make_request(&id));
+        match opened {
+            Ok(made) => made.map(|state| Job {
+                ws: self.clone(),
+                state,
+            }),
+            Err(OpenRefusal::Closed) => Err(WorkspaceError::Closed),
+            Err(OpenRefusal::Held) => Err(WorkspaceError::AlreadyOpen { request: id }),
+            Err(OpenRefusal::Cleaning | OpenRefusal::Cleaned) => {
+                Err(WorkspaceError::AlreadyCleaned { request: id })
+            }
         }
-        // A filed cleanup result comes first: the cleanup task removes the
-        // id from `requests` only after filing it, so a caller woken by the
-        // result can still find the entry for a moment; the request is
-        // cleaned all the same.
-        if self.inner.elections.result(&id).is_some() {
-            return Err(WorkspaceError::AlreadyCleaned { request: id });
-        }
-        if requests.contains_key(&id) {
-            return Err(WorkspaceError::AlreadyOpen { request: id });
-        }
+    }
+
+    /// The state of a new request `id`: its quarantine reserved, its
+    /// journal and job directory created.
+    fn make_request(&self, id: &RequestId) -> Result<Arc<RequestState>, WorkspaceError> {
         let cname = CString::new(id.as_str()).expect("validated ids hold no NUL");
         // The cleanup's quarantine is reserved first: the cleanup then needs
         // no new inode, whatever the filesystem is short of by then.
@@ -560,7 +573,7 @@ impl Workspace {
             .inner
             .reserve_quarantine()
             .map_err(io_err("reserve quarantine"))?;
-        let (job, obs, journal) = match self.create_job(&id, &cname) {
+        let (job, obs, journal) = match self.create_job(id, &cname) {
             Ok(made) => made,
             Err(e) => {
                 self.inner.keep_quarantine(reserved);
@@ -583,11 +596,7 @@ impl Workspace {
             reclaimed: false,
             quarantine: Mutex::new(Some(reserved)),
         });
-        requests.insert(id, state.clone());
-        Ok(Job {
-            ws: self.clone(),
-            state,
-        })
+        Ok(state)
     }
 
     /// The journal and the job directory of a new request, each checked.
@@ -648,7 +657,7 @@ impl Workspace {
 
     /// The ids of the requests open (not yet cleaned) in this workspace.
     pub fn active_requests(&self) -> Vec<RequestId> {
-        lock(&self.inner.requests).keys().cloned().collect()
+        self.inner.requests.keys()
     }
 
     /// Resolves a caller's file-tool path, relative to the workspace root.
@@ -742,7 +751,7 @@ impl Workspace {
     /// Never a result of a cleanup that could not run: that one is run
     /// again.
     pub fn cleanup_result(&self, id: &RequestId) -> Option<CleanupResult> {
-        match self.inner.elections.result(id)? {
+        match self.inner.requests.result(id)? {
             Ok(r) => Some(r),
             Err(Abandoned) => Some(CleanupResult::failed(
                 CleanupCode::Abandoned,
@@ -753,7 +762,9 @@ impl Workspace {
     }
 
     async fn cleanup_id(&self, id: RequestId) -> CleanupResult {
-        let waiter = match self.inner.elections.elect(id.clone()) {
+        // Entering the election fences every later open of the id
+        // (`Holdings`), before the task looks at what the id holds.
+        let waiter = match self.inner.requests.elect(id.clone()) {
             Elected::Owner(guard) => {
                 let waiter = guard.waiter();
                 let inner = self.inner.clone();
@@ -767,7 +778,7 @@ impl Workspace {
                         guard.abandon();
                         return;
                     }
-                    let result = cleanup_work(&inner, &id).await;
+                    let result = cleanup_work(&inner, &guard, &id).await;
                     if result.is_transient() {
                         // Could not run: this attempt's callers get the
                         // answer, the request stays held, and the next
@@ -776,11 +787,11 @@ impl Workspace {
                         guard.complete_transient(result);
                         return;
                     }
-                    guard.complete(result);
-                    // Only now may the id be opened again: its result is
-                    // filed, so a duplicate cannot mistake a new job's
+                    // The request is forgotten, then the result filed; the
+                    // id is refused in between and while the result is
+                    // cached, so a duplicate cannot mistake a new job's
                     // cleanup for this one.
-                    lock(&inner.requests).remove(&id);
+                    inner.requests.complete(&id, guard, result);
                 });
                 waiter
             }
@@ -863,29 +874,28 @@ impl Workspace {
             };
             // Under the requests' lock, as a cleanup of an id this runtime
             // holds nothing for replays the journal: one replay per journal.
-            let prepared = {
-                let mut requests = lock(&self.inner.requests);
-                if requests.contains_key(&id) || self.inner.elections.result(&id).is_some() {
-                    continue;
-                }
-                let prepared = self.prepare_reclaim(&id, cname);
-                if let Prepared::Clean(state) = &prepared {
-                    requests.insert(id.clone(), state.clone());
-                }
-                prepared
-            };
-            let result = match prepared {
-                Prepared::Decided => continue,
-                // Could not even read the journal now: nothing is filed, so
-                // the next cleanup of the id (or the next start) tries again.
-                Prepared::Filed(result) if result.is_transient() => result,
-                Prepared::Filed(result) => {
-                    if let Elected::Owner(guard) = self.inner.elections.elect(id.clone()) {
-                        guard.complete(result.clone());
+            // An id held, or whose cleanup started (that cleanup replays
+            // the journal itself), is skipped.
+            let prepared = self.inner.requests.open(id.clone(), || {
+                match self.prepare_reclaim(&id, cname) {
+                    Prepared::Clean(state) => Ok(state),
+                    // Filed before the lock is released, so that an open of
+                    // the id after it is refused. (Could not even read the
+                    // journal: nothing is filed, so the next cleanup of the
+                    // id, or the next start, tries again.)
+                    Prepared::Filed(result) if !result.is_transient() => {
+                        if let Elected::Owner(guard) = self.inner.requests.elect(id.clone()) {
+                            guard.complete(result.clone());
+                        }
+                        Err(Prepared::Filed(result))
                     }
-                    result
+                    other => Err(other),
                 }
-                Prepared::Clean(_) => self.cleanup_id(id.clone()).await,
+            });
+            let result = match prepared {
+                Err(_) | Ok(Err(Prepared::Decided)) => continue,
+                Ok(Err(Prepared::Filed(result))) => result,
+                Ok(Ok(_)) | Ok(Err(Prepared::Clean(_))) => self.cleanup_id(id.clone()).await,
             };
             match result.safe_code() {
                 Some(code) => {
@@ -1152,7 +1162,7 @@ impl Workspace {
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.drop_spares();
-        let ids = self.active_requests();
+        let ids = self.inner.requests.close();
         let mut set = tokio::task::JoinSet::new();
         for id in ids {
             let ws = self.clone();
@@ -1183,7 +1193,7 @@ impl std::fmt::Debug for Workspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Workspace")
             .field("internal_name", &self.inner.config.internal_name)
-            .field("active", &lock(&self.inner.requests).len())
+            .field("active", &self.inner.requests.len())
             .finish()
     }
 }
@@ -1191,29 +1201,31 @@ impl std::fmt::Debug for Workspace {
 /// The work elected once per request, with its verdict journalled: a clean
 /// request's journal is then removed, a failed one's kept with the verdict
 /// (its job directory is kept too, and never adopted again).
-async fn cleanup_work(inner: &Arc<Inner>, id: &RequestId) -> CleanupResult {
-    let state = {
-        let mut requests = lock(&inner.requests);
-        match requests.get(id) {
-            Some(state) => state.clone(),
-            // Under the lock, so that no open of the id writes the journal
-            // while it is read.
-            None => match (Workspace {
-                inner: inner.clone(),
-            })
-            .reclaim_on_demand(id)
-            {
-                Some(Prepared::Clean(state)) => {
-                    requests.insert(id.clone(), state.clone());
-                    state
-                }
-                Some(Prepared::Filed(result)) => return result,
-                Some(Prepared::Decided) | None => {
-                    drop(requests);
-                    return gone_check(inner, id);
-                }
-            },
-        }
+async fn cleanup_work(
+    inner: &Arc<Inner>,
+    guard: &OwnerGuard<CleanupResult>,
+    id: &RequestId,
+) -> CleanupResult {
+    let ws = Workspace {
+        inner: inner.clone(),
+    };
+    // An id held nothing for is replayed from its journal under the
+    // requests' lock, so that no open of the id writes the journal while it
+    // is read.
+    let found = inner
+        .requests
+        .find(guard, id, || match ws.reclaim_on_demand(id) {
+            Some(Prepared::Clean(state)) => Ok(state),
+            Some(Prepared::Filed(result)) => Err(Some(result)),
+            Some(Prepared::Decided) | None => Err(None),
+        });
+    let state = match found {
+        Ok(state) => state,
+        Err(Some(result)) => return result,
+        // Nothing held, and nothing can be opened for the id until this
+        // result is filed: the election this task owns fences every open
+        // of the id, so "gone" stays true when it is reported.
+        Err(None) => return gone_check(inner, id),
     };
     let mut result = cleanup_request(inner, id, &state).await;
     if state.reclaimed && result.status == CleanupStatus::Cleaned {

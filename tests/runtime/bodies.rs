@@ -149,6 +149,44 @@ async fn the_request_timeout_stops_its_process_and_cleans_up() {
     assert!(!job_dir(&fx.runtime, "slow-1").exists());
 }
 
+/// The facade commits the workspace announcement, then opens the job; a
+/// cleanup of the id that runs in between (a cancel's) used to find
+/// nothing, report the id gone, and let the open create a job directory
+/// nobody cleaned. The workspace now refuses the id once its cleanup
+/// started, and the executor answers `Finalizing`, creating nothing. Here
+/// the id's cleanup (the call the request's own cleanup makes) runs before
+/// the executor's open.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn an_open_after_the_ids_cleanup_started_is_finalizing_and_creates_nothing() {
+    let fx = fixture(limits(Duration::from_secs(600)));
+    let request = fx
+        .runtime
+        .start(RequestId::new("late-open").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    let early = fx.runtime.workspace().cleanup("late-open").await.unwrap();
+    assert_eq!(early.status, CleanupStatus::AlreadyGone);
+    let refused = executor.open_workspace().await;
+    assert!(
+        matches!(refused, Err(RuntimeError::Finalizing { .. })),
+        "{refused:?}"
+    );
+    assert!(executor.job().is_none());
+    assert!(!job_dir(&fx.runtime, "late-open").exists());
+    request.cancel();
+    let c = tokio::time::timeout(PROMPTLY, request.finished())
+        .await
+        .unwrap();
+    assert_eq!(c.result.status(), RequestStatus::Cancelled);
+    assert_eq!(
+        c.cleanup.expect("announced: cleaned").status,
+        CleanupStatus::AlreadyGone
+    );
+    assert!(!job_dir(&fx.runtime, "late-open").exists());
+    assert!(fx.runtime.workspace().active_requests().is_empty());
+}
+
 #[tokio::test]
 #[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
 async fn a_caller_cancel_kills_the_whole_process_group() {

@@ -2,8 +2,10 @@
 //! cleanup, a racer swapping directories for symlinks, and depth.
 
 use std::fs;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use custodian::workspace::{CleanupStatus, RequestProcess, WorkspaceError};
@@ -263,4 +265,40 @@ fn a_deep_registered_tree_is_removed_without_exhausting_descriptors() {
         assert!(!fx.job_dir("deep").exists());
         println!("deep tree removed");
     });
+}
+
+/// A cleanup of an id the workspace holds nothing for fences the id before
+/// it looks: an open between the cleanup's start and its filed result is
+/// refused, and no job directory outlives the `already_gone` report. Opens
+/// used to be refused only once the result was filed, so an open landing
+/// after the cleanup's gone check created a job that the cleanup reported
+/// gone. On a current-thread runtime the cleanup is entered (its future
+/// polled once) while its task has not run; the task's own steps (look up,
+/// gone check, file) have no await point between them and are covered by
+/// the loom model `holdings.rs` on the same primitive.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "deletes: run by guarded::races_in_a_private_mount_namespace"]
+async fn an_open_after_a_cleanup_of_the_id_started_is_refused() {
+    let fx = Fixture::new();
+    let mut cleanup = std::pin::pin!(fx.ws.cleanup("late"));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        cleanup.as_mut().poll(&mut cx).is_pending(),
+        "the cleanup's task cannot have run yet"
+    );
+    let refused = fx.ws.open_request("late");
+    assert!(
+        matches!(refused, Err(WorkspaceError::AlreadyCleaned { .. })),
+        "{refused:?}"
+    );
+    assert!(!fx.job_dir("late").exists());
+    let result = cleanup.await.unwrap();
+    assert_eq!(result.status, CleanupStatus::AlreadyGone, "{result:?}");
+    assert!(!fx.job_dir("late").exists());
+    assert!(fx.ws.active_requests().is_empty());
+    // Still refused while the result is cached.
+    assert!(matches!(
+        fx.ws.open_request("late"),
+        Err(WorkspaceError::AlreadyCleaned { .. })
+    ));
 }
