@@ -32,11 +32,13 @@
 //! [`sync`] are checked under every interleaving by loom, and the state
 //! machines by a stateright model that calls the very same step functions.
 //!
-//! Dependencies point one way: `machine`, `sync` and `policy` depend on
-//! nothing else in the crate; `process`, `spill` and `workspace` build on
-//! them; `coordinator` drives a request end to end; [`runtime`] puts a
-//! request's job, processes, spills and finish behind one facade; `wire` and
-//! the CLI sit on top. See `docs/architecture.md`.
+//! Dependencies point one way, down: `machine`, `sync` and `policy` depend
+//! on nothing in the crate but its vocabulary (`error`, `id`); `fs`,
+//! `contain` and `confine` are the OS layer; `process`, `spill` and
+//! `workspace` build on both; `coordinator` drives a request end to end;
+//! [`runtime`] puts a request's job, processes, spills and finish behind one
+//! facade; `wire`, `mcp` and the CLI sit on top. `scripts/check-layers`
+//! enforces it, with its documented exception, from `docs/architecture.md`.
 
 pub mod confine;
 pub mod contain;
