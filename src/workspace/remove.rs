@@ -79,7 +79,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::identity::{Anchor, Mismatch};
+use super::identity::Anchor;
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
 use super::leftovers;
 use super::result::CleanupCode;
@@ -149,7 +149,7 @@ impl Rules<'_> {
         self.anchor
             .admit(obs)
             .and_then(|()| e.identity.check(e.kind.file_kind(), obs))
-            .map_err(|m| self.fail_at(code_of(m), i))
+            .map_err(|m| self.fail_at(CleanupCode::from(m), i))
     }
 }
 
@@ -188,16 +188,6 @@ pub(crate) fn errno_code(e: Errno) -> CleanupCode {
         Errno::MFILE | Errno::NFILE => CleanupCode::NoDescriptors,
         Errno::NOMEM => CleanupCode::NoMemory,
         _ => CleanupCode::IoError,
-    }
-}
-
-fn code_of(m: Mismatch) -> CleanupCode {
-    match m {
-        Mismatch::Symlink => CleanupCode::SymlinkInJob,
-        Mismatch::Special => CleanupCode::SpecialFileInJob,
-        Mismatch::Mount => CleanupCode::MountBoundary,
-        Mismatch::Device => CleanupCode::DeviceChanged,
-        Mismatch::Replaced => CleanupCode::IdentityReplaced,
     }
 }
 
@@ -482,7 +472,7 @@ fn look(rules: Rules<'_>, job: &Look, stop: &Stop) -> Looked {
         let verdict = match registered.ok() {
             Some(c) => rules.check(c, &obs).map(|()| c),
             None => Err(match rules.anchor.admit(&obs) {
-                Err(m) => rules.fail_name(code_of(m), job.dir, name),
+                Err(m) => rules.fail_name(CleanupCode::from(m), job.dir, name),
                 Ok(()) => rules.fail_name(CleanupCode::UnregisteredEntry, job.dir, name),
             }),
         };
@@ -958,7 +948,7 @@ fn open_quarantine(
     if obs.kind != FileKind::Dir {
         return Err(fail(CleanupCode::IdentityReplaced));
     }
-    anchor.admit(&obs).map_err(|m| fail(code_of(m)))?;
+    anchor.admit(&obs).map_err(|m| fail(CleanupCode::from(m)))?;
     Ok((fs::Quarantine::new(dir), existed))
 }
 

@@ -88,6 +88,20 @@ pub enum CleanupCode {
     CgroupNotOwned,
 }
 
+/// What a failed identity check means for a cleanup.
+impl From<super::identity::Mismatch> for CleanupCode {
+    fn from(m: super::identity::Mismatch) -> Self {
+        use super::identity::Mismatch;
+        match m {
+            Mismatch::Symlink => CleanupCode::SymlinkInJob,
+            Mismatch::Special => CleanupCode::SpecialFileInJob,
+            Mismatch::Mount => CleanupCode::MountBoundary,
+            Mismatch::Device => CleanupCode::DeviceChanged,
+            Mismatch::Replaced => CleanupCode::IdentityReplaced,
+        }
+    }
+}
+
 impl CleanupCode {
     /// The wire-safe code.
     pub const fn safe_code(self) -> SafeCode {

@@ -391,20 +391,10 @@ fn io_err<E: Into<io::Error>>(op: &'static str) -> impl FnOnce(E) -> WorkspaceEr
     }
 }
 
-fn code_of(m: Mismatch) -> CleanupCode {
-    match m {
-        Mismatch::Symlink => CleanupCode::SymlinkInJob,
-        Mismatch::Special => CleanupCode::SpecialFileInJob,
-        Mismatch::Mount => CleanupCode::MountBoundary,
-        Mismatch::Device => CleanupCode::DeviceChanged,
-        Mismatch::Replaced => CleanupCode::IdentityReplaced,
-    }
-}
-
 fn untrusted(what: &'static str) -> impl FnOnce(Mismatch) -> WorkspaceError {
     move |m| WorkspaceError::Untrusted {
         what,
-        code: code_of(m),
+        code: CleanupCode::from(m),
     }
 }
 
@@ -1078,7 +1068,7 @@ impl Workspace {
                             .identity
                             .check(FileKind::Dir, &obs)
                     })
-                    .map_err(code_of)
+                    .map_err(CleanupCode::from)
             });
         if let Err(code) = proven {
             return finish(failed(code));
