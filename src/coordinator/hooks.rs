@@ -222,10 +222,7 @@ pub struct Completion {
 impl WorkspaceLifecycle for crate::workspace::Workspace {
     async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
         match self.cleanup(request.as_str()).await {
-            Ok(r) if r.status == crate::workspace::CleanupStatus::Failed => {
-                CleanupOutcome::Failed(r.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
-            }
-            Ok(_) => CleanupOutcome::Ok,
+            Ok(r) => cleanup_outcome(&r),
             Err(e) => CleanupOutcome::Failed(cleanup_error_code(&e)),
         }
     }
@@ -237,6 +234,18 @@ impl WorkspaceLifecycle for crate::workspace::Workspace {
 
 /// The code of a failed workspace cleanup that named no reason.
 pub const CODE_WORKSPACE_CLEANUP_FAILED: SafeCode = SafeCode::new("workspace_cleanup_failed");
+
+/// What the request machine is told of a workspace cleanup's result: `Ok`
+/// for a clean or already-gone job, else the failure's safe code
+/// ([`CODE_WORKSPACE_CLEANUP_FAILED`] where it named none). Every lifecycle
+/// over a workspace answers through this one mapping.
+pub(crate) fn cleanup_outcome(result: &crate::workspace::CleanupResult) -> CleanupOutcome {
+    if result.status == crate::workspace::CleanupStatus::Failed {
+        CleanupOutcome::Failed(result.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
+    } else {
+        CleanupOutcome::Ok
+    }
+}
 
 /// The code of a cleanup the workspace refused to run: `workspace_closed`
 /// once [`Workspace::close`](crate::workspace::Workspace::close) released

@@ -18,10 +18,7 @@ use crate::id::RequestId;
 use crate::machine::request::{CleanupOutcome, FinalResult};
 use crate::process::Running;
 use crate::spill::Locator;
-use crate::workspace::{CleanupResult, CleanupStatus, Job, Workspace};
-
-/// The code of a workspace cleanup that failed without naming a reason.
-const CODE_WORKSPACE_CLEANUP_FAILED: SafeCode = SafeCode::new("workspace_cleanup_failed");
+use crate::workspace::{CleanupResult, Job, Workspace};
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -148,11 +145,7 @@ impl WorkspaceLifecycle for Hooks {
             missing = c.missing,
             "cleanup finished"
         );
-        let answer = if result.status == CleanupStatus::Failed {
-            CleanupOutcome::Failed(code.unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
-        } else {
-            CleanupOutcome::Ok
-        };
+        let answer = crate::coordinator::cleanup_outcome(&result);
         if let Some(entry) = self.entry(request) {
             *lock(&entry.cleanup) = Some(result);
         }
