@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use custodian::confine::peer::{PeerNamespace, peer_namespace};
 use custodian::contain::Containment;
 use custodian::process::LaunchOptions;
 use custodian::wire::listen::{Acceptor, DEFAULT_MAX_CONNECTIONS};
@@ -317,12 +316,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Some(path) => {
             let listener = bind_owner_only(path)?;
             info!(socket = %path.display(), "serving");
+            // A peer in another user namespace (a confined tool) is refused
+            // by the acceptor unless the flag admits it.
             let acceptor = Acceptor::new(
                 listener,
                 config.max_connections,
                 Arc::clone(node.fd_reserve()),
-            );
-            let served = accept_loop(&node, acceptor, config.allow_other_user_namespaces).await;
+            )
+            .admit_other_user_namespaces(config.allow_other_user_namespaces);
+            let served = accept_loop(&node, acceptor).await;
             let _ = std::fs::remove_file(path);
             shutdown(&node, &workspace).await;
             served?;
@@ -361,12 +363,6 @@ fn bind_owner_only(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 /// The error code sent to a peer whose uid differs from the node's.
 const PEER_REFUSED: custodian::error::SafeCode = custodian::error::SafeCode::new("peer_refused");
 
-/// The error code sent to a peer in another user namespace than the
-/// node's (every confined tool runs in one of its own), or whose namespace
-/// could not be verified.
-const PEER_NAMESPACE_REFUSED: custodian::error::SafeCode =
-    custodian::error::SafeCode::new("peer_namespace_refused");
-
 /// Answers one error line and closes the connection
 /// ([`custodian::wire::listen::refuse`]).
 fn refuse(stream: tokio::net::UnixStream, code: custodian::error::SafeCode) {
@@ -378,7 +374,6 @@ fn refuse(stream: tokio::net::UnixStream, code: custodian::error::SafeCode) {
 async fn accept_loop(
     node: &Arc<Node<WorkspaceNode>>,
     mut acceptor: Acceptor,
-    allow_other_namespaces: bool,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -394,26 +389,14 @@ async fn accept_loop(
             _ = hup.recv() => return Ok(()),
             accepted = acceptor.accept() => accepted,
         };
-        // The kernel's record of who connected (SO_PEERCRED, SO_PEERPIDFD),
-        // not anything the peer says about itself.
+        // The kernel's record of who connected (SO_PEERCRED), not anything
+        // the peer says about itself. (The acceptor checked its user
+        // namespace.)
         let peer = stream.peer_cred().map(|c| c.uid()).ok();
         if peer != Some(me) {
             warn!(peer_uid = ?peer, "refused a peer of another uid");
             refuse(stream, PEER_REFUSED);
             continue;
-        }
-        if !allow_other_namespaces {
-            match peer_namespace(&stream) {
-                Ok(PeerNamespace::Same) => {}
-                seen => {
-                    warn!(
-                        peer = ?seen.map_err(|e| e.kind()),
-                        "refused a peer in another user namespace (a sandbox), or one that could not be verified"
-                    );
-                    refuse(stream, PEER_NAMESPACE_REFUSED);
-                    continue;
-                }
-            }
         }
         let node = Arc::clone(node);
         tokio::spawn(async move {

@@ -65,7 +65,6 @@ pub(crate) mod view;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub(crate) mod build;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod peer;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod sys;

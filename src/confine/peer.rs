@@ -34,7 +34,10 @@
 //! between (a full cycle of the pid space).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::AsFd;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+use std::os::fd::{AsRawFd, OwnedFd};
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 use std::os::unix::fs::MetadataExt;
 
 /// Where the peer of a socket runs, as seen by [`peer_namespace`].
@@ -53,11 +56,17 @@ pub enum PeerNamespace {
 /// Whether the process that connected `socket` (a connected Unix socket)
 /// runs in this process's user namespace; see the [module docs](self).
 ///
+/// It takes two descriptors for a moment (the peer's pidfd, and its
+/// `fdinfo` while it is read).
+///
 /// # Errors
 ///
-/// Only where `socket` is not a connected Unix socket, or this process's
-/// own namespace cannot be read; everything about the peer that cannot be
-/// established is [`PeerNamespace::Unknown`].
+/// Where `socket` is not a connected Unix socket, where this process's own
+/// namespace or its own descriptors cannot be read, and where it is out of
+/// descriptors (`EMFILE`, `ENFILE`: a caller at its limit answers as it
+/// answers any connection it has no room for); everything about the peer
+/// that cannot be established is [`PeerNamespace::Unknown`].
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub fn peer_namespace(socket: &impl AsFd) -> io::Result<PeerNamespace> {
     let ours = std::fs::metadata("/proc/self/ns/user")?;
     let pidfd = match super::sys::peer_pidfd(socket) {
@@ -71,7 +80,7 @@ pub fn peer_namespace(socket: &impl AsFd) -> io::Result<PeerNamespace> {
         }
         Err(e) => return Err(e),
     };
-    let Some(pid) = pidfd_pid(&pidfd) else {
+    let Some(pid) = pidfd_pid(&pidfd)? else {
         return Ok(PeerNamespace::Unknown);
     };
     let theirs = match std::fs::metadata(format!("/proc/{pid}/ns/user")) {
@@ -90,12 +99,20 @@ pub fn peer_namespace(socket: &impl AsFd) -> io::Result<PeerNamespace> {
     )
 }
 
+/// Elsewhere no confined tool runs (the launcher refuses a confinement
+/// off x86-64 Linux), so every peer is in this namespace.
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+pub fn peer_namespace(_socket: &impl AsFd) -> io::Result<PeerNamespace> {
+    Ok(PeerNamespace::Same)
+}
+
 /// The pid of a pidfd's process in this pid namespace (`Pid:` of its
 /// `fdinfo`): `None` when it exited and was reaped (`-1`) or lives in a pid
 /// namespace this one cannot see (`0`).
-fn pidfd_pid(pidfd: &OwnedFd) -> Option<u32> {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
-    parse_fdinfo_pid(&info)
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn pidfd_pid(pidfd: &OwnedFd) -> io::Result<Option<u32>> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))?;
+    Ok(parse_fdinfo_pid(&info))
 }
 
 fn parse_fdinfo_pid(info: &str) -> Option<u32> {

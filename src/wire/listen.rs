@@ -21,6 +21,16 @@
 //!   warning per 10 s with the number it held back.
 //! - An error that concerns one connection only (`ECONNABORTED`, `EINTR`,
 //!   `EPROTO`, `EPERM`) is skipped.
+//! - **A peer in another user namespace** than the node's — every confined
+//!   tool runs in one of its own, and may reach a socket outside its view —
+//!   or one whose namespace cannot be verified, is answered
+//!   `peer_namespace_refused` and closed before a request is read
+//!   ([`crate::confine::peer`]), unless
+//!   [`admit_other_user_namespaces`](Acceptor::admit_other_user_namespaces).
+//!   The check takes two descriptors for a moment, under the allocation
+//!   gate; when it finds none, the connection is answered
+//!   `too_many_connections` and the reserve is put under pressure, as for a
+//!   failed accept.
 //!
 //! Each accept runs under the reserve's allocation gate, so a cleanup that
 //! holds the reserve is never raced for its descriptors by a new connection:
@@ -42,6 +52,7 @@ use tracing::warn;
 use super::codec::encode_line;
 use super::message::{Code, Response, ResponseFrame, VERSION, codes};
 use super::reserve::{FdReserve, Throttle, is_fd_shortage};
+use crate::confine::peer::{PeerNamespace, peer_namespace};
 use crate::error::SafeCode;
 
 /// The default of `--max-connections`.
@@ -65,6 +76,8 @@ pub struct Acceptor {
     backoff: Duration,
     refused: Throttle,
     failed: Throttle,
+    /// Serve peers in another user namespace too.
+    other_namespaces: bool,
 }
 
 /// One served connection's place under the bound; dropping it frees it.
@@ -91,7 +104,16 @@ impl Acceptor {
             backoff: BACKOFF.0,
             refused: Throttle::default(),
             failed: Throttle::default(),
+            other_namespaces: false,
         }
+    }
+
+    /// Whether peers in another user namespace than this process's are
+    /// served (`false` by default: they are answered
+    /// `peer_namespace_refused`; see the [module docs](self)).
+    pub fn admit_other_user_namespaces(mut self, admit: bool) -> Self {
+        self.other_namespaces = admit;
+        self
     }
 
     /// Connections served now (their slots not yet dropped).
@@ -115,8 +137,31 @@ impl Acceptor {
             };
             match accepted {
                 Ok((stream, _)) => {
+                    // Under the gate: the check takes descriptors.
+                    let peer = (!self.other_namespaces).then(|| peer_namespace(&stream));
                     drop(gate);
                     self.backoff = BACKOFF.0;
+                    match peer {
+                        None | Some(Ok(PeerNamespace::Same)) => {}
+                        Some(Err(e)) if is_fd_shortage(&e) => {
+                            self.reserve.note_shortage();
+                            if let Ok(stream) = stream.into_std() {
+                                refuse(stream, codes::TOO_MANY_CONNECTIONS);
+                            }
+                            self.note_refused(1, "out of file descriptors");
+                            continue;
+                        }
+                        Some(seen) => {
+                            warn!(
+                                peer = ?seen.map_err(|e| e.kind()),
+                                "refused a peer in another user namespace (a sandbox), or one that could not be verified"
+                            );
+                            if let Ok(stream) = stream.into_std() {
+                                refuse(stream, codes::PEER_NAMESPACE_REFUSED);
+                            }
+                            continue;
+                        }
+                    }
                     if take(&self.live, self.max_connections) {
                         return (stream, ConnectionSlot(Arc::clone(&self.live)));
                     }

@@ -396,6 +396,11 @@ pub mod codes {
     /// The node serves as many connections as it may (or is out of file
     /// descriptors): the connection is answered with this and closed.
     pub const TOO_MANY_CONNECTIONS: SafeCode = SafeCode::new("too_many_connections");
+    /// The peer runs in another user namespace than the node (every
+    /// confined tool does), or its namespace could not be verified: the
+    /// connection is answered with this and closed before any request is
+    /// read ([`crate::wire::listen::Acceptor`]).
+    pub const PEER_NAMESPACE_REFUSED: SafeCode = SafeCode::new("peer_namespace_refused");
     /// A frame did not complete within the node's frame deadline: the
     /// connection is answered with this and closed.
     pub const FRAME_TIMEOUT: SafeCode = SafeCode::new("frame_timeout");
