@@ -13,7 +13,10 @@
 //! TCP), `read-only` with the network on (Landlock filesystem + scopes,
 //! private TMPDIR), `read-only` (and network off), `workspace-write` (and
 //! network off), the same with a `deny_read` of `$HOME/.ssh` (the read
-//! grant is then split into one rule per sibling on the way down from `/`).
+//! grant is then split into one rule per sibling on the way down from `/`),
+//! and `workspace-write` once more with the spare network namespaces
+//! turned off (`custodian::__bench::set_netns_spares`): each launch's
+//! `clone3` then makes its network namespace, as it does without root.
 
 use std::time::{Duration, Instant};
 
@@ -60,45 +63,59 @@ fn main() {
     let opts = LaunchOptions::new(&ws);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
-    let variants: [(&str, Confinement); 6] = [
-        ("unconfined", Confinement::none()),
+    // (name, confinement, spare network namespaces on)
+    let variants: [(&str, Confinement, bool); 7] = [
+        ("unconfined", Confinement::none(), true),
         (
             "network off",
             Confinement::none().with_network(Network::Off),
+            true,
         ),
         (
             "read-only, network on",
             Confinement::read_only().with_network(Network::On),
+            true,
         ),
-        ("read-only", Confinement::read_only()),
-        ("workspace-write", Confinement::workspace_write()),
+        ("read-only", Confinement::read_only(), true),
+        ("workspace-write", Confinement::workspace_write(), true),
         (
             "workspace-write + deny $HOME/.ssh",
             Confinement::workspace_write().with_deny_read(ssh),
+            true,
+        ),
+        (
+            "workspace-write, no spare netns",
+            Confinement::workspace_write(),
+            false,
         ),
     ];
+    let once = |(_, c, spares): &(&str, Confinement, bool)| {
+        custodian::__bench::set_netns_spares(*spares);
+        once(&rt, &opts, c)
+    };
     if let Some(k) = std::env::var("CONFINE_ONLY")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        let (name, c) = &variants[k.min(variants.len() - 1)];
-        let mut s: Vec<Duration> = (0..n).map(|_| once(&rt, &opts, c).1).collect();
+        let v = &variants[k.min(variants.len() - 1)];
+        let mut s: Vec<Duration> = (0..n).map(|_| once(v).1).collect();
         s.sort();
         println!(
-            "{name}: {n} launches, p50 {:.0} us",
+            "{}: {n} launches, p50 {:.0} us",
+            v.0,
             s[n / 2].as_secs_f64() * 1e6
         );
         return;
     }
-    for (_, c) in &variants {
-        once(&rt, &opts, c); // warm-up
+    for v in &variants {
+        once(v); // warm-up
     }
     let mut samples = vec![Vec::with_capacity(n); variants.len()];
     let mut spawns = vec![Vec::with_capacity(n); variants.len()];
     for round in 0..n {
         for k in 0..variants.len() {
             let i = (round + k) % variants.len();
-            let (spawn, total) = once(&rt, &opts, &variants[i].1);
+            let (spawn, total) = once(&variants[i]);
             spawns[i].push(spawn);
             samples[i].push(total);
         }
@@ -116,7 +133,7 @@ fn main() {
     let mut base_p50 = samples[0].clone();
     base_p50.sort();
     let base_p50 = base_p50[n / 2].as_secs_f64();
-    for (((name, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
+    for (((name, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
         s.sort();
         sp.sort();
         println!(

@@ -101,6 +101,13 @@ pub mod __bench {
         crate::process::spawn::set_handoff(on);
     }
 
+    /// Turns the spare network namespaces of isolated launches with the
+    /// network off on or off (off: each launch's `clone3` makes its own),
+    /// for the benchmark that measures what they save. On by default.
+    pub fn set_netns_spares(on: bool) {
+        crate::process::spawn::set_spares(on);
+    }
+
     /// Runs `program` (argv `[program]`, empty environment, new process
     /// group) through the clone3 spawner, into `cgroup` if given, with
     /// stdin on `/dev/null` and stdout/stderr on pipes it reads to the end

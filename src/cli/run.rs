@@ -395,6 +395,11 @@ async fn settle(
 }
 
 pub(crate) fn main(args: Args) -> ExitCode {
+    // The namespaces' one-time work runs beside the rest of the start-up.
+    custodian::process::prepare_isolation(
+        &args.confine.confinement(),
+        custodian::process::ExpectedLaunches::One,
+    );
     let out = Out {
         for_model: args.for_model,
     };

@@ -217,6 +217,45 @@ pub fn enable_subreaper() -> Result<(), ProcessError> {
     })
 }
 
+/// How many isolated launches [`prepare_isolation`] gets this process
+/// ready for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExpectedLaunches {
+    /// One (a one-shot command such as `custodian run`): one spare network
+    /// namespace at most, none made after it was taken.
+    One,
+    /// As many as come: spares are kept ready while the process runs.
+    Many,
+}
+
+/// Gets this process ready for isolated launches of `confinement`, on a
+/// thread of its own, and returns at once: the one-time check that this
+/// host allows isolation and, with the network off where this process may
+/// make network namespaces (root), spare ones with their loopback up, so
+/// that the launch's `clone3` need not make one (see
+/// `docs/contracts/confinement.md`, *Spare network namespaces*).
+///
+/// Optional: without it the first launch does the same work on its own
+/// path. A launch that comes before the work is done waits for it (a few
+/// milliseconds at most) or does it itself. Does nothing for an
+/// unconfined `confinement`.
+pub fn prepare_isolation(confinement: &Confinement, expected: ExpectedLaunches) {
+    if confinement.is_none() {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    super::spawn::prepare_isolation(
+        confinement.network == confine::Network::Off,
+        match expected {
+            ExpectedLaunches::One => Some(1),
+            ExpectedLaunches::Many => None,
+        },
+    );
+    #[cfg(not(target_os = "linux"))]
+    let _ = expected;
+}
+
 /// [`Shared::cancel_grace`] before any [`Running::cancel_within`].
 pub(crate) const NO_CANCEL_GRACE: u64 = u64::MAX;
 

@@ -63,4 +63,7 @@ pub(crate) mod sys;
 
 pub use evidence::Evidence;
 pub use invocation::{Invocation, InvocationSpec};
-pub use launch::{LaunchOptions, ProcessError, Running, enable_subreaper, launch, run};
+pub use launch::{
+    ExpectedLaunches, LaunchOptions, ProcessError, Running, enable_subreaper, launch,
+    prepare_isolation, run,
+};

@@ -421,6 +421,30 @@ impl From<SpawnError> for io::Error {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::{isolation_supported, net_namespace_supported, spawn, supported};
 
+/// Starts, on a thread of its own, the work an isolated launch needs once
+/// per process (the isolation probe) and, with `new_net`, the spare network
+/// namespaces of [`netns`] (`spares`: how many in all; `None`: as many as
+/// launches take).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) {
+    let started = std::thread::Builder::new()
+        .name("custodian-prepare".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            if new_net {
+                netns::start(spares);
+            }
+            let _ = imp::isolation_supported();
+        });
+    if let Err(e) = started {
+        tracing::debug!(error = %e, "isolation not prepared ahead of the launch");
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+/// Nothing to prepare: isolation needs the x86-64 clone trampoline.
+pub(crate) fn prepare_isolation(_new_net: bool, _spares: Option<usize>) {}
+
 #[cfg(not(target_arch = "x86_64"))]
 /// Never: the clone trampoline exists for x86-64 only.
 pub(crate) fn isolation_supported() -> Result<(), Errno> {
@@ -446,6 +470,15 @@ pub(crate) fn spawn(_spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod netns;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use netns::set_spares;
+
+#[cfg(not(target_arch = "x86_64"))]
+/// Nothing to turn: no isolation on this architecture.
+pub(crate) fn set_spares(_on: bool) {}
+
+#[cfg(target_arch = "x86_64")]
 mod imp {
     use std::ffi::{CStr, c_char, c_int, c_void};
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -453,7 +486,7 @@ mod imp {
     use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU32, Ordering};
     use std::sync::{Mutex, OnceLock, mpsc};
 
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
 
     use rustix::io::Errno;
 
@@ -822,7 +855,10 @@ mod imp {
         uid_map_len: usize,
         gid_map: *const u8,
         gid_map_len: usize,
-        new_net: bool,
+        /// Bring the loopback up: the clone made this launch's network
+        /// namespace (a spare from [`super::netns`] has it up already).
+        /// Set by the caller before each clone attempt.
+        loopback: AtomicBool,
         /// Only contained (an unconfined launch's pid-namespace tier): a
         /// new process group instead of a new session, and neither the
         /// view's Landlock rules nor the capability drop.
@@ -1139,7 +1175,7 @@ mod imp {
     /// # Safety
     ///
     /// Raw system calls on this stack only.
-    unsafe fn loopback_up() -> isize {
+    pub(super) unsafe fn loopback_up() -> isize {
         // SAFETY: socket/ioctl/close with a `struct ifreq` on this stack.
         unsafe {
             let fd = raw4(
@@ -1277,7 +1313,7 @@ mod imp {
                     return Err((Stage::View, r));
                 }
             }
-            if i.new_net {
+            if i.loopback.load(Ordering::Relaxed) {
                 let r = loopback_up();
                 if r < 0 {
                     return Err((Stage::Loopback, r));
@@ -1939,6 +1975,9 @@ mod imp {
         jobs: mpsc::Sender<Job>,
         /// The process that started the thread: a `fork` of it has none.
         pid: u32,
+        /// The thread holds its network namespace and can clone into a
+        /// spare one ([`super::netns`]) and come back.
+        enters_net: bool,
     }
 
     /// One clone for the spawner thread to make: pointers into the frame
@@ -1950,6 +1989,9 @@ mod imp {
         ret: *const AtomicIsize,
         /// The caller's futex word; see [`FilteringSpawner::clone3`].
         released: *const AtomicU32,
+        /// A spare network namespace to clone in (the caller keeps it open
+        /// until `released`), or -1 for this process's own.
+        netns: c_int,
     }
 
     // SAFETY: a `Job`'s pointers refer to the frame of the thread that sent
@@ -1992,23 +2034,33 @@ mod imp {
 
         fn start(program: &'static [seccompiler::sock_filter]) -> Result<FilteringSpawner, Errno> {
             let (jobs, queue) = mpsc::channel::<Job>();
-            let (ready_tx, ready) = mpsc::sync_channel::<Result<(), Errno>>(1);
+            let (ready_tx, ready) = mpsc::sync_channel::<Result<bool, Errno>>(1);
             std::thread::Builder::new()
                 .name("confined-spawn".into())
                 .stack_size(128 * 1024)
                 .spawn(move || {
-                    let setup = filter_this_thread(program);
+                    // Its own network namespace, to come back to from a
+                    // spare one; without it the thread clones in its own
+                    // only.
+                    let host = rustix::fs::open(
+                        "/proc/thread-self/ns/net",
+                        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                        rustix::fs::Mode::empty(),
+                    )
+                    .ok();
+                    let setup = filter_this_thread(program).map(|()| host.is_some());
                     let ok = setup.is_ok();
                     let _ = ready_tx.send(setup);
                     if ok {
-                        serve(&queue);
+                        serve(&queue, host.as_ref());
                     }
                 })
                 .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::AGAIN))?;
-            ready.recv().unwrap_or(Err(Errno::CHILD))?;
+            let enters_net = ready.recv().unwrap_or(Err(Errno::CHILD))?;
             Ok(FilteringSpawner {
                 jobs,
                 pid: std::process::id(),
+                enters_net,
             })
         }
 
@@ -2049,6 +2101,7 @@ mod imp {
             child: &ChildArgs,
             released: &AtomicU32,
             watch: Option<&AtomicI32>,
+            netns: Option<BorrowedFd<'_>>,
         ) -> isize {
             let ret = AtomicIsize::new(0);
             let mut pid: c_int = 0;
@@ -2064,6 +2117,7 @@ mod imp {
                 child: ptr::from_ref(child),
                 ret: &raw const ret,
                 released: ptr::from_ref(released),
+                netns: netns.map_or(-1, |fd| fd.as_raw_fd()),
             };
             if self.jobs.send(job).is_err() {
                 // The thread is gone (it never exits while the process
@@ -2129,20 +2183,37 @@ mod imp {
 
     /// The spawner thread's loop: one `clone3` per job, for as long as the
     /// process runs.
-    fn serve(queue: &mpsc::Receiver<Job>) {
+    fn serve(queue: &mpsc::Receiver<Job>, host: Option<&OwnedFd>) {
+        // Whether this thread is (or may be) outside its own network
+        // namespace: a clone for a spare one entered it, and coming back
+        // failed.
+        let mut away = false;
         while let Ok(job) = queue.recv() {
-            // SAFETY: the sender waits until `released` is 0, which only
-            // the child's exec or exit (or the failure branch below) does,
-            // so `args` (with its stack) and `child` (with every pointer in
-            // it) stay alive and unchanged for as long as the child uses
-            // them; this thread touches none of them after the clone.
-            // `child_main` never returns.
-            let r = unsafe { clone3(&mut *job.args, child_main, job.child) };
-            if r > 0 {
-                // The child releases the caller (CLONE_CHILD_CLEARTID): its
-                // frame may be gone at any moment.
-                continue;
-            }
+            let spare = job.netns;
+            let r = match enter_net(spare, host, &mut away) {
+                Err(r) => r,
+                Ok(()) => {
+                    // SAFETY: the sender waits until `released` is 0, which
+                    // only the child's exec or exit (or the failure branch
+                    // below) does, so `args` (with its stack) and `child`
+                    // (with every pointer in it) stay alive and unchanged
+                    // for as long as the child uses them; this thread
+                    // touches none of them after the clone. `child_main`
+                    // never returns.
+                    let r = unsafe { clone3(&mut *job.args, child_main, job.child) };
+                    if spare >= 0 {
+                        // Back at once: the spare is the sandbox's alone.
+                        away = enter_net(-1, host, &mut away).is_err();
+                    }
+                    if r > 0 {
+                        // The child releases the caller
+                        // (CLONE_CHILD_CLEARTID): its frame may be gone at
+                        // any moment.
+                        continue;
+                    }
+                    r
+                }
+            };
             // SAFETY: no child, so nothing zeroed `released`: the sender
             // still waits and its frame is alive. Nothing in it is touched
             // after the store to `released`; the wake names only its
@@ -2159,6 +2230,32 @@ mod imp {
                     0,
                 );
             }
+        }
+    }
+
+    /// Puts the spawner thread in the network namespace a clone wants: the
+    /// spare `spare` (≥ 0), or its own (`host`) when it is `away`. `Err`
+    /// holds `-errno`: the clone must not be made.
+    fn enter_net(spare: c_int, host: Option<&OwnedFd>, away: &mut bool) -> Result<(), isize> {
+        use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+        let target = if spare >= 0 {
+            // SAFETY: the caller keeps the spare open until it is released,
+            // which is after this clone.
+            unsafe { BorrowedFd::borrow_raw(spare) }
+        } else if *away {
+            let Some(host) = host else {
+                return Err(-(libc::EINVAL as isize));
+            };
+            host.as_fd()
+        } else {
+            return Ok(());
+        };
+        match move_into_link_name_space(target, Some(LinkNameSpaceType::Network)) {
+            Ok(()) => {
+                *away = spare >= 0;
+                Ok(())
+            }
+            Err(errno) => Err(-(errno.raw_os_error() as isize)),
         }
     }
 
@@ -2506,7 +2603,7 @@ mod imp {
         let ret = match filtering {
             Some(worker) => {
                 let released = AtomicU32::new(WAITING);
-                worker.clone3(&mut args, &child, &released, None)
+                worker.clone3(&mut args, &child, &released, None, None)
             }
             None => {
                 let _blocked = BlockAll::new();
@@ -2715,7 +2812,7 @@ mod imp {
             uid_map_len: view.uid_map.len(),
             gid_map: view.gid_map.as_ptr(),
             gid_map_len: view.gid_map.len(),
-            new_net: view.new_net,
+            loopback: AtomicBool::new(false),
             contains_only: view.contains_only,
             death_signal: parts.filtering.is_some(),
             rw_dirs: rw_dirs.as_ptr(),
@@ -2753,8 +2850,15 @@ mod imp {
             } else {
                 NEW_NAMESPACES
             };
-        if view.new_net {
+        // The network off: a spare namespace, entered by the spawner thread
+        // for the clone, or one the clone makes (see `super::netns`).
+        let mut spare = match parts.filtering {
+            Some(worker) if view.new_net && worker.enters_net => super::netns::take(),
+            _ => None,
+        };
+        if view.new_net && spare.is_none() {
             args.flags |= libc::CLONE_NEWNET as u64;
+            isolate.loopback.store(true, Ordering::Relaxed);
         }
         if lease.is_some() {
             args.flags |= libc::CLONE_FILES as u64;
@@ -2768,7 +2872,28 @@ mod imp {
             args.cgroup = cg.as_raw_fd() as u64;
         }
         let ret = match parts.filtering {
-            Some(worker) => worker.clone3(&mut args, &child, &released, Some(&pidfd)),
+            Some(worker) => {
+                let mut r = worker.clone3(
+                    &mut args,
+                    &child,
+                    &released,
+                    Some(&pidfd),
+                    spare.as_ref().map(AsFd::as_fd),
+                );
+                if r < 0 && spare.is_some() && pidfd.load(Ordering::Relaxed) < 0 {
+                    // No child, so nothing reads `isolate` or `args`: the
+                    // spare could not be entered (or the clone failed in
+                    // it); once more with a namespace of its own, and no
+                    // spare for any later launch.
+                    super::netns::turn_off();
+                    spare = None;
+                    args.flags |= libc::CLONE_NEWNET as u64;
+                    isolate.loopback.store(true, Ordering::Relaxed);
+                    released.store(WAITING, Ordering::Relaxed);
+                    r = worker.clone3(&mut args, &child, &released, Some(&pidfd), None);
+                }
+                r
+            }
             None => {
                 let r = {
                     let _blocked = BlockAll::new();
@@ -2787,6 +2912,8 @@ mod imp {
                 }
             }
         };
+        // The sandbox holds its network namespace itself now.
+        drop(spare);
         // The init has a table of its own (it unshared first, before the
         // release): the slots are free again.
         let small_table = lease.is_some();

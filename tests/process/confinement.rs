@@ -194,6 +194,54 @@ async fn network_off_denies_a_tcp_connect_and_a_udp_socket() {
     assert_eq!(&buf[..n], b"udp\n");
 }
 
+/// Every launch with the network off has a network namespace of its own,
+/// made for it or (as root) a spare made ahead of it and entered by its
+/// clone: never the host's, never one another launch had, and its
+/// loopback up (a listener on 127.0.0.1 inside answers a client inside).
+#[tokio::test]
+async fn every_launch_with_the_network_off_has_a_new_network_namespace_with_its_loopback_up() {
+    let _quiet = quiet_host();
+    if !can_confine() {
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: no python3 for the loopback check");
+        return;
+    }
+    let ws = Confinement::workspace_write();
+    custodian::process::prepare_isolation(&ws, custodian::process::ExpectedLaunches::Many);
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let sh = "readlink /proc/self/ns/net; /usr/bin/python3 -c '\
+import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen()
+socket.create_connection(s.getsockname(), timeout=2); print(\"LOOPBACK\")'";
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen = vec![host.to_string_lossy().into_owned()];
+    for _ in 0..4 {
+        let Some(ev) = run_in(dir.path(), sh, ws.clone()).await else {
+            return;
+        };
+        assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+        let mut lines = ev.stdout.text.lines();
+        let net = lines.next().unwrap_or_default().to_owned();
+        assert!(net.starts_with("net:["), "{ev:?}");
+        assert!(
+            !seen.contains(&net),
+            "{net} was the host's or another launch's: {ev:?}"
+        );
+        assert_eq!(lines.next(), Some("LOOPBACK"), "{ev:?}");
+        seen.push(net);
+    }
+    // The control: with the network on, the launch is in the host's.
+    let on = run_in(dir.path(), sh, ws.clone().with_network(Network::On))
+        .await
+        .unwrap();
+    assert_eq!(
+        on.stdout.text.lines().next(),
+        Some(seen[0].as_str()),
+        "{on:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_confined_process_cannot_signal_outside_its_sandbox_but_can_inside() {
     let _quiet = quiet_host();
