@@ -4,7 +4,7 @@
 //! completion from its [`Request`](super::Request)).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use tracing::info;
 
@@ -18,11 +18,8 @@ use crate::id::RequestId;
 use crate::machine::request::{CleanupOutcome, FinalResult};
 use crate::process::Running;
 use crate::spill::Locator;
+use crate::sync::shim::{Mutex, lock};
 use crate::workspace::{CleanupResult, Job, Workspace};
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One running request: what it opened, launched and spilled.
 #[derive(Debug, Default)]

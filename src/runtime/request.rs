@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracing::{Instrument, info, info_span};
 
-use super::hooks::{Entry, lock};
+use super::hooks::Entry;
 use super::{Inner, RuntimeError};
 use crate::coordinator::{
     CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch, ExecutorHandle,
@@ -20,6 +20,7 @@ use crate::process::env::resolve_overlay;
 use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
 use crate::process::{Evidence, Invocation, Running};
 use crate::spill::{Locator, MAX_SESSION_LEN};
+use crate::sync::shim::lock;
 use crate::workspace::{Job, WorkspaceError};
 
 /// The caller's side of a request: cancel it, wait for its [`Completion`].

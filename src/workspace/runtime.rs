@@ -6,8 +6,8 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
@@ -20,6 +20,7 @@ use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 use super::{RequestId, WorkspaceConfig, WorkspaceError, validate_name};
 use crate::fs::{self, Errno, FileKind, FlockOperation, Identity, Observed};
+use crate::sync::shim::{Mutex, lock};
 use crate::sync::{Abandoned, Elected, Holdings, OpenRefusal, OwnerGuard};
 
 const DIR_MODE: u32 = 0o700;
@@ -376,12 +377,6 @@ impl FsState {
 struct ProcState {
     closed: bool,
     active: Vec<Arc<dyn RequestProcess>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind;
-    // keep going rather than poisoning every later cleanup.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn io_err<E: Into<io::Error>>(op: &'static str) -> impl FnOnce(E) -> WorkspaceError {
