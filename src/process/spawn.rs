@@ -422,7 +422,8 @@ impl From<SpawnError> for io::Error {
 pub(crate) use imp::{isolation_supported, net_namespace_supported, spawn, supported};
 
 /// Starts, on a thread of its own, the work an isolated launch needs once
-/// per process (the isolation probe) and, with `new_net`, the spare network
+/// per process (the isolation probe, the seccomp program and the spawner
+/// thread that carries it, the Landlock ABI) and, with `new_net`, the spare network
 /// namespaces of [`netns`] (`spares`: how many in all; `None`: as many as
 /// launches take).
 #[cfg(target_arch = "x86_64")]
@@ -435,6 +436,12 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) {
                 netns::start(spares);
             }
             let _ = imp::isolation_supported();
+            // The spawner thread every isolated launch clones from, with
+            // the isolation's seccomp program installed on it.
+            if let Ok(program) = crate::confine::build::isolation_program() {
+                imp::start_spawner(program);
+            }
+            let _ = crate::confine::landlock_abi();
         });
     if let Err(e) = started {
         tracing::debug!(error = %e, "isolation not prepared ahead of the launch");
@@ -1967,6 +1974,12 @@ mod imp {
         };
         m.errno.store((r as i32).wrapping_neg(), Ordering::Relaxed);
         exit_127()
+    }
+
+    /// Starts the spawner thread for `program` now (see
+    /// [`super::prepare_isolation`]) rather than at the first launch.
+    pub(super) fn start_spawner(program: &'static [seccompiler::sock_filter]) {
+        let _ = FilteringSpawner::get(program);
     }
 
     /// A thread that installed one seccomp program on itself and clones
