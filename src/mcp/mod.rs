@@ -12,10 +12,14 @@
 //!   that never quote a value), asks the policy (deny → a tool error with the
 //!   reason; require_approval → an MCP elicitation when the client supports
 //!   forms, else a tool error with the match target and the exact override
-//!   that would allow it), then hands the invocation to the request lifecycle
-//!   ([`lifecycle`]): a fresh job namespace, the launch with containment, a
-//!   wait that reports progress and honours `notifications/cancelled`, and
-//!   the request's exactly-once cleanup before the result. The result is the
+//!   that would allow it), then runs the invocation as a request of the
+//!   [`Runtime`] facade, driven through the request machine
+//!   ([`machine::request`](crate::machine::request)) by the runtime's
+//!   coordinator: the request opens its job namespace, launches with
+//!   containment, and waits (reporting progress, turning
+//!   `notifications/cancelled` into the request's cancel); the machine stops
+//!   the process and runs the request's exactly-once cleanup, and the result
+//!   is returned only once the request completed. The result is the
 //!   evidence as structured content plus the same JSON inside the
 //!   `<data source="tool">` boundary; a stream larger than the inline budget
 //!   is written whole (up to the capture cap) to the spill store and its
@@ -24,8 +28,10 @@
 //!
 //! When the client goes away (stdin closes, or the client dies) or the server
 //! is told to stop ([`serve_until`]), every call in flight is cancelled at
-//! once with a short shutdown grace and cleaned up, every request still open
-//! is cleaned, the spill sweep is awaited, and the server returns. A gate in
+//! once with a short shutdown grace and cleaned up (each through its
+//! request), every request still open is cleaned with the workspace
+//! ([`Runtime::shutdown`]), the spill sweep is awaited, and the server
+//! returns. A gate in
 //! front of the SDK answers what the SDK would answer badly (a request before
 //! `initialize`, a line that is not JSON-RPC, a `tools/call` whose arguments
 //! are not an object, a duplicate in-flight id).
@@ -37,7 +43,6 @@
 
 mod gate;
 pub mod input;
-pub mod lifecycle;
 mod output;
 mod pump;
 pub mod schema;
@@ -53,18 +58,23 @@ pub use output::SPILL_SESSION;
 pub use server::CustodianServer;
 
 use crate::contain::Containment;
+use crate::coordinator::RequestObserver;
 use crate::policy::{PolicyConfig, Provenance};
-use crate::process::LaunchOptions;
-use crate::process::env::{NoSecrets, SecretResolver};
+use crate::process::env::{Blocking, NoSecrets, SecretResolver};
 use crate::process::invocation::MAX_STREAM_BUDGET;
+use crate::runtime::{Runtime, RuntimeConfig, RuntimeError};
 use crate::spill::{SpillConfig, SpillService};
-use crate::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
+use crate::workspace::{WorkspaceConfig, WorkspaceError};
 
 /// The default bytes per stream kept inline in a result.
 pub const DEFAULT_INLINE_BUDGET: usize = 16 * 1024;
 /// The default bytes per stream captured (and spilled when larger than the
 /// inline budget).
 pub const DEFAULT_SPILL_CAP: usize = 8 * 1024 * 1024;
+/// The default grace between `SIGTERM` and `SIGKILL` for the calls in
+/// flight when the server stops: below the 2 s after which the MCP SDKs'
+/// clients kill a server they closed.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
 /// How `custodian mcp` serves.
 #[derive(Clone)]
@@ -101,6 +111,13 @@ pub struct McpConfig {
     /// when the server stops (default 500 ms, below the 2 s after which the
     /// SDKs' clients kill a server they closed).
     pub shutdown_grace: Duration,
+    /// Called with a read-only view of each `process_run` call's request
+    /// as soon as the request starts, before its job namespace is opened:
+    /// an embedder's audit trail, or a test's window on the request machine
+    /// ([`RequestObserver::log`] lists every committed transition). The
+    /// view does not keep the request alive. Called on the call's task: it
+    /// must not block. Default: none.
+    pub on_request: Option<Arc<dyn Fn(RequestObserver) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for McpConfig {
@@ -118,7 +135,7 @@ impl McpConfig {
     /// Defaults for `workspace`: no policy, untrusted provenance, `auto`
     /// containment, the default spill store, 16 KiB inline, 8 MiB cap, a
     /// 30 s timeout, progress every second, no secrets, a 500 ms shutdown
-    /// grace.
+    /// grace, no request hook.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         McpConfig {
             workspace: workspace.into(),
@@ -133,7 +150,8 @@ impl McpConfig {
             progress_every: Duration::from_secs(1),
             secrets: Arc::new(NoSecrets),
             cleanup_bound: WorkspaceConfig::default().cleanup_bound,
-            shutdown_grace: lifecycle::DEFAULT_SHUTDOWN_GRACE,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            on_request: None,
         }
     }
 }
@@ -150,6 +168,10 @@ pub enum McpError {
     /// The workspace could not be opened.
     #[error("opening the workspace: {0}")]
     Workspace(#[from] WorkspaceError),
+    /// The runtime over the workspace could not be opened for another
+    /// reason.
+    #[error("opening the runtime: {0}")]
+    Runtime(#[source] RuntimeError),
     /// The spill store could not be activated.
     #[error("activating the spill store: {0}")]
     Spill(#[from] crate::spill::ServiceError),
@@ -234,8 +256,19 @@ where
     }
     let ws_config = WorkspaceConfig::default().with_cleanup_bound(config.cleanup_bound);
     let internal = config.workspace.join(&ws_config.internal_name);
-    let workspace = Workspace::open(&config.workspace, ws_config)?;
-    for (request_id, result) in workspace.reclaim().await {
+    // The runtime owns the workspace and drives every call's request; the
+    // policy stays here, at the edge, where an approval can be asked for.
+    let runtime = Runtime::open(
+        RuntimeConfig::new(&config.workspace)
+            .with_workspace(ws_config)
+            .with_containment(config.containment)
+            .with_secrets(Arc::new(Blocking(Arc::clone(&config.secrets)))),
+    )
+    .map_err(|e| match e {
+        RuntimeError::Workspace(e) => McpError::Workspace(e),
+        e => McpError::Runtime(e),
+    })?;
+    for (request_id, result) in runtime.reclaim().await {
         tracing::info!(%request_id, status = ?result.status, "reclaimed at start");
     }
     // Without a configured root, spills go to the workspace's internal
@@ -247,16 +280,9 @@ where
     }
     // Activation starts the one startup sweep; the store is usable at once.
     let spill = SpillService::activate(&spill_config)?;
-    let launch = LaunchOptions::new(&config.workspace)
-        .with_containment(config.containment)
-        .with_secrets(config.secrets.clone());
-    let lifecycle = Arc::new(
-        lifecycle::Lifecycle::new(workspace.clone(), launch, config.progress_every)
-            .with_shutdown_grace(config.shutdown_grace),
-    );
-    let handler = CustodianServer {
-        inner: Arc::new(server::Inner {
-            lifecycle: Arc::clone(&lifecycle),
+    let inner = Arc::new(server::Inner::new(
+        runtime.clone(),
+        server::Settings {
             policy: config.policy,
             provenance: config.provenance,
             store: Some(spill.store().clone()),
@@ -266,7 +292,14 @@ where
                 confinement: config.confinement,
             },
             inline_budget: config.inline_budget,
-        }),
+            progress_every: config.progress_every,
+            shutdown_grace: config.shutdown_grace,
+            cleanup_bound: config.cleanup_bound,
+            on_request: config.on_request,
+        },
+    ));
+    let handler = CustodianServer {
+        inner: Arc::clone(&inner),
     };
 
     let (input, output) = io;
@@ -307,8 +340,8 @@ where
         }
     };
     // Stop now, not after the SDK's drain: cancel every call, wait for its
-    // process and its cleanup.
-    lifecycle.stop().await;
+    // request to complete (its process stopped, its cleanup done).
+    inner.stop().await;
     // Then the SDK sees its input close, answers what it still holds and
     // ends.
     drop(to_sdk);
@@ -320,8 +353,9 @@ where
     let served = served.unwrap_or_else(|e| Err(McpError::Session(e.to_string())));
     let _ = returning.await;
     let _ = writer.await;
-    // Whatever is left (a call whose task failed) dies with its request.
-    for (request_id, result) in workspace.close().await {
+    // Whatever is left (a request still finishing its cleanup) is cleaned
+    // with the workspace.
+    for (request_id, result) in runtime.shutdown().await {
         tracing::info!(%request_id, status = ?result.status, "cleaned at shutdown");
     }
     if let Some(report) = spill.dispose().await {

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use crate::policy::{Context, Decision, Pattern};
 use crate::process::capture::{Capture, CapturedStream};
 use crate::process::evidence::{Evidence, render_json_for_model};
+use crate::runtime::RuntimeError;
 use crate::spill::SpillStore;
+use crate::workspace::WorkspaceError;
 
 /// The spill session every `custodian mcp` output is written under.
 pub const SPILL_SESSION: &str = "mcp";
@@ -81,6 +83,27 @@ pub(crate) fn policy_refusal(
         }),
         true,
     )
+}
+
+/// The stable code of a launch the runtime refused: the launcher's own
+/// (`not_found`, `bad_cwd`, `env`, `containment_unavailable`, …), else the
+/// workspace's (`internal_path`, …) or the request's (`request_finalizing`).
+pub(crate) fn launch_code(e: &RuntimeError) -> &'static str {
+    match e {
+        RuntimeError::Process(e) | RuntimeError::Workspace(WorkspaceError::Launch(e)) => e.code(),
+        RuntimeError::Env(_) => "env",
+        RuntimeError::Confinement(_) => "confinement_invalid",
+        RuntimeError::Workspace(e) => match e {
+            WorkspaceError::InternalPath(_) => "internal_path",
+            WorkspaceError::Closed => "workspace_closed",
+            WorkspaceError::Io { .. } => "io_error",
+            _ => "workspace_error",
+        },
+        RuntimeError::Finalizing { .. } => "request_finalizing",
+        RuntimeError::Denied(_) => "policy_denied",
+        RuntimeError::ApprovalRequired(_) => "approval_required",
+        _ => "launch_refused",
+    }
 }
 
 /// Where a stream's full output went.

@@ -1,37 +1,290 @@
 //! The MCP handler: tool listing, policy, elicitation, progress and the
 //! dispatch of `process_run` and `spill_read`.
+//!
+//! A `process_run` call the policy admits becomes one request of the
+//! server's [`Runtime`]: its executor opens the job namespace and launches,
+//! the call waits for the process (reporting progress), a client's
+//! `notifications/cancelled` or the server's stop cancels the request, and
+//! the call answers only once the request completed, its cleanup included.
+//! Which outcome is final, when the process is stopped and when the
+//! cleanup runs are the request machine's decisions, executed by the
+//! runtime's coordinator; this file only reports to it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use rmcp::ServerHandler;
 use rmcp::model::{
     BooleanSchema, CallToolRequestParams, CallToolResult, ElicitRequestParams, ElicitationAction,
     ElicitationSchema, ErrorData, Implementation, ListToolsResult, PaginatedRequestParams,
-    PrimitiveSchemaDefinition, ProgressNotificationParam, ServerCapabilities, ServerInfo, Tool,
-    ToolAnnotations,
+    PrimitiveSchemaDefinition, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerInfo, Tool, ToolAnnotations,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleServer};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::input::{self, InputError, RunDefaults};
-use super::lifecycle::{Lifecycle, Progress};
 use super::output;
 use super::schema;
+use crate::coordinator::{RequestLimits, RequestObserver};
+use crate::error::SafeCode;
+use crate::id::RequestId;
+use crate::machine::request::RequestStatus;
 use crate::policy::{Context, PolicyConfig, Provenance, Registry, StateMode, Verdict};
-use crate::process::Invocation;
 use crate::process::governed::{Gate, decide_invocation};
+use crate::process::{Invocation, Running};
+use crate::runtime::Runtime;
 use crate::spill::{Locator, SpillStore, StoreError};
+use crate::workspace::{CleanupCode, CleanupResult};
 
-/// The shared state of one server.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) lifecycle: Arc<Lifecycle>,
+/// Added to a call's process bound (its hard deadline) for the request's
+/// deadline: the time to open the job namespace, resolve secrets and
+/// launch. The request's deadline never cuts the process's own
+/// `TERM → grace → KILL` ladder short.
+const LAUNCH_ALLOWANCE: Duration = Duration::from_secs(10);
+
+/// What a server is configured with, besides its runtime.
+pub(crate) struct Settings {
     pub(crate) policy: Option<PolicyConfig>,
     pub(crate) provenance: Provenance,
     pub(crate) store: Option<Arc<SpillStore>>,
     pub(crate) defaults: RunDefaults,
     pub(crate) inline_budget: usize,
+    /// How often progress is reported while a process runs.
+    pub(crate) progress_every: Duration,
+    /// The grace between `SIGTERM` and `SIGKILL` when the server stops.
+    pub(crate) shutdown_grace: Duration,
+    /// How long a request's cleanup may wait for its processes.
+    pub(crate) cleanup_bound: Duration,
+    pub(crate) on_request: Option<Arc<dyn Fn(RequestObserver) + Send + Sync>>,
+}
+
+/// The shared state of one server.
+pub(crate) struct Inner {
+    runtime: Runtime,
+    settings: Settings,
+    /// Request ids: this prefix, then a counter.
+    prefix: String,
+    next: AtomicU64,
+    /// Set once the server stops: every call in flight is cancelled with
+    /// the shutdown grace, and no new call starts a request.
+    stopping: CancellationToken,
+    /// Every call's task, so that [`Inner::stop`] can wait for them.
+    calls: TaskTracker,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("prefix", &self.prefix)
+            .field("stopping", &self.stopping.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(runtime: Runtime, settings: Settings) -> Self {
+        // Request ids must not collide with a job directory a previous
+        // server left behind (that one is refused, never adopted).
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Inner {
+            runtime,
+            settings,
+            prefix: format!("mcp-{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
+            next: AtomicU64::new(1),
+            stopping: CancellationToken::new(),
+            calls: TaskTracker::new(),
+        }
+    }
+
+    /// Stops the server's calls: every call in flight is cancelled at once
+    /// (`SIGTERM`, the shutdown grace, `SIGKILL` of its whole tree) and its
+    /// request completes, cleanup included; a call that has not started its
+    /// request starts none. Returns once every call's task has finished.
+    /// Idempotent.
+    pub(crate) async fn stop(&self) {
+        self.stopping.cancel();
+        self.calls.close();
+        self.calls.wait().await;
+    }
+
+    /// A call's request limits: its deadline is the process's own bound
+    /// plus [`LAUNCH_ALLOWANCE`], and its cleanup may take the default
+    /// grace on top of the time it may wait for the processes.
+    fn limits(&self, invocation: &Invocation) -> RequestLimits {
+        let defaults = RequestLimits::new();
+        RequestLimits::new()
+            .with_request_timeout(invocation.hard_deadline().saturating_add(LAUNCH_ALLOWANCE))
+            .with_cleanup_grace(
+                defaults
+                    .cleanup_grace
+                    .saturating_add(self.settings.cleanup_bound),
+            )
+    }
+
+    /// Runs `invocation` as a request of its own and answers once the
+    /// request completed. `cancel` is the call's cancellation (the
+    /// client's `notifications/cancelled`); `progress` is notified every
+    /// `progress_every` while the process runs.
+    async fn run(
+        &self,
+        invocation: Invocation,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+    ) -> CallToolResult {
+        if self.stopping.is_cancelled() {
+            return output::error(
+                "launch_failed",
+                "server_stopping",
+                "the server is stopping; nothing was launched",
+            );
+        }
+        let id = format!(
+            "{}-{}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let started = RequestId::new(&id)
+            .map_err(|e| e.to_string())
+            .and_then(|id| {
+                self.runtime
+                    .start_with(id, self.limits(&invocation))
+                    .map_err(|e| e.to_string())
+            });
+        let request = match started {
+            Ok(r) => r,
+            Err(message) => return output::error("launch_failed", "request_refused", &message),
+        };
+        if let Some(hook) = &self.settings.on_request {
+            hook(request.observer());
+        }
+        let executor = request.executor();
+        let launched = match executor.open_workspace().await {
+            Ok(_) => executor.launch(invocation).await,
+            Err(e) => Err(e),
+        };
+        let running = match launched {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing runs. The request still ends through the machine:
+                // the job it announced is cleaned before the answer.
+                let code = output::launch_code(&e);
+                executor.fail(SafeCode::parse(code).unwrap_or(CODE_LAUNCH_REFUSED));
+                let completion = request.finished().await;
+                tracing::info!(
+                    request_id = %request.id(),
+                    code,
+                    cleanup = ?completion.cleanup.as_ref().map(|c| c.status),
+                    "process_run refused"
+                );
+                return output::error("launch_failed", code, &e.to_string());
+            }
+        };
+        tracing::debug!(request_id = %request.id(), pid = running.pid(), "launched");
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(self.settings.progress_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut cancelled = false;
+        let mut stopped = false;
+        let evidence = loop {
+            tokio::select! {
+                ev = running.settled() => break ev,
+                // The request's cancel: the coordinator stops the process
+                // (`SIGTERM`, its grace, `SIGKILL`) and then cleans up.
+                () = cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    request.cancel();
+                }
+                // The server stops: the short shutdown grace first, even if
+                // a plain cancel already started the long one (the shortest
+                // grace wins), then the request's cancel.
+                () = self.stopping.cancelled(), if !stopped => {
+                    stopped = true;
+                    cancelled = true;
+                    running.cancel_within(self.settings.shutdown_grace);
+                    request.cancel();
+                }
+                // No progress for a cancelled call: the client has
+                // forgotten its token.
+                _ = tick.tick(), if !cancelled => progress.notify(&running, started).await,
+            }
+        };
+        if !cancelled {
+            // The executor's own outcome: the process ran (a non-zero exit,
+            // a timeout or a signal is in its evidence, not a failure).
+            executor.succeed();
+        }
+        // The request completes only after its cleanup finished.
+        let completion = request.finished().await;
+        let cleanup = completion.cleanup.clone().unwrap_or_else(|| {
+            // The workspace cleanup did not report (it missed the
+            // request's cleanup deadline): say so, failed.
+            CleanupResult::failed(CleanupCode::Abandoned, Default::default(), None)
+        });
+        let cancelled = completion.result.status() == RequestStatus::Cancelled;
+        let (evidence, spill) = output::fit_evidence(
+            &evidence,
+            self.settings.inline_budget,
+            self.settings.store.as_deref(),
+        );
+        tracing::info!(
+            request_id = %completion.request_id,
+            status = ?evidence.status,
+            cancelled,
+            cleanup = ?cleanup.status,
+            request = ?completion.result.status(),
+            "process_run settled"
+        );
+        output::result(
+            json!({
+                "request_id": completion.request_id,
+                "cancelled": cancelled,
+                "evidence": evidence,
+                "spill": spill,
+                "cleanup": cleanup,
+            }),
+            false,
+        )
+    }
+}
+
+/// The code a refused launch reports to the request machine when the
+/// launcher's own code is not a safe code.
+const CODE_LAUNCH_REFUSED: SafeCode = SafeCode::new("launch_refused");
+
+/// Where a call's progress notifications go: its client, if the call
+/// carried a progress token.
+struct ProgressSink {
+    peer: Peer<RoleServer>,
+    token: Option<ProgressToken>,
+}
+
+impl ProgressSink {
+    /// `progress` is the elapsed time in milliseconds (always increasing);
+    /// the message counts the bytes captured so far (after redaction).
+    async fn notify(&self, running: &Running, started: Instant) {
+        let Some(token) = self.token.clone() else {
+            return;
+        };
+        let (stdout_bytes, stderr_bytes) = running.bytes_captured();
+        let elapsed = started.elapsed();
+        let param = ProgressNotificationParam::new(token, elapsed.as_millis() as f64).with_message(
+            format!(
+                "stdout {stdout_bytes} bytes, stderr {stderr_bytes} bytes, {:.1}s elapsed",
+                elapsed.as_secs_f64()
+            ),
+        );
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "progress notification not sent");
+        }
+    }
 }
 
 /// The `custodian mcp` handler (cheap to clone).
@@ -135,7 +388,7 @@ fn invalid(e: &InputError) -> CallToolResult {
 impl CustodianServer {
     fn context(&self) -> Context {
         Context {
-            provenance: self.inner.provenance,
+            provenance: self.inner.settings.provenance,
             state_mode: StateMode::Local,
         }
     }
@@ -146,7 +399,7 @@ impl CustodianServer {
         inv: &Invocation,
         context: &RequestContext<RoleServer>,
     ) -> Option<CallToolResult> {
-        let config = self.inner.policy.as_ref()?;
+        let config = self.inner.settings.policy.as_ref()?;
         let (peer, ct) = (&context.peer, &context.ct);
         let registry = Registry::new();
         let mut gate = Gate {
@@ -204,7 +457,7 @@ impl CustodianServer {
                     "the call was cancelled before it was approved; nothing was launched",
                 ));
             }
-            () = self.inner.lifecycle.stopping() => {
+            () = self.inner.stopping.cancelled() => {
                 return Some(output::error(
                     "policy_refused",
                     "server_stopping",
@@ -250,74 +503,37 @@ impl CustodianServer {
         args: Option<&serde_json::Map<String, Value>>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let inv = match input::process_run(args, &self.inner.defaults) {
+        let inv = match input::process_run(args, &self.inner.settings.defaults) {
             Ok(v) => v.invocation,
             Err(e) => return invalid(&e),
         };
         if let Some(refused) = self.admit(&inv, &context).await {
             return refused;
         }
-        let ct = context.ct.clone();
-        let token = context.meta.get_progress_token();
-        let peer = context.peer.clone();
-        let outcome = self
-            .inner
-            .lifecycle
-            .run(
-                inv,
-                async move { ct.cancelled().await },
-                move |p: Progress| {
-                    let peer = peer.clone();
-                    let token = token.clone();
-                    async move {
-                        let Some(token) = token else { return };
-                        let param =
-                            ProgressNotificationParam::new(token, p.elapsed.as_millis() as f64)
-                                .with_message(format!(
-                                    "stdout {} bytes, stderr {} bytes, {:.1}s elapsed",
-                                    p.stdout_bytes,
-                                    p.stderr_bytes,
-                                    p.elapsed.as_secs_f64()
-                                ));
-                        if let Err(e) = peer.notify_progress(param).await {
-                            tracing::debug!(error = %e, "progress notification not sent");
-                        }
-                    }
-                },
-            )
-            .await;
-        let outcome = match outcome {
-            Ok(o) => o,
-            Err(e) => {
-                let kind = match e {
-                    super::lifecycle::LaunchFailed::TaskFailed => "internal",
-                    _ => "launch_failed",
-                };
-                return output::error(kind, e.code(), &e.to_string());
-            }
+        let progress = ProgressSink {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
         };
-        let (evidence, spill) = output::fit_evidence(
-            &outcome.evidence,
-            self.inner.inline_budget,
-            self.inner.store.as_deref(),
-        );
-        tracing::info!(
-            request_id = %outcome.request_id,
-            status = ?evidence.status,
-            cancelled = outcome.cancelled,
-            cleanup = ?outcome.cleanup.status,
-            "process_run settled"
-        );
-        output::result(
-            json!({
-                "request_id": outcome.request_id,
-                "cancelled": outcome.cancelled,
-                "evidence": evidence,
-                "spill": spill,
-                "cleanup": outcome.cleanup,
-            }),
-            false,
-        )
+        let cancel = context.ct.clone();
+        let inner = Arc::clone(&self.inner);
+        // The call runs on a task of its own: if this future is dropped, the
+        // request still completes (process stopped, cleanup run).
+        let task = self
+            .inner
+            .calls
+            .spawn(async move { inner.run(inv, cancel, progress).await });
+        match task.await {
+            Ok(result) => result,
+            // The task panicked: it dropped the call's `Request`, which the
+            // coordinator takes for a caller disconnect (the request is
+            // still cancelled and cleaned up). Say so rather than propagate
+            // the panic.
+            Err(_) => output::error(
+                "internal",
+                "internal",
+                "the call's task failed; its request is cancelled and cleaned up",
+            ),
+        }
     }
 
     fn spill_read(&self, args: Option<&serde_json::Map<String, Value>>) -> CallToolResult {
@@ -325,7 +541,7 @@ impl CustodianServer {
             Ok(r) => r,
             Err(e) => return invalid(&e),
         };
-        let Some(store) = &self.inner.store else {
+        let Some(store) = &self.inner.settings.store else {
             return output::error("spill", "spill_unavailable", "no spill store is configured");
         };
         let loc = match Locator::parse(&req.locator) {

@@ -246,16 +246,18 @@ impl fmt::Debug for dyn AsyncSecretResolver {
 /// Adapts a sync [`SecretResolver`] to [`AsyncSecretResolver`]: each lookup
 /// runs on tokio's blocking pool (inline when called outside a runtime), so
 /// a resolver that blocks never stalls the async runtime.
+/// `R` may be unsized: `Blocking<dyn SecretResolver>` adapts a shared
+/// resolver (`Arc<dyn SecretResolver>`) as it is.
 #[derive(Debug)]
-pub struct Blocking<R>(pub Arc<R>);
+pub struct Blocking<R: ?Sized>(pub Arc<R>);
 
-impl<R> Clone for Blocking<R> {
+impl<R: ?Sized> Clone for Blocking<R> {
     fn clone(&self) -> Self {
         Blocking(Arc::clone(&self.0))
     }
 }
 
-impl<R: SecretResolver + 'static> AsyncSecretResolver for Blocking<R> {
+impl<R: SecretResolver + ?Sized + 'static> AsyncSecretResolver for Blocking<R> {
     fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
         let resolver = Arc::clone(&self.0);
         let reference = reference.clone();

@@ -6,12 +6,14 @@
 //! root) in a private mount namespace where only its scratch directory and
 //! the cgroup v2 hierarchy are writable, checked first. The end-to-end suites
 //! with the official SDKs as clients are `e2e.py` (Python) and `e2e.mjs`
-//! (TypeScript), run by `.ci/run`.
+//! (TypeScript), run by `.ci/run`. `observed.rs` serves in this process
+//! and watches each call's request in the request machine.
 
 mod client;
 mod early;
 #[path = "../support/marker.rs"]
 mod marker;
+mod observed;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
 mod session;
@@ -47,4 +49,9 @@ fn early_returns_in_a_private_mount_namespace() {
 #[test]
 fn stops_in_a_private_mount_namespace() {
     run_keeping_cgroups("stops::");
+}
+
+#[test]
+fn observed_in_a_private_mount_namespace() {
+    run_keeping_cgroups("observed::");
 }

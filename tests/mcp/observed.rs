@@ -1,0 +1,426 @@
+//! Every `process_run` is a run of the request machine (`machine::request`,
+//! driven by the coordinator behind the `Runtime` facade): the server is
+//! served in this process over an in-memory pipe, with
+//! `McpConfig::on_request` handing the test a `RequestObserver` of each
+//! call's request, whose log is the machine's committed transitions.
+//!
+//! A call that ran, one cancelled by the client, one refused by the
+//! launcher after its job was opened, and one stopped with the server: each
+//! is exactly one request, whose cleanup ran once and had finished before
+//! the call's answer was written.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use custodian::coordinator::{RequestObserver, TransitionRecord};
+use custodian::machine::request::{Action, Candidate, CleanupOutcome, Event, Phase, RequestStatus};
+use custodian::mcp::{Ended, McpConfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::sync::oneshot;
+
+use crate::client::{GENEROUS, entries};
+use crate::sandbox;
+
+fn name(p: Phase) -> &'static str {
+    match p {
+        Phase::Open => "open",
+        Phase::Finalizing { .. } => "finalizing",
+        Phase::Cleaning { .. } => "cleaning",
+        Phase::Writing { .. } => "writing",
+        Phase::Acknowledged { .. } => "acknowledged",
+        Phase::Completed { .. } => "completed",
+    }
+}
+
+/// The log in short: each event and the phase it led to.
+fn trace(log: &[TransitionRecord]) -> Vec<String> {
+    log.iter()
+        .map(|r| format!("{:?} -> {} {:?}", r.event, name(r.after.phase()), r.actions))
+        .collect()
+}
+
+/// The phases a request passed through, in order, each once.
+fn phases(log: &[TransitionRecord]) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for p in log
+        .iter()
+        .take(1)
+        .map(|r| r.before.phase())
+        .chain(log.iter().map(|r| r.after.phase()))
+    {
+        if out.last() != Some(&name(p)) {
+            out.push(name(p));
+        }
+    }
+    out
+}
+
+/// The first terminal candidate the machine committed.
+fn primary(log: &[TransitionRecord]) -> Option<Candidate> {
+    log.iter().find_map(|r| match (r.before.phase(), r.event) {
+        (Phase::Open, Event::Candidate(c)) => Some(c),
+        _ => None,
+    })
+}
+
+/// How many times the machine ordered the workspace cleanup, and what it
+/// was told of it.
+fn cleanups(log: &[TransitionRecord]) -> (usize, Vec<CleanupOutcome>) {
+    let started = log
+        .iter()
+        .flat_map(|r| &r.actions)
+        .filter(|a| **a == Action::StartCleanup)
+        .count();
+    let finished = log
+        .iter()
+        .filter_map(|r| match r.event {
+            Event::CleanupFinished(o) => Some(o),
+            _ => None,
+        })
+        .collect();
+    (started, finished)
+}
+
+/// An MCP client of a server served in this process.
+struct Client {
+    lines: Lines<BufReader<DuplexStream>>,
+    /// The server's input: dropping it is the client's close.
+    out: Option<DuplexStream>,
+}
+
+impl Client {
+    async fn send(&mut self, msg: Value) {
+        let out = self.out.as_mut().expect("input open");
+        out.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
+        out.flush().await.unwrap();
+    }
+
+    /// The response to `id` (notifications in between are skipped).
+    async fn response(&mut self, id: i64) -> Value {
+        loop {
+            let line = tokio::time::timeout(GENEROUS, self.lines.next_line())
+                .await
+                .expect("no answer from the server")
+                .unwrap()
+                .expect("the server closed its output");
+            let m: Value = serde_json::from_str(&line).unwrap();
+            if m.get("method").is_none() && m["id"] == id {
+                return m;
+            }
+        }
+    }
+
+    async fn initialize(&mut self) {
+        self.send(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "custodian-tests", "version": "1"}}}),
+        )
+        .await;
+        let r = self.response(0).await;
+        assert_eq!(r["result"]["serverInfo"]["name"], "custodian", "{r}");
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+    }
+
+    async fn call_run(&mut self, id: i64, executable: &str, argv: &[&str]) {
+        self.send(json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "process_run", "arguments": {"executable": executable, "argv": argv}}
+        }))
+        .await;
+    }
+}
+
+/// A server served in this process, its client, and the request
+/// observers `McpConfig::on_request` handed out.
+struct Served {
+    client: Client,
+    seen: Arc<Mutex<Vec<RequestObserver>>>,
+    stop: Option<oneshot::Sender<()>>,
+    serving: tokio::task::JoinHandle<Ended<()>>,
+}
+
+impl Served {
+    /// Serves `ws` until the client's input closes or [`Served::stop`];
+    /// the session is initialized.
+    async fn start(ws: &Path) -> Served {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut config = McpConfig::new(ws);
+        let sink = Arc::clone(&seen);
+        config.on_request = Some(Arc::new(move |o| sink.lock().unwrap().push(o)));
+        // One pipe each way, so that the client's close is the server's EOF.
+        let (to_server, server_input) = tokio::io::duplex(1 << 20);
+        let (server_output, from_server) = tokio::io::duplex(1 << 20);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            let stop = async move {
+                let _ = stopped.await;
+            };
+            custodian::mcp::serve_until(config, (server_input, server_output), stop)
+                .await
+                .expect("the server failed")
+        });
+        let mut client = Client {
+            lines: BufReader::new(from_server).lines(),
+            out: Some(to_server),
+        };
+        client.initialize().await;
+        Served {
+            client,
+            seen,
+            stop: Some(stop),
+            serving,
+        }
+    }
+
+    /// Every request observer handed out so far, in call order.
+    fn observers(&self) -> Vec<RequestObserver> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until the `n`th call's request announced its workspace (the
+    /// launch follows at once).
+    async fn announced(&self, n: usize) -> RequestObserver {
+        let deadline = tokio::time::Instant::now() + GENEROUS;
+        loop {
+            if let Some(o) = self.observers().get(n) {
+                if o.log().iter().any(|r| r.event == Event::WorkspaceOpening) {
+                    return o.clone();
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no request announced its workspace"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops the server, as a signal would stop `custodian mcp`.
+    fn stop(&mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+    }
+
+    /// Closes the client's input; returns how the server ended.
+    async fn close(mut self) -> Ended<()> {
+        self.client.out = None;
+        tokio::time::timeout(GENEROUS, self.serving)
+            .await
+            .expect("the server did not end")
+            .unwrap()
+    }
+}
+
+fn no_job_left(ws: &Path) {
+    let mut left = entries(&ws.join(".custodian/job"));
+    left.extend(entries(&ws.join(".custodian/journal")));
+    left.retain(|name| !name.starts_with(".spare-"));
+    assert_eq!(left, Vec::<String>::new(), "a job or journal left");
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// The issue's demand (issue 26): an MCP call is not driven beside the
+/// request machine but through it, from its first transition to its
+/// completion, and it answers only once the request completed.
+#[test]
+#[ignore = "deletes: run by observed_in_a_private_mount_namespace"]
+fn a_process_run_is_one_run_of_the_request_machine() {
+    let tmp = sandbox::tempdir();
+    let ws = tmp.path();
+    block_on(async {
+        let mut served = Served::start(ws).await;
+        served.client.call_run(1, "sh", &["-c", "echo ran"]).await;
+        let r = served.client.response(1).await;
+        let content = &r["result"]["structuredContent"];
+        assert_eq!(content["evidence"]["stdout"]["text"], "ran\n", "{r}");
+
+        let all = served.observers();
+        assert_eq!(all.len(), 1, "one call, one request");
+        let request = &all[0];
+        assert_eq!(content["request_id"], request.id().as_str(), "{r}");
+        // Completed, cleanup included, before the answer was written.
+        let completion = request
+            .try_finished()
+            .expect("the call answered before its request completed");
+        let log = request.log();
+        assert_eq!(
+            phases(&log),
+            // The executor's own success skips `finalizing`: it proves
+            // the executor returned.
+            ["open", "cleaning", "writing", "acknowledged", "completed"],
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(
+            primary(&log),
+            Some(Candidate::Success),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(
+            log.iter()
+                .filter(|r| r.event == Event::WorkspaceOpening)
+                .count(),
+            1,
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(
+            cleanups(&log),
+            (1, vec![CleanupOutcome::Ok]),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(completion.result.status(), RequestStatus::Succeeded);
+        // The cleanup the answer reports is the request's.
+        assert_eq!(
+            content["cleanup"],
+            serde_json::to_value(completion.cleanup.as_ref().expect("cleanup detail")).unwrap(),
+            "{r}"
+        );
+        assert_eq!(content["cleanup"]["status"], "cleaned", "{r}");
+        assert_eq!(content["cancelled"], false, "{r}");
+        assert_eq!(completion.processes.len(), 1, "{completion:?}");
+        no_job_left(ws);
+
+        assert_eq!(served.close().await, Ended::InputClosed);
+    });
+}
+
+/// `notifications/cancelled` is the request's caller cancel; the launcher's
+/// refusal after the job was opened is the executor's error, and the job
+/// is still cleaned through the machine.
+#[test]
+#[ignore = "deletes: run by observed_in_a_private_mount_namespace"]
+fn a_cancelled_call_and_a_refused_launch_end_through_the_request_machine() {
+    let tmp = sandbox::tempdir();
+    let ws = tmp.path();
+    block_on(async {
+        let mut served = Served::start(ws).await;
+
+        served.client.call_run(1, "sleep", &["30"]).await;
+        let request = served.announced(0).await;
+        served
+            .client
+            .send(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 1, "reason": "the user gave up"}}),
+            )
+            .await;
+        let completion = tokio::time::timeout(GENEROUS, request.finished())
+            .await
+            .expect("the cancelled request never completed");
+        let log = request.log();
+        assert_eq!(
+            primary(&log),
+            Some(Candidate::CallerCancel),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(completion.result.status(), RequestStatus::Cancelled);
+        assert_eq!(
+            cleanups(&log),
+            (1, vec![CleanupOutcome::Ok]),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(
+            phases(&log),
+            [
+                "open",
+                "finalizing",
+                "cleaning",
+                "writing",
+                "acknowledged",
+                "completed"
+            ],
+            "{:#?}",
+            trace(&log)
+        );
+
+        served
+            .client
+            .call_run(2, "custodian-no-such-program", &[])
+            .await;
+        let r = served.client.response(2).await;
+        assert_eq!(
+            r["result"]["structuredContent"]["error"]["code"], "not_found",
+            "{r}"
+        );
+        let all = served.observers();
+        assert_eq!(all.len(), 2, "one request per call");
+        let refused = &all[1];
+        let completion = refused
+            .try_finished()
+            .expect("the refusal answered before its request completed");
+        let log = refused.log();
+        assert_eq!(
+            primary(&log),
+            Some(Candidate::ExecutorError {
+                code: custodian::error::SafeCode::new("not_found")
+            }),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(completion.result.status(), RequestStatus::Failed);
+        assert_eq!(
+            cleanups(&log),
+            (1, vec![CleanupOutcome::Ok]),
+            "{:#?}",
+            trace(&log)
+        );
+        no_job_left(ws);
+
+        assert_eq!(served.close().await, Ended::InputClosed);
+    });
+}
+
+/// The server's stop cancels each call's request (with the shutdown
+/// grace) and the call still answers, after its cleanup.
+#[test]
+#[ignore = "deletes: run by observed_in_a_private_mount_namespace"]
+fn a_call_stopped_with_the_server_ends_through_the_request_machine() {
+    let tmp = sandbox::tempdir();
+    let ws = tmp.path();
+    block_on(async {
+        let mut served = Served::start(ws).await;
+        served.client.call_run(1, "sleep", &["30"]).await;
+        let request = served.announced(0).await;
+        // Give the launch a moment: the stop must find the process running.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        served.stop();
+        let r = served.client.response(1).await;
+        let content = &r["result"]["structuredContent"];
+        assert_eq!(content["cancelled"], true, "{r}");
+        assert_eq!(content["cleanup"]["status"], "cleaned", "{r}");
+        let completion = request
+            .try_finished()
+            .expect("the call answered before its request completed");
+        let log = request.log();
+        assert_eq!(
+            primary(&log),
+            Some(Candidate::CallerCancel),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(completion.result.status(), RequestStatus::Cancelled);
+        assert_eq!(
+            cleanups(&log),
+            (1, vec![CleanupOutcome::Ok]),
+            "{:#?}",
+            trace(&log)
+        );
+        assert_eq!(served.close().await, Ended::Stopped(()));
+        no_job_left(ws);
+    });
+}
