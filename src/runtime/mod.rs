@@ -403,6 +403,12 @@ impl Runtime {
     /// cannot.
     pub fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.confinement.validate()?;
+        // A confined default: the isolation's once-per-process work and
+        // the spare network namespaces start now, beside the caller.
+        crate::process::prepare_isolation(
+            &config.confinement,
+            crate::process::ExpectedLaunches::Many,
+        );
         let workspace = Workspace::open(&config.workspace_root, config.workspace.clone())?;
         let spill = match &config.spill {
             Some(spill) => Some(SpillService::activate_with(

@@ -183,6 +183,7 @@ fn fill() {
         let mut pool = lock();
         if pool.spares.len() >= SPARES {
             pool.filling = false;
+            MADE.notify_all();
             while pool.spares.len() >= SPARES && !pool.off {
                 pool = TAKEN.wait(pool).unwrap_or_else(PoisonError::into_inner);
             }
@@ -247,11 +248,15 @@ fn make(host: &OwnedFd) -> Result<OwnedFd, Errno> {
     made
 }
 
-/// Puts `fd` in the pool as if the filler had made it (tests of the
-/// launch's fallback).
+/// Puts `fd` in the pool, once the filler is idle, where the next launch
+/// takes it (tests of the launch's fallback).
 #[cfg(test)]
 pub(super) fn put(fd: OwnedFd) {
-    lock().spares.push(fd);
+    let mut pool = lock();
+    while pool.filling && !pool.off {
+        pool = MADE.wait(pool).unwrap_or_else(PoisonError::into_inner);
+    }
+    pool.spares.push(fd);
 }
 
 #[cfg(test)]
