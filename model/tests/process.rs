@@ -32,7 +32,11 @@ use custodian_model::process::{self as model, ProcessStep, Real, broken};
 
 #[test]
 fn unique_state_count_is_pinned_and_every_property_holds() {
-    let r = check::process(Real, 2);
+    // One thread: a parallel depth-first search may reach a state first by
+    // a longer path, and the maximum depth it reports then varies (16
+    // instead of 15 in 1 of 40 runs on a loaded machine); the unique count
+    // does not.
+    let r = check::process(Real, 1);
     eprint!("{r}");
     assert_eq!(r.unique, check::PINNED_PROCESS_STATES);
     assert_eq!(r.unique, 73_184);
