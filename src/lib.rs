@@ -51,6 +51,7 @@ pub mod machine;
 pub mod mcp;
 pub mod policy;
 pub mod process;
+pub mod request;
 pub mod runtime;
 pub mod spill;
 pub mod sync;

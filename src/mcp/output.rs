@@ -90,7 +90,7 @@ pub(crate) fn policy_refusal(
 /// workspace's (`internal_path`, …) or the request's (`request_finalizing`).
 pub(crate) fn launch_code(e: &RuntimeError) -> &'static str {
     match e {
-        RuntimeError::Process(e) | RuntimeError::Workspace(WorkspaceError::Launch(e)) => e.code(),
+        RuntimeError::Process(e) => e.code(),
         RuntimeError::Env(_) => "env",
         RuntimeError::Confinement(_) => "confinement_invalid",
         RuntimeError::Workspace(e) => match e {

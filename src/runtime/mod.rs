@@ -345,6 +345,15 @@ pub enum RuntimeError {
     Write(#[source] std::io::Error),
 }
 
+impl From<crate::request::LaunchError> for RuntimeError {
+    fn from(e: crate::request::LaunchError) -> Self {
+        match e {
+            crate::request::LaunchError::Workspace(e) => RuntimeError::Workspace(e),
+            crate::request::LaunchError::Process(e) => RuntimeError::Process(e),
+        }
+    }
+}
+
 /// The embedder's entry point: one workspace, one spill store, one policy,
 /// one coordinator, and the requests running in them. Cheap to clone;
 /// every clone is the same runtime. See the [module docs](self).

@@ -272,7 +272,7 @@ impl Executor {
         let running = {
             let _entered = span.enter();
             match job {
-                Some(job) => job.launch_with(invocation, options)?,
+                Some(job) => crate::request::launch_with(&job, invocation, options)?,
                 None => crate::process::launch(invocation, &options)?,
             }
         };

@@ -96,17 +96,36 @@ impl WorkspaceNode {
     /// reserve and answered `too_many_requests` (retry once others finish).
     fn code(&self, e: &WorkspaceError) -> SafeCode {
         match e {
-            WorkspaceError::Io { source, .. }
-            | WorkspaceError::Launch(crate::process::ProcessError::Spawn { source, .. })
-                if super::reserve::is_fd_shortage(source) =>
-            {
-                if let Some(r) = &self.reserve {
-                    r.note_shortage();
-                }
-                super::message::codes::TOO_MANY_REQUESTS
+            WorkspaceError::Io { source, .. } if super::reserve::is_fd_shortage(source) => {
+                self.shortage()
             }
             _ => workspace_code(e),
         }
+    }
+
+    /// A refused launch's wire code, as [`Self::code`] for the request's
+    /// refusals, the launcher's own code else (`launch_failed` where it has
+    /// none that is safe).
+    fn launch_code(&self, e: &crate::request::LaunchError) -> SafeCode {
+        use crate::request::LaunchError;
+        match e {
+            LaunchError::Workspace(e) => self.code(e),
+            LaunchError::Process(crate::process::ProcessError::Spawn { source, .. })
+                if super::reserve::is_fd_shortage(source) =>
+            {
+                self.shortage()
+            }
+            LaunchError::Process(e) => safe(e.code(), codes::LAUNCH_FAILED),
+        }
+    }
+
+    /// Out of descriptors: the reserve is told, and the answer is
+    /// `too_many_requests`.
+    fn shortage(&self) -> SafeCode {
+        if let Some(r) = &self.reserve {
+            r.note_shortage();
+        }
+        super::message::codes::TOO_MANY_REQUESTS
     }
 
     /// Enforces `policy` on every `run_process`: a call it denies or that
@@ -215,7 +234,6 @@ fn workspace_code(e: &WorkspaceError) -> SafeCode {
         WorkspaceError::Closed => codes::WORKSPACE_CLOSED,
         WorkspaceError::Io { .. } => codes::IO_ERROR,
         WorkspaceError::InternalPath(_) => codes::INTERNAL_PATH,
-        WorkspaceError::Launch(e) => safe(e.code(), codes::LAUNCH_FAILED),
         _ => codes::WORKSPACE_ERROR,
     }
 }
@@ -301,10 +319,8 @@ impl NodeWorkspace for WorkspaceNode {
             let entry = jobs
                 .get_mut(request)
                 .ok_or(super::message::codes::NOT_OPEN)?;
-            let running = entry
-                .job
-                .launch(inv, &self.launch)
-                .map_err(|e| self.code(&e))?;
+            let running = crate::request::launch(&entry.job, inv, &self.launch)
+                .map_err(|e| self.launch_code(&e))?;
             entry.runs.push(running.clone());
             running
         };

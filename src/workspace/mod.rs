@@ -187,11 +187,8 @@ pub enum WorkspaceError {
     /// namespace).
     #[error("path refused: {0}")]
     InternalPath(#[from] UserPathError),
-    /// The launcher refused to start the process.
-    #[error(transparent)]
-    Launch(#[from] crate::process::ProcessError),
-    /// A launch's `LaunchOptions::workspace` names another directory than
-    /// this workspace's root.
+    /// A launch names another workspace directory than this workspace's
+    /// root.
     #[error("the launch options name another workspace root")]
     RootMismatch,
     /// The workspace has been closed.

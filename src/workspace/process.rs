@@ -28,21 +28,3 @@ pub trait RequestProcess: Send + Sync + 'static {
         false
     }
 }
-
-impl RequestProcess for crate::process::Running {
-    fn cancel(&self) {
-        crate::process::Running::cancel(self);
-    }
-
-    fn settled(&self) -> SettledFuture<'_> {
-        Box::pin(async move {
-            // The evidence belongs to whoever launched the process; cleanup
-            // only needs to know the group has settled.
-            let _evidence = crate::process::Running::settled(self).await;
-        })
-    }
-
-    fn is_settled(&self) -> bool {
-        self.try_settled().is_some()
-    }
-}

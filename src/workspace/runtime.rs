@@ -1653,46 +1653,49 @@ impl Job {
         Ok(())
     }
 
-    /// Launches `invocation` through the governed launcher and tracks its
-    /// process group for this request's cleanup.
+    /// Starts a process for this request with `launch` and tracks it for
+    /// the request's cleanup, which stops it before any file is removed
+    /// (`request::launch` is the governed launcher's way in).
     ///
-    /// The launch happens under the request's process lock, so a process is
-    /// either tracked before cleanup takes the list or never launched.
+    /// `launch` runs under the request's process lock, so a process is
+    /// either tracked before cleanup takes the list or never started. It is
+    /// given the request's cgroup (created on first use, and journalled
+    /// before anything starts in it) when `containment` allows the cgroup
+    /// tier and one can be made here, to be the parent of the process's
+    /// own; `None` otherwise.
+    ///
+    /// `workspace` is the launch's workspace directory, which must be this
+    /// workspace's root (compared by identity, not by spelling), and `cwd`
+    /// the process's working directory relative to it, refused in the
+    /// internal namespace.
     ///
     /// # Errors
     ///
-    /// [`WorkspaceError::RootMismatch`] if `options.workspace` is not this
-    /// workspace's root (the process's cwd would be outside the workspace
-    /// this request belongs to); [`WorkspaceError::InternalPath`] if the
-    /// invocation's cwd is in the internal namespace;
-    /// [`WorkspaceError::RequestClosed`] once cleanup started;
-    /// [`WorkspaceError::Launch`] if the launcher refuses.
-    pub fn launch(
+    /// The outer result: [`WorkspaceError::RootMismatch`] if `workspace` is
+    /// another directory (the process's cwd would be outside the workspace
+    /// this request belongs to); [`WorkspaceError::InternalPath`] if `cwd`
+    /// is in the internal namespace; [`WorkspaceError::RequestClosed`] once
+    /// cleanup started; [`WorkspaceError::Io`] if a new request cgroup
+    /// cannot be journalled (it is removed again). Nothing was started
+    /// then. The inner result is `launch`'s own.
+    pub fn track_launch<P, E>(
         &self,
-        invocation: crate::process::Invocation,
-        options: &crate::process::LaunchOptions,
-    ) -> Result<crate::process::Running, WorkspaceError> {
-        self.launch_with(invocation, options.clone())
-    }
-
-    /// [`Job::launch`] with options the caller gives up (no copy of the
-    /// baseline environment is made).
-    pub(crate) fn launch_with(
-        &self,
-        invocation: crate::process::Invocation,
-        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-        mut options: crate::process::LaunchOptions,
-    ) -> Result<crate::process::Running, WorkspaceError> {
-        // The root was given twice (here and in the options): they must be
-        // the same directory, compared by identity, not by spelling.
+        workspace: &Path,
+        cwd: Option<&str>,
+        containment: crate::contain::Containment,
+        launch: impl FnOnce(Option<Arc<crate::contain::Cgroup>>) -> Result<P, E>,
+    ) -> Result<Result<P, E>, WorkspaceError>
+    where
+        P: RequestProcess + Clone,
+    {
         let root = &self.ws.inner.root_identity;
-        match std::fs::metadata(&options.workspace) {
+        match std::fs::metadata(workspace) {
             Ok(m) if m.is_dir() && m.dev() == root.dev && m.ino() == root.ino => {}
             _ => return Err(WorkspaceError::RootMismatch),
         }
-        if let Some(cwd) = invocation.cwd().filter(|c| !c.as_str().is_empty()) {
+        if let Some(cwd) = cwd.filter(|c| !c.is_empty()) {
             self.ws
-                .resolve_user_path(cwd.as_str())
+                .resolve_user_path(cwd)
                 .map_err(WorkspaceError::InternalPath)?;
         }
         let mut p = lock(&self.state.procs);
@@ -1702,32 +1705,36 @@ impl Job {
             });
         }
         #[cfg(target_os = "linux")]
-        self.with_request_cgroup(&mut options)?;
-        let running =
-            crate::process::launch(invocation, &options).map_err(WorkspaceError::Launch)?;
-        p.active.push(Arc::new(running.clone()));
-        Ok(running)
+        let parent = self.request_cgroup(containment)?;
+        #[cfg(not(target_os = "linux"))]
+        let parent = {
+            let _ = containment;
+            None
+        };
+        Ok(launch(parent).inspect(|process| {
+            p.active.push(Arc::new(process.clone()));
+        }))
     }
 
-    /// Sets this request's cgroup (created on first use) in `options` as the
-    /// parent of the process's cgroup when the cgroup tier may be used.
-    /// Where no request cgroup can be created, the options are unchanged and
-    /// the launcher decides (`auto` falls back, `cgroup` fails). A new
-    /// request cgroup is journalled before anything is launched into it, so
-    /// that a node started after this one died can kill what is left in it.
+    /// This request's cgroup (created on first use), to be the parent of a
+    /// process's cgroup when `containment` may use the cgroup tier. Where
+    /// none can be created, `None`, and the launcher decides (`auto` falls
+    /// back, `cgroup` fails). A new request cgroup is journalled before
+    /// anything is launched into it, so that a node started after this one
+    /// died can kill what is left in it.
     ///
     /// # Errors
     ///
     /// [`WorkspaceError::Io`] if the cgroup cannot be journalled (it is then
     /// removed, and nothing is launched).
     #[cfg(target_os = "linux")]
-    fn with_request_cgroup(
+    fn request_cgroup(
         &self,
-        options: &mut crate::process::LaunchOptions,
-    ) -> Result<(), WorkspaceError> {
+        containment: crate::contain::Containment,
+    ) -> Result<Option<Arc<crate::contain::Cgroup>>, WorkspaceError> {
         use crate::contain::Containment;
-        if !matches!(options.containment, Containment::Auto | Containment::Cgroup) {
-            return Ok(());
+        if !matches!(containment, Containment::Auto | Containment::Cgroup) {
+            return Ok(None);
         }
         let mut slot = lock(&self.state.cgroup);
         if matches!(*slot, CgroupSlot::Untried) {
@@ -1755,10 +1762,10 @@ impl Job {
                 }
             };
         }
-        if let CgroupSlot::Ready(rc) = &*slot {
-            options.cgroup_parent = Some(rc.cg());
-        }
-        Ok(())
+        Ok(match &*slot {
+            CgroupSlot::Ready(rc) => Some(rc.cg()),
+            _ => None,
+        })
     }
 
     /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,

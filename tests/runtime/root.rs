@@ -3,6 +3,7 @@
 //! own workspace's root, compared by identity.
 
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
+use custodian::request::{LaunchError, launch};
 use custodian::workspace::{Workspace, WorkspaceConfig, WorkspaceError};
 
 #[tokio::test]
@@ -13,12 +14,12 @@ async fn a_job_refuses_launch_options_naming_another_root() {
     let job = ws.open_request("root-1").unwrap();
     let inv = || Invocation::validate(InvocationSpec::new("true")).unwrap();
     assert!(matches!(
-        job.launch(inv(), &LaunchOptions::new(other.path())),
-        Err(WorkspaceError::RootMismatch)
+        launch(&job, inv(), &LaunchOptions::new(other.path())),
+        Err(LaunchError::Workspace(WorkspaceError::RootMismatch))
     ));
     // Another spelling of the same directory is the same root.
     let spelled = dir.path().join(".custodian").join("..");
-    let running = job.launch(inv(), &LaunchOptions::new(spelled)).unwrap();
+    let running = launch(&job, inv(), &LaunchOptions::new(spelled)).unwrap();
     assert_eq!(running.settled().await.exit_code, Some(0));
     // Nothing is removed here: the job is left to the temp dir.
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use custodian::contain::{Hierarchy, request_cgroup};
 use custodian::process::invocation::Tunables;
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
+use custodian::request::launch;
 use custodian::workspace::{CleanupCode, CleanupStatus, WorkspaceConfig};
 
 use crate::{Fixture, assert_failed};
@@ -81,7 +82,7 @@ async fn request_cgroup_kills_a_setsid_writer_before_removal_inner() {
             }),
     )
     .unwrap();
-    let running = job.launch(inv, &LaunchOptions::new(fx.root())).unwrap();
+    let running = launch(&job, inv, &LaunchOptions::new(fx.root())).unwrap();
     // The writer is running.
     let mut writing = false;
     for _ in 0..200 {
@@ -127,8 +128,7 @@ async fn own_cgroup(job: &custodian::workspace::Job, root: &std::path::Path) -> 
             .with_timeout(Duration::from_secs(10)),
     )
     .unwrap();
-    let ev = job
-        .launch(inv, &LaunchOptions::new(root))
+    let ev = launch(job, inv, &LaunchOptions::new(root))
         .unwrap()
         .settled()
         .await;
@@ -251,7 +251,7 @@ async fn run_sh(
             .with_timeout(Duration::from_secs(20)),
     )
     .unwrap();
-    job.launch(inv, &LaunchOptions::new(root))
+    launch(job, inv, &LaunchOptions::new(root))
         .unwrap()
         .settled()
         .await

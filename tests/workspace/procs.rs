@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use custodian::process::invocation::Tunables;
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions, Running};
+use custodian::request::{LaunchError, launch};
 use custodian::workspace::{
     CleanupCode, CleanupStatus, RequestProcess, SettledFuture, WorkspaceConfig, WorkspaceError,
 };
@@ -153,7 +154,7 @@ fn launch_sh(
             ..Tunables::default()
         });
     let inv = Invocation::validate(spec).unwrap();
-    job.launch(inv, &LaunchOptions::new(fx.root())).unwrap()
+    launch(job, inv, &LaunchOptions::new(fx.root())).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,8 +294,14 @@ async fn a_launch_after_cleanup_started_is_refused() {
     let job = fx.ws.open_request("closed").unwrap();
     assert!(job.cleanup().await.is_clean());
     let inv = Invocation::validate(InvocationSpec::new("/bin/true")).unwrap();
-    let e = job.launch(inv, &LaunchOptions::new(fx.root())).unwrap_err();
-    assert!(matches!(e, WorkspaceError::RequestClosed { .. }), "{e:?}");
+    let e = launch(&job, inv, &LaunchOptions::new(fx.root())).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LaunchError::Workspace(WorkspaceError::RequestClosed { .. })
+        ),
+        "{e:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,8 +311,11 @@ async fn a_launch_with_its_cwd_in_the_internal_namespace_is_refused() {
     let job = fx.ws.open_request("cwd").unwrap();
     let inv = Invocation::validate(InvocationSpec::new("/bin/true").with_cwd(".custodian/job/cwd"))
         .unwrap();
-    let e = job.launch(inv, &LaunchOptions::new(fx.root())).unwrap_err();
-    assert!(matches!(e, WorkspaceError::InternalPath(_)), "{e:?}");
+    let e = launch(&job, inv, &LaunchOptions::new(fx.root())).unwrap_err();
+    assert!(
+        matches!(e, LaunchError::Workspace(WorkspaceError::InternalPath(_))),
+        "{e:?}"
+    );
     assert!(job.cleanup().await.is_clean());
 }
 
