@@ -49,6 +49,10 @@ async fn only_a_refused_announcement_is_warned_about() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // A callsite first reached by another test's thread while this
+    // subscriber was being registered can keep an interest cached without
+    // it (tracing's callsite cache is global): ask every callsite again.
+    tracing::callsite::rebuild_interest_cache();
     let co = coordinator(
         Gate::open_always(),
         Gate::open_always(),
