@@ -120,7 +120,8 @@ impl ProcessVerdict {
 /// it: codes only, never the executable, its argv or its environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DeniedLaunch {
-    /// [`CODE_POLICY_DENIED`] or [`CODE_APPROVAL_REQUIRED`].
+    /// [`CODE_POLICY_DENIED`], [`CODE_APPROVAL_REQUIRED`] or
+    /// [`CODE_APPROVAL_DECLINED`].
     pub code: SafeCode,
     /// The policy reason's code (`denied_by_rule`, `default_decision`,
     /// `not_exposed`, `untrusted_shell_requires_approval`, …; see
@@ -132,10 +133,24 @@ pub struct DeniedLaunch {
     pub rule: Option<usize>,
 }
 
+impl DeniedLaunch {
+    /// A refusal with `code`, decided by the policy for `reason`.
+    pub const fn new(code: SafeCode, reason: &crate::policy::Reason) -> Self {
+        DeniedLaunch {
+            code,
+            reason: SafeCode::new(reason.code()),
+            rule: reason.rule(),
+        }
+    }
+}
+
 /// The code of a launch the run policy denied.
 pub const CODE_POLICY_DENIED: SafeCode = SafeCode::new("policy_denied");
 /// The code of a launch the run policy requires an approval for.
 pub const CODE_APPROVAL_REQUIRED: SafeCode = SafeCode::new("approval_required");
+/// The code of a launch whose approval was asked for and not given (the
+/// user declined, or the client could not answer).
+pub const CODE_APPROVAL_DECLINED: SafeCode = SafeCode::new("approval_declined");
 
 /// The endpoint that receives a request's terminal result.
 pub trait TerminalSink: Send + Sync + 'static {

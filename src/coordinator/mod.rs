@@ -61,8 +61,8 @@ pub use driver::{
     RequestHandle, RequestLimits, RequestObserver, TransitionRecord,
 };
 pub use hooks::{
-    CODE_APPROVAL_REQUIRED, CODE_NO_WORKSPACE_LIFECYCLE, CODE_POLICY_DENIED, Completion,
-    DeniedLaunch, NoProcesses, NoWorkspace, ProcessControl, ProcessVerdict, TerminalSink,
-    TerminalWriteError, WorkspaceLifecycle,
+    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_NO_WORKSPACE_LIFECYCLE,
+    CODE_POLICY_DENIED, Completion, DeniedLaunch, NoProcesses, NoWorkspace, ProcessControl,
+    ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
 };
 pub(crate) use hooks::{cleanup_error_code, cleanup_outcome};

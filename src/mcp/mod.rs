@@ -112,7 +112,11 @@ pub struct McpConfig {
     /// SDKs' clients kill a server they closed).
     pub shutdown_grace: Duration,
     /// Called with a read-only view of each `process_run` call's request
-    /// as soon as the request starts, before its job namespace is opened:
+    /// as soon as the request starts, before its job namespace is opened (a
+    /// call the policy refuses, or whose approval is declined, is a request
+    /// too, started once the refusal is decided: its completion lists the
+    /// refusal in `denied`; one cancelled while the user was asked ends
+    /// cancelled):
     /// an embedder's audit trail, or a test's window on the request machine
     /// ([`RequestObserver::log`] lists every committed transition). The
     /// view does not keep the request alive. Called on the call's task: it

@@ -1,8 +1,11 @@
 //! The MCP handler: tool listing, policy, elicitation, progress and the
 //! dispatch of `process_run` and `spill_read`.
 //!
-//! A `process_run` call the policy admits becomes one request of the
-//! server's [`Runtime`]: its executor opens the job namespace and launches,
+//! Every valid `process_run` call is one request of the server's
+//! [`Runtime`]. A call the policy refuses (or whose approval is declined)
+//! launches nothing: its request fails at once with the refusal listed in
+//! its completion's `denied`. A call the policy admits: its executor opens
+//! the job namespace and launches,
 //! the call waits for the process (reporting progress), a client's
 //! `notifications/cancelled` or the server's stop cancels the request, and
 //! the call answers only once the request completed, its cleanup included.
@@ -30,14 +33,17 @@ use tokio_util::task::TaskTracker;
 use super::input::{self, InputError, RunDefaults};
 use super::output;
 use super::schema;
-use crate::coordinator::{RequestLimits, RequestObserver};
+use crate::coordinator::{
+    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, DeniedLaunch,
+    RequestLimits, RequestObserver,
+};
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::RequestStatus;
-use crate::policy::{Context, PolicyConfig, Provenance, Registry, StateMode, Verdict};
+use crate::policy::{Context, Decision, PolicyConfig, Provenance, Registry, StateMode, Verdict};
 use crate::process::governed::{Gate, decide_invocation};
 use crate::process::{Invocation, Running};
-use crate::runtime::Runtime;
+use crate::runtime::{Request, Runtime};
 use crate::spill::{Locator, SpillStore, StoreError};
 use crate::workspace::{CleanupCode, CleanupResult};
 
@@ -128,6 +134,61 @@ impl Inner {
             )
     }
 
+    /// Starts a call's request under the next id and hands its observer to
+    /// the embedder's `on_request`.
+    fn start(&self, limits: RequestLimits) -> Result<Request, String> {
+        let id = format!(
+            "{}-{}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let request = RequestId::new(&id)
+            .map_err(|e| e.to_string())
+            .and_then(|id| {
+                self.runtime
+                    .start_with(id, limits)
+                    .map_err(|e| e.to_string())
+            })?;
+        if let Some(hook) = &self.settings.on_request {
+            hook(request.observer());
+        }
+        Ok(request)
+    }
+
+    /// A call refused before its launch is still one request: the
+    /// embedder's `on_request` sees it, and its completion lists the
+    /// refusal in `denied` (a call cancelled while its approval was asked
+    /// for ends cancelled instead). It opens nothing and launches nothing.
+    /// Answers `refusal`'s answer once the request completed; while the
+    /// server stops, starts no request.
+    async fn refused(&self, refusal: Refusal) -> CallToolResult {
+        if self.stopping.is_cancelled() {
+            return refusal.answer;
+        }
+        let request = match self.start(RequestLimits::new()) {
+            Ok(r) => r,
+            Err(message) => {
+                tracing::warn!(message, "the refused call's request was not started");
+                return refusal.answer;
+            }
+        };
+        match refusal.ends {
+            Ends::Denied(denied) => {
+                let executor = request.executor();
+                executor.record_denied(denied);
+                executor.fail(denied.code);
+            }
+            Ends::Cancelled => request.cancel(),
+        }
+        let completion = request.finished().await;
+        tracing::info!(
+            request_id = %completion.request_id,
+            request = ?completion.result.status(),
+            "process_run refused before its launch"
+        );
+        refusal.answer
+    }
+
     /// Runs `invocation` as a request of its own and answers once the
     /// request completed. `cancel` is the call's cancellation (the
     /// client's `notifications/cancelled`); `progress` is notified every
@@ -145,25 +206,10 @@ impl Inner {
                 "the server is stopping; nothing was launched",
             );
         }
-        let id = format!(
-            "{}-{}",
-            self.prefix,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        );
-        let started = RequestId::new(&id)
-            .map_err(|e| e.to_string())
-            .and_then(|id| {
-                self.runtime
-                    .start_with(id, self.limits(&invocation))
-                    .map_err(|e| e.to_string())
-            });
-        let request = match started {
+        let request = match self.start(self.limits(&invocation)) {
             Ok(r) => r,
             Err(message) => return output::error("launch_failed", "request_refused", &message),
         };
-        if let Some(hook) = &self.settings.on_request {
-            hook(request.observer());
-        }
         let executor = request.executor();
         let launched = match executor.open_workspace().await {
             Ok(_) => executor.launch(invocation).await,
@@ -252,6 +298,33 @@ impl Inner {
             }),
             false,
         )
+    }
+}
+
+/// A call refused before its launch: what it answers, and how its request
+/// ends.
+struct Refusal {
+    answer: CallToolResult,
+    ends: Ends,
+}
+
+/// How the request of a refused call ends.
+enum Ends {
+    /// Failed with the refusal's code, which its completion lists in
+    /// `denied`.
+    Denied(DeniedLaunch),
+    /// Cancelled: the call was cancelled, or the server stopped, while the
+    /// user was asked.
+    Cancelled,
+}
+
+impl Refusal {
+    /// The policy's denial (or an approval it could not ask for).
+    fn denied(context: Context, decision: &Decision) -> Self {
+        Refusal {
+            answer: output::policy_refusal(context, decision, false),
+            ends: Ends::Denied(DeniedLaunch::new(CODE_POLICY_DENIED, &decision.reason)),
+        }
     }
 }
 
@@ -393,13 +466,15 @@ impl CustodianServer {
         }
     }
 
-    /// Policy's answer: `None` to launch, or the refusal to return.
+    /// Policy's answer: `Ok` to launch, or the refusal.
     async fn admit(
         &self,
         inv: &Invocation,
         context: &RequestContext<RoleServer>,
-    ) -> Option<CallToolResult> {
-        let config = self.inner.settings.policy.as_ref()?;
+    ) -> Result<(), Refusal> {
+        let Some(config) = self.inner.settings.policy.as_ref() else {
+            return Ok(());
+        };
         let (peer, ct) = (&context.peer, &context.ct);
         let registry = Registry::new();
         let mut gate = Gate {
@@ -410,24 +485,27 @@ impl CustodianServer {
         };
         let decision = decide_invocation(inv, &gate);
         match decision.verdict {
-            Verdict::Allow => return None,
+            Verdict::Allow => return Ok(()),
             Verdict::RequireApproval if decision.target.is_some() => {}
             // Deny, or an approval with nothing to approve: fail closed.
             _ => {
                 tracing::info!(reason = %decision.reason, "policy denied process_run");
-                return Some(output::policy_refusal(self.context(), &decision, false));
+                return Err(Refusal::denied(self.context(), &decision));
             }
         }
         let (Some(target), Some(suggested)) = (&decision.target, &decision.suggested_override)
         else {
-            return Some(output::policy_refusal(self.context(), &decision, false));
+            return Err(Refusal::denied(self.context(), &decision));
         };
         let forms = peer
             .supported_elicitation_modes()
             .contains(&rmcp::service::ElicitationMode::Form);
         if !forms {
             tracing::info!(reason = %decision.reason, "process_run needs an approval; the client cannot elicit");
-            return Some(output::policy_refusal(self.context(), &decision, true));
+            return Err(Refusal {
+                answer: output::policy_refusal(self.context(), &decision, true),
+                ends: Ends::Denied(DeniedLaunch::new(CODE_APPROVAL_REQUIRED, &decision.reason)),
+            });
         }
         let mut props = BTreeMap::new();
         props.insert(
@@ -451,18 +529,24 @@ impl CustodianServer {
         let asked = tokio::select! {
             r = ask => r,
             () = ct.cancelled() => {
-                return Some(output::error(
-                    "policy_refused",
-                    "cancelled",
-                    "the call was cancelled before it was approved; nothing was launched",
-                ));
+                return Err(Refusal {
+                    answer: output::error(
+                        "policy_refused",
+                        "cancelled",
+                        "the call was cancelled before it was approved; nothing was launched",
+                    ),
+                    ends: Ends::Cancelled,
+                });
             }
             () = self.inner.stopping.cancelled() => {
-                return Some(output::error(
-                    "policy_refused",
-                    "server_stopping",
-                    "the server stopped before the call was approved; nothing was launched",
-                ));
+                return Err(Refusal {
+                    answer: output::error(
+                        "policy_refused",
+                        "server_stopping",
+                        "the server stopped before the call was approved; nothing was launched",
+                    ),
+                    ends: Ends::Cancelled,
+                });
             }
         };
         let approved = match asked {
@@ -480,11 +564,14 @@ impl CustodianServer {
             }
         };
         if !approved {
-            return Some(output::error(
-                "policy_refused",
-                "approval_declined",
-                "the user did not approve this invocation; nothing was launched",
-            ));
+            return Err(Refusal {
+                answer: output::error(
+                    "policy_refused",
+                    "approval_declined",
+                    "the user did not approve this invocation; nothing was launched",
+                ),
+                ends: Ends::Denied(DeniedLaunch::new(CODE_APPROVAL_DECLINED, &decision.reason)),
+            });
         }
         // Decide again holding exactly the approval the user gave, so the
         // policy (not this handler) says yes: a deny rule still wins.
@@ -492,9 +579,9 @@ impl CustodianServer {
         gate.approvals = &approvals;
         let again = decide_invocation(inv, &gate);
         if again.verdict == Verdict::Allow {
-            None
+            Ok(())
         } else {
-            Some(output::policy_refusal(self.context(), &again, false))
+            Err(Refusal::denied(self.context(), &again))
         }
     }
 
@@ -507,8 +594,17 @@ impl CustodianServer {
             Ok(v) => v.invocation,
             Err(e) => return invalid(&e),
         };
-        if let Some(refused) = self.admit(&inv, &context).await {
-            return refused;
+        if let Err(refusal) = self.admit(&inv, &context).await {
+            let inner = Arc::clone(&self.inner);
+            return match self
+                .inner
+                .calls
+                .spawn(async move { inner.refused(refusal).await })
+                .await
+            {
+                Ok(answer) => answer,
+                Err(_) => output::error("internal", "internal", "the call's task failed"),
+            };
         }
         let progress = ProgressSink {
             peer: context.peer.clone(),

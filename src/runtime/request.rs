@@ -328,32 +328,44 @@ impl Executor {
         if decision.verdict == Verdict::Allow {
             return Ok(());
         }
-        let (reason, rule) = (decision.reason.code(), decision.reason.rule());
-        let (code, refusal) = match (
-            decision.verdict,
-            decision.target.clone(),
-            decision.suggested_override.clone(),
-        ) {
-            (Verdict::RequireApproval, Some(target), Some(suggested_override)) => (
-                CODE_APPROVAL_REQUIRED,
+        // Deny, or an approval with nothing to approve: fail closed.
+        let approval = decision.verdict == Verdict::RequireApproval
+            && decision.target.is_some()
+            && decision.suggested_override.is_some();
+        // The completion and the log get codes only: the decision's target
+        // holds the argv and the overlay's literal values.
+        let denied = DeniedLaunch::new(
+            if approval {
+                CODE_APPROVAL_REQUIRED
+            } else {
+                CODE_POLICY_DENIED
+            },
+            &decision.reason,
+        );
+        let refusal = match (decision.target.clone(), decision.suggested_override.clone()) {
+            (Some(target), Some(suggested_override)) if approval => {
                 RuntimeError::ApprovalRequired(Box::new(ApprovalRequired {
                     target,
                     suggested_override,
                     decision,
-                })),
-            ),
-            // Deny, or an approval with nothing to approve: fail closed.
-            _ => (CODE_POLICY_DENIED, RuntimeError::Denied(Box::new(decision))),
+                }))
+            }
+            _ => RuntimeError::Denied(Box::new(decision)),
         };
-        // The completion and the log get codes only: the decision's target
-        // holds the argv and the overlay's literal values.
-        info!(parent: self.handle.span(), %code, reason, "launch refused by the run policy");
-        lock(&self.entry.denied).push(DeniedLaunch {
-            code,
-            reason: SafeCode::new(reason),
-            rule,
-        });
+        info!(parent: self.handle.span(), code = %denied.code, reason = %denied.reason, "launch refused by the run policy");
+        lock(&self.entry.denied).push(denied);
         Err(refusal)
+    }
+
+    /// Records a launch refused by the embedder's own gate before it reached
+    /// [`Executor::launch`] (a policy decided with an approval the user
+    /// declined, for instance): the request's [`Completion::denied`] lists it
+    /// in order with the run policy's own refusals. Nothing is launched; the
+    /// request's outcome is still the executor's to report
+    /// ([`Executor::fail`]).
+    pub fn record_denied(&self, denied: DeniedLaunch) {
+        info!(parent: self.handle.span(), code = %denied.code, reason = %denied.reason, "launch refused before it was made");
+        lock(&self.entry.denied).push(denied);
     }
 
     /// Spills `bytes` (an oversized result) to the runtime's spill store on

@@ -15,7 +15,7 @@ use crate::sandbox;
 
 /// What the `policy_*` tests start the server with: `rm` denied, `sh`
 /// allowed, everything else needs an approval.
-const POLICY: &str = r#"version = 1
+pub(crate) const POLICY: &str = r#"version = 1
 [tools]
 default_mode = "deny"
 allow = ["process.run"]
