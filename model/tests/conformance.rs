@@ -28,7 +28,7 @@ mod scenarios;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use custodian::coordinator::TransitionRecord;
-use custodian::machine::request::{CleanupOutcome, Event, Phase, State};
+use custodian::machine::request::{CleanupOutcome, Event, State};
 use custodian_model::request::{Act, Real, RequestModel, Sys};
 use stateright::{Expectation, Model};
 
@@ -37,14 +37,7 @@ type M = RequestModel<Real>;
 /// The coverage abstraction of a machine state: its phase, whether a
 /// workspace was announced and whether the caller is gone.
 fn abstract_state(s: &State) -> String {
-    let phase = match s.phase() {
-        Phase::Open => "open",
-        Phase::Finalizing { .. } => "finalizing",
-        Phase::Cleaning { .. } => "cleaning",
-        Phase::Writing { .. } => "writing",
-        Phase::Acknowledged { .. } => "acknowledged",
-        Phase::Completed { .. } => "completed",
-    };
+    let phase = s.phase().name();
     format!(
         "{phase}{}{}",
         if s.workspace_announced() { "+ws" } else { "" },

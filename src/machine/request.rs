@@ -353,6 +353,21 @@ pub enum Phase {
     },
 }
 
+impl Phase {
+    /// The phase's name as the lifecycle spells it: `open`, `finalizing`,
+    /// `cleaning`, `writing`, `acknowledged`, `completed`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Phase::Open => "open",
+            Phase::Finalizing { .. } => "finalizing",
+            Phase::Cleaning { .. } => "cleaning",
+            Phase::Writing { .. } => "writing",
+            Phase::Acknowledged { .. } => "acknowledged",
+            Phase::Completed { .. } => "completed",
+        }
+    }
+}
+
 /// Candidates that arrived after the primary one, counted per kind
 /// (saturating).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

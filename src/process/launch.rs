@@ -245,7 +245,7 @@ pub fn prepare_isolation(confinement: &Confinement, expected: ExpectedLaunches) 
         return;
     }
     #[cfg(target_os = "linux")]
-    super::spawn::prepare_isolation(
+    let _ = super::spawn::prepare_isolation(
         confinement.network == confine::Network::Off,
         match expected {
             ExpectedLaunches::One => Some(1),

@@ -426,31 +426,53 @@ pub(crate) use imp::{isolation_supported, net_namespace_supported, spawn, suppor
 /// thread that carries it, the Landlock ABI) and, with `new_net`, the spare network
 /// namespaces of [`netns`] (`spares`: how many in all; `None`: as many as
 /// launches take).
+///
+/// Each part is started once per process: a later call that asks for
+/// nothing new returns without a thread (one whose thread could not be
+/// started leaves the work to the first launch, as without a call).
+/// Whether this call had anything to start.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) {
+pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    /// What a call has started: [`BASE`], [`NET`].
+    static PREPARED: AtomicU8 = AtomicU8::new(0);
+    /// The probe, the seccomp program and its spawner, the Landlock ABI.
+    const BASE: u8 = 1;
+    /// The spare network namespaces.
+    const NET: u8 = 2;
+    let want = BASE | if new_net { NET } else { 0 };
+    let todo = want & !PREPARED.fetch_or(want, Ordering::Relaxed);
+    if todo == 0 {
+        return false;
+    }
     let started = std::thread::Builder::new()
         .name("custodian-prepare".into())
         .stack_size(64 * 1024)
         .spawn(move || {
-            if new_net {
+            if todo & NET != 0 {
                 netns::start(spares);
             }
-            let _ = imp::isolation_supported();
-            // The spawner thread every isolated launch clones from, with
-            // the isolation's seccomp program installed on it.
-            if let Ok(program) = crate::confine::build::isolation_program() {
-                imp::start_spawner(program);
+            if todo & BASE != 0 {
+                let _ = imp::isolation_supported();
+                // The spawner thread every isolated launch clones from,
+                // with the isolation's seccomp program installed on it.
+                if let Ok(program) = crate::confine::build::isolation_program() {
+                    imp::start_spawner(program);
+                }
+                let _ = crate::confine::landlock_abi();
             }
-            let _ = crate::confine::landlock_abi();
         });
     if let Err(e) = started {
         tracing::debug!(error = %e, "isolation not prepared ahead of the launch");
     }
+    true
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 /// Nothing to prepare: isolation needs the x86-64 clone trampoline.
-pub(crate) fn prepare_isolation(_new_net: bool, _spares: Option<usize>) {}
+pub(crate) fn prepare_isolation(_new_net: bool, _spares: Option<usize>) -> bool {
+    false
+}
 
 #[cfg(not(target_arch = "x86_64"))]
 /// Never: the clone trampoline exists for x86-64 only.

@@ -29,21 +29,17 @@ use tokio::sync::oneshot;
 use crate::client::{GENEROUS, entries};
 use crate::sandbox;
 
-fn name(p: Phase) -> &'static str {
-    match p {
-        Phase::Open => "open",
-        Phase::Finalizing { .. } => "finalizing",
-        Phase::Cleaning { .. } => "cleaning",
-        Phase::Writing { .. } => "writing",
-        Phase::Acknowledged { .. } => "acknowledged",
-        Phase::Completed { .. } => "completed",
-    }
-}
-
 /// The log in short: each event and the phase it led to.
 fn trace(log: &[TransitionRecord]) -> Vec<String> {
     log.iter()
-        .map(|r| format!("{:?} -> {} {:?}", r.event, name(r.after.phase()), r.actions))
+        .map(|r| {
+            format!(
+                "{:?} -> {} {:?}",
+                r.event,
+                r.after.phase().name(),
+                r.actions
+            )
+        })
         .collect()
 }
 
@@ -56,8 +52,8 @@ fn phases(log: &[TransitionRecord]) -> Vec<&'static str> {
         .map(|r| r.before.phase())
         .chain(log.iter().map(|r| r.after.phase()))
     {
-        if out.last() != Some(&name(p)) {
-            out.push(name(p));
+        if out.last() != Some(&p.name()) {
+            out.push(p.name());
         }
     }
     out

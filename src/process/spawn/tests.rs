@@ -1095,3 +1095,13 @@ fn helper_large_descriptor_table() {
     assert!(n > 0, "no spawn was handed off");
     drop(held);
 }
+
+/// The preparation starts each part once per process: the second of two
+/// identical calls has nothing to start (and spawns no thread).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_second_preparation_starts_nothing() {
+    let _ = super::prepare_isolation(true, None);
+    assert!(!super::prepare_isolation(true, None));
+    assert!(!super::prepare_isolation(false, Some(1)));
+}
