@@ -9,7 +9,7 @@
 //!   client stops reading (a write fails) it keeps draining, so the SDK is
 //!   never blocked on a client that is gone.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::gate::{Inbound, LineGate, MAX_LINE};
 
 fn with_gate<T>(gate: &Mutex<LineGate>, f: impl FnOnce(&mut LineGate) -> T) -> T {
-    f(&mut gate.lock().unwrap_or_else(PoisonError::into_inner))
+    f(&mut crate::sync::lock_std(gate))
 }
 
 /// The answer to a line over [`MAX_LINE`] bytes.

@@ -551,12 +551,7 @@ impl Runtime {
     /// [`Job`]: crate::workspace::Job
     pub async fn shutdown(&self) -> Vec<(RequestId, CleanupResult)> {
         let cleaned = self.inner.hooks.workspace.close().await;
-        let spill = self
-            .inner
-            .spill
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let spill = crate::sync::lock_std(&self.inner.spill).take();
         if let Some(spill) = spill {
             let _ = spill.dispose().await;
         }

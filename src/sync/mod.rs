@@ -142,3 +142,24 @@ mod tests {
         unpin::<Settled<String>>();
     }
 }
+
+/// Locks a `std` mutex that loom never checks (a `static`, which cannot
+/// hold the shim's types, or state no primitive here is built on),
+/// recovering the data if a previous holder panicked, for the reason
+/// [`shim::lock`] gives.
+pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Blocks on a `std` condition variable, releasing `guard` while waiting;
+/// recovers from poisoning as [`lock_std`] does.
+pub(crate) fn wait_std<'a, T>(
+    condvar: &std::sync::Condvar,
+    guard: std::sync::MutexGuard<'a, T>,
+) -> std::sync::MutexGuard<'a, T> {
+    condvar
+        .wait(guard)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -67,9 +67,7 @@ struct Inner {
 
 impl Inner {
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock_std(&self.pending)
     }
 
     /// Fails every waiting call with [`WireError::Disconnected`]. Closing

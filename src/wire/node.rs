@@ -32,7 +32,7 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -408,7 +408,7 @@ impl<W: NodeWorkspace> Node<W> {
     async fn allocating(&self) {}
 
     fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, OpenSlot>> {
-        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock_std(&self.holds)
     }
 
     /// Frame counters so far.

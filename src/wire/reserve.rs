@@ -42,11 +42,13 @@
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedRwLockWriteGuard, RwLock, RwLockReadGuard};
 use tracing::{debug, warn};
+
+use crate::sync::lock_std;
 
 /// The default number of descriptors held in reserve.
 pub const DEFAULT_FD_RESERVE: usize = 32;
@@ -110,10 +112,7 @@ impl FdReserve {
     /// cleanups that start within [`PRESSURE_WINDOW`] lend the reserve.
     pub fn note_shortage(&self) {
         let until = Instant::now() + PRESSURE_WINDOW;
-        *self
-            .pressure_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(until);
+        *lock_std(&self.pressure_until) = Some(until);
     }
 
     /// Records `error` as a shortage if it is one; returns whether it was.
@@ -127,10 +126,7 @@ impl FdReserve {
 
     /// Whether a shortage was seen within [`PRESSURE_WINDOW`].
     pub fn under_pressure(&self) -> bool {
-        self.pressure_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|until| Instant::now() < until)
+        lock_std(&self.pressure_until).is_some_and(|until| Instant::now() < until)
     }
 
     /// Waits until no cleanup holds the reserve, and returns a permit for
@@ -204,10 +200,7 @@ impl FdReserve {
             match File::open("/dev/null") {
                 Ok(f) => fds.push(f),
                 Err(e) => {
-                    let mut t = self
-                        .refill_failed
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
+                    let mut t = lock_std(&self.refill_failed);
                     if let Some(failures) = t.add(1) {
                         warn!(error = %e, held = fds.len(), target = self.target, failures,
                             "the descriptor reserve could not be refilled");
@@ -219,7 +212,7 @@ impl FdReserve {
     }
 
     fn lock_fds(&self) -> std::sync::MutexGuard<'_, Vec<File>> {
-        self.fds.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.fds)
     }
 }
 

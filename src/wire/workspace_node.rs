@@ -206,9 +206,7 @@ impl WorkspaceNode {
     }
 
     fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Entry>> {
-        self.jobs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock_std(&self.jobs)
     }
 }
 

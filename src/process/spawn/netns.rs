@@ -94,7 +94,7 @@ pub(crate) fn set_spares(on: bool) {
 }
 
 fn lock() -> MutexGuard<'static, Pool> {
-    POOL.lock().unwrap_or_else(PoisonError::into_inner)
+    crate::sync::lock_std(&POOL)
 }
 
 /// Starts the filler thread once per process, allowed to make `budget`
@@ -185,7 +185,7 @@ fn fill() {
             pool.filling = false;
             MADE.notify_all();
             while pool.spares.len() >= SPARES && !pool.off {
-                pool = TAKEN.wait(pool).unwrap_or_else(PoisonError::into_inner);
+                pool = crate::sync::wait_std(&TAKEN, pool);
             }
         }
         if pool.off || pool.budget == Some(0) {
@@ -254,7 +254,7 @@ fn make(host: &OwnedFd) -> Result<OwnedFd, Errno> {
 pub(super) fn put(fd: OwnedFd) {
     let mut pool = lock();
     while pool.filling && !pool.off {
-        pool = MADE.wait(pool).unwrap_or_else(PoisonError::into_inner);
+        pool = crate::sync::wait_std(&MADE, pool);
     }
     pool.spares.push(fd);
 }
