@@ -28,15 +28,15 @@ use custodian::coordinator::{
     WorkspaceLifecycle,
 };
 use custodian::error::SafeCode;
-use custodian::machine::request::{Candidate, CleanupOutcome, FinalResult};
+use custodian::machine::request::{Candidate, FinalResult};
 use custodian::wire::{
     CleanupVerdict, Node, NodeConfig, NodeWorkspace, ProcessSummary, RunSpec, WireClient,
 };
 
 struct NoopLifecycle;
 impl WorkspaceLifecycle for NoopLifecycle {
-    async fn cleanup_workspace(&self, _: &RequestId) -> CleanupOutcome {
-        CleanupOutcome::Ok
+    async fn cleanup_workspace(&self, _: &RequestId) -> CleanupVerdict {
+        CleanupVerdict::Cleaned
     }
 }
 

@@ -31,6 +31,8 @@ enum ReqEvent {
     WorkspaceOpening,
     ExecutionStopped,
     CleanupOk,
+    CleanupAlreadyGone,
+    CleanupReclaimed,
     CleanupFailed(u8),
     EndpointAcknowledged,
     Published,
@@ -149,7 +151,7 @@ fn code(i: u8) -> SafeCode {
 }
 
 fn req_event(e: ReqEvent) -> request::Event {
-    use request::{Candidate as C, CleanupOutcome as R, Event as E};
+    use request::{Candidate as C, CleanupVerdict as R, Event as E};
     match e {
         ReqEvent::Success => E::Candidate(C::Success),
         ReqEvent::ExecutorError(i) => E::Candidate(C::ExecutorError { code: code(i) }),
@@ -159,7 +161,9 @@ fn req_event(e: ReqEvent) -> request::Event {
         ReqEvent::TerminalWriteFailed => E::Candidate(C::TerminalWriteFailed),
         ReqEvent::WorkspaceOpening => E::WorkspaceOpening,
         ReqEvent::ExecutionStopped => E::ExecutionStopped,
-        ReqEvent::CleanupOk => E::CleanupFinished(R::Ok),
+        ReqEvent::CleanupOk => E::CleanupFinished(R::Cleaned),
+        ReqEvent::CleanupAlreadyGone => E::CleanupFinished(R::AlreadyGone),
+        ReqEvent::CleanupReclaimed => E::CleanupFinished(R::Reclaimed),
         ReqEvent::CleanupFailed(i) => E::CleanupFinished(R::Failed(code(i))),
         ReqEvent::EndpointAcknowledged => E::EndpointAcknowledged,
         ReqEvent::Published => E::Published,

@@ -52,9 +52,7 @@ use std::time::Instant;
 
 use custodian::error::SafeCode;
 use custodian::machine::node::{self, CleanupVerdict, Input, Reply};
-use custodian::machine::request::{
-    self, Action, Candidate, CleanupOutcome, CleanupReport, Event, FinalResult,
-};
+use custodian::machine::request::{self, Action, Candidate, CleanupReport, Event, FinalResult};
 use stateright::Expectation;
 use stateright::actor::{
     Actor, ActorModel, ActorModelState, Envelope, Id, LossyNetwork, Network, Out, model_timeout,
@@ -330,7 +328,7 @@ impl Party {
                     Action::StartCleanup => {
                         e.cleanup_sent = true;
                         if v == Variant::CompleteBeforeCleanupAnswer {
-                            events.push(Event::CleanupFinished(CleanupOutcome::Ok));
+                            events.push(Event::CleanupFinished(CleanupVerdict::Cleaned));
                         } else {
                             o.send(Id::from(NODE), Msg::Cleanup(e.node_inc));
                             o.set_timer(Timer::Retry, model_timeout());
@@ -363,12 +361,13 @@ impl Party {
     }
 }
 
-fn cleanup_result(v: CleanupVerdict) -> CleanupOutcome {
+/// The node's verdict as the edge tells its request machine: the node's
+/// own (as `WireClient` passes it on), a failure's code made one so that
+/// the model stays finite.
+fn cleanup_result(v: CleanupVerdict) -> CleanupVerdict {
     match v {
-        CleanupVerdict::Cleaned | CleanupVerdict::AlreadyGone | CleanupVerdict::Reclaimed => {
-            CleanupOutcome::Ok
-        }
-        _ => CleanupOutcome::Failed(FAILED),
+        CleanupVerdict::Failed(_) => CleanupVerdict::Failed(FAILED),
+        clean => clean,
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use custodian::machine::process::{Action, ProbeState, Signal, StreamEnd, StreamState};
-use custodian::machine::request::{Candidate, CleanupOutcome, CleanupReport, FinalResult, Phase};
+use custodian::machine::request::{Candidate, CleanupReport, CleanupVerdict, FinalResult, Phase};
 use stateright::Model;
 
 use crate::process::{self, ProcessModel, ProcessStep, TIMERS};
@@ -106,10 +106,10 @@ pub fn request_action(act: &request::Act) -> String {
             Some(c) => format!("Candidate({})", candidate(*c)),
             None => format!("Candidate(#{i})"),
         },
-        Act::CleanupFinished(CleanupOutcome::Ok) => "CleanupFinished(Ok)".to_owned(),
-        Act::CleanupFinished(CleanupOutcome::Failed(code)) => {
+        Act::CleanupFinished(CleanupVerdict::Failed(code)) => {
             format!("CleanupFinished(Failed({code}))")
         }
+        Act::CleanupFinished(v) => format!("CleanupFinished({v:?})"),
         Act::Subscribe(i) => format!("Subscribe(waiter {i})"),
         Act::Observe(i) => format!("Observe(waiter {i})"),
         other => format!("{other:?}"),
@@ -150,8 +150,8 @@ pub fn request_state(s: &request::Sys) -> String {
     let cleanup = match (s.cleanups, s.cleanup) {
         (0, _) => "-".to_owned(),
         (_, None) => "running".to_owned(),
-        (_, Some(CleanupOutcome::Ok)) => "ok".to_owned(),
-        (_, Some(CleanupOutcome::Failed(code))) => format!("failed({code})"),
+        (_, Some(CleanupVerdict::Failed(code))) => format!("failed({code})"),
+        (_, Some(v)) => format!("{v:?}").to_lowercase(),
     };
     let _ = writeln!(
         o,

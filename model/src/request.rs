@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use custodian::error::SafeCode;
 use custodian::machine::request::{
-    self, Action, Candidate, CleanupOutcome, CleanupReport, Delivery, Event, FinalResult, Phase,
+    self, Action, Candidate, CleanupReport, CleanupVerdict, Delivery, Event, FinalResult, Phase,
     RequestStatus,
 };
 use custodian::sync::SettleOnce;
@@ -113,7 +113,11 @@ pub mod broken {
             let mut tr = request::step(state, event, now);
             if let Some(i) = tr.actions.iter().position(|a| *a == Action::StartCleanup) {
                 let _skipped = tr.actions.remove(i);
-                let skip = request::step(&tr.next, Event::CleanupFinished(CleanupOutcome::Ok), now);
+                let skip = request::step(
+                    &tr.next,
+                    Event::CleanupFinished(CleanupVerdict::Cleaned),
+                    now,
+                );
                 tr.next = skip.next;
                 tr.actions.extend(skip.actions);
             }
@@ -211,8 +215,8 @@ pub mod broken {
         }
         fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition {
             let event = match event {
-                Event::CleanupFinished(CleanupOutcome::Failed(_)) => {
-                    Event::CleanupFinished(CleanupOutcome::Ok)
+                Event::CleanupFinished(CleanupVerdict::Failed(_)) => {
+                    Event::CleanupFinished(CleanupVerdict::Cleaned)
                 }
                 e => e,
             };
@@ -305,7 +309,7 @@ pub struct Sys {
     /// Cleanups the machine started.
     pub cleanups: u8,
     /// What the (single) cleanup reported, once it finished.
-    pub cleanup: Option<CleanupOutcome>,
+    pub cleanup: Option<CleanupVerdict>,
     /// Terminal writes the machine asked for.
     pub writes: u8,
     /// A write was asked for after the caller disconnected.
@@ -341,7 +345,7 @@ pub enum Act {
     /// The executor stopped (after the machine asked to cancel).
     ExecutionStopped,
     /// The cleanup finished with this result.
-    CleanupFinished(CleanupOutcome),
+    CleanupFinished(CleanupVerdict),
     /// The endpoint acknowledged the terminal.
     EndpointAcknowledged,
     /// The runtime confirmed the publication.
@@ -456,8 +460,8 @@ impl<S: RequestStep> Model for RequestModel<S> {
             out.push(Act::ExecutionStopped);
         }
         if s.cleanups > 0 && s.cleanup.is_none() {
-            out.push(Act::CleanupFinished(CleanupOutcome::Ok));
-            out.push(Act::CleanupFinished(CleanupOutcome::Failed(CLEAN_CODE)));
+            out.push(Act::CleanupFinished(CleanupVerdict::Cleaned));
+            out.push(Act::CleanupFinished(CleanupVerdict::Failed(CLEAN_CODE)));
         }
         if s.writes > 0 && !s.acked {
             out.push(Act::EndpointAcknowledged);
@@ -599,7 +603,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 },
             ),
             Property::always(CLEANUP_FAILURE_NEVER_SUCCEEDS, |_, s: &Sys| {
-                !matches!(s.cleanup, Some(CleanupOutcome::Failed(_)))
+                !matches!(s.cleanup, Some(CleanupVerdict::Failed(_)))
                     || s.published
                         .is_none_or(|r| r.status() != RequestStatus::Succeeded)
             }),

@@ -14,7 +14,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::RequestId;
 use super::hooks::{Completion, ProcessControl, TerminalSink, WorkspaceLifecycle};
 use crate::error::SafeCode;
-use crate::machine::request::{self, Action, Candidate, CleanupOutcome, Event, Phase, State};
+use crate::machine::request::{self, Action, Candidate, CleanupVerdict, Event, Phase, State};
 use crate::sync::{Commit, CommitLog, SettleOnce};
 
 /// The code recorded when the cleanup did not finish by the request's
@@ -834,10 +834,10 @@ where
                         ))
                     },
                     self.cleanup_deadline,
-                    Answer::Event(Event::CleanupFinished(CleanupOutcome::Failed(
+                    Answer::Event(Event::CleanupFinished(CleanupVerdict::Failed(
                         CODE_CLEANUP_DEADLINE_EXCEEDED,
                     ))),
-                    Answer::Event(Event::CleanupFinished(CleanupOutcome::Failed(
+                    Answer::Event(Event::CleanupFinished(CleanupVerdict::Failed(
                         CODE_CLEANUP_ABORTED,
                     ))),
                 );

@@ -11,7 +11,7 @@ use std::future::Future;
 
 use super::RequestId;
 use crate::error::SafeCode;
-use crate::machine::request::{CleanupOutcome, Delivery, FinalResult};
+use crate::machine::request::{CleanupVerdict, Delivery, FinalResult};
 
 /// The optional workspace lifecycle of a request's executor.
 ///
@@ -33,7 +33,7 @@ pub trait WorkspaceLifecycle: Send + Sync + 'static {
     /// Removes everything the request owns (its processes and registered
     /// artifacts) and reports how that went, as a safe code on failure.
     fn cleanup_workspace(&self, request: &RequestId)
-    -> impl Future<Output = CleanupOutcome> + Send;
+    -> impl Future<Output = CleanupVerdict> + Send;
 
     /// The detail of the request's cleanup (status, counts, safe code) for
     /// its [`Completion`], if this lifecycle keeps one. Called once, when
@@ -187,8 +187,8 @@ pub struct NoWorkspace;
 pub const CODE_NO_WORKSPACE_LIFECYCLE: SafeCode = SafeCode::new("no_workspace_lifecycle");
 
 impl WorkspaceLifecycle for NoWorkspace {
-    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupOutcome {
-        CleanupOutcome::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
+    async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupVerdict {
+        CleanupVerdict::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
     }
 }
 
@@ -235,30 +235,15 @@ pub struct Completion {
 /// per request; a clean or already-gone job is `Ok`, a fail-closed cleanup
 /// carries its safe code.
 impl WorkspaceLifecycle for crate::workspace::Workspace {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupVerdict {
         match self.cleanup(request.as_str()).await {
-            Ok(r) => cleanup_outcome(&r),
-            Err(e) => CleanupOutcome::Failed(cleanup_error_code(&e)),
+            Ok(r) => r.verdict(),
+            Err(e) => CleanupVerdict::Failed(cleanup_error_code(&e)),
         }
     }
 
     fn cleanup_detail(&self, request: &RequestId) -> Option<crate::workspace::CleanupResult> {
         self.cleanup_result(request)
-    }
-}
-
-/// The code of a failed workspace cleanup that named no reason.
-pub const CODE_WORKSPACE_CLEANUP_FAILED: SafeCode = SafeCode::new("workspace_cleanup_failed");
-
-/// What the request machine is told of a workspace cleanup's result: `Ok`
-/// for a clean or already-gone job, else the failure's safe code
-/// ([`CODE_WORKSPACE_CLEANUP_FAILED`] where it named none). Every lifecycle
-/// over a workspace answers through this one mapping.
-pub(crate) fn cleanup_outcome(result: &crate::workspace::CleanupResult) -> CleanupOutcome {
-    if result.status == crate::workspace::CleanupStatus::Failed {
-        CleanupOutcome::Failed(result.safe_code().unwrap_or(CODE_WORKSPACE_CLEANUP_FAILED))
-    } else {
-        CleanupOutcome::Ok
     }
 }
 

@@ -60,9 +60,9 @@ pub use driver::{
     CODE_CLEANUP_DEADLINE_EXCEEDED, Coordinator, Effects, ExecutorHandle, OpenRefused,
     RequestHandle, RequestLimits, RequestObserver, TransitionRecord,
 };
+pub(crate) use hooks::cleanup_error_code;
 pub use hooks::{
     CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_NO_WORKSPACE_LIFECYCLE,
     CODE_POLICY_DENIED, Completion, DeniedLaunch, NoProcesses, NoWorkspace, ProcessControl,
     ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
 };
-pub(crate) use hooks::{cleanup_error_code, cleanup_outcome};

@@ -21,6 +21,7 @@
 //! state × event table of each machine; `docs/verification.md` says what the
 //! model checker proves about them.
 
+pub mod cleanup;
 pub mod node;
 pub mod process;
 pub mod request;

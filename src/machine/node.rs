@@ -76,7 +76,7 @@
 //! assert_eq!(t.actions, [Action::Reply(Reply::Cleanup { verdict: CleanupVerdict::Cleaned, cached: true })]);
 //! ```
 
-use crate::error::SafeCode;
+pub use super::cleanup::CleanupVerdict;
 
 /// What the node knows about the request's job namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -108,24 +108,6 @@ pub enum Fence {
     Retry,
     /// Absorbing: the cleanup finished with this verdict.
     Cleaned(CleanupVerdict),
-}
-
-/// What one cleanup did, as the workspace reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum CleanupVerdict {
-    /// Everything the request owned is gone.
-    Cleaned,
-    /// Nothing is held for the request (never opened here, or already
-    /// removed): nothing was touched.
-    AlreadyGone,
-    /// The request belonged to an earlier run of the node that died; the
-    /// node replayed its ownership journal on start and removed everything
-    /// the journal proves.
-    Reclaimed,
-    /// Cleanup failed closed for the given reason; the suspect subtree is
-    /// kept and reported.
-    Failed(SafeCode),
 }
 
 /// The per-request state on one node. Advance it only with [`step`].
@@ -437,6 +419,7 @@ fn start_cleanup(next: &mut State, actions: &mut Vec<Action>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::SafeCode;
 
     const FAIL: SafeCode = SafeCode::new("symlink_in_job");
 

@@ -65,14 +65,14 @@
 //!
 //! ```
 //! use std::time::Instant;
-//! use custodian::machine::request::{step, Action, Candidate, CleanupOutcome, Event, Phase, State, RequestStatus};
+//! use custodian::machine::request::{step, Action, Candidate, CleanupVerdict, Event, Phase, State, RequestStatus};
 //!
 //! let t = Instant::now();
 //! let s = State::new(t);
 //! let s = step(&s, Event::WorkspaceOpening, t).next;
 //! let tr = step(&s, Event::Candidate(Candidate::Success), t);
 //! assert_eq!(tr.actions, [Action::CancelProcesses, Action::StartCleanup]);
-//! let tr = step(&tr.next, Event::CleanupFinished(CleanupOutcome::Ok), t);
+//! let tr = step(&tr.next, Event::CleanupFinished(CleanupVerdict::Cleaned), t);
 //! let Action::WriteTerminal(result) = tr.actions[0] else { unreachable!() };
 //! assert_eq!(result.status(), RequestStatus::Succeeded);
 //! let tr = step(&tr.next, Event::EndpointAcknowledged, t);
@@ -85,6 +85,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+pub use super::cleanup::CleanupVerdict;
 use crate::error::SafeCode;
 
 /// Safe code of a request that ended because the request deadline passed.
@@ -200,15 +201,6 @@ pub enum RequestStatus {
     Cancelled,
 }
 
-/// What the workspace cleanup reported ([`Event::CleanupFinished`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CleanupOutcome {
-    /// Everything the request owned was removed.
-    Ok,
-    /// Cleanup failed closed; the code says why, safely.
-    Failed(SafeCode),
-}
-
 /// The cleanup part of a [`FinalResult`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -227,11 +219,13 @@ pub enum CleanupReport {
     },
 }
 
-impl From<CleanupOutcome> for CleanupReport {
-    fn from(r: CleanupOutcome) -> Self {
-        match r {
-            CleanupOutcome::Ok => CleanupReport::Cleaned,
-            CleanupOutcome::Failed(code) => CleanupReport::Failed { code },
+impl From<CleanupVerdict> for CleanupReport {
+    /// Every clean verdict (`cleaned`, `already_gone`, `reclaimed`) is
+    /// [`CleanupReport::Cleaned`]: nothing of the request remains.
+    fn from(v: CleanupVerdict) -> Self {
+        match v.code() {
+            None => CleanupReport::Cleaned,
+            Some(code) => CleanupReport::Failed { code },
         }
     }
 }
@@ -511,7 +505,7 @@ pub enum Event {
     /// The executor has stopped and can no longer touch the workspace.
     ExecutionStopped,
     /// The cleanup started by [`Action::StartCleanup`] finished.
-    CleanupFinished(CleanupOutcome),
+    CleanupFinished(CleanupVerdict),
     /// The endpoint acknowledged the terminal result.
     EndpointAcknowledged,
     /// The runtime has published the result of [`Action::Publish`] to every

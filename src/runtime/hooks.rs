@@ -15,7 +15,7 @@ use crate::coordinator::{
 };
 use crate::error::SafeCode;
 use crate::id::RequestId;
-use crate::machine::request::{CleanupOutcome, FinalResult};
+use crate::machine::request::{CleanupVerdict, FinalResult};
 use crate::process::Running;
 use crate::spill::Locator;
 use crate::sync::shim::{Mutex, lock};
@@ -123,11 +123,11 @@ impl ProcessControl for Hooks {
 }
 
 impl WorkspaceLifecycle for Hooks {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupVerdict {
         info!("cleanup started");
         let result = match self.workspace.cleanup(request.as_str()).await {
             Ok(r) => r,
-            Err(e) => return CleanupOutcome::Failed(crate::coordinator::cleanup_error_code(&e)),
+            Err(e) => return CleanupVerdict::Failed(crate::coordinator::cleanup_error_code(&e)),
         };
         let c = &result.counts;
         let code = result.safe_code();
@@ -142,7 +142,7 @@ impl WorkspaceLifecycle for Hooks {
             missing = c.missing,
             "cleanup finished"
         );
-        let answer = crate::coordinator::cleanup_outcome(&result);
+        let answer = result.verdict();
         if let Some(entry) = self.entry(request) {
             *lock(&entry.cleanup) = Some(result);
         }

@@ -20,7 +20,7 @@ use crate::coordinator::{
     OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle,
 };
 use crate::error::SafeCode;
-use crate::machine::request::CleanupOutcome;
+use crate::machine::request::CleanupVerdict;
 
 /// Why a wire call failed.
 #[derive(Debug, thiserror::Error)]
@@ -514,31 +514,32 @@ pub const CODE_REMOTE_CLEANUP_FAILED: SafeCode = SafeCode::new("remote_cleanup_f
 /// answer arrived (the node's cleanup is idempotent: a request it never
 /// opened is `already_gone`).
 impl WorkspaceLifecycle for WireClient {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
-        cleanup_outcome(WireClient::cleanup_workspace(self, request).await)
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupVerdict {
+        cleanup_verdict(WireClient::cleanup_workspace(self, request).await)
     }
 }
 
-/// The coordinator's outcome for a node's answer to `cleanup_workspace`. A
-/// node's failure code is kept verbatim: it was checked as a [`SafeCode`]
-/// when the answer was decoded, and the outcome owns a copy of its text.
-fn cleanup_outcome(answer: Result<CleanupSummary, WireError>) -> CleanupOutcome {
+/// The verdict the coordinator is told for a node's answer to
+/// `cleanup_workspace`: the node's own. A node's failure code is kept
+/// verbatim: it was checked as a [`SafeCode`] when the answer was decoded,
+/// and the verdict owns a copy of its text.
+fn cleanup_verdict(answer: Result<CleanupSummary, WireError>) -> CleanupVerdict {
     match answer {
         Ok(report) => match report.status {
-            CleanupStatus::Cleaned | CleanupStatus::AlreadyGone | CleanupStatus::Reclaimed => {
-                CleanupOutcome::Ok
-            }
-            CleanupStatus::Failed => CleanupOutcome::Failed(
+            CleanupStatus::Cleaned => CleanupVerdict::Cleaned,
+            CleanupStatus::AlreadyGone => CleanupVerdict::AlreadyGone,
+            CleanupStatus::Reclaimed => CleanupVerdict::Reclaimed,
+            CleanupStatus::Failed => CleanupVerdict::Failed(
                 report
                     .code
                     .as_ref()
                     .map_or(CODE_REMOTE_CLEANUP_FAILED, SafeCode::from),
             ),
         },
-        Err(WireError::Disconnected) => CleanupOutcome::Failed(CODE_NODE_UNREACHABLE),
-        Err(WireError::Refused { code }) => CleanupOutcome::Failed(SafeCode::from(&code)),
+        Err(WireError::Disconnected) => CleanupVerdict::Failed(CODE_NODE_UNREACHABLE),
+        Err(WireError::Refused { code }) => CleanupVerdict::Failed(SafeCode::from(&code)),
         Err(WireError::Unexpected | WireError::PolicyRefused { .. }) => {
-            CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
+            CleanupVerdict::Failed(CODE_REMOTE_CLEANUP_FAILED)
         }
     }
 }
@@ -622,11 +623,11 @@ mod tests {
 
     /// The outcome of a node's cleanup answer, decoded from its frame as
     /// `WireClient::cleanup_workspace` does.
-    fn outcome_of(frame: &str) -> CleanupOutcome {
+    fn outcome_of(frame: &str) -> CleanupVerdict {
         let resp = decode_response(frame.as_bytes())
             .expect("a valid frame")
             .result;
-        cleanup_outcome(cleanup_answer(resp))
+        cleanup_verdict(cleanup_answer(resp))
     }
 
     fn failed_cleanup(code: &str) -> String {
@@ -641,24 +642,36 @@ mod tests {
     fn a_remote_cleanup_code_reaches_the_outcome_verbatim() {
         assert_eq!(
             outcome_of(&failed_cleanup("symlink_in_job")),
-            CleanupOutcome::Failed(SafeCode::new("symlink_in_job"))
+            CleanupVerdict::Failed(SafeCode::new("symlink_in_job"))
         );
         assert_eq!(
             outcome_of(r#"{"v":1,"seq":7,"result":"error","code":"no_space_left"}"#),
-            CleanupOutcome::Failed(SafeCode::new("no_space_left"))
+            CleanupVerdict::Failed(SafeCode::new("no_space_left"))
         );
         assert_eq!(
             outcome_of(
                 r#"{"v":1,"seq":7,"result":"cleanup","request_id":"req-1","status":"failed"}"#
             ),
-            CleanupOutcome::Failed(CODE_REMOTE_CLEANUP_FAILED)
+            CleanupVerdict::Failed(CODE_REMOTE_CLEANUP_FAILED)
         );
         assert_eq!(
             outcome_of(
                 r#"{"v":1,"seq":7,"result":"cleanup","request_id":"req-1","status":"cleaned"}"#
             ),
-            CleanupOutcome::Ok
+            CleanupVerdict::Cleaned
         );
+        // The node's clean verdicts reach the coordinator as they are.
+        for (status, verdict) in [
+            ("already_gone", CleanupVerdict::AlreadyGone),
+            ("reclaimed", CleanupVerdict::Reclaimed),
+        ] {
+            assert_eq!(
+                outcome_of(&format!(
+                    r#"{{"v":1,"seq":7,"result":"cleanup","request_id":"req-1","status":"{status}"}}"#
+                )),
+                verdict
+            );
+        }
     }
 
     /// A hostile node cannot make the edge keep memory by sending many
@@ -675,7 +688,7 @@ mod tests {
         let before = live_bytes();
         for (code, frame) in codes.iter().zip(&frames) {
             match outcome_of(frame) {
-                CleanupOutcome::Failed(got) => assert_eq!(got.as_str(), code),
+                CleanupVerdict::Failed(got) => assert_eq!(got.as_str(), code),
                 other => panic!("{other:?}"),
             }
         }

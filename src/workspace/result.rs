@@ -3,33 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::SafeCode;
-
-/// How a request's cleanup ended: the one status of a cleanup, the same in
-/// a [`CleanupResult`], on the wire (`wire::CleanupSummary`) and in the CLI's
-/// and the MCP server's JSON (`"cleaned"`, `"already_gone"`, `"reclaimed"`,
-/// `"failed"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum CleanupStatus {
-    /// Every process group was settled and every registered entry still
-    /// present was destroyed, nothing else was (artifacts already gone are
-    /// counted as `missing`); see `docs/contracts/workspace-cleanup.md`.
-    Cleaned,
-    /// Nothing is held for the request (never opened here, or its result
-    /// was evicted from the cache) and its job directory does not exist:
-    /// nothing was touched.
-    AlreadyGone,
-    /// The request belonged to a node that died before its cleanup
-    /// finished; a node started again on the same workspace replayed the
-    /// request's ownership journal and removed every artifact the journal
-    /// proves (and nothing else was in the job tree).
-    Reclaimed,
-    /// Cleanup failed closed; the code ([`CleanupResult::code`], or the
-    /// wire's `code`) says why. Whatever was not yet removed is preserved
-    /// for inspection.
-    Failed,
-}
+pub use crate::machine::cleanup::{CleanupStatus, CleanupVerdict};
 
 /// Why a cleanup failed: a stable code with no path in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -193,6 +167,20 @@ impl CleanupResult {
     /// ([`CleanupCode::is_transient`]); false for every verdict.
     pub fn is_transient(&self) -> bool {
         self.code.is_some_and(CleanupCode::is_transient)
+    }
+
+    /// The cleanup's verdict: its status, with its safe code when it failed
+    /// (`workspace_cleanup_failed` for a failure that named none).
+    pub fn verdict(&self) -> CleanupVerdict {
+        match self.status {
+            CleanupStatus::Cleaned => CleanupVerdict::Cleaned,
+            CleanupStatus::AlreadyGone => CleanupVerdict::AlreadyGone,
+            CleanupStatus::Reclaimed => CleanupVerdict::Reclaimed,
+            CleanupStatus::Failed => CleanupVerdict::Failed(
+                self.safe_code()
+                    .unwrap_or(SafeCode::new("workspace_cleanup_failed")),
+            ),
+        }
     }
 
     /// The wire-safe failure code, if any.

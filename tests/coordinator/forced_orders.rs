@@ -55,7 +55,7 @@ async fn a_failing_cleanup_races_success_cancel_disconnect_in_every_order() {
                 matches!(
                     r.event,
                     custodian::machine::request::Event::CleanupFinished(
-                        custodian::machine::request::CleanupOutcome::Failed(_)
+                        custodian::machine::request::CleanupVerdict::Failed(_)
                     )
                 )
             })

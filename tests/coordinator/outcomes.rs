@@ -270,7 +270,7 @@ impl custodian::coordinator::WorkspaceLifecycle for Panicking {
     async fn cleanup_workspace(
         &self,
         _: &custodian::coordinator::RequestId,
-    ) -> custodian::machine::request::CleanupOutcome {
+    ) -> custodian::machine::request::CleanupVerdict {
         self.panic("cleanup hook").await
     }
 }

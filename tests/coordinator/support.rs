@@ -11,7 +11,7 @@ use custodian::coordinator::{
     TerminalWriteError, TransitionRecord, WorkspaceLifecycle,
 };
 use custodian::error::SafeCode;
-use custodian::machine::request::{Action, CleanupOutcome, Event, FinalResult, Phase, step};
+use custodian::machine::request::{Action, CleanupVerdict, Event, FinalResult, Phase, step};
 use tokio::sync::Semaphore;
 
 pub const SYMLINK_IN_JOB: SafeCode = SafeCode::new("symlink_in_job");
@@ -77,7 +77,7 @@ impl Lifecycle {
 }
 
 impl WorkspaceLifecycle for Lifecycle {
-    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupOutcome {
+    async fn cleanup_workspace(&self, request: &RequestId) -> CleanupVerdict {
         *self
             .calls
             .lock()
@@ -86,9 +86,9 @@ impl WorkspaceLifecycle for Lifecycle {
             .or_default() += 1;
         self.gate.pass().await;
         if self.fail_all.load(Ordering::SeqCst) || request.as_str().starts_with("fail") {
-            CleanupOutcome::Failed(SYMLINK_IN_JOB)
+            CleanupVerdict::Failed(SYMLINK_IN_JOB)
         } else {
-            CleanupOutcome::Ok
+            CleanupVerdict::Cleaned
         }
     }
 }

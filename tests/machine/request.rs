@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use custodian::error::SafeCode;
 use custodian::machine::request::{
-    Action, Candidate, CandidateKind, CleanupOutcome, CleanupReport, Delivery, Event, FinalResult,
+    Action, Candidate, CandidateKind, CleanupReport, CleanupVerdict, Delivery, Event, FinalResult,
     Phase, RequestStatus, State, accepts_workspace, step,
 };
 
@@ -24,8 +24,8 @@ const EVENTS: [Event; 12] = [
     Event::Candidate(Candidate::TerminalWriteFailed),
     Event::WorkspaceOpening,
     Event::ExecutionStopped,
-    Event::CleanupFinished(CleanupOutcome::Ok),
-    Event::CleanupFinished(CleanupOutcome::Failed(CLEAN)),
+    Event::CleanupFinished(CleanupVerdict::Cleaned),
+    Event::CleanupFinished(CleanupVerdict::Failed(CLEAN)),
     Event::EndpointAcknowledged,
     Event::Published,
 ];
@@ -348,7 +348,7 @@ fn every_reachable_state_times_every_event_matches_the_table() {
     for gone in [false, true] {
         assert!(fine.contains(&(
             P::Cleaning,
-            Event::CleanupFinished(CleanupOutcome::Ok),
+            Event::CleanupFinished(CleanupVerdict::Cleaned),
             true,
             gone
         )));
@@ -531,7 +531,7 @@ fn disconnect_cancels_and_cleans_but_writes_nothing() {
         Event::WorkspaceOpening,
         Event::Candidate(Candidate::CallerDisconnect),
         Event::ExecutionStopped,
-        Event::CleanupFinished(CleanupOutcome::Ok),
+        Event::CleanupFinished(CleanupVerdict::Cleaned),
         Event::Published,
     ]);
     let r = FinalResult::merge(Candidate::CallerDisconnect, CleanupReport::Cleaned);

@@ -19,7 +19,7 @@ use custodian::coordinator::{
 };
 use custodian::error::SafeCode;
 use custodian::machine::request::{
-    Action, Candidate, CleanupOutcome, CleanupReport, Event, Phase, RequestStatus,
+    Action, Candidate, CleanupReport, CleanupVerdict, Event, Phase, RequestStatus,
 };
 use custodian::mcp::{Ended, McpConfig};
 use serde_json::{Value, json};
@@ -69,7 +69,7 @@ fn primary(log: &[TransitionRecord]) -> Option<Candidate> {
 
 /// How many times the machine ordered the workspace cleanup, and what it
 /// was told of it.
-fn cleanups(log: &[TransitionRecord]) -> (usize, Vec<CleanupOutcome>) {
+fn cleanups(log: &[TransitionRecord]) -> (usize, Vec<CleanupVerdict>) {
     let started = log
         .iter()
         .flat_map(|r| &r.actions)
@@ -344,7 +344,7 @@ fn a_process_run_is_one_run_of_the_request_machine() {
         );
         assert_eq!(
             cleanups(&log),
-            (1, vec![CleanupOutcome::Ok]),
+            (1, vec![CleanupVerdict::Cleaned]),
             "{:#?}",
             trace(&log)
         );
@@ -381,7 +381,7 @@ fn a_cancelled_call_and_a_refused_launch_end_through_the_request_machine() {
         let (_, log) = cancelled(&request).await;
         assert_eq!(
             cleanups(&log),
-            (1, vec![CleanupOutcome::Ok]),
+            (1, vec![CleanupVerdict::Cleaned]),
             "{:#?}",
             trace(&log)
         );
@@ -426,7 +426,7 @@ fn a_cancelled_call_and_a_refused_launch_end_through_the_request_machine() {
         assert_eq!(completion.result.status(), RequestStatus::Failed);
         assert_eq!(
             cleanups(&log),
-            (1, vec![CleanupOutcome::Ok]),
+            (1, vec![CleanupVerdict::Cleaned]),
             "{:#?}",
             trace(&log)
         );
@@ -461,7 +461,7 @@ fn a_call_stopped_with_the_server_ends_through_the_request_machine() {
         assert_caller_cancel(&completion, &log);
         assert_eq!(
             cleanups(&log),
-            (1, vec![CleanupOutcome::Ok]),
+            (1, vec![CleanupVerdict::Cleaned]),
             "{:#?}",
             trace(&log)
         );
