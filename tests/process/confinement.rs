@@ -198,8 +198,15 @@ async fn network_off_denies_a_tcp_connect_and_a_udp_socket() {
 /// made for it or (as root) a spare made ahead of it and entered by its
 /// clone: never the host's, never one another launch had, and its
 /// loopback up (a listener on 127.0.0.1 inside answers a client inside).
+///
+/// The launches run at once and each waits until all have said which
+/// namespace they are in: a namespace's inode number is reused once the
+/// namespace is freed, so only namespaces alive together can be told apart
+/// by it.
 #[tokio::test]
 async fn every_launch_with_the_network_off_has_a_new_network_namespace_with_its_loopback_up() {
+    /// As many as `tokio::join!` below.
+    const LAUNCHES: usize = 4;
     let _quiet = quiet_host();
     if !can_confine() {
         return;
@@ -213,11 +220,36 @@ async fn every_launch_with_the_network_off_has_a_new_network_namespace_with_its_
     let host = std::fs::read_link("/proc/self/ns/net").unwrap();
     let sh = "readlink /proc/self/ns/net; /usr/bin/python3 -c '\
 import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen()
-socket.create_connection(s.getsockname(), timeout=2); print(\"LOOPBACK\")'";
+socket.create_connection(s.getsockname(), timeout=2); print(\"LOOPBACK\")'; \
+touch \"$(mktemp ./alive.XXXXXX)\"; i=0; \
+while [ ! -e all-alive ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done";
     let dir = tempfile::tempdir().unwrap();
+    let alive = async {
+        // Every launch has printed its namespace and is still in it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("alive.")
+            })
+            .count()
+            < LAUNCHES
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        std::fs::write(dir.path().join("all-alive"), b"").unwrap();
+    };
+    let run = || run_in(dir.path(), sh, ws.clone());
+    let ((), a, b, c, d) = tokio::join!(alive, run(), run(), run(), run());
+    let evidences = [a, b, c, d];
     let mut seen = vec![host.to_string_lossy().into_owned()];
-    for _ in 0..4 {
-        let Some(ev) = run_in(dir.path(), sh, ws.clone()).await else {
+    for ev in evidences {
+        let Some(ev) = ev else {
             return;
         };
         assert_eq!(ev.exit_code, Some(0), "{ev:?}");

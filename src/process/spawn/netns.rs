@@ -294,6 +294,9 @@ mod tests {
         }
         let host = this_threads_net().unwrap();
         let mut seen = vec![inode(&host)];
+        // Held until the end: a freed namespace's inode number is reused,
+        // so only live ones can be told apart by it.
+        let mut held = Vec::new();
         for _ in 0..3 {
             let Some(spare) = take() else {
                 assert!(
@@ -310,7 +313,9 @@ mod tests {
             );
             seen.push(ino);
             assert!(loopback_answers_in(&spare), "the spare's loopback is down");
+            held.push(spare);
         }
+        drop(held);
         // The control: the check fails where the loopback is down.
         let down = std::thread::spawn(|| {
             // SAFETY: NEWNET alone, on this scratch thread.
