@@ -59,17 +59,22 @@ fn scratch(who: Who) -> tempfile::TempDir {
 fn custodian(who: Who, cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     let bin = env!("CARGO_BIN_EXE_custodian");
     let mut cmd = match who {
-        Who::Root => Command::new(bin),
+        Who::Root => {
+            let mut c = Command::new(bin);
+            c.envs(env.iter().copied());
+            c
+        }
         Who::User => {
+            // `runuser` sets the user's own HOME, SHELL, USER and LOGNAME:
+            // `env` adds ours after it.
             let mut c = Command::new("runuser");
-            c.args(["-u", &test_user(), "--", bin]);
+            c.args(["-u", &test_user(), "--", "env"]);
+            c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+            c.arg(bin);
             c
         }
     };
     cmd.current_dir(cwd).arg("run").args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
     cmd.output().unwrap()
 }
 
@@ -359,6 +364,13 @@ fn sockets_cgroupfs_io_uring_and_tty(who: Who) {
     if matches!(who, Who::Root) {
         socks.push(run_sock.clone());
     }
+    // An agent's socket in the user's HOME (on the read-only host, where
+    // the view gives HOME a private overlay).
+    let home = scratch(who);
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let home_sock = home.path().join("agent.sock");
+    socks.push(home_sock.clone());
+    let home_env = [("HOME", home.path().to_str().unwrap())];
     let _listeners: Vec<Listener> = socks.iter().map(|p| Listener::at(p)).collect();
     for s in &socks {
         std::fs::set_permissions(s, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -389,8 +401,9 @@ fn sockets_cgroupfs_io_uring_and_tty(who: Who) {
             .collect::<Vec<_>>()
             .join("; ")
     );
-    let ev = attack(who, ws.path(), "workspace-write", &script);
+    let ev = attack_env(who, ws.path(), "workspace-write", &script, &home_env);
     assert_isolated(&ev);
+    assert_eq!(ev["confinement"]["isolation"]["private_home"], true, "{ev}");
     let out = stdout(&ev);
     assert!(!out.contains("REACHED"), "{ev}");
     assert!(out.contains("OWN-SOCKET"), "{ev}");
@@ -399,9 +412,11 @@ fn sockets_cgroupfs_io_uring_and_tty(who: Who) {
     assert!(out.contains("tty=1"), "{ev}");
     assert!(stderr(&ev).contains("No such device or address"), "{ev}");
     assert_eq!(ev["status"], "exited", "the tty read must not hang: {ev}");
-    // The control: unconfined, the socket outside is reachable.
-    let ev = attack(who, ws.path(), "none", &connect(&tmp_sock));
-    assert!(stdout(&ev).contains("REACHED"), "{ev}");
+    // The control: unconfined, the sockets outside are reachable.
+    for sock in [&tmp_sock, &home_sock] {
+        let ev = attack_env(who, ws.path(), "none", &connect(sock), &home_env);
+        assert!(stdout(&ev).contains("REACHED"), "{}: {ev}", sock.display());
+    }
     let _ = std::fs::remove_file(&run_sock);
 }
 
