@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 use super::capture::StreamCapture;
 use super::containment::{Plan, Selected};
+use super::effects::GroupSignals;
 use super::env::ChildEnv;
 use super::evidence::{
     self, CgroupRemoval, DescendantVerdict, Descendants, EscalationAction, EscalationReason,
@@ -488,6 +489,7 @@ fn start_driver(
         _private_tmp: private_tmp,
         ns_tier: isolation.is_some() && cgroup_none,
         isolation,
+        group: GroupSignals::new(pid),
     };
     let tier = if driver.cgroup.is_some() || driver.isolation.is_some() {
         tier
@@ -559,7 +561,9 @@ impl StartedGuard {
                 Ok(()) => StepOutcome::Delivered,
                 Err(_) => StepOutcome::Failed,
             };
-            let _ = sys::signal_group(pid, Signal::Kill);
+            if let Some(order) = GroupSignals::new(pid).teardown() {
+                let _ = sys::signal_group(&order);
+            }
             for _ in 0..50 {
                 if matches!(run.cg.populated(), Ok(false)) {
                     break;
@@ -593,10 +597,13 @@ impl StartedGuard {
         drop(pidfd);
         let mut child = child?;
         #[cfg(unix)]
-        let outcome = match sys::signal_group(pid, Signal::Kill) {
-            Delivery::Delivered => StepOutcome::Delivered,
-            Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
-            Delivery::Failed => StepOutcome::Failed,
+        let outcome = match GroupSignals::new(pid)
+            .teardown()
+            .map(|o| sys::signal_group(&o))
+        {
+            Some(Delivery::Delivered) => StepOutcome::Delivered,
+            Some(Delivery::NoSuchProcess) => StepOutcome::NoSuchProcess,
+            Some(Delivery::Failed) | None => StepOutcome::Failed,
         };
         #[cfg(not(unix))]
         let outcome = match child.start_kill() {
@@ -726,6 +733,8 @@ struct Driver {
     /// The pid-namespace tier: isolated, and no cgroup (the machine runs
     /// it as [`Tier::Cgroup`]: the kernel proves the namespace empty).
     ns_tier: bool,
+    /// The group signals the machine ordered, the only way to send one.
+    group: GroupSignals,
 }
 
 /// What woke the driver.
@@ -1045,7 +1054,10 @@ impl Driver {
     ) {
         for action in actions {
             match action {
-                Action::SignalGroup(sig) => self.signal(sig, now),
+                Action::SignalGroup(sig) => {
+                    self.group.license(sig);
+                    self.signal(sig, now);
+                }
                 Action::ArmTimer { timer, at } => self.timers[timer_index(timer)] = Some(at),
                 Action::CloseStreams => {
                     self.cut = true;
@@ -1083,7 +1095,9 @@ impl Driver {
         #[cfg(target_os = "linux")]
         if sig == Signal::Kill && self.ns_tier {
             // The pid-namespace tier: SIGKILL to the init ends every
-            // member of its namespace, whatever its group or session.
+            // member of its namespace, whatever its group or session. The
+            // pidfd needs no group id; the order is used up all the same.
+            let _ = self.group.ordered(sig);
             let outcome = match self.pidfd.as_ref().map(|fd| {
                 rustix::process::pidfd_send_signal(fd.get_ref(), rustix::process::Signal::KILL)
             }) {
@@ -1116,7 +1130,9 @@ impl Driver {
                         StepOutcome::Failed
                     }
                 };
-                let _ = sys::signal_group(self.pid, sig);
+                if let Some(order) = self.group.ordered(sig) {
+                    let _ = sys::signal_group(&order);
+                }
                 if let Some(run) = self.probe.as_mut() {
                     run.give_up = now + self.probe_window;
                     run.next = run.next.max(now);
@@ -1132,10 +1148,10 @@ impl Driver {
             }
         }
         #[cfg(unix)]
-        let outcome = match sys::signal_group(self.pid, sig) {
-            Delivery::Delivered => StepOutcome::Delivered,
-            Delivery::NoSuchProcess => StepOutcome::NoSuchProcess,
-            Delivery::Failed => StepOutcome::Failed,
+        let outcome = match self.group.ordered(sig).map(|o| sys::signal_group(&o)) {
+            Some(Delivery::Delivered) => StepOutcome::Delivered,
+            Some(Delivery::NoSuchProcess) => StepOutcome::NoSuchProcess,
+            Some(Delivery::Failed) | None => StepOutcome::Failed,
         };
         #[cfg(not(unix))]
         let outcome = match self.child.as_mut().map(|c| c.start_kill()) {
@@ -1201,6 +1217,8 @@ impl Driver {
     /// Reaps the root if it exited; otherwise drops the child, which hands
     /// it to tokio's orphan reaper (it was sent KILL, or cannot be pinned).
     fn reap(&mut self) {
+        // From here on the group id may stop being the root's.
+        self.group.reaped();
         // Reap and unregister under the lock: a concurrent subreaper scan
         // must never see this root unregistered while it is still ours.
         ROOTS.with(|roots| {
@@ -1482,8 +1500,12 @@ impl Driver {
         for action in t.actions {
             match action {
                 Action::SignalGroup(sig) => {
+                    self.group.license(sig);
                     #[cfg(unix)]
-                    let delivery = sys::signal_group(self.pid, sig);
+                    let delivery = self
+                        .group
+                        .ordered(sig)
+                        .map_or(Delivery::Failed, |o| sys::signal_group(&o));
                     #[cfg(not(unix))]
                     let delivery = {
                         let _ = sig;

@@ -50,6 +50,7 @@ pub mod capture;
 mod cgroup_root;
 mod containment;
 mod driver;
+mod effects;
 pub mod env;
 pub mod evidence;
 #[doc(hidden)]
@@ -61,6 +62,7 @@ mod launch;
 pub(crate) mod spawn;
 pub(crate) mod sys;
 
+pub use effects::refused_group_signals;
 pub use evidence::Evidence;
 pub use invocation::{Invocation, InvocationSpec};
 pub use launch::{

@@ -11,6 +11,8 @@ use std::os::fd::{AsFd, OwnedFd};
 #[cfg(unix)]
 use rustix::process::{Pid, Signal as RSignal};
 
+#[cfg(unix)]
+use super::effects::Order;
 use crate::machine::process::{ExitStatus, Signal};
 
 /// What came of a group signal.
@@ -24,18 +26,21 @@ pub(crate) enum Delivery {
     Failed,
 }
 
-/// `killpg(pgid, sig)`—Sends `sig` to every member of process group `pgid`.
+/// `killpg(pgid, sig)`—Sends the order's signal to every member of its
+/// process group; an [`Order`] is made only by
+/// [`GroupSignals`](super::effects::GroupSignals), which checks it against
+/// the machine's decisions.
 ///
 /// # References
 ///  - [POSIX](https://pubs.opengroup.org/onlinepubs/9799919799/functions/killpg.html)
 ///  - [Linux](https://man7.org/linux/man-pages/man3/killpg.3.html)
 #[doc(alias = "killpg")]
 #[cfg(unix)]
-pub(crate) fn signal_group(pgid: u32, sig: Signal) -> Delivery {
-    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+pub(crate) fn signal_group(order: &Order) -> Delivery {
+    let Some(pid) = i32::try_from(order.pgid()).ok().and_then(Pid::from_raw) else {
         return Delivery::Failed;
     };
-    let sig = match sig {
+    let sig = match order.signal() {
         Signal::Term => RSignal::TERM,
         Signal::Kill => RSignal::KILL,
     };

@@ -11,6 +11,7 @@ mod cli;
 mod common;
 mod confinement;
 mod containment;
+mod effects;
 mod errors;
 mod evidence;
 mod isolation;
