@@ -20,8 +20,11 @@
 //!   acknowledged at once and `Publish` answers every waiter that asked.
 //! - **Node**. Every message goes through `node::step`; `Action::Open`
 //!   starts an open that finishes later (timer `OpenDone`: the job directory
-//!   now exists on disk), `Action::StartCleanup` removes the job directory
-//!   at once. The disk (does the job directory exist; how many removals)
+//!   now exists on disk), `Action::StartCleanup` starts a cleanup that
+//!   finishes later (timer `CleanupDone`: the job directory is removed, and
+//!   the verdict is the node's next input), so that messages arrive while
+//!   it runs, as they do at a real node. The disk (does the job directory
+//!   exist; how many removals)
 //!   survives a crash; the node's table does not: after a restart every
 //!   request is [`node::State::after_restart`].
 //! - **Waiter**: sends `Wait` to the edge at start and keeps what it is
@@ -101,6 +104,8 @@ pub enum Timer {
     Retry,
     /// The node's open finishes: the job directory exists.
     OpenDone,
+    /// The node's cleanup finishes: the job directory is removed.
+    CleanupDone,
 }
 
 /// What survives a node crash: the disk.
@@ -133,6 +138,8 @@ pub struct NodeState {
     pub refused_closed: bool,
     /// A cleanup arrived after one had started (a duplicate or a retry).
     pub duplicate_cleanup: bool,
+    /// An open arrived while this incarnation's cleanup ran.
+    pub open_during_cleanup: bool,
 }
 
 /// The edge's state for its one request.
@@ -200,6 +207,12 @@ pub enum Variant {
     /// A restarted node accepts messages sent to its earlier incarnation,
     /// as if a connection outlived the process it was made to.
     ReplayAcrossRestart,
+    /// The node's decisions, broken: a cleanup that waited for a running
+    /// open is never started when the open finishes.
+    CleanupNeverStarted,
+    /// The node's decisions, broken: an open that arrives while a cleanup
+    /// runs is started.
+    OpenDuringCleanup,
 }
 
 impl Variant {
@@ -214,6 +227,8 @@ impl Variant {
             }
             Variant::EarlyAnswer => "composition/broken/early-answer",
             Variant::ReplayAcrossRestart => "composition/broken/replay-across-restart",
+            Variant::CleanupNeverStarted => "composition/broken/cleanup-never-started",
+            Variant::OpenDuringCleanup => "composition/broken/open-during-cleanup",
         }
     }
 
@@ -226,6 +241,8 @@ impl Variant {
             Variant::CompleteBeforeCleanupAnswer => Some(COMPLETES_AFTER_CLEANUP_ANSWER),
             Variant::EarlyAnswer => Some(WAITERS_SEE_PUBLISHED),
             Variant::ReplayAcrossRestart => Some(OPENED_IS_CLEANED),
+            Variant::CleanupNeverStarted => Some(NODE_CLEANUP_PROGRESSES),
+            Variant::OpenDuringCleanup => Some(OPENED_IS_CLEANED),
         }
     }
 }
@@ -242,6 +259,11 @@ pub const COMPLETES_AFTER_CLEANUP_ANSWER: &str =
     "a request completes only after its cleanup answer";
 /// Property: every waiter sees the published result.
 pub const WAITERS_SEE_PUBLISHED: &str = "the result every waiter sees is the one published";
+/// Property: a cleanup the node was asked for is running, or waits for a
+/// running open, until it finished (a bounded form of "every cleanup asked
+/// for finishes": each of those two ends with a timer that is set).
+pub const NODE_CLEANUP_PROGRESSES: &str =
+    "a cleanup asked of a node runs, or waits for a running open, until it finishes";
 
 /// The actors of the composition.
 #[derive(Clone, Debug)]
@@ -256,6 +278,13 @@ pub enum Party {
 
 fn node_step(v: Variant, s: &node::State, input: Input) -> node::Transition {
     let mut t = node::step(s, input);
+    if v == Variant::CleanupNeverStarted && matches!(input, Input::OpenFinished { .. }) {
+        t.actions.retain(|a| *a != node::Action::StartCleanup);
+    }
+    if v == Variant::OpenDuringCleanup && input == Input::Open && s.cleanup_running() {
+        t.next = *s;
+        t.actions = vec![node::Action::Open];
+    }
     if v == Variant::CleanupPerMessage
         && input == Input::Cleanup
         && s.cleanups_started() > 0
@@ -278,15 +307,7 @@ impl Party {
                     node::Action::Proceed | node::Action::CancelProcesses => {}
                     node::Action::StartCleanup => {
                         n.cleanups = n.cleanups.saturating_add(1);
-                        let verdict = if n.disk.job {
-                            n.disk.job = false;
-                            n.disk.removals = n.disk.removals.saturating_add(1);
-                            CleanupVerdict::Cleaned
-                        } else {
-                            CleanupVerdict::AlreadyGone
-                        };
-                        o.save(n.disk.clone());
-                        inputs.push(Input::CleanupFinished(verdict));
+                        o.set_timer(Timer::CleanupDone, model_timeout());
                     }
                     node::Action::AwaitCleanup => n.awaiting = true,
                     node::Action::Reply(r) => {
@@ -417,6 +438,7 @@ impl Actor for Party {
                     restarted: storage.is_some(),
                     refused_closed: false,
                     duplicate_cleanup: false,
+                    open_during_cleanup: false,
                 })
             }
             Party::Edge(_, now) => {
@@ -463,6 +485,9 @@ impl Actor for Party {
                 }
                 if input == Input::Cleanup && (n.req.cleanups_started() > 0 || n.cleanups > 0) {
                     n.duplicate_cleanup = true;
+                }
+                if input == Input::Open && n.req.cleanup_running() {
+                    n.open_during_cleanup = true;
                 }
                 self.node_input(*v, n, input, o);
             }
@@ -534,6 +559,17 @@ impl Actor for Party {
                 o.save(n.disk.clone());
                 self.node_input(*v, n, Input::OpenFinished { ok: true }, o);
             }
+            (Party::Node(v), St::Node(n)) if *timer == Timer::CleanupDone => {
+                let verdict = if n.disk.job {
+                    n.disk.job = false;
+                    n.disk.removals = n.disk.removals.saturating_add(1);
+                    CleanupVerdict::Cleaned
+                } else {
+                    CleanupVerdict::AlreadyGone
+                };
+                o.save(n.disk.clone());
+                self.node_input(*v, n, Input::CleanupFinished(verdict), o);
+            }
             (Party::Edge(v, now), St::Edge(e)) => match timer {
                 Timer::Announce => {
                     if *v == Variant::OpenBeforeAnnounce {
@@ -561,7 +597,7 @@ impl Actor for Party {
                         o.set_timer(Timer::Retry, model_timeout());
                     }
                 }
-                Timer::OpenDone => {}
+                Timer::OpenDone | Timer::CleanupDone => {}
             },
             _ => {}
         }
@@ -640,6 +676,17 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
                 || e.published
                     .is_some_and(|r| matches!(r.cleanup(), CleanupReport::Failed { .. }))
         })
+        .property(Expectation::Always, NODE_CLEANUP_PROGRESSES, |_, s| {
+            // A crashed node's timers are gone with it; it restarts from
+            // `after_restart`.
+            let Some(n) = node_of(s).filter(|_| s.crashed.get(NODE) != Some(&true)) else {
+                return true;
+            };
+            let set = |t: Timer| s.timers_set[NODE].iter().any(|x| *x == t);
+            n.req.fence() != node::Fence::Cleaning
+                || (n.req.cleanup_running() && set(Timer::CleanupDone))
+                || (n.req.job() == node::JobState::Opening && set(Timer::OpenDone))
+        })
         .property(Expectation::Always, ONE_CLEANUP_PER_NODE, |_, s| {
             node_of(s).is_none_or(|n| n.cleanups <= 1) && disk_of(s).is_none_or(|d| d.removals <= 1)
         })
@@ -679,6 +726,11 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
             Expectation::Sometimes,
             "duplicate cleanup: answered from the first",
             |_, s| node_of(s).is_some_and(|n| n.duplicate_cleanup && n.cleanups == 1),
+        )
+        .property(
+            Expectation::Sometimes,
+            "an open while the node's cleanup runs: refused",
+            |_, s| node_of(s).is_some_and(|n| n.open_during_cleanup && n.refused_closed),
         );
     let m = if waiters == 0 {
         m

@@ -26,7 +26,7 @@ pub trait Visit {
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 22] = [
+pub const NAMES: [&str; 24] = [
     "request",
     "process",
     "composition",
@@ -49,6 +49,8 @@ pub const NAMES: [&str; 22] = [
     "composition/broken/complete-before-cleanup-answer",
     "composition/broken/early-answer",
     "composition/broken/replay-across-restart",
+    "composition/broken/cleanup-never-started",
+    "composition/broken/open-during-cleanup",
 ];
 
 /// Calls `v` with the model called `name` (`waiters` waiters for a request
@@ -84,6 +86,12 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         "composition/broken/early-answer" => com(actor::Variant::EarlyAnswer, waiters, v),
         "composition/broken/replay-across-restart" => {
             com(actor::Variant::ReplayAcrossRestart, waiters, v)
+        }
+        "composition/broken/cleanup-never-started" => {
+            com(actor::Variant::CleanupNeverStarted, waiters, v)
+        }
+        "composition/broken/open-during-cleanup" => {
+            com(actor::Variant::OpenDuringCleanup, waiters, v)
         }
         "process" => pro(process::Real, v),
         "request/broken/double-cleanup" => req(rb::DoubleCleanup, waiters, v),

@@ -299,9 +299,9 @@ pub fn composition(
 /// (see `model/tests/actor.rs`).
 pub const fn pinned_composition_states(waiters: usize, restarts: usize) -> Option<usize> {
     match (waiters, restarts) {
-        (1, 0) => Some(3_157),
-        (0, 1) => Some(17_256),
-        (1, 1) => Some(42_492),
+        (1, 0) => Some(5_909),
+        (0, 1) => Some(29_216),
+        (1, 1) => Some(69_492),
         _ => None,
     }
 }
@@ -356,6 +356,8 @@ pub fn all(threads: usize) -> Vec<Report> {
         composition(actor::Variant::CompleteBeforeCleanupAnswer, 1, 0, threads),
         composition(actor::Variant::EarlyAnswer, 1, 0, threads),
         composition(actor::Variant::ReplayAcrossRestart, 0, 1, threads),
+        composition(actor::Variant::CleanupNeverStarted, 1, 0, threads),
+        composition(actor::Variant::OpenDuringCleanup, 1, 0, threads),
     ]
 }
 
