@@ -25,8 +25,9 @@
 //!   the verdict is the node's next input), so that messages arrive while
 //!   it runs, as they do at a real node. The disk (does the job directory
 //!   exist; how many removals)
-//!   survives a crash; the node's table does not: after a restart every
-//!   request is [`node::State::after_restart`].
+//!   survives a crash; the node's table does not. Every incarnation, the
+//!   first included, starts the request at [`node::State::after_restart`],
+//!   as the real node does for an id its table does not hold.
 //! - **Waiter**: sends `Wait` to the edge at start and keeps what it is
 //!   answered.
 //!
@@ -406,11 +407,11 @@ impl Actor for Party {
                     o.send(Id::from(EDGE), Msg::Hello(d.restarts.saturating_add(1)));
                 }
                 St::Node(NodeState {
-                    req: if storage.is_some() {
-                        node::State::after_restart()
-                    } else {
-                        node::State::new()
-                    },
+                    // As the real node (`wire::node::node_slot_step`): an id
+                    // its table does not hold is at `after_restart`, first
+                    // incarnation or not, since no node can prove that no
+                    // earlier run of it opened the id.
+                    req: node::State::after_restart(),
                     disk: match storage {
                         Some(d) => {
                             let d = Disk {
