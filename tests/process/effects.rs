@@ -29,11 +29,24 @@ enum Call {
 fn calls(log: &str) -> Vec<Call> {
     let mut out = Vec::new();
     for line in log.lines() {
-        // `PID  call(args) = ret`; unfinished and resumed halves are
-        // recorded whole (`strace -f` with `-qq` still splits them).
-        let Some(call) = line.split_once("  ").map(|(_, c)| c.trim_start()) else {
+        // `PID call(args) = ret`, the pid padded to five columns. A call
+        // another thread's interrupted is split: its `<unfinished ...>`
+        // half never matches below, its `<... NAME resumed>` half is read
+        // as the call (it holds the result, and a wait's flags and child).
+        let Some(call) = line
+            .split_once(char::is_whitespace)
+            .map(|(_, c)| c.trim_start())
+        else {
             continue;
         };
+        let resumed = call
+            .strip_prefix("<... ")
+            .and_then(|c| c.split_once(" resumed>"));
+        let call = match resumed {
+            Some((name, rest)) => format!("{name}({rest}"),
+            None => call.to_owned(),
+        };
+        let call = call.as_str();
         if let Some(rest) = call.strip_prefix("kill(-") {
             let (pgid, rest) = rest.split_once(", ").unwrap_or((rest, ""));
             let sig = ["SIGTERM", "SIGKILL"]
@@ -192,6 +205,25 @@ fn the_recorded_signals_check_catches_a_late_or_undecided_signal() {
 100  waitid(P_PIDFD, 9, {si_signo=SIGCHLD, si_code=CLD_KILLED, si_pid=200, si_uid=0, si_status=SIGTERM, si_utime=0, si_stime=0}, WNOHANG|WEXITED, NULL) = 0
 100  kill(-200, 0)                      = -1 ESRCH (No such process)
 ";
+    // Five-digit pids are not padded; a wait split by another thread's
+    // call is read from its resumed half.
+    let wide = "\
+32360 kill(-32362, SIGTERM)             = 0
+32361 wait4(-1,  <unfinished ...>
+32360 waitid(P_PIDFD, 9, {si_signo=SIGCHLD, si_code=CLD_KILLED, si_pid=32362, si_uid=0, si_status=SIGTERM, si_utime=0, si_stime=0}, WNOHANG|WEXITED, NULL) = 0
+32361 <... wait4 resumed>0x7ffd43c77f4c, 0, NULL) = 32364
+";
+    assert_eq!(
+        calls(wide),
+        [
+            Call::GroupSignal {
+                pgid: 32362,
+                sig: "SIGTERM"
+            },
+            Call::Reaped { pid: 32362 },
+            Call::Reaped { pid: 32364 }
+        ]
+    );
     assert_signals_follow_the_decisions(&ev, &calls(good));
     let late =
         format!("{good}100  kill(-200, SIGTERM)                = -1 ESRCH (No such process)\n");
