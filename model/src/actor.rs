@@ -10,8 +10,8 @@
 //! - **Edge** (one request). Its executor, the caller and the clock are
 //!   timers that fire in any order: `Announce` (the executor commits
 //!   [`Event::WorkspaceOpening`] and, if the machine accepted it, sends
-//!   `Open` to the node), `CallerCancel` and `Timeout` (terminal
-//!   candidates), `Succeed` (set once the node answered the open: the
+//!   `Open` to the node), `CallerCancel`, `CallerDisconnect` and `Timeout`
+//!   (terminal candidates; an `OpenFailed` answer is the executor's error), `Succeed` (set once the node answered the open: the
 //!   executor returns success), `Stopped` (set on `CancelProcesses`: the
 //!   executor, local to the edge, is aborted and reported stopped). The
 //!   machine's `CancelProcesses` also sends `Cancel` to the node; its
@@ -20,7 +20,8 @@
 //!   acknowledged at once and `Publish` answers every waiter that asked.
 //! - **Node**. Every message goes through `node::step`; `Action::Open`
 //!   starts an open that finishes later (timer `OpenDone`: the job directory
-//!   now exists on disk), `Action::StartCleanup` starts a cleanup that
+//!   now exists on disk) or fails (timer `OpenFails`: part of the directory
+//!   may exist, and the node no longer knows), `Action::StartCleanup` starts a cleanup that
 //!   finishes later (timer `CleanupDone`: the job directory is removed, and
 //!   the verdict is the node's next input), so that messages arrive while
 //!   it runs, as they do at a real node. The disk (does the job directory
@@ -95,6 +96,8 @@ pub enum Timer {
     Announce,
     /// The caller cancels.
     CallerCancel,
+    /// The caller goes away (every handle dropped).
+    CallerDisconnect,
     /// The request times out.
     Timeout,
     /// The executor returns success (after its open was answered).
@@ -105,6 +108,8 @@ pub enum Timer {
     Retry,
     /// The node's open finishes: the job directory exists.
     OpenDone,
+    /// The node's open fails instead, part of its job directory made.
+    OpenFails,
     /// The node's cleanup finishes: the job directory is removed.
     CleanupDone,
 }
@@ -141,6 +146,8 @@ pub struct NodeState {
     pub duplicate_cleanup: bool,
     /// An open arrived while this incarnation's cleanup ran.
     pub open_during_cleanup: bool,
+    /// An open of this incarnation failed.
+    pub open_failed: bool,
 }
 
 /// The edge's state for its one request.
@@ -304,7 +311,10 @@ impl Party {
             n.req = t.next;
             for a in t.actions {
                 match a {
-                    node::Action::Open => o.set_timer(Timer::OpenDone, model_timeout()),
+                    node::Action::Open => {
+                        o.set_timer(Timer::OpenDone, model_timeout());
+                        o.set_timer(Timer::OpenFails, model_timeout());
+                    }
                     node::Action::Proceed | node::Action::CancelProcesses => {}
                     node::Action::StartCleanup => {
                         n.cleanups = n.cleanups.saturating_add(1);
@@ -373,6 +383,7 @@ impl Party {
             for t in [
                 Timer::Announce,
                 Timer::CallerCancel,
+                Timer::CallerDisconnect,
                 Timer::Timeout,
                 Timer::Succeed,
                 Timer::Retry,
@@ -440,10 +451,15 @@ impl Actor for Party {
                     refused_closed: false,
                     duplicate_cleanup: false,
                     open_during_cleanup: false,
+                    open_failed: false,
                 })
             }
             Party::Edge(_, now) => {
-                for t in [Timer::Announce, Timer::CallerCancel] {
+                for t in [
+                    Timer::Announce,
+                    Timer::CallerCancel,
+                    Timer::CallerDisconnect,
+                ] {
                     o.set_timer(t, model_timeout());
                 }
                 St::Edge(EdgeState {
@@ -511,6 +527,10 @@ impl Actor for Party {
                             e.req = t.next;
                         }
                         o.set_timer(Timer::Succeed, model_timeout());
+                    } else if r == Reply::OpenFailed {
+                        // The executor's open failed: it reports its error.
+                        let failed = Candidate::ExecutorError { code: FAILED };
+                        self.edge_events(*v, e, Event::Candidate(failed), o);
                     }
                 }
                 Msg::Cleaned(verdict) => {
@@ -554,11 +574,24 @@ impl Actor for Party {
     fn on_timeout(&self, _id: Id, state: &mut Cow<St>, timer: &Timer, o: &mut Out<Self>) {
         let mut s = state.as_ref().clone();
         match (self, &mut s) {
-            (Party::Node(v), St::Node(n)) if *timer == Timer::OpenDone => {
+            (Party::Node(v), St::Node(n))
+                if *timer == Timer::OpenDone || *timer == Timer::OpenFails =>
+            {
+                // Either ends the open: the other will not fire.
+                o.cancel_timer(if *timer == Timer::OpenDone {
+                    Timer::OpenFails
+                } else {
+                    Timer::OpenDone
+                });
+                // A failed open may have made part of the job directory.
                 n.disk.job = true;
                 n.disk.ever_opened = true;
                 o.save(n.disk.clone());
-                self.node_input(*v, n, Input::OpenFinished { ok: true }, o);
+                let ok = *timer == Timer::OpenDone;
+                if !ok {
+                    n.open_failed = true;
+                }
+                self.node_input(*v, n, Input::OpenFinished { ok }, o);
             }
             (Party::Node(v), St::Node(n)) if *timer == Timer::CleanupDone => {
                 let verdict = if n.disk.job {
@@ -586,8 +619,16 @@ impl Actor for Party {
                         }
                     }
                 }
+                // The caller cancels or goes away, once: the other does not
+                // follow (a disconnect after a cancel changes only whether
+                // the terminal is written, which the request model covers).
                 Timer::CallerCancel => {
+                    o.cancel_timer(Timer::CallerDisconnect);
                     self.edge_events(*v, e, Event::Candidate(Candidate::CallerCancel), o)
+                }
+                Timer::CallerDisconnect => {
+                    o.cancel_timer(Timer::CallerCancel);
+                    self.edge_events(*v, e, Event::Candidate(Candidate::CallerDisconnect), o)
                 }
                 Timer::Timeout => self.edge_events(*v, e, Event::Candidate(Candidate::Timeout), o),
                 Timer::Succeed => self.edge_events(*v, e, Event::Candidate(Candidate::Success), o),
@@ -598,7 +639,7 @@ impl Actor for Party {
                         o.set_timer(Timer::Retry, model_timeout());
                     }
                 }
-                Timer::OpenDone | Timer::CleanupDone => {}
+                Timer::OpenDone | Timer::OpenFails | Timer::CleanupDone => {}
             },
             _ => {}
         }
@@ -727,6 +768,26 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
             Expectation::Sometimes,
             "duplicate cleanup: answered from the first",
             |_, s| node_of(s).is_some_and(|n| n.duplicate_cleanup && n.cleanups == 1),
+        )
+        .property(
+            Expectation::Sometimes,
+            "open failed: its partial job directory is still cleaned",
+            |_, s| {
+                node_of(s).is_some_and(|n| n.open_failed)
+                    && edge_of(s).is_some_and(|e| e.completed && e.cleanup_answer.is_some())
+                    && disk_of(s).is_some_and(|d| !d.job)
+            },
+        )
+        .property(
+            Expectation::Sometimes,
+            "caller disconnect: the request still completes cleaned",
+            |_, s| {
+                edge_of(s).is_some_and(|e| {
+                    e.completed
+                        && e.cleanup_answer.is_some()
+                        && e.req.primary() == Some(Candidate::CallerDisconnect)
+                })
+            },
         )
         .property(
             Expectation::Sometimes,

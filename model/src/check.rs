@@ -299,9 +299,9 @@ pub fn composition(
 /// (see `model/tests/actor.rs`).
 pub const fn pinned_composition_states(waiters: usize, restarts: usize) -> Option<usize> {
     match (waiters, restarts) {
-        (1, 0) => Some(6_043),
-        (0, 1) => Some(29_332),
-        (1, 1) => Some(69_760),
+        (1, 0) => Some(32_256),
+        (0, 1) => Some(150_006),
+        (1, 1) => Some(355_380),
         _ => None,
     }
 }
