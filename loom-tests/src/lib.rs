@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg custodian_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test -p custodian-loom-tests --release -- --nocapture --test-threads=1
+//!     cargo test -p custodian-loom-tests -- --nocapture --test-threads=1
 //! ```
 //!
 //! Built without the cfg (as `cargo test --workspace` does), each test file
