@@ -368,6 +368,7 @@ fn prepare_view(
     // The child's HOME, resolved (a symlinked home is overlaid where it
     // leads); one that does not resolve gets no overlay.
     let home = home.and_then(|h| std::fs::canonicalize(h).ok());
+    let sockets = view::host_sockets();
     let host = view::Host {
         workspace: &workspace,
         cwd: &cwd,
@@ -375,6 +376,7 @@ fn prepare_view(
         home: home.as_deref(),
         uid: rustix::process::geteuid().as_raw(),
         gid: rustix::process::getegid().as_raw(),
+        sockets: &sockets,
     };
     view::plan_view(spec, &host)
 }

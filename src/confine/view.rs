@@ -194,12 +194,16 @@ pub struct IsolationReport {
     pub fresh: Vec<String>,
     /// Paths bound read-only inside a writable tree.
     pub protected: Vec<PathBuf>,
-    /// Paths masked (custodian's own namespace, `hide`, `deny_read`).
+    /// Paths masked (custodian's own namespace, `hide`, `deny_read`, and
+    /// the host's pathname unix sockets the view does not hide otherwise).
     pub masked: Vec<PathBuf>,
     /// How pathname unix sockets outside the sandbox are kept out: `view`
     /// (the host's socket directories `/run`, `/tmp` and `/dev/shm` are
-    /// private; a socket elsewhere on the read-only host stays
-    /// connectable on a kernel without Landlock's unix-socket scoping).
+    /// private, and every other socket bound on the host when the launch
+    /// began is masked, listed in `masked`); `view_partial` when there were
+    /// more than custodian masks in one view (1,024: the first ones in
+    /// path order are masked). A socket bound on the host after the launch
+    /// began, or bound in another network namespace, is not seen.
     pub unix_sockets: String,
     /// The tool runs in a new session with no controlling terminal.
     pub new_session: bool,
@@ -328,6 +332,47 @@ pub(crate) struct Host<'a> {
     pub(crate) uid: u32,
     /// The caller's effective gid.
     pub(crate) gid: u32,
+    /// The pathname unix sockets bound on the host when the launch was
+    /// planned ([`host_sockets`]).
+    pub(crate) sockets: &'a [PathBuf],
+}
+
+/// The most sockets one view masks; past it the view masks the first ones
+/// (in path order) and the evidence says `view_partial`.
+pub(crate) const MAX_SOCKET_MASKS: usize = 1024;
+
+/// Every pathname unix socket bound in the caller's network namespace that
+/// is a socket on the filesystem now: the paths of `/proc/self/net/unix`
+/// (the last field, absolute), each checked with `lstat` (a line forged
+/// by a socket's name can at most name another socket). Abstract and
+/// unnamed sockets have no path; a socket whose file was removed is left
+/// out. Empty when the list cannot be read.
+pub(crate) fn host_sockets() -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(text) = std::fs::read("/proc/self/net/unix") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = parse_unix_list(&text)
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The absolute paths of a `/proc/net/unix` listing: the text after the
+/// seventh field (`Num RefCount Protocol Flags Type St Inode Path`); the
+/// fields before it never hold a `/`.
+fn parse_unix_list(text: &[u8]) -> Vec<PathBuf> {
+    text.split(|&b| b == b'\n')
+        .skip(1)
+        .filter_map(|line| {
+            let at = line.windows(2).position(|w| w == b" /")?;
+            let path = Path::new(OsStr::from_bytes(&line[at + 1..]));
+            normal(path).then(|| path.to_owned())
+        })
+        .collect()
 }
 
 /// Plans the view of `spec` (see the module docs).
@@ -561,6 +606,25 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
     masks.extend(spec.deny_read.iter().map(|d| canonical_deny(d)));
     masks.sort();
     masks.dedup();
+    // Pathname sockets the view does not hide already: not beneath a fresh
+    // mount (unless a tree bound there holds them), not in the private
+    // HOME (overlayfs's own inodes: no socket is bound to them), not
+    // beneath a masked directory, not in a writable tree of the sandbox's
+    // own (where a socket is the tool's to use).
+    let mut sockets: Vec<PathBuf> = host
+        .sockets
+        .iter()
+        .filter(|p| p.is_absolute() && normal(p))
+        .filter(|p| fresh_root(p).is_none() || binds.iter().any(|b| p.starts_with(&b.path)))
+        .filter(|p| !home.is_some_and(|h| p.starts_with(h)))
+        .filter(|p| !masks.iter().any(|m| p.starts_with(m)))
+        .filter(|p| !binds.iter().any(|b| b.writable && p.starts_with(&b.path)))
+        .cloned()
+        .collect();
+    sockets.sort();
+    sockets.dedup();
+    let partial = sockets.len() > MAX_SOCKET_MASKS;
+    sockets.truncate(MAX_SOCKET_MASKS);
     for p in masks {
         // Beneath a fresh mount and bound by nothing: not in the view.
         if fresh_root(&p).is_some() && !binds.iter().any(|b| p.starts_with(&b.path)) {
@@ -580,6 +644,16 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         } else {
             Step::MaskFile { path: cstr(&p)? }
         });
+        masked.push(p);
+    }
+    for p in sockets {
+        use std::os::unix::fs::FileTypeExt;
+        // Still a socket (not replaced by a symlink since it was listed):
+        // the mask goes over the socket itself.
+        if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
+            continue;
+        }
+        steps.push(Step::MaskFile { path: cstr(&p)? });
         masked.push(p);
     }
 
@@ -611,7 +685,7 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
                 .to_vec(),
             protected,
             masked,
-            unix_sockets: "view".into(),
+            unix_sockets: if partial { "view_partial" } else { "view" }.into(),
             new_session: true,
             private_home: home.is_some(),
         },
@@ -812,6 +886,7 @@ mod tests {
             home: None,
             uid: 1000,
             gid: 1000,
+            sockets: &[],
         }
     }
 
@@ -1007,5 +1082,77 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_unix_list_yields_absolute_paths_only() {
+        let text = b"Num       RefCount Protocol Flags    Type St Inode Path\n\
+0000000000000000: 00000002 00000000 00010000 0001 01 21345 /run/dbus/system_bus_socket\n\
+0000000000000000: 00000002 00000000 00000000 0002 01 21350\n\
+0000000000000000: 00000002 00000000 00010000 0001 01 21351 @/tmp/.X11-unix/X0\n\
+0000000000000000: 00000002 00000000 00010000 0001 01  1234 /var/lib/a dir/with spaces.sock\n\
+0000000000000000: 00000002 00000000 00010000 0001 01  1235 /var/../etc/x.sock\n";
+        assert_eq!(
+            parse_unix_list(text),
+            vec![
+                PathBuf::from("/run/dbus/system_bus_socket"),
+                PathBuf::from("/var/lib/a dir/with spaces.sock"),
+            ]
+        );
+    }
+
+    #[test]
+    fn sockets_outside_the_writable_trees_are_masked_and_the_tools_own_are_not() {
+        use std::os::unix::net::UnixListener;
+        let tmp = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let ws = root.join("ws");
+        let home = root.join("home");
+        let other = root.join("srv");
+        for d in [&ws, &home, &other] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let outside = other.join("service.sock");
+        let in_ws = ws.join("dev.sock");
+        let in_home = home.join("agent.sock");
+        let _held: Vec<UnixListener> = [&outside, &in_ws, &in_home]
+            .iter()
+            .map(|p| UnixListener::bind(p).unwrap())
+            .collect();
+        // A listed path that is no socket (a regular file now) is left alone.
+        let plain = other.join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        let listed = vec![
+            outside.clone(),
+            in_ws.clone(),
+            in_home.clone(),
+            plain.clone(),
+            PathBuf::from("/tmp/hidden-anyway.sock"),
+        ];
+        let masks = |spec: &Confinement| {
+            let mut h = host(&ws, &ws);
+            h.home = Some(&home);
+            h.sockets = &listed;
+            let view = plan_view(spec, &h).unwrap();
+            let steps: Vec<CString> = view
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::MaskFile { path } => Some(path.clone()),
+                    _ => None,
+                })
+                .collect();
+            (view.report, steps)
+        };
+        // Writable workspace: its own socket stays, the one outside goes.
+        let (report, steps) = masks(&Confinement::workspace_write());
+        assert_eq!(steps, vec![cstr(&outside).unwrap()]);
+        assert!(report.masked.contains(&outside), "{report:?}");
+        assert!(!report.masked.contains(&in_ws), "{report:?}");
+        assert!(!report.masked.contains(&in_home), "the overlay hides it");
+        assert_eq!(report.unix_sockets, "view");
+        // Read-only workspace: a socket in it is no tool's own.
+        let (_, steps) = masks(&Confinement::read_only());
+        assert_eq!(steps, vec![cstr(&outside).unwrap(), cstr(&in_ws).unwrap()]);
     }
 }

@@ -370,6 +370,12 @@ fn sockets_cgroupfs_io_uring_and_tty(who: Who) {
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let home_sock = home.path().join("agent.sock");
     socks.push(home_sock.clone());
+    // A service's socket elsewhere on the read-only host (`/var`), which
+    // the view masks by name.
+    let service = scratch(who);
+    std::fs::set_permissions(service.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let var_sock = service.path().join("service.sock");
+    socks.push(var_sock.clone());
     let home_env = [("HOME", home.path().to_str().unwrap())];
     let _listeners: Vec<Listener> = socks.iter().map(|p| Listener::at(p)).collect();
     for s in &socks {
@@ -412,8 +418,21 @@ fn sockets_cgroupfs_io_uring_and_tty(who: Who) {
     assert!(out.contains("tty=1"), "{ev}");
     assert!(stderr(&ev).contains("No such device or address"), "{ev}");
     assert_eq!(ev["status"], "exited", "the tty read must not hang: {ev}");
+    let var_text = std::fs::canonicalize(&var_sock).unwrap();
+    assert!(
+        ev["confinement"]["isolation"]["masked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m.as_str() == var_text.to_str()),
+        "the service's socket is listed as masked: {ev}"
+    );
+    assert_eq!(
+        ev["confinement"]["isolation"]["unix_sockets"], "view",
+        "{ev}"
+    );
     // The control: unconfined, the sockets outside are reachable.
-    for sock in [&tmp_sock, &home_sock] {
+    for sock in [&tmp_sock, &home_sock, &var_sock] {
         let ev = attack_env(who, ws.path(), "none", &connect(sock), &home_env);
         assert!(stdout(&ev).contains("REACHED"), "{}: {ev}", sock.display());
     }
@@ -505,16 +524,31 @@ fn node_socket_refuses_sandboxed_peers(who: Who) {
             assert!(st.success());
         }
     }
-    // Outside every private tree of the view: visible, read-only, inside.
-    let socket = dir.path().join("node.sock");
+    // In the tool's own workspace, the one place of the view where a socket
+    // bound before the launch stays connectable when it is writable: the
+    // node itself must refuse the sandboxed peer. Read-only, the view masks
+    // it like any socket on the host.
+    let socket = tool_ws.join("node.sock");
     let node = NodeSocket::start(who, &ws, &socket, &[]);
-    for mode in ["read-only", "workspace-write"] {
-        let ev = attack(who, &tool_ws, mode, &node_client(dir.path(), &socket));
-        assert_isolated(&ev);
-        let out = stdout(&ev);
-        assert!(out.contains("peer_namespace_refused"), "{mode}: {ev}");
-        assert!(!out.contains("invalid"), "{mode}: served: {ev}");
-    }
+    let ev = attack(
+        who,
+        &tool_ws,
+        "workspace-write",
+        &node_client(dir.path(), &socket),
+    );
+    assert_isolated(&ev);
+    let out = stdout(&ev);
+    assert!(out.contains("peer_namespace_refused"), "{ev}");
+    assert!(!out.contains("invalid"), "served: {ev}");
+    let ev = attack(
+        who,
+        &tool_ws,
+        "read-only",
+        &node_client(dir.path(), &socket),
+    );
+    assert_isolated(&ev);
+    assert!(!stdout(&ev).contains("ANSWER"), "{ev}");
+    assert!(stderr(&ev).contains("ConnectionRefusedError"), "{ev}");
     // The control: the same client outside any sandbox, as the node's own
     // user, is served (its line is answered as a bad frame, not refused).
     let control = match who {
@@ -542,13 +576,13 @@ fn node_socket_refuses_sandboxed_peers(who: Who) {
 }
 
 #[test]
-fn a_node_socket_outside_the_view_refuses_a_sandboxed_peer_as_root() {
+fn a_node_socket_is_masked_or_refuses_a_sandboxed_peer_as_root() {
     node_socket_refuses_sandboxed_peers(Who::Root);
 }
 
 #[test]
 #[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
-fn a_node_socket_outside_the_view_refuses_a_sandboxed_peer_as_an_unprivileged_user() {
+fn a_node_socket_is_masked_or_refuses_a_sandboxed_peer_as_an_unprivileged_user() {
     node_socket_refuses_sandboxed_peers(Who::User);
 }
 
@@ -559,12 +593,14 @@ fn a_node_that_allows_other_user_namespaces_serves_a_sandboxed_peer() {
     let tool_ws = dir.path().join("tool");
     std::fs::create_dir(&ws).unwrap();
     std::fs::create_dir(&tool_ws).unwrap();
-    let socket = dir.path().join("node.sock");
+    // In the tool's writable workspace: the one place the view leaves a
+    // socket bound before the launch connectable.
+    let socket = tool_ws.join("node.sock");
     let _node = NodeSocket::start(Who::Root, &ws, &socket, &["--allow-other-user-namespaces"]);
     let ev = attack(
         Who::Root,
         &tool_ws,
-        "read-only",
+        "workspace-write",
         &node_client(dir.path(), &socket),
     );
     let out = stdout(&ev);
