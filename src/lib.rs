@@ -102,6 +102,23 @@ pub mod __bench {
         crate::process::spawn::set_handoff(on);
     }
 
+    pub use crate::process::effects::{Effect, KillTarget, RecordedRun};
+
+    /// Turns the recording of process runs on or off: while on, every run
+    /// the process driver starts records the events it feeds its machine
+    /// and every effect it has (group signals, `cgroup.kill`, pidfd kills,
+    /// the reaping), published when it settles, for the test that replays
+    /// them into `machine::process` (`tests/process/effects.rs`). Off by
+    /// default.
+    pub fn record_process_runs(on: bool) {
+        crate::process::effects::set_recording(on);
+    }
+
+    /// The runs recorded and settled since the last call.
+    pub fn take_process_runs() -> Vec<RecordedRun> {
+        crate::process::effects::take_recorded()
+    }
+
     /// Turns the spare network namespaces of isolated launches with the
     /// network off on or off (off: each launch's `clone3` makes its own),
     /// for the benchmark that measures what they save. On by default.

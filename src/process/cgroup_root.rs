@@ -171,13 +171,14 @@ pub(crate) fn start(
             // The root runs but cannot be read: kill it with its cgroup
             // (or, isolated, its pid namespace) and reap it before
             // reporting.
-            if let Some(cgroup) = cgroup {
-                let _ = cgroup.kill();
+            let mut effects = super::effects::Effects::new(spawned.pid);
+            if let Some(order) = effects.teardown() {
+                if let Some(cgroup) = cgroup {
+                    let _ = effects.kill_cgroup(&order, cgroup);
+                }
+                let _ = effects.kill_pidfd(&order, spawned.pidfd.as_fd());
             }
-            let _ = rustix::process::pidfd_send_signal(
-                spawned.pidfd.as_fd(),
-                rustix::process::Signal::KILL,
-            );
+            effects.torn_down();
             let _ = super::sys::reap_pidfd(&spawned.pidfd, true);
             Err(StartError::Failed(e))
         }

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use super::capture::StreamCapture;
 use super::containment::{Plan, Selected};
-use super::effects::GroupSignals;
+use super::effects::{Effects, KillTarget};
 use super::env::ChildEnv;
 use super::evidence::{
     self, CgroupRemoval, DescendantVerdict, Descendants, EscalationAction, EscalationReason,
@@ -329,7 +329,10 @@ fn spawn_in_cgroup(
             // Cannot observe the root: kill the cgroup (dropping the
             // isolation kills the namespace), reap, report.
             if let Some(cg) = &cg {
-                let _ = cg.kill();
+                let mut effects = Effects::new(pid);
+                if let Some(order) = effects.teardown() {
+                    let _ = effects.kill_cgroup(&order, cg);
+                }
             }
             ROOTS.with(|roots| roots.retain(|&p| p != pid));
             return Err(Err(ProcessError::Spawn {
@@ -489,7 +492,7 @@ fn start_driver(
         _private_tmp: private_tmp,
         ns_tier: isolation.is_some() && cgroup_none,
         isolation,
-        group: GroupSignals::new(pid),
+        effects: Effects::new(pid),
     };
     let tier = if driver.cgroup.is_some() || driver.isolation.is_some() {
         tier
@@ -500,6 +503,14 @@ fn start_driver(
     };
     let start = m::start(tier, limits, started);
     driver.machine = start.next;
+    let kill_target = if driver.ns_tier {
+        KillTarget::PidNamespace
+    } else if driver.cgroup.is_some() {
+        KillTarget::Cgroup
+    } else {
+        KillTarget::Group
+    };
+    driver.effects.record(tier, limits, kill_target, started);
     driver.subreaper = subreaper && tier == Tier::PinnedGroup;
     let mut follow = Vec::new();
     driver.execute(start.actions, started, &mut follow);
@@ -531,18 +542,20 @@ impl StartedGuard {
             ..
         } = self.started.take()?;
         let at = Instant::now() - started;
+        let mut effects = Effects::new(pid);
         #[cfg(target_os = "linux")]
         if let (None, Some(isolation), Some(fd)) = (&cgroup, isolation, &pidfd) {
             // The pid-namespace tier: SIGKILL to the init ends the
             // namespace; reap it, then release what it ran on.
-            let outcome = match rustix::process::pidfd_send_signal(
-                fd.get_ref(),
-                rustix::process::Signal::KILL,
-            ) {
-                Ok(()) => StepOutcome::Delivered,
-                Err(_) => StepOutcome::Failed,
+            let outcome = match effects
+                .teardown()
+                .map(|order| effects.kill_pidfd(&order, std::os::fd::AsFd::as_fd(fd.get_ref())))
+            {
+                Some(Ok(())) => StepOutcome::Delivered,
+                _ => StepOutcome::Failed,
             };
             ROOTS.with(|roots| {
+                effects.torn_down();
                 let _ = sys::reap_pidfd(fd.get_ref(), true);
                 roots.retain(|&p| p != pid);
             });
@@ -557,12 +570,13 @@ impl StartedGuard {
         }
         #[cfg(target_os = "linux")]
         if let Some(run) = cgroup {
-            let outcome = match run.cg.kill() {
-                Ok(()) => StepOutcome::Delivered,
-                Err(_) => StepOutcome::Failed,
+            let order = effects.teardown();
+            let outcome = match order.as_ref().map(|o| effects.kill_cgroup(o, &run.cg)) {
+                Some(Ok(())) => StepOutcome::Delivered,
+                _ => StepOutcome::Failed,
             };
-            if let Some(order) = GroupSignals::new(pid).teardown() {
-                let _ = sys::signal_group(&order);
+            if let Some(order) = &order {
+                let _ = effects.signal_group(order);
             }
             for _ in 0..50 {
                 if matches!(run.cg.populated(), Ok(false)) {
@@ -571,6 +585,7 @@ impl StartedGuard {
                 std::thread::sleep(Duration::from_millis(2));
             }
             ROOTS.with(|roots| {
+                effects.torn_down();
                 if let Some(fd) = pidfd {
                     let fd = fd.into_inner();
                     if !matches!(sys::reap_pidfd(&fd, false), Ok(true)) {
@@ -597,10 +612,7 @@ impl StartedGuard {
         drop(pidfd);
         let mut child = child?;
         #[cfg(unix)]
-        let outcome = match GroupSignals::new(pid)
-            .teardown()
-            .map(|o| sys::signal_group(&o))
-        {
+        let outcome = match effects.teardown().map(|o| effects.signal_group(&o)) {
             Some(Delivery::Delivered) => StepOutcome::Delivered,
             Some(Delivery::NoSuchProcess) => StepOutcome::NoSuchProcess,
             Some(Delivery::Failed) | None => StepOutcome::Failed,
@@ -612,6 +624,7 @@ impl StartedGuard {
         };
         wait_briefly(&mut child);
         ROOTS.with(|roots| {
+            effects.torn_down();
             // Reaps if it exited; else tokio's orphan queue takes it.
             let _ = child.try_wait();
             drop(child);
@@ -733,8 +746,8 @@ struct Driver {
     /// The pid-namespace tier: isolated, and no cgroup (the machine runs
     /// it as [`Tier::Cgroup`]: the kernel proves the namespace empty).
     ns_tier: bool,
-    /// The group signals the machine ordered, the only way to send one.
-    group: GroupSignals,
+    /// The effects the machine ordered, the only way to have one.
+    effects: Effects,
 }
 
 /// What woke the driver.
@@ -1035,6 +1048,7 @@ impl Driver {
 
     fn feed(&mut self, event: Event, now: Instant, follow: &mut Vec<Event>) {
         fault::hit(self.fault, FaultPoint::Step);
+        self.effects.input(Some(event), now);
         let t = m::step(&self.machine, event, now);
         let cause = event;
         self.machine = t.next;
@@ -1055,7 +1069,7 @@ impl Driver {
         for action in actions {
             match action {
                 Action::SignalGroup(sig) => {
-                    self.group.license(sig);
+                    self.effects.license(sig);
                     self.signal(sig, now);
                 }
                 Action::ArmTimer { timer, at } => self.timers[timer_index(timer)] = Some(at),
@@ -1085,7 +1099,10 @@ impl Driver {
                     }
                     v => follow.push(self.probe_answer(v)),
                 },
-                Action::Reap => self.reap(),
+                Action::Reap => {
+                    self.effects.license_reap();
+                    self.reap();
+                }
                 Action::Settle(summary) => self.settle(summary),
             }
         }
@@ -1096,11 +1113,16 @@ impl Driver {
         if sig == Signal::Kill && self.ns_tier {
             // The pid-namespace tier: SIGKILL to the init ends every
             // member of its namespace, whatever its group or session. The
-            // pidfd needs no group id; the order is used up all the same.
-            let _ = self.group.ordered(sig);
-            let outcome = match self.pidfd.as_ref().map(|fd| {
-                rustix::process::pidfd_send_signal(fd.get_ref(), rustix::process::Signal::KILL)
-            }) {
+            // pidfd needs no group id.
+            let order = self.effects.ordered(sig);
+            let outcome = match (order, self.pidfd.as_ref()) {
+                (Some(order), Some(fd)) => Some(
+                    self.effects
+                        .kill_pidfd(&order, std::os::fd::AsFd::as_fd(fd.get_ref())),
+                ),
+                _ => None,
+            };
+            let outcome = match outcome {
                 Some(Ok(())) => StepOutcome::Delivered,
                 Some(Err(rustix::io::Errno::SRCH)) => StepOutcome::NoSuchProcess,
                 _ => StepOutcome::Failed,
@@ -1123,15 +1145,17 @@ impl Driver {
             if let Some(run) = &self.cgroup {
                 // Every task in the cgroup, whatever its group or session;
                 // the group KILL is for good measure.
-                let outcome = match run.cg.kill() {
-                    Ok(()) => StepOutcome::Delivered,
-                    Err(e) => {
+                let order = self.effects.ordered(sig);
+                let outcome = match order.as_ref().map(|o| self.effects.kill_cgroup(o, &run.cg)) {
+                    Some(Ok(())) => StepOutcome::Delivered,
+                    Some(Err(e)) => {
                         tracing::warn!(error = %e, "cgroup.kill failed");
                         StepOutcome::Failed
                     }
+                    None => StepOutcome::Failed,
                 };
-                if let Some(order) = self.group.ordered(sig) {
-                    let _ = sys::signal_group(&order);
+                if let Some(order) = &order {
+                    let _ = self.effects.signal_group(order);
                 }
                 if let Some(run) = self.probe.as_mut() {
                     run.give_up = now + self.probe_window;
@@ -1148,7 +1172,9 @@ impl Driver {
             }
         }
         #[cfg(unix)]
-        let outcome = match self.group.ordered(sig).map(|o| sys::signal_group(&o)) {
+        let order = self.effects.ordered(sig);
+        #[cfg(unix)]
+        let outcome = match order.as_ref().map(|o| self.effects.signal_group(o)) {
             Some(Delivery::Delivered) => StepOutcome::Delivered,
             Some(Delivery::NoSuchProcess) => StepOutcome::NoSuchProcess,
             Some(Delivery::Failed) | None => StepOutcome::Failed,
@@ -1191,13 +1217,13 @@ impl Driver {
             now - self.started,
         ));
         #[cfg(target_os = "linux")]
-        if self.subreaper {
+        if let (true, Some(order)) = (self.subreaper, &order) {
             // Our own unreaped children: their pids cannot be reused.
             let live = adopted().unwrap_or_default();
             if !live.is_empty() {
                 let delivered = live
                     .iter()
-                    .filter(|&&p| sys::signal_process(p, sig) == Delivery::Delivered)
+                    .filter(|&&p| self.effects.signal_adopted(order, p) == Delivery::Delivered)
                     .count();
                 self.escalation.push(EscalationStep::new(
                     action,
@@ -1218,7 +1244,9 @@ impl Driver {
     /// it to tokio's orphan reaper (it was sent KILL, or cannot be pinned).
     fn reap(&mut self) {
         // From here on the group id may stop being the root's.
-        self.group.reaped();
+        if !self.effects.reap() {
+            return;
+        }
         // Reap and unregister under the lock: a concurrent subreaper scan
         // must never see this root unregistered while it is still ours.
         ROOTS.with(|roots| {
@@ -1286,7 +1314,7 @@ impl Driver {
             Ok(crate::contain::Released::Kept) => CgroupRemoval::KeptEmpty,
             Ok(_) => CgroupRemoval::Removed,
             Err((cg, crate::contain::CgroupError::Busy { .. })) => {
-                let _ = cg.kill();
+                self.effects.kill_leftovers(&cg);
                 let _ = std::thread::Builder::new()
                     .name("custodian-rmdir".into())
                     .spawn(move || {
@@ -1320,6 +1348,7 @@ impl Driver {
         }
         #[cfg(target_os = "linux")]
         self.remove_cgroup();
+        self.effects.finish();
         let built = std::panic::catch_unwind(AssertUnwindSafe(|| self.evidence(&summary)));
         let ev = built.unwrap_or_else(|_| self.internal_failure(self.descendants(&summary).tier));
         self.settled = true;
@@ -1479,41 +1508,16 @@ impl Driver {
             return;
         }
         self.internal_error = internal;
-        #[cfg(target_os = "linux")]
-        let cgroup_killed = self.cgroup.as_ref().map(|run| {
-            let killed = run.cg.kill();
-            // Let the killed tasks go, so that the cgroup can be removed and
-            // the root reaped here rather than left behind.
-            for _ in 0..50 {
-                if matches!(run.cg.populated(), Ok(false)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            killed.is_ok()
-        });
-        #[cfg(not(target_os = "linux"))]
-        let cgroup_killed: Option<bool> = None;
         let now = Instant::now();
+        self.effects.input(None, now);
         let t = m::abandon(&self.machine, now);
         self.machine = t.next;
         for action in t.actions {
             match action {
                 Action::SignalGroup(sig) => {
-                    self.group.license(sig);
-                    #[cfg(unix)]
-                    let delivery = self
-                        .group
-                        .ordered(sig)
-                        .map_or(Delivery::Failed, |o| sys::signal_group(&o));
-                    #[cfg(not(unix))]
-                    let delivery = {
-                        let _ = sig;
-                        match self.child.as_mut().map(|c| c.start_kill()) {
-                            Some(Ok(())) => Delivery::Delivered,
-                            _ => Delivery::NoSuchProcess,
-                        }
-                    };
+                    self.effects.license(sig);
+                    let order = self.effects.ordered(sig);
+                    let (cgroup_killed, delivery) = self.abandon_signal(order.as_ref());
                     if internal {
                         self.record_internal_kill(cgroup_killed, delivery, now);
                     }
@@ -1525,13 +1529,70 @@ impl Driver {
                         wait_briefly(child);
                     }
                 }
-                Action::Reap => self.reap(),
+                Action::Reap => {
+                    self.effects.license_reap();
+                    self.reap();
+                }
                 Action::Settle(summary) => self.settle(summary),
                 // The readers go with the driver; nothing is left to arm or
                 // probe.
                 Action::CloseStreams | Action::ArmTimer { .. } | Action::ProbeGroup => {}
             }
         }
+    }
+
+    /// The signal of an abandonment: a `KILL` goes to the pid namespace's
+    /// init in that tier, to the cgroup (waiting a moment for its tasks to
+    /// go, so that it can be removed and the root reaped here) and then the
+    /// group in the cgroup tier, to the group otherwise. Returns whether
+    /// `cgroup.kill` worked (`None`: no cgroup was killed) and what came of
+    /// the signal.
+    fn abandon_signal(
+        &mut self,
+        order: Option<&super::effects::Order>,
+    ) -> (Option<bool>, Delivery) {
+        let Some(order) = order else {
+            return (None, Delivery::Failed);
+        };
+        #[cfg(target_os = "linux")]
+        if order.signal() == Signal::Kill {
+            if self.ns_tier {
+                let sent = match self.pidfd.as_ref() {
+                    Some(fd) => self
+                        .effects
+                        .kill_pidfd(order, std::os::fd::AsFd::as_fd(fd.get_ref())),
+                    None => Err(rustix::io::Errno::SRCH),
+                };
+                return (
+                    None,
+                    match sent {
+                        Ok(()) => Delivery::Delivered,
+                        Err(rustix::io::Errno::SRCH) => Delivery::NoSuchProcess,
+                        Err(_) => Delivery::Failed,
+                    },
+                );
+            }
+            if let Some(run) = self.cgroup.take() {
+                let killed = self.effects.kill_cgroup(order, &run.cg);
+                for _ in 0..50 {
+                    if matches!(run.cg.populated(), Ok(false)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                self.cgroup = Some(run);
+                let delivery = self.effects.signal_group(order);
+                return (Some(killed.is_ok()), delivery);
+            }
+        }
+        #[cfg(unix)]
+        let delivery = self.effects.signal_group(order);
+        #[cfg(not(unix))]
+        let delivery = match self.child.as_mut().map(|c| c.start_kill()) {
+            Some(Ok(())) => Delivery::Delivered,
+            _ => Delivery::NoSuchProcess,
+        };
+        (None, delivery)
     }
 
     /// Records the `KILL` that [`Driver::abandon`] sent after a panic.
@@ -1546,6 +1607,7 @@ impl Driver {
             Some(false) => (SignalTarget::Cgroup, StepOutcome::Failed),
             None => (
                 match (self.machine.tier, self.machine.root) {
+                    _ if self.ns_tier => SignalTarget::PidNamespace,
                     (Tier::DirectChild, _) => SignalTarget::DirectChild,
                     (Tier::PinnedGroup, Some(_)) => SignalTarget::PinnedProcessGroup,
                     _ => SignalTarget::ProcessGroup,

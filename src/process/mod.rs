@@ -50,7 +50,7 @@ pub mod capture;
 mod cgroup_root;
 mod containment;
 mod driver;
-mod effects;
+pub(crate) mod effects;
 pub mod env;
 pub mod evidence;
 #[doc(hidden)]

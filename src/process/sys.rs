@@ -28,8 +28,8 @@ pub(crate) enum Delivery {
 
 /// `killpg(pgid, sig)`—Sends the order's signal to every member of its
 /// process group; an [`Order`] is made only by
-/// [`GroupSignals`](super::effects::GroupSignals), which checks it against
-/// the machine's decisions.
+/// [`Effects`](super::effects::Effects), which checks it against the
+/// machine's decisions and is the only caller.
 ///
 /// # References
 ///  - [POSIX](https://pubs.opengroup.org/onlinepubs/9799919799/functions/killpg.html)
@@ -562,18 +562,38 @@ pub(crate) fn own_children() -> Option<Children> {
     (!unreadable).then_some(out)
 }
 
-/// `kill(pid, sig)`—Sends `sig` to one process. Only used on our own
-/// unreaped children, whose pid cannot have been reused.
+/// `pidfd_send_signal(pidfd, SIGKILL)`—Kills the process behind `fd` (an
+/// isolated root: the pid namespace's init, with which the namespace
+/// dies), for a `KILL` [`Order`]; through
+/// [`Effects`](super::effects::Effects) only.
+///
+/// # Errors
+///
+/// `ESRCH` once the process exited.
+///
+/// # References
+///  - [Linux](https://man7.org/linux/man-pages/man2/pidfd_send_signal.2.html)
+#[doc(alias = "pidfd_send_signal")]
+#[cfg(target_os = "linux")]
+pub(crate) fn pidfd_kill(order: &Order, fd: std::os::fd::BorrowedFd<'_>) -> rustix::io::Result<()> {
+    debug_assert_eq!(order.signal(), Signal::Kill);
+    rustix::process::pidfd_send_signal(fd, RSignal::KILL)
+}
+
+/// `kill(pid, sig)`—Sends the order's signal to one process. Only used on
+/// our own unreaped children (the subreaper tier's adopted descendants),
+/// whose pid cannot have been reused; through
+/// [`Effects`](super::effects::Effects) only.
 ///
 /// # References
 ///  - [POSIX](https://pubs.opengroup.org/onlinepubs/9799919799/functions/kill.html)
 #[doc(alias = "kill")]
 #[cfg(target_os = "linux")]
-pub(crate) fn signal_process(pid: u32, sig: Signal) -> Delivery {
+pub(crate) fn signal_process(order: &Order, pid: u32) -> Delivery {
     let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Delivery::Failed;
     };
-    let sig = match sig {
+    let sig = match order.signal() {
         Signal::Term => RSignal::TERM,
         Signal::Kill => RSignal::KILL,
     };

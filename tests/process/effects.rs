@@ -10,9 +10,16 @@
 //! The driver's own check is `src/process/effects.rs`; this test sees the
 //! system calls themselves, so that a signal sent around that check is
 //! caught too.
+//!
+//! The replay (below) checks the other direction, in process: every effect
+//! the driver had on a real run (group signals, `cgroup.kill`, pidfd kills,
+//! signals to adopted descendants, the reaping), as its one door recorded
+//! it, is exactly what `machine::process` decides when the same events are
+//! fed to it at the same times.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -235,5 +242,268 @@ fn the_recorded_signals_check_catches_a_late_or_undecided_signal() {
         let caught =
             std::panic::catch_unwind(|| assert_signals_follow_the_decisions(ev, &calls(log)));
         assert!(caught.is_err(), "not caught: {log}");
+    }
+}
+
+// --- the replay: recorded effects against the machine's actions ---------
+
+use custodian::__bench::{Effect, KillTarget, RecordedRun};
+use custodian::machine::process::{self as m, Action, Signal};
+
+/// The effects `machine::process` decides for `run`'s inputs, replayed from
+/// its start, as the driver must carry them out for `run.kill_target`.
+fn replay(run: &RecordedRun) -> Vec<Effect> {
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    let mut carry = |actions: Vec<Action<std::time::Instant>>| {
+        for a in actions {
+            match a {
+                Action::SignalGroup(Signal::Kill) => match run.kill_target {
+                    KillTarget::Group => out.push(Effect::GroupSignal(Signal::Kill)),
+                    KillTarget::Cgroup => {
+                        out.extend([Effect::CgroupKill, Effect::GroupSignal(Signal::Kill)])
+                    }
+                    KillTarget::PidNamespace => out.push(Effect::PidfdKill),
+                    _ => panic!("an unknown kill target: {run:?}"),
+                },
+                Action::SignalGroup(sig) => out.push(Effect::GroupSignal(sig)),
+                Action::Reap => out.push(Effect::Reap),
+                _ => {}
+            }
+        }
+    };
+    let start = m::start(run.tier, run.limits, t0);
+    let mut state = start.next;
+    carry(start.actions);
+    for (event, at) in &run.inputs {
+        let now = t0 + *at;
+        let t = match event {
+            Some(e) => m::step(&state, *e, now),
+            None => m::abandon(&state, now),
+        };
+        state = t.next;
+        carry(t.actions);
+    }
+    out
+}
+
+/// The recorded effects of `run` are the replayed ones: the same signals,
+/// kills and reaping in the same order; a signal to adopted descendants
+/// only right after the group signal it follows; after the reaping, at most
+/// the removal's kill of leftovers in the run's own cgroup.
+fn check_replay(run: &RecordedRun) -> Result<(), String> {
+    let expected = replay(run);
+    let mut core = Vec::new();
+    let mut last_group = None;
+    for (i, e) in run.effects.iter().enumerate() {
+        match e {
+            Effect::AdoptedSignal(sig) => {
+                if last_group != Some(*sig) {
+                    return Err(format!(
+                        "effect {i}: an adopted signal after {last_group:?}"
+                    ));
+                }
+            }
+            Effect::LeftoverKill => {
+                if !core.contains(&Effect::Reap) || run.kill_target != KillTarget::Cgroup {
+                    return Err(format!("effect {i}: a leftover kill before the reaping"));
+                }
+            }
+            other => {
+                last_group = match other {
+                    Effect::GroupSignal(sig) => Some(*sig),
+                    _ => None,
+                };
+                core.push(*other);
+            }
+        }
+    }
+    if core == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "recorded {:?}, the machine decided {expected:?}",
+            run.effects
+        ))
+    }
+}
+
+/// Real runs of every tier the launcher offers here, each replayed: an
+/// exit, a tree that honours `TERM` at its timeout, one that ignores it
+/// (`KILL` after the grace), a cancel, an escapee that leaves the group
+/// (`setsid`), and an isolated run (the sandbox's init), in the cgroup,
+/// group and subreaper tiers. In a process of its own: the subreaper tier
+/// makes its process adopt every orphan, which the other tests of this
+/// binary must not see.
+#[test]
+fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "--nocapture",
+            "effects::every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_inner",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events in a process of its own"]
+async fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_inner() {
+    use custodian::confine::Confinement;
+    use custodian::contain::Containment;
+    custodian::__bench::record_process_runs(true);
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = [
+        ("exits", "sleep 0.1 & wait; echo done"),
+        ("honours TERM", "sleep 5 & sleep 5"),
+        ("ignores TERM", "trap '' TERM; sleep 5 & sleep 5"),
+        ("escapes", "setsid sleep 5 & sleep 5"),
+    ];
+    let _ = custodian::process::enable_subreaper();
+    let mut pids = Vec::new();
+    for containment in [
+        Containment::Auto,
+        Containment::Group,
+        Containment::Subreaper,
+    ] {
+        for (what, script) in scripts {
+            for confined in [false, true] {
+                if confined && containment != Containment::Auto {
+                    continue;
+                }
+                let mut spec = crate::common::spec("sh", &["-c", script])
+                    .with_timeout(Duration::from_millis(300));
+                if confined {
+                    spec = spec.with_confinement(Confinement::workspace_write());
+                }
+                let inv = custodian::process::Invocation::validate(spec).unwrap();
+                let opts = custodian::process::LaunchOptions::new(dir.path())
+                    .with_containment(containment);
+                let running = match custodian::process::launch(inv, &opts) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("skipped {containment:?} / {what} / {confined}: {e}");
+                        continue;
+                    }
+                };
+                pids.push(running.pid());
+                if what == "exits" {
+                    let _ = running.settled().await;
+                } else {
+                    // The cancel races the timeout: either way is decided.
+                    let r = &running;
+                    let cancel = async {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        r.cancel();
+                    };
+                    let (_, _) = tokio::join!(cancel, r.settled());
+                }
+            }
+        }
+    }
+    // The records are published at settlement; other tests of this binary
+    // may record too.
+    let runs: Vec<RecordedRun> = custodian::__bench::take_process_runs()
+        .into_iter()
+        .filter(|r| pids.contains(&r.pid))
+        .collect();
+    custodian::__bench::record_process_runs(false);
+    assert_eq!(runs.len(), pids.len(), "every run was recorded: {runs:?}");
+    let mut kills = 0;
+    let mut targets = std::collections::HashSet::new();
+    for run in &runs {
+        eprintln!(
+            "{:?} / {:?}: {} inputs, {:?}",
+            run.tier,
+            run.kill_target,
+            run.inputs.len(),
+            run.effects
+        );
+        if let Err(e) = check_replay(run) {
+            panic!("{e}\nthe run: {run:?}");
+        }
+        kills += run
+            .effects
+            .iter()
+            .filter(|e| matches!(e, Effect::GroupSignal(Signal::Kill) | Effect::CgroupKill))
+            .count();
+        targets.insert(run.kill_target);
+    }
+    // The control: the runs did signal and kill, in more than one tier.
+    assert!(kills >= 2, "only {kills} kills among {runs:?}");
+    assert!(targets.len() >= 2, "one kill target only: {targets:?}");
+}
+
+/// The replay check can fail: a `TERM` after the reaping (the driver
+/// signalling a group whose id may be someone else's), a `KILL` the
+/// machine did not decide, a second reaping, a kill of leftovers before the
+/// reaping: each is caught.
+#[test]
+fn the_replay_catches_an_effect_the_machine_did_not_decide() {
+    let run = || {
+        let limits = m::ProcessLimits {
+            timeout: Duration::from_millis(300),
+            grace: Duration::from_millis(300),
+            drain: Duration::from_millis(200),
+            hard_margin: Duration::from_millis(300),
+        };
+        let mut r = custodian::__bench::RecordedRun::new(
+            4242,
+            m::Tier::PinnedGroup,
+            limits,
+            KillTarget::Group,
+        );
+        r.inputs = vec![
+            (Some(m::Event::DeadlineReached), Duration::from_millis(300)),
+            (
+                Some(m::Event::RootExited(m::ExitStatus::Signal(15))),
+                Duration::from_millis(310),
+            ),
+            (
+                Some(m::Event::StreamClosed(m::Stream::Stdout)),
+                Duration::from_millis(311),
+            ),
+            (
+                Some(m::Event::StreamClosed(m::Stream::Stderr)),
+                Duration::from_millis(311),
+            ),
+            (
+                Some(m::Event::GroupProbed(m::Probe::Empty)),
+                Duration::from_millis(312),
+            ),
+        ];
+        r
+    };
+    let mut good = run();
+    good.effects = replay(&good);
+    assert!(
+        good.effects.contains(&Effect::GroupSignal(Signal::Term))
+            && good.effects.last() == Some(&Effect::Reap),
+        "the scenario signals and reaps: {good:?}"
+    );
+    check_replay(&good).unwrap();
+    let mutants: [fn(&mut Vec<Effect>); 4] = [
+        |e| e.push(Effect::GroupSignal(Signal::Term)),
+        |e| e.insert(1, Effect::GroupSignal(Signal::Kill)),
+        |e| e.push(Effect::Reap),
+        |e| e.insert(0, Effect::LeftoverKill),
+    ];
+    for (i, plant) in mutants.iter().enumerate() {
+        let mut bad = run();
+        bad.effects = good.effects.clone();
+        plant(&mut bad.effects);
+        assert!(
+            check_replay(&bad).is_err(),
+            "mutant {i} not caught: {bad:?}"
+        );
     }
 }
