@@ -15,9 +15,14 @@
 //!   executor returns success), `Stopped` (set on `CancelProcesses`: the
 //!   executor, local to the edge, is aborted and reported stopped). The
 //!   machine's `CancelProcesses` also sends `Cancel` to the node; its
-//!   `StartCleanup` sends `Cleanup` and arms `Retry`, which resends it until
-//!   the node answers (the cleanup is idempotent). `WriteTerminal` is
+//!   `StartCleanup` sends one `Cleanup`, as the real `WireClient` does (no
+//!   retry: within a connection nothing is lost). `WriteTerminal` is
 //!   acknowledged at once and `Publish` answers every waiter that asked.
+//!   When its connection breaks (`Lost`), the edge does what `WireClient`
+//!   does: every call still waiting, and every later one, fails
+//!   `Disconnected` — an open still unanswered is the executor's error
+//!   `node_unreachable`, a cleanup is `Failed(node_unreachable)` — and it
+//!   does not reconnect.
 //! - **Node**. Every message goes through `node::step`; `Action::Open`
 //!   starts an open that finishes later (timer `OpenDone`: the job directory
 //!   now exists on disk) or fails (timer `OpenFails`: part of the directory
@@ -28,7 +33,9 @@
 //!   exist; how many removals)
 //!   survives a crash; the node's table does not. Every incarnation, the
 //!   first included, starts the request at [`node::State::after_restart`],
-//!   as the real node does for an id its table does not hold.
+//!   as the real node does for an id its table does not hold. A restarted
+//!   node reclaims what its predecessor left on disk (timer `Reclaim`: the
+//!   journal reclaim at a node's start removes the job directory).
 //! - **Waiter**: sends `Wait` to the edge at start and keeps what it is
 //!   answered.
 //!
@@ -43,13 +50,15 @@
 //! over a node's stdio or a connected stream socket, and a message written
 //! to a node that died is lost with its connection, never read by the
 //! process that replaces it. The model keeps that and nothing stronger:
-//! every edge → node message carries the incarnation it was sent to (the
-//! node's restart count), the restarted node drops messages of an earlier
-//! incarnation, and announces itself with `Hello` (the edge reconnecting);
-//! the edge addresses later messages to the newest incarnation it heard of.
-//! Within one incarnation the network still reorders, duplicates and drops
-//! freely. The broken variant [`Variant::ReplayAcrossRestart`] delivers
-//! old messages to the new incarnation, and is caught.
+//! every message carries the incarnation it was sent to or from (the node's
+//! restart count); the restarted node drops messages to an earlier
+//! incarnation, and its start tells the edge that its connection to the
+//! first one broke (`Lost`: the end of file the edge reads). The edge's one
+//! connection is to the first incarnation; it ignores what arrives after
+//! the loss and anything from a later incarnation. Within one incarnation
+//! the network still reorders and duplicates freely. The broken variant
+//! [`Variant::ReplayAcrossRestart`] delivers old messages to the new
+//! incarnation, and is caught.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -72,17 +81,18 @@ const FAILED: SafeCode = SafeCode::new("symlink_in_job");
 pub enum Msg {
     /// Edge → node: open the request's workspace (sent to incarnation `n`).
     Open(u8),
-    /// Node → edge: the answer to `Open`.
-    OpenAnswer(Reply),
+    /// Node → edge: the answer to `Open` (from incarnation `n`).
+    OpenAnswer(u8, Reply),
     /// Edge → node: cancel the request (sent to incarnation `n`).
     Cancel(u8),
     /// Edge → node: clean the request's workspace (idempotent; sent to
     /// incarnation `n`).
     Cleanup(u8),
-    /// Node → edge: incarnation `n` started (the edge reconnects to it).
-    Hello(u8),
-    /// Node → edge: the cleanup's verdict.
-    Cleaned(CleanupVerdict),
+    /// The edge's connection to incarnation `n` broke (the node died): the
+    /// end of file the edge reads, delivered once the node restarted.
+    Lost(u8),
+    /// Node → edge: the cleanup's verdict (from incarnation `n`).
+    Cleaned(u8, CleanupVerdict),
     /// Waiter → edge: send me the result.
     Wait,
     /// Edge → waiter: the result.
@@ -104,14 +114,14 @@ pub enum Timer {
     Succeed,
     /// The executor was aborted and is reported stopped.
     Stopped,
-    /// The edge resends its cleanup.
-    Retry,
     /// The node's open finishes: the job directory exists.
     OpenDone,
     /// The node's open fails instead, part of its job directory made.
     OpenFails,
     /// The node's cleanup finishes: the job directory is removed.
     CleanupDone,
+    /// A restarted node's journal reclaim removes what its predecessor left.
+    Reclaim,
 }
 
 /// What survives a node crash: the disk.
@@ -148,6 +158,8 @@ pub struct NodeState {
     pub open_during_cleanup: bool,
     /// An open of this incarnation failed.
     pub open_failed: bool,
+    /// This incarnation started an open.
+    pub opened: bool,
 }
 
 /// The edge's state for its one request.
@@ -171,9 +183,8 @@ pub struct EdgeState {
     pub completed: bool,
     /// Waiters that asked, by actor index.
     pub waiters: Vec<usize>,
-    /// The newest node incarnation the edge heard of; it addresses its
-    /// messages to it.
-    pub node_inc: u8,
+    /// The connection to the node broke: every call fails `Disconnected`.
+    pub disconnected: bool,
 }
 
 /// A waiter's state: what it was answered.
@@ -248,7 +259,7 @@ impl Variant {
             Variant::CleanupPerMessage => Some(ONE_CLEANUP_PER_NODE),
             Variant::CompleteBeforeCleanupAnswer => Some(COMPLETES_AFTER_CLEANUP_ANSWER),
             Variant::EarlyAnswer => Some(WAITERS_SEE_PUBLISHED),
-            Variant::ReplayAcrossRestart => Some(OPENED_IS_CLEANED),
+            Variant::ReplayAcrossRestart => Some(ONLY_ITS_OWN_CONNECTIONS),
             Variant::CleanupNeverStarted => Some(NODE_CLEANUP_PROGRESSES),
             Variant::OpenDuringCleanup => Some(OPENED_IS_CLEANED),
         }
@@ -258,6 +269,11 @@ impl Variant {
 /// Property: a job directory on the node is gone, or its failure reported,
 /// once the request completed.
 pub const OPENED_IS_CLEANED: &str = "every workspace opened on a node is cleaned or reported";
+/// Property: a restarted node opens nothing: the edge's connection was made
+/// to its predecessor and died with it, and a node serves only the
+/// connections made to it.
+pub const ONLY_ITS_OWN_CONNECTIONS: &str =
+    "a restarted node opens nothing for a connection made to its predecessor";
 /// Property: at most one cleanup per request per node incarnation, and at
 /// most one removal of the job directory.
 pub const ONE_CLEANUP_PER_NODE: &str = "at most one cleanup per request per node";
@@ -312,6 +328,7 @@ impl Party {
             for a in t.actions {
                 match a {
                     node::Action::Open => {
+                        n.opened = true;
                         o.set_timer(Timer::OpenDone, model_timeout());
                         o.set_timer(Timer::OpenFails, model_timeout());
                     }
@@ -322,14 +339,15 @@ impl Party {
                     }
                     node::Action::AwaitCleanup => n.awaiting = true,
                     node::Action::Reply(r) => {
+                        let inc = n.disk.restarts;
                         let msg = match r {
-                            Reply::Cleanup { verdict, .. } => Msg::Cleaned(verdict),
+                            Reply::Cleanup { verdict, .. } => Msg::Cleaned(inc, verdict),
                             r => {
                                 if r == Reply::Refused(node::Refusal::Closed) || r == Reply::Closed
                                 {
                                     n.refused_closed = true;
                                 }
-                                Msg::OpenAnswer(r)
+                                Msg::OpenAnswer(inc, r)
                             }
                         };
                         o.send(Id::from(EDGE), msg);
@@ -339,7 +357,7 @@ impl Party {
             if n.awaiting {
                 if let Some(v) = n.req.cleaned() {
                     n.awaiting = false;
-                    o.send(Id::from(EDGE), Msg::Cleaned(v));
+                    o.send(Id::from(EDGE), Msg::Cleaned(n.disk.restarts, v));
                 }
             }
         }
@@ -354,16 +372,24 @@ impl Party {
             for a in t.actions {
                 match a {
                     Action::CancelProcesses => {
-                        o.send(Id::from(NODE), Msg::Cancel(e.node_inc));
+                        // Lost with the connection: the node's own cleanup
+                        // cancels again before it removes anything.
+                        if !e.disconnected {
+                            o.send(Id::from(NODE), Msg::Cancel(0));
+                        }
                         o.set_timer(Timer::Stopped, model_timeout());
                     }
                     Action::StartCleanup => {
                         e.cleanup_sent = true;
                         if v == Variant::CompleteBeforeCleanupAnswer {
                             events.push(Event::CleanupFinished(CleanupVerdict::Cleaned));
+                        } else if e.disconnected {
+                            // `WireClient`: a call on a broken connection
+                            // fails at once.
+                            e.cleanup_answer = Some(UNREACHABLE_VERDICT);
+                            events.push(Event::CleanupFinished(UNREACHABLE_VERDICT));
                         } else {
-                            o.send(Id::from(NODE), Msg::Cleanup(e.node_inc));
-                            o.set_timer(Timer::Retry, model_timeout());
+                            o.send(Id::from(NODE), Msg::Cleanup(0));
                         }
                     }
                     Action::WriteTerminal(_) => events.push(Event::EndpointAcknowledged),
@@ -386,13 +412,17 @@ impl Party {
                 Timer::CallerDisconnect,
                 Timer::Timeout,
                 Timer::Succeed,
-                Timer::Retry,
             ] {
                 o.cancel_timer(t);
             }
         }
     }
 }
+
+/// The code `WireClient` records for a call its broken connection failed.
+const UNREACHABLE: SafeCode = SafeCode::new("node_unreachable");
+/// The cleanup verdict of a broken connection.
+const UNREACHABLE_VERDICT: CleanupVerdict = CleanupVerdict::Failed(UNREACHABLE);
 
 /// The node's verdict as the edge tells its request machine: the node's
 /// own (as `WireClient` passes it on), a failure's code made one so that
@@ -415,7 +445,13 @@ impl Actor for Party {
         match self {
             Party::Node(_) => {
                 if let Some(d) = storage {
-                    o.send(Id::from(EDGE), Msg::Hello(d.restarts.saturating_add(1)));
+                    // The edge reads the end of its connection to the
+                    // incarnation that died.
+                    o.send(Id::from(EDGE), Msg::Lost(d.restarts));
+                    // The journal reclaim of what that incarnation left.
+                    if d.job {
+                        o.set_timer(Timer::Reclaim, model_timeout());
+                    }
                 }
                 St::Node(NodeState {
                     // As the real node (`wire::node::node_slot_step`): an id
@@ -452,6 +488,7 @@ impl Actor for Party {
                     duplicate_cleanup: false,
                     open_during_cleanup: false,
                     open_failed: false,
+                    opened: false,
                 })
             }
             Party::Edge(_, now) => {
@@ -472,7 +509,7 @@ impl Actor for Party {
                     publishes: 0,
                     completed: false,
                     waiters: Vec::new(),
-                    node_inc: 0,
+                    disconnected: false,
                 })
             }
             Party::Waiter => {
@@ -509,13 +546,26 @@ impl Actor for Party {
                 self.node_input(*v, n, input, o);
             }
             (Party::Edge(v, now), St::Edge(e), msg) => match msg {
-                Msg::Hello(i) => {
-                    if i <= e.node_inc {
+                Msg::Lost(0) => {
+                    if e.disconnected {
                         return;
                     }
-                    e.node_inc = i;
+                    e.disconnected = true;
+                    // Every call still waiting fails `Disconnected`: an
+                    // unanswered open is the executor's error, a cleanup
+                    // `Failed(node_unreachable)`.
+                    if e.announced && e.open_answer.is_none() {
+                        let failed = Candidate::ExecutorError { code: UNREACHABLE };
+                        self.edge_events(*v, e, Event::Candidate(failed), o);
+                    }
+                    if e.cleanup_sent && e.cleanup_answer.is_none() {
+                        e.cleanup_answer = Some(UNREACHABLE_VERDICT);
+                        self.edge_events(*v, e, Event::CleanupFinished(UNREACHABLE_VERDICT), o);
+                    }
                 }
-                Msg::OpenAnswer(r) => {
+                // Read from the one connection, to the first incarnation,
+                // while it lasts.
+                Msg::OpenAnswer(0, r) if !e.disconnected => {
                     if e.open_answer.is_some() {
                         return;
                     }
@@ -533,12 +583,11 @@ impl Actor for Party {
                         self.edge_events(*v, e, Event::Candidate(failed), o);
                     }
                 }
-                Msg::Cleaned(verdict) => {
+                Msg::Cleaned(0, verdict) if !e.disconnected => {
                     if !e.cleanup_sent || e.cleanup_answer.is_some() {
                         return;
                     }
                     e.cleanup_answer = Some(verdict);
-                    o.cancel_timer(Timer::Retry);
                     self.edge_events(*v, e, Event::CleanupFinished(cleanup_result(verdict)), o);
                 }
                 Msg::Wait => {
@@ -593,6 +642,11 @@ impl Actor for Party {
                 }
                 self.node_input(*v, n, Input::OpenFinished { ok }, o);
             }
+            (Party::Node(_), St::Node(n)) if *timer == Timer::Reclaim && n.disk.job => {
+                n.disk.job = false;
+                n.disk.removals = n.disk.removals.saturating_add(1);
+                o.save(n.disk.clone());
+            }
             (Party::Node(v), St::Node(n)) if *timer == Timer::CleanupDone => {
                 let verdict = if n.disk.job {
                     n.disk.job = false;
@@ -608,14 +662,21 @@ impl Actor for Party {
                 Timer::Announce => {
                     if *v == Variant::OpenBeforeAnnounce {
                         e.announced = true;
-                        o.send(Id::from(NODE), Msg::Open(e.node_inc));
+                        o.send(Id::from(NODE), Msg::Open(0));
                     } else {
                         let accepted = request::accepts_workspace(&e.req);
                         let t = request::step(&e.req, Event::WorkspaceOpening, *now);
                         e.req = t.next;
                         if accepted {
                             e.announced = true;
-                            o.send(Id::from(NODE), Msg::Open(e.node_inc));
+                            if e.disconnected {
+                                // The open fails at once: the executor's
+                                // error.
+                                let failed = Candidate::ExecutorError { code: UNREACHABLE };
+                                self.edge_events(*v, e, Event::Candidate(failed), o);
+                            } else {
+                                o.send(Id::from(NODE), Msg::Open(0));
+                            }
                         }
                     }
                 }
@@ -633,13 +694,7 @@ impl Actor for Party {
                 Timer::Timeout => self.edge_events(*v, e, Event::Candidate(Candidate::Timeout), o),
                 Timer::Succeed => self.edge_events(*v, e, Event::Candidate(Candidate::Success), o),
                 Timer::Stopped => self.edge_events(*v, e, Event::ExecutionStopped, o),
-                Timer::Retry => {
-                    if e.cleanup_answer.is_none() {
-                        o.send(Id::from(NODE), Msg::Cleanup(e.node_inc));
-                        o.set_timer(Timer::Retry, model_timeout());
-                    }
-                }
-                Timer::OpenDone | Timer::OpenFails | Timer::CleanupDone => {}
+                Timer::OpenDone | Timer::OpenFails | Timer::CleanupDone | Timer::Reclaim => {}
             },
             _ => {}
         }
@@ -729,6 +784,9 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
                 || (n.req.cleanup_running() && set(Timer::CleanupDone))
                 || (n.req.job() == node::JobState::Opening && set(Timer::OpenDone))
         })
+        .property(Expectation::Always, ONLY_ITS_OWN_CONNECTIONS, |_, s| {
+            node_of(s).is_none_or(|n| !(n.restarted && n.opened))
+        })
         .property(Expectation::Always, ONE_CLEANUP_PER_NODE, |_, s| {
             node_of(s).is_none_or(|n| n.cleanups <= 1) && disk_of(s).is_none_or(|d| d.removals <= 1)
         })
@@ -811,10 +869,11 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
     }
     m.property(
         Expectation::Sometimes,
-        "node restart: the request still completes cleaned",
+        "node crash: node_unreachable reported, the job reclaimed by the restarted node",
         |_, s| {
             node_of(s).is_some_and(|n| n.restarted)
-                && edge_of(s).is_some_and(|e| e.completed && e.cleanup_answer.is_some())
+                && edge_of(s)
+                    .is_some_and(|e| e.completed && e.cleanup_answer == Some(UNREACHABLE_VERDICT))
                 && disk_of(s).is_some_and(|d| d.ever_opened && !d.job)
         },
     )
