@@ -36,6 +36,12 @@
 //!   as the real node does for an id its table does not hold. A restarted
 //!   node reclaims what its predecessor left on disk (timer `Reclaim`: the
 //!   journal reclaim at a node's start removes the job directory).
+//!   The first incarnation may also be shut down (timer `Shutdown`: a
+//!   `SIGTERM`, or its stdin closing), as `wire::node` does it: it cleans
+//!   the request if it holds it open and its cleanup has not started (its
+//!   own `Cleanup` input, answered to nobody), waits for a running open or
+//!   cleanup to finish, then exits; the edge reads the end of its
+//!   connection (`Lost`). An exited node reads nothing more.
 //! - **Waiter**: sends `Wait` to the edge at start and keeps what it is
 //!   answered.
 //!
@@ -122,6 +128,8 @@ pub enum Timer {
     CleanupDone,
     /// A restarted node's journal reclaim removes what its predecessor left.
     Reclaim,
+    /// The node is shut down (`SIGTERM`, or its stdin closed).
+    Shutdown,
 }
 
 /// What survives a node crash: the disk.
@@ -160,6 +168,10 @@ pub struct NodeState {
     pub open_failed: bool,
     /// This incarnation started an open.
     pub opened: bool,
+    /// The node was shut down and cleans up before it exits.
+    pub shutting_down: bool,
+    /// The node exited after its shutdown: it reads nothing more.
+    pub exited: bool,
 }
 
 /// The edge's state for its one request.
@@ -232,6 +244,9 @@ pub enum Variant {
     /// The node's decisions, broken: an open that arrives while a cleanup
     /// runs is started.
     OpenDuringCleanup,
+    /// The node's shutdown, broken: it exits at once, without cleaning the
+    /// request it holds open.
+    ShutdownWithoutCleanup,
 }
 
 impl Variant {
@@ -248,6 +263,7 @@ impl Variant {
             Variant::ReplayAcrossRestart => "composition/broken/replay-across-restart",
             Variant::CleanupNeverStarted => "composition/broken/cleanup-never-started",
             Variant::OpenDuringCleanup => "composition/broken/open-during-cleanup",
+            Variant::ShutdownWithoutCleanup => "composition/broken/shutdown-without-cleanup",
         }
     }
 
@@ -262,6 +278,7 @@ impl Variant {
             Variant::ReplayAcrossRestart => Some(ONLY_ITS_OWN_CONNECTIONS),
             Variant::CleanupNeverStarted => Some(NODE_CLEANUP_PROGRESSES),
             Variant::OpenDuringCleanup => Some(OPENED_IS_CLEANED),
+            Variant::ShutdownWithoutCleanup => Some(SHUTDOWN_CLEANS),
         }
     }
 }
@@ -274,6 +291,8 @@ pub const OPENED_IS_CLEANED: &str = "every workspace opened on a node is cleaned
 /// connections made to it.
 pub const ONLY_ITS_OWN_CONNECTIONS: &str =
     "a restarted node opens nothing for a connection made to its predecessor";
+/// Property: a node that exited after a shutdown left no job directory.
+pub const SHUTDOWN_CLEANS: &str = "a node that exited after its shutdown left no job directory";
 /// Property: at most one cleanup per request per node incarnation, and at
 /// most one removal of the job directory.
 pub const ONE_CLEANUP_PER_NODE: &str = "at most one cleanup per request per node";
@@ -321,6 +340,20 @@ fn node_step(v: Variant, s: &node::State, input: Input) -> node::Transition {
 
 impl Party {
     fn node_input(&self, v: Variant, n: &mut NodeState, input: Input, o: &mut Out<Self>) {
+        self.node_input_from(v, n, input, true, o);
+    }
+
+    /// `input` to the node; its replies go to the edge when `answer` (an
+    /// input of the node's own, its shutdown's cleanup, is answered to
+    /// nobody). A node shutting down exits once nothing runs any more.
+    fn node_input_from(
+        &self,
+        v: Variant,
+        n: &mut NodeState,
+        input: Input,
+        answer: bool,
+        o: &mut Out<Self>,
+    ) {
         let mut inputs = vec![input];
         while let Some(input) = inputs.pop() {
             let t = node_step(v, &n.req, input);
@@ -338,6 +371,7 @@ impl Party {
                         o.set_timer(Timer::CleanupDone, model_timeout());
                     }
                     node::Action::AwaitCleanup => n.awaiting = true,
+                    node::Action::Reply(_) if !answer => {}
                     node::Action::Reply(r) => {
                         let inc = n.disk.restarts;
                         let msg = match r {
@@ -359,6 +393,28 @@ impl Party {
                     n.awaiting = false;
                     o.send(Id::from(EDGE), Msg::Cleaned(n.disk.restarts, v));
                 }
+            }
+        }
+        self.exit_if_done(n, o);
+    }
+
+    /// A node shutting down exits once no open and no cleanup runs: the
+    /// edge reads the end of its connection.
+    fn exit_if_done(&self, n: &mut NodeState, o: &mut Out<Self>) {
+        if n.shutting_down
+            && !n.exited
+            && !n.req.cleanup_running()
+            && n.req.job() != node::JobState::Opening
+        {
+            n.exited = true;
+            o.send(Id::from(EDGE), Msg::Lost(n.disk.restarts));
+            for t in [
+                Timer::OpenDone,
+                Timer::OpenFails,
+                Timer::CleanupDone,
+                Timer::Reclaim,
+            ] {
+                o.cancel_timer(t);
             }
         }
     }
@@ -469,6 +525,7 @@ impl Actor for Party {
                             d
                         }
                         None => {
+                            o.set_timer(Timer::Shutdown, model_timeout());
                             // Saved at once: a node that crashes before it wrote
                             // anything still restarts as a restarted node.
                             let d = Disk {
@@ -489,6 +546,8 @@ impl Actor for Party {
                     open_during_cleanup: false,
                     open_failed: false,
                     opened: false,
+                    shutting_down: false,
+                    exited: false,
                 })
             }
             Party::Edge(_, now) => {
@@ -525,6 +584,7 @@ impl Actor for Party {
     fn on_msg(&self, id: Id, state: &mut Cow<St>, _src: Id, msg: Msg, o: &mut Out<Self>) {
         let mut s = state.as_ref().clone();
         match (self, &mut s, msg) {
+            (Party::Node(_), St::Node(n), _) if n.exited => return,
             (Party::Node(v), St::Node(n), msg) => {
                 let (input, sent_to) = match msg {
                     Msg::Open(i) => (Input::Open, i),
@@ -642,6 +702,22 @@ impl Actor for Party {
                 }
                 self.node_input(*v, n, Input::OpenFinished { ok }, o);
             }
+            (Party::Node(v), St::Node(n)) if *timer == Timer::Shutdown => {
+                n.shutting_down = true;
+                if *v == Variant::ShutdownWithoutCleanup {
+                    n.req = node::State::after_restart();
+                    for t in [Timer::OpenDone, Timer::OpenFails, Timer::CleanupDone] {
+                        o.cancel_timer(t);
+                    }
+                    self.exit_if_done(n, o);
+                } else if n.req.held_open() {
+                    // `open_requests`: a job that exists or is being opened,
+                    // whose cleanup has not started.
+                    self.node_input_from(*v, n, Input::Cleanup, false, o);
+                } else {
+                    self.exit_if_done(n, o);
+                }
+            }
             (Party::Node(_), St::Node(n)) if *timer == Timer::Reclaim && n.disk.job => {
                 n.disk.job = false;
                 n.disk.removals = n.disk.removals.saturating_add(1);
@@ -694,7 +770,11 @@ impl Actor for Party {
                 Timer::Timeout => self.edge_events(*v, e, Event::Candidate(Candidate::Timeout), o),
                 Timer::Succeed => self.edge_events(*v, e, Event::Candidate(Candidate::Success), o),
                 Timer::Stopped => self.edge_events(*v, e, Event::ExecutionStopped, o),
-                Timer::OpenDone | Timer::OpenFails | Timer::CleanupDone | Timer::Reclaim => {}
+                Timer::OpenDone
+                | Timer::OpenFails
+                | Timer::CleanupDone
+                | Timer::Reclaim
+                | Timer::Shutdown => {}
             },
             _ => {}
         }
@@ -784,6 +864,18 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
                 || (n.req.cleanup_running() && set(Timer::CleanupDone))
                 || (n.req.job() == node::JobState::Opening && set(Timer::OpenDone))
         })
+        .property(Expectation::Always, SHUTDOWN_CLEANS, |_, s| {
+            let exited = node_of(s).is_some_and(|n| n.exited);
+            !exited || disk_of(s).is_some_and(|d| !d.job)
+        })
+        .property(
+            Expectation::Sometimes,
+            "node shutdown: the node cleans the job it held and the edge is told",
+            |_, s| {
+                node_of(s).is_some_and(|n| n.exited && n.disk.ever_opened && !n.disk.job)
+                    && edge_of(s).is_some_and(|e| e.completed && e.disconnected)
+            },
+        )
         .property(Expectation::Always, ONLY_ITS_OWN_CONNECTIONS, |_, s| {
             node_of(s).is_none_or(|n| !(n.restarted && n.opened))
         })

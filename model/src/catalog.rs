@@ -26,7 +26,7 @@ pub trait Visit {
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 24] = [
+pub const NAMES: [&str; 25] = [
     "request",
     "process",
     "composition",
@@ -51,6 +51,7 @@ pub const NAMES: [&str; 24] = [
     "composition/broken/replay-across-restart",
     "composition/broken/cleanup-never-started",
     "composition/broken/open-during-cleanup",
+    "composition/broken/shutdown-without-cleanup",
 ];
 
 /// Calls `v` with the model called `name` (`waiters` waiters for a request
@@ -92,6 +93,9 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         }
         "composition/broken/open-during-cleanup" => {
             com(actor::Variant::OpenDuringCleanup, waiters, v)
+        }
+        "composition/broken/shutdown-without-cleanup" => {
+            com(actor::Variant::ShutdownWithoutCleanup, waiters, v)
         }
         "process" => pro(process::Real, v),
         "request/broken/double-cleanup" => req(rb::DoubleCleanup, waiters, v),

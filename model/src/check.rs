@@ -299,9 +299,9 @@ pub fn composition(
 /// (see `model/tests/actor.rs`).
 pub const fn pinned_composition_states(waiters: usize, restarts: usize) -> Option<usize> {
     match (waiters, restarts) {
-        (1, 0) => Some(32_256),
-        (0, 1) => Some(52_026),
-        (1, 1) => Some(127_208),
+        (1, 0) => Some(96_268),
+        (0, 1) => Some(110_758),
+        (1, 1) => Some(276_996),
         _ => None,
     }
 }
@@ -359,6 +359,7 @@ pub fn all(threads: usize) -> Vec<Report> {
         composition(actor::Variant::ReplayAcrossRestart, 0, 1, threads),
         composition(actor::Variant::CleanupNeverStarted, 1, 0, threads),
         composition(actor::Variant::OpenDuringCleanup, 1, 0, threads),
+        composition(actor::Variant::ShutdownWithoutCleanup, 1, 0, threads),
     ]
 }
 

@@ -186,6 +186,20 @@ impl State {
     pub const fn cleanup_running(&self) -> bool {
         matches!(self.fence, Fence::Cleaning) && self.cleanups > 0
     }
+
+    /// Whether a node that shuts down must clean this request up itself:
+    /// its job exists, is being opened, or may exist (an open that failed
+    /// part-way, or a request known from before a restart), and no cleanup
+    /// was asked for; or its last cleanup could not run. A job the node
+    /// cannot vouch for is cleaned too: the workspace's idempotent cleanup
+    /// finds out (`already_gone` if nothing is there).
+    pub const fn held_open(&self) -> bool {
+        matches!(self.fence, Fence::Retry)
+            || (matches!(
+                self.job,
+                JobState::Present | JobState::Opening | JobState::Unknown
+            ) && matches!(self.fence, Fence::Accepting | Fence::Cancelled))
+    }
 }
 
 /// A message for the request, or the answer of an action the shell

@@ -715,21 +715,15 @@ impl<W: NodeWorkspace> Node<W> {
         })
     }
 
-    /// Ids of requests whose job exists or is being opened here and whose
-    /// cleanup has not started.
+    /// Ids of requests this node must clean when it shuts down
+    /// ([`decide::State::held_open`]): whose job exists, is being opened or
+    /// may exist (an open that failed part-way, an id known from before a
+    /// restart), and whose cleanup has not started; or whose last cleanup
+    /// could not run.
     pub fn open_requests(&self) -> Vec<RequestId> {
-        self.table.keys_where(|s| {
-            // A request whose last cleanup could not run is held still,
-            // whatever the node knows of its job.
-            s.fence() == decide::Fence::Retry
-                || matches!(
-                    s.job(),
-                    decide::JobState::Present | decide::JobState::Opening
-                ) && matches!(
-                    s.fence(),
-                    decide::Fence::Accepting | decide::Fence::Cancelled
-                )
-        })
+        // The decision is the machine's (`decide::State::held_open`), which
+        // the composition model's node shutdown checks.
+        self.table.keys_where(decide::State::held_open)
     }
 
     /// Cleans up every request that is still open, through the same

@@ -23,7 +23,9 @@ pub struct Calls {
 }
 
 /// The fake. Request ids starting with `fail` make cleanup fail with
-/// `symlink_in_job`. When `gated`, every cleanup waits for a permit from
+/// `symlink_in_job`; ids starting with `openfail` make the open fail with
+/// `open_failed` after it made part of the job (the cleanup then finds
+/// something to remove). When `gated`, every cleanup waits for a permit from
 /// `gate` before it finishes.
 #[derive(Debug)]
 pub struct FakeNode {
@@ -86,6 +88,9 @@ impl NodeWorkspace for FakeNode {
             self.open_gate.acquire().await.expect("open gate").forget();
         }
         self.opened.lock().unwrap().insert(request.clone(), true);
+        if request.as_str().starts_with("openfail") {
+            return Err(SafeCode::new("open_failed"));
+        }
         Ok(())
     }
 

@@ -373,6 +373,13 @@ async fn a_cancel_or_cleanup_fences_every_later_open() {
     assert_eq!(rep.status, CleanupStatus::AlreadyGone);
     assert!(client.open_workspace(&r).await.is_err());
     assert_eq!(node.workspace().calls(&r).open, 0);
+    // Still held: the request cancelled before any open, whose job the
+    // node cannot vouch for (an earlier node may have opened the id); its
+    // shutdown cleans it, and finds nothing.
+    assert_eq!(node.open_requests(), vec![id("cancel-first")]);
+    let closed = node.close().await;
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].status, CleanupStatus::AlreadyGone, "{closed:?}");
     assert!(node.open_requests().is_empty());
 }
 
@@ -598,4 +605,23 @@ async fn deadlines_answer_and_close_and_never_fire_early() {
         busy.recv().await.result,
         Response::WorkspaceOpened { .. }
     ));
+}
+
+/// An open that fails part-way leaves part of its job behind and the node
+/// no longer knows what is there; when the node shuts down (`Node::close`,
+/// as `custodian node` calls it at the end of its input or on a signal) it
+/// still cleans that request, once. Found by the composition model's node
+/// shutdown (*a node that exited after its shutdown left no job
+/// directory*): `close` used to clean only jobs known to exist.
+#[tokio::test]
+async fn a_node_shutting_down_cleans_what_a_failed_open_left() {
+    let (node, client) = start(FakeNode::new(), NodeConfig::default());
+    let r = id("openfail-1");
+    assert!(client.open_workspace(&r).await.is_err());
+    assert_eq!(node.open_requests(), vec![r.clone()]);
+    let closed = node.close().await;
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].status, CleanupStatus::Cleaned, "{closed:?}");
+    assert_eq!(node.workspace().calls(&r).cleanup, 1);
+    assert!(node.open_requests().is_empty());
 }
