@@ -119,6 +119,22 @@ pub mod __bench {
         crate::process::effects::take_recorded()
     }
 
+    pub use crate::wire::node::NodeStep;
+
+    /// Turns the recording of every wire node's decisions on or off: while
+    /// on, each step of a request's state on any [`crate::wire::Node`] of
+    /// this process is recorded (state before, input, state after, actions),
+    /// for the test that replays them into the composition model's node
+    /// (`model/tests/node_conformance.rs`). Off by default.
+    pub fn record_node_steps(on: bool) {
+        crate::wire::node::set_recording(on);
+    }
+
+    /// The node decisions recorded since the last call.
+    pub fn take_node_steps() -> Vec<NodeStep> {
+        crate::wire::node::take_recorded()
+    }
+
     /// Turns the spare network namespaces of isolated launches with the
     /// network off on or off (off: each launch's `clone3` makes its own),
     /// for the benchmark that measures what they save. On by default.

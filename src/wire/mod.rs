@@ -51,7 +51,7 @@ pub mod codec;
 #[cfg(unix)]
 pub mod listen;
 pub mod message;
-mod node;
+pub(crate) mod node;
 #[cfg(unix)]
 pub mod reserve;
 pub mod transport;

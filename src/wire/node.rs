@@ -256,6 +256,78 @@ pub fn node_slot_retry(state: Option<&decide::State>) -> Option<decide::State> {
     Some(decide::step(&from, Input::CleanupCouldNotRun).next)
 }
 
+/// One decision of a node, as recorded (see
+/// [`crate::__bench::record_node_steps`]): the request's state before (`None`:
+/// not held, the restart state), the input, the state after (`None`: not
+/// remembered) and the actions.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NodeStep {
+    /// The request.
+    pub request: RequestId,
+    /// Its state before the step; `None` when the table did not hold it.
+    pub before: Option<decide::State>,
+    /// The input.
+    pub input: Input,
+    /// Its state after; `None` when the table does not remember it.
+    pub after: Option<decide::State>,
+    /// The actions decided.
+    pub actions: Vec<Action>,
+}
+
+impl NodeStep {
+    /// A step built by hand (for a test that plants one).
+    pub fn new(
+        request: RequestId,
+        before: Option<decide::State>,
+        input: Input,
+        after: Option<decide::State>,
+        actions: Vec<Action>,
+    ) -> Self {
+        NodeStep {
+            request,
+            before,
+            input,
+            after,
+            actions,
+        }
+    }
+}
+
+static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RECORDED: std::sync::Mutex<Vec<NodeStep>> = std::sync::Mutex::new(Vec::new());
+
+/// Turns the recording of every node's decisions on or off.
+pub(crate) fn set_recording(on: bool) {
+    RECORDING.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The decisions recorded since the last call, in the order each request's
+/// were taken (under the table's lock).
+pub(crate) fn take_recorded() -> Vec<NodeStep> {
+    std::mem::take(&mut *crate::sync::lock_std(&RECORDED))
+}
+
+/// Records one decision when recording is on (under the table's lock; the
+/// record's own lock is never held while the table's is taken).
+fn record_step(
+    id: &RequestId,
+    before: Option<&decide::State>,
+    input: Input,
+    after: Option<decide::State>,
+    actions: &[Action],
+) {
+    if RECORDING.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::sync::lock_std(&RECORDED).push(NodeStep {
+            request: id.clone(),
+            before: before.copied(),
+            input,
+            after,
+            actions: actions.to_vec(),
+        });
+    }
+}
+
 /// Whether this step ended the request on the node without a cleanup to
 /// run: a cleanup answered at once (nothing was ever opened here), or a
 /// cancel that fenced a request with no job.
@@ -428,7 +500,11 @@ impl<W: NodeWorkspace> Node<W> {
 
     /// Steps request `id` by `input` under the table's lock.
     fn step(&self, id: &RequestId, input: Input) -> Applied<CleanupVerdict, Vec<Action>> {
-        self.table.apply(id, |state| node_slot_step(state, input))
+        self.table.apply(id, |state| {
+            let step = node_slot_step(state, input);
+            record_step(id, state, input, step.next, &step.decision);
+            step
+        })
     }
 
     /// Steps request `id` by an input that never touches its cleanup.
@@ -482,7 +558,7 @@ impl<W: NodeWorkspace> Node<W> {
                 let refused = slot.is_none();
                 let applied = self.table.apply(&request_id, |state| {
                     let step = node_slot_step(state, Input::Open);
-                    if refused && step.decision.first() == Some(&Action::Open) {
+                    let step = if refused && step.decision.first() == Some(&Action::Open) {
                         // Out of places: the state stays as it was.
                         SlotStep {
                             next: state.copied(),
@@ -491,7 +567,9 @@ impl<W: NodeWorkspace> Node<W> {
                         }
                     } else {
                         step
-                    }
+                    };
+                    record_step(&request_id, state, Input::Open, step.next, &step.decision);
+                    step
                 });
                 debug_assert!(applied.cleanup.is_none(), "an open touched the cleanup");
                 match (applied.decision.first(), slot) {
@@ -655,7 +733,11 @@ impl<W: NodeWorkspace> Node<W> {
                     // the request waits, closed, for the next cleanup (a
                     // caller's, or the node's shutdown) to run it again.
                     // State and attempt change under one lock.
-                    node.table.retry(&id, guard, verdict, node_slot_retry);
+                    node.table.retry(&id, guard, verdict, |state| {
+                        let next = node_slot_retry(state);
+                        record_step(&id, state, Input::CleanupCouldNotRun, next, &[]);
+                        next
+                    });
                     return;
                 }
                 // The verdict enters the state before it is published, so a
