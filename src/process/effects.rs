@@ -283,7 +283,14 @@ impl Effects {
     ) -> Result<(), crate::contain::CgroupError> {
         if order.sig != Signal::Kill {
             violation(self.pgid, order.sig, "cgroup.kill for a TERM");
-            return Ok(());
+            // Nothing was sent: the caller must not report it delivered.
+            return Err(crate::contain::CgroupError::Io {
+                op: "kill",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "refused: the order is not a KILL",
+                ),
+            });
         }
         self.done(Effect::CgroupKill);
         cg.kill()
@@ -298,7 +305,8 @@ impl Effects {
     ) -> rustix::io::Result<()> {
         if order.sig != Signal::Kill {
             violation(self.pgid, order.sig, "a pidfd KILL for a TERM");
-            return Ok(());
+            // Nothing was sent: the caller must not report it delivered.
+            return Err(rustix::io::Errno::PERM);
         }
         self.done(Effect::PidfdKill);
         super::sys::pidfd_kill(order, fd)
@@ -362,12 +370,23 @@ fn slot(sig: Signal) -> usize {
 fn violation(pgid: u32, sig: Signal, why: &'static str) {
     VIOLATIONS.fetch_add(1, Ordering::Relaxed);
     tracing::error!(pgid, ?sig, why, "effect refused");
+    #[cfg(test)]
+    if tests::LENIENT.with(std::cell::Cell::get) {
+        // A unit test looks at what a release build returns.
+        return;
+    }
     debug_assert!(false, "effect {sig:?} on {pgid} refused: {why}");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Set by a test to see a refusal's result as a release build
+        /// returns it, instead of the debug build's panic.
+        pub(super) static LENIENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     /// Every refusal below panics in a debug build; count them instead.
     fn refused<T>(f: impl FnOnce() -> Option<T> + std::panic::UnwindSafe) -> bool {
@@ -414,5 +433,24 @@ mod tests {
         assert!(twice.reap());
         assert!(refused(move || twice.reap().then_some(())));
         assert!(refused_group_signals() >= before + 2);
+    }
+
+    /// A KILL-only effect given a TERM order sends nothing and, as a
+    /// release build (where a refusal does not panic), says so: the
+    /// evidence must never read `delivered` for it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_kill_only_effect_refuses_a_term_order_with_an_error() {
+        use std::os::fd::AsFd;
+        let before = refused_group_signals();
+        let null = std::fs::File::open("/dev/null").expect("/dev/null");
+        let mut g = Effects::new(4244);
+        g.license(Signal::Term);
+        let term = g.ordered(Signal::Term).expect("ordered");
+        LENIENT.with(|l| l.set(true));
+        let sent = g.kill_pidfd(&term, null.as_fd());
+        LENIENT.with(|l| l.set(false));
+        assert_eq!(sent, Err(rustix::io::Errno::PERM), "a refused pidfd KILL");
+        assert!(refused_group_signals() > before, "the refusal is counted");
     }
 }
