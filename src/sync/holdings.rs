@@ -137,7 +137,11 @@ where
         if table.held.contains_key(&key) {
             return Err(OpenRefusal::Held);
         }
-        if let Some(published) = self.opened_fence(&key) {
+        #[cfg(all(test, custodian_shuttle))]
+        let fenced = !shuttle_tests::fence_planted_away();
+        #[cfg(not(all(test, custodian_shuttle)))]
+        let fenced = true;
+        if let Some(published) = self.opened_fence(&key).filter(|_| fenced) {
             return Err(published);
         }
         Ok(make().inspect(|state| {
@@ -348,6 +352,213 @@ mod tests {
         assert_eq!(
             format!("{table:?}"),
             "Holdings { held: 1, closed: true, elections: Elections { in_flight: 0, cached: 0, capacity: 4 } }"
+        );
+    }
+}
+
+/// The facade's request lifecycle on the real table under shuttle's
+/// scheduler, at a size loom's exhaustive search cannot hold: two requests,
+/// a cache of one result (the second request's cleanup evicts the first's),
+/// a cancel's cleanup racing the first request's open, and a shutdown
+/// racing both. Built and run only under `cfg(custodian_shuttle)`
+/// (`.ci/run`, stage "shuttle"); see `docs/verification.md`.
+#[cfg(all(test, custodian_shuttle))]
+mod shuttle_tests {
+    use super::*;
+    use crate::sync::Elected;
+    use crate::sync::shim::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use crate::sync::shim::thread;
+    use std::sync::atomic::{AtomicUsize as Count, Ordering::Relaxed};
+
+    /// A request's cleanup verdict.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Verdict {
+        Cleaned,
+        Gone,
+    }
+
+    /// A job directory per request (the state an open creates), and how
+    /// many times a cleanup removed it.
+    struct Dirs([AtomicBool; 2], [AtomicUsize; 2]);
+
+    type Table = Holdings<usize, usize, Verdict>;
+
+    /// An open of `key`, as the workspace does it: the directory is made
+    /// under the table's lock, or nothing is.
+    fn open(t: &Table, dirs: &Dirs, key: usize) -> bool {
+        matches!(
+            t.open(key, || {
+                assert!(!dirs.0[key].swap(true, SeqCst), "job {key} made twice");
+                Ok::<_, ()>(key)
+            }),
+            Ok(Ok(_))
+        )
+    }
+
+    /// A cleanup of `key`, as the workspace runs it: the owner removes what
+    /// the table holds, or reports the key gone; every other caller waits
+    /// for the owner's verdict.
+    fn cleanup(t: &Table, dirs: &Dirs, key: usize) -> Verdict {
+        match t.elect(key) {
+            Elected::Owner(guard) => {
+                let verdict = match t.find(&guard, &key, || Err::<usize, ()>(())) {
+                    Ok(_) => {
+                        assert!(dirs.0[key].swap(false, SeqCst), "job {key} removed twice");
+                        dirs.1[key].fetch_add(1, SeqCst);
+                        Verdict::Cleaned
+                    }
+                    Err(()) => {
+                        // The fence: nothing can be made for the key while
+                        // its owner looks, until it publishes.
+                        thread::yield_now();
+                        assert!(
+                            !dirs.0[key].load(SeqCst),
+                            "job {key} was made while its cleanup reported it gone"
+                        );
+                        Verdict::Gone
+                    }
+                };
+                t.complete(&key, guard, verdict);
+                verdict
+            }
+            Elected::Waiter(w) => w.wait().expect("the owner published"),
+        }
+    }
+
+    /// Set by the planted test: `open` skips the election's fence.
+    static NO_FENCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    pub(super) fn fence_planted_away() -> bool {
+        NO_FENCE.load(Relaxed)
+    }
+
+    // Counts across executions, outside shuttle's control.
+    static EXECUTIONS: Count = Count::new(0);
+    static REOPENED: Count = Count::new(0);
+    static SHUTDOWN_CLEANED: Count = Count::new(0);
+    static OPEN_REFUSED: Count = Count::new(0);
+    static GONE_AFTER_EVICTION: Count = Count::new(0);
+
+    fn lifecycle() {
+        EXECUTIONS.fetch_add(1, Relaxed);
+        let t = Arc::new(Table::new(1));
+        let dirs = Arc::new(Dirs(
+            [AtomicBool::new(false), AtomicBool::new(false)],
+            [AtomicUsize::new(0), AtomicUsize::new(0)],
+        ));
+        // Request 0: announced, then opened; it ends with its own cleanup.
+        let first = {
+            let (t, dirs) = (Arc::clone(&t), Arc::clone(&dirs));
+            thread::spawn(move || {
+                let opened = open(&t, &dirs, 0);
+                (opened, cleanup(&t, &dirs, 0))
+            })
+        };
+        // The cancel of request 0: its cleanup, in the open's window.
+        let cancel = {
+            let (t, dirs) = (Arc::clone(&t), Arc::clone(&dirs));
+            thread::spawn(move || cleanup(&t, &dirs, 0))
+        };
+        // Request 1: opened and cleaned; its result evicts request 0's.
+        let second = {
+            let (t, dirs) = (Arc::clone(&t), Arc::clone(&dirs));
+            thread::spawn(move || {
+                let opened = open(&t, &dirs, 1);
+                (opened, cleanup(&t, &dirs, 1))
+            })
+        };
+        // The shutdown: refuses later opens, cleans what is held.
+        let shutdown = {
+            let (t, dirs) = (Arc::clone(&t), Arc::clone(&dirs));
+            thread::spawn(move || {
+                let held = t.close();
+                held.into_iter()
+                    .map(|k| cleanup(&t, &dirs, k))
+                    .filter(|v| *v == Verdict::Cleaned)
+                    .count()
+            })
+        };
+        let (opened0, own0) = first.join().unwrap();
+        let cancelled = cancel.join().unwrap();
+        let (opened1, own1) = second.join().unwrap();
+        let by_shutdown = shutdown.join().unwrap();
+        // Nothing is left: every job made was removed, nothing is held.
+        for (k, d) in dirs.0.iter().enumerate() {
+            assert!(!d.load(SeqCst), "job {k} left behind");
+        }
+        assert!(t.is_empty(), "a request still held: {:?}", t.keys());
+        // A job made was removed exactly once, by one of the cleanups of
+        // its request. The cleanup that ends the request says `Cleaned`
+        // unless another one (the shutdown's, the cancel's) removed it
+        // first and that result was then evicted: a re-elected owner only
+        // sees the job gone (`Elections`, *Eviction never re-runs
+        // destructive work*).
+        for (k, (opened, own)) in [(opened0, own0), (opened1, own1)].into_iter().enumerate() {
+            let removed = dirs.1[k].load(SeqCst);
+            assert_eq!(
+                removed,
+                usize::from(opened),
+                "job {k}: opened {opened}, removed {removed} times"
+            );
+            if opened && own == Verdict::Gone {
+                GONE_AFTER_EVICTION.fetch_add(1, Relaxed);
+            }
+        }
+        if opened0 && cancelled == Verdict::Gone {
+            // The cancel's result was evicted, then the open came.
+            REOPENED.fetch_add(1, Relaxed);
+        }
+        if by_shutdown > 0 {
+            SHUTDOWN_CLEANED.fetch_add(1, Relaxed);
+        }
+        if !opened0 || !opened1 {
+            OPEN_REFUSED.fetch_add(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn two_requests_a_cancel_and_a_shutdown_leave_nothing_and_remove_each_job_once() {
+        let counts = || {
+            [
+                &EXECUTIONS,
+                &REOPENED,
+                &SHUTDOWN_CLEANED,
+                &OPEN_REFUSED,
+                &GONE_AFTER_EVICTION,
+            ]
+            .map(|c| c.load(Relaxed))
+        };
+        let before = counts();
+        shuttle::check_random(lifecycle, 5_000);
+        shuttle::check_pct(lifecycle, 5_000, 3);
+        let after = counts();
+        let [n, reopened, shut, refused, evicted] = std::array::from_fn(|i| after[i] - before[i]);
+        eprintln!(
+            "{n} executions; an open after the cancel's result was evicted: {reopened}; \
+             the shutdown cleaned a request: {shut}; an open refused: {refused}; \
+             a request's end re-elected after eviction: {evicted}"
+        );
+        assert!(n >= 10_000, "explored {n}");
+        // The interesting windows were reached, not only the easy orders.
+        assert!(reopened > 0 && shut > 0 && refused > 0);
+    }
+
+    /// The same lifecycle with `open` planted to skip the election's
+    /// fence (the facade race of an open in a cleanup's window): caught.
+    #[test]
+    fn an_open_that_skips_the_cleanups_fence_is_caught() {
+        NO_FENCE.store(true, Relaxed);
+        let r = std::panic::catch_unwind(|| shuttle::check_random(lifecycle, 5_000));
+        NO_FENCE.store(false, Relaxed);
+        let payload = r.expect_err("the planted open went unnoticed");
+        let why = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        eprintln!("caught: {why}");
+        assert!(
+            why.contains("while its cleanup reported it gone") || why.contains("left behind"),
+            "{why}"
         );
     }
 }

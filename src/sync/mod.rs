@@ -53,7 +53,9 @@
 //! into a lost wake-up. All synchronization types come from [`shim`], which
 //! swaps `std` for loom under `cfg(custodian_loom)`; the `loom-tests` crate
 //! then explores every interleaving of racing owners, waiters and dropped
-//! waiters (see `docs/verification.md`).
+//! waiters (see `docs/verification.md`). Under `cfg(custodian_shuttle)` it
+//! hands out shuttle's types instead, for randomized schedules of races too
+//! large for loom ([`Holdings`] at two requests with a cache of one).
 //!
 //! # The work outlives its callers
 //!

@@ -12,31 +12,103 @@
 //! `Mutex`, `Condvar`, atomics and (in tests) `thread` from here and never
 //! from `std::sync` directly.
 //!
+//! Built with `RUSTFLAGS="--cfg custodian_shuttle"`, every name is
+//! shuttle's instead (a randomized scheduler that scales to races loom's
+//! exhaustive search cannot hold), and [`sim`] too: the code loom does not
+//! reach, because it runs on scoped threads that loom has no mock of (the
+//! workspace cleanup's two threads). The crate's shuttle tests
+//! (`cargo test --lib shuttle::` under that cfg) drive both.
+//!
 //! # Caveats
 //!
 //! Under `cfg(custodian_loom)` these types only work inside
-//! `loom::model`; using them anywhere else panics. Only the loom test crate
-//! builds custodian with that cfg.
+//! `loom::model`, and under `cfg(custodian_shuttle)` only inside a shuttle
+//! `check_*` run; using them anywhere else panics. Only the loom test crate
+//! and the shuttle stage of `.ci/run` build custodian with those cfgs.
+
+#[cfg(all(custodian_loom, custodian_shuttle))]
+compile_error!("custodian_loom and custodian_shuttle exclude each other");
 
 #[cfg(custodian_loom)]
 pub use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
-#[cfg(not(custodian_loom))]
+#[cfg(custodian_shuttle)]
+pub use shuttle::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(not(any(custodian_loom, custodian_shuttle)))]
 pub use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// Atomic integer and boolean types (std or loom) and [`Ordering`](atomic::Ordering).
+/// Atomic integer and boolean types (std, loom or shuttle) and
+/// [`Ordering`](atomic::Ordering).
 pub mod atomic {
     #[cfg(custodian_loom)]
     pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-    #[cfg(not(custodian_loom))]
+    #[cfg(custodian_shuttle)]
+    pub use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    #[cfg(not(any(custodian_loom, custodian_shuttle)))]
     pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 }
 
-/// Threads (std or loom), for tests that race the primitives.
+/// Threads (std, loom or shuttle), for tests that race the primitives.
 pub mod thread {
     #[cfg(custodian_loom)]
     pub use loom::thread::{JoinHandle, spawn, yield_now};
-    #[cfg(not(custodian_loom))]
+    #[cfg(custodian_shuttle)]
+    pub use shuttle::thread::{JoinHandle, spawn, yield_now};
+    #[cfg(not(any(custodian_loom, custodian_shuttle)))]
     pub use std::thread::{JoinHandle, spawn, yield_now};
+}
+
+/// The synchronization of code that loom does not reach and shuttle
+/// simulates: `std`'s, or shuttle's under `cfg(custodian_shuttle)` (loom
+/// builds keep `std`'s: loom has no scoped threads).
+pub mod sim {
+    #[cfg(custodian_shuttle)]
+    pub use shuttle::sync::{Condvar, Mutex, MutexGuard};
+    #[cfg(not(custodian_shuttle))]
+    pub use std::sync::{Condvar, Mutex, MutexGuard};
+
+    /// Atomics.
+    pub mod atomic {
+        #[cfg(custodian_shuttle)]
+        pub use shuttle::sync::atomic::{AtomicU64, Ordering};
+        #[cfg(not(custodian_shuttle))]
+        pub use std::sync::atomic::{AtomicU64, Ordering};
+    }
+
+    /// Scoped threads.
+    pub mod thread {
+        #[cfg(custodian_shuttle)]
+        pub use shuttle::thread::{Scope, ScopedJoinHandle, scope};
+        #[cfg(not(custodian_shuttle))]
+        pub use std::thread::{Scope, ScopedJoinHandle, scope};
+
+        /// Spawns a scoped thread named `name` (shuttle's threads have no
+        /// name, and never fail to start).
+        ///
+        /// # Errors
+        ///
+        /// The OS refused a thread.
+        pub fn spawn_named<'scope, 'env, F, T>(
+            sc: &'scope Scope<'scope, 'env>,
+            name: &str,
+            f: F,
+        ) -> std::io::Result<ScopedJoinHandle<'scope, T>>
+        where
+            F: FnOnce() -> T + Send + 'scope,
+            T: Send + 'scope,
+        {
+            #[cfg(custodian_shuttle)]
+            {
+                let _ = name;
+                Ok(sc.spawn(f))
+            }
+            #[cfg(not(custodian_shuttle))]
+            {
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn_scoped(sc, f)
+            }
+        }
+    }
 }
 
 /// Locks `mutex`, recovering the data if a previous holder panicked.

@@ -62,11 +62,16 @@
 //! treats either.
 //!
 //! The protocol runs per entry in either thread, unchanged, and the report
-//! stays exact and deterministic: every job carries its place in the walk's
-//! order, the verdicts are merged in that order, and the failure reported is
-//! the first in that order, the one a single-threaded walk would meet first.
+//! stays exact: every job carries its place in the walk's order, the
+//! verdicts are merged in that order, and the failure reported is the first
+//! in that order, the one a single-threaded walk would meet first — except
+//! that a suspicious failure the other thread met before the stop reached
+//! it outranks an earlier one that only says the cleanup could not run
+//! (`no_space` and the like: see `earliest`), so which of the two is
+//! reported then depends on the schedule, and both fail the cleanup.
 //! A failure in a job stops the jobs after it at their next entry (never
-//! those before it) and the walk queues nothing more. Counts are of proven
+//! those before it) and the walk queues nothing more. Shuttle checks these
+//! claims on the real lanes and stop (the `shuttle_tests` below). Counts are of proven
 //! destructions only, so after a failure they may include files of later
 //! jobs that were removed before the stop reached them. Every job of a pass
 //! is finished before the next pass starts: everything that fails in the
@@ -76,8 +81,11 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use crate::sync::shim::sim::atomic::{AtomicU64, Ordering};
+use crate::sync::shim::sim::thread as scoped;
+use crate::sync::shim::sim::{Condvar, Mutex, MutexGuard};
 
 use super::identity::Anchor;
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT, Tree};
@@ -326,6 +334,10 @@ impl Stop {
 
     /// Whether a job before `seq` failed: job `seq` then stops.
     fn before(&self, seq: u64) -> bool {
+        #[cfg(all(test, custodian_shuttle))]
+        if shuttle_tests::planted(shuttle_tests::Plant::StopOnAnyFailure) {
+            return self.any();
+        }
         self.0.load(Ordering::Relaxed) < seq
     }
 
@@ -352,6 +364,25 @@ impl<J> Lanes<J> {
     fn lock(&self) -> MutexGuard<'_, (VecDeque<J>, bool)> {
         // Plain data: a panic elsewhere leaves nothing half-done here.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `job`; once more than `max` jobs wait, takes the oldest back
+    /// for the caller to do itself (which bounds the queue).
+    fn push_or_take(&self, job: J, max: usize) -> Option<J> {
+        if self.push(job) > max {
+            self.try_take()
+        } else {
+            None
+        }
+    }
+
+    /// The walk is done: no more jobs will come, and the walk's thread does
+    /// `work` on each job still waiting, beside the helper.
+    fn close_and_drain(&self, mut work: impl FnMut(J)) {
+        self.close();
+        while let Some(j) = self.try_take() {
+            work(j);
+        }
     }
 
     /// Queues `job`; returns how many jobs wait.
@@ -387,6 +418,10 @@ impl<J> Lanes<J> {
     /// No more jobs will come.
     fn close(&self) {
         self.lock().1 = true;
+        #[cfg(all(test, custodian_shuttle))]
+        if shuttle_tests::planted(shuttle_tests::Plant::CloseWithoutWaking) {
+            return;
+        }
         self.ready.notify_all();
     }
 }
@@ -401,18 +436,16 @@ fn shared_pass<J: Send, O: Send, R>(
     help: Option<impl FnMut(&J) -> O + Send>,
     walk_pass: impl FnOnce() -> R,
 ) -> (R, Option<Vec<O>>) {
-    std::thread::scope(|sc| {
+    scoped::scope(|sc| {
         let helper = help.and_then(|mut work| {
-            std::thread::Builder::new()
-                .name("custodian-cleanup".into())
-                .spawn_scoped(sc, move || {
-                    let mut out = Vec::new();
-                    while let Some(j) = lanes.take() {
-                        out.push(work(&j));
-                    }
-                    out
-                })
-                .ok()
+            scoped::spawn_named(sc, "custodian-cleanup", move || {
+                let mut out = Vec::new();
+                while let Some(j) = lanes.take() {
+                    out.push(work(&j));
+                }
+                out
+            })
+            .ok()
         });
         let r = walk_pass();
         lanes.close();
@@ -539,10 +572,8 @@ impl Visit for Verify<'_> {
                 run,
             };
             self.seq += 1;
-            if self.lanes.push(job) > QUEUE_MAX {
-                if let Some(j) = self.lanes.try_take() {
-                    self.done.push(look(rules, &j, self.stop));
-                }
+            if let Some(j) = self.lanes.push_or_take(job, QUEUE_MAX) {
+                self.done.push(look(rules, &j, self.stop));
             }
         }
         Ok(())
@@ -595,10 +626,7 @@ fn verify(ctx: &mut Ctx<'_>, seen: &mut [bool], help: bool) -> Result<Option<()>
         let r = walk(ctx, &mut v);
         let r = r.map_err(|f| ((v.seq, 0), f));
         // The walk is done: help with what is left.
-        lanes.close();
-        while let Some(j) = lanes.try_take() {
-            v.done.push(look(rules, &j, &stop));
-        }
+        lanes.close_and_drain(|j| v.done.push(look(rules, &j, &stop)));
         r
     });
     let Some(theirs) = theirs else {
@@ -844,11 +872,9 @@ impl Visit for Files<'_, '_> {
                 },
             };
             self.seq += 1;
-            if self.lanes.push(job) > QUEUE_MAX {
-                if let Some(j) = self.lanes.try_take() {
-                    let half = remove_files(rules, self.quarantine, &j, self.stop);
-                    self.done.push(half);
-                }
+            if let Some(j) = self.lanes.push_or_take(job, QUEUE_MAX) {
+                let half = remove_files(rules, self.quarantine, &j, self.stop);
+                self.done.push(half);
             }
             if start >= files.len() {
                 return Ok(());
@@ -990,11 +1016,10 @@ fn remove_all_files(
         if r.is_err() {
             stop.fail(files.seq);
         }
-        lanes.close();
-        while let Some(j) = lanes.try_take() {
+        lanes.close_and_drain(|j| {
             let half = remove_files(rules, files.quarantine, &j, &stop);
             files.done.push(half);
-        }
+        });
         r
     });
     let mut first = None;
@@ -1340,5 +1365,259 @@ mod tests {
             best.map(|(k, f)| (k, f.code)),
             Some(((2, 0), CleanupCode::NoSpace))
         );
+    }
+}
+
+/// The cleanup's two threads under shuttle's scheduler: the real
+/// [`Lanes`], [`Stop`], [`shared_pass`] and [`earliest`], driven by a walk
+/// and jobs shaped like the verify pass's (`look`), the filesystem left out.
+/// Built and run only under `cfg(custodian_shuttle)` (`.ci/run`, stage
+/// "shuttle"); see `docs/verification.md`.
+#[cfg(all(test, custodian_shuttle))]
+mod shuttle_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU8, AtomicUsize};
+
+    /// A deliberately broken line planted in the real code, to show a
+    /// scenario fails on it.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Plant {
+        /// `Lanes::close` does not wake the helper.
+        CloseWithoutWaking = 1,
+        /// `Stop::before` stops every job once any failed, those before
+        /// the failing one included.
+        StopOnAnyFailure = 2,
+    }
+
+    /// The planted line, if any (`std`: outside shuttle's control; the
+    /// stage runs these tests one at a time).
+    static PLANTED: AtomicU8 = AtomicU8::new(0);
+
+    pub(super) fn planted(p: Plant) -> bool {
+        PLANTED.load(std::sync::atomic::Ordering::Relaxed) == p as u8
+    }
+
+    /// Entries per job: the stop is looked at before each.
+    const ENTRIES: usize = 2;
+
+    /// What one job did: its place, whether it looked at every entry, and
+    /// its failure (entry, failure).
+    struct Ran {
+        seq: u64,
+        whole: bool,
+        fail: Option<(usize, Fail)>,
+        by_helper: bool,
+    }
+
+    /// `look`'s shape: the stop before each entry; a failing job fails at
+    /// its last entry and stops the jobs after it.
+    fn job(fates: &[Option<CleanupCode>], stop: &Stop, seq: u64, by_helper: bool) -> Ran {
+        let mut out = Ran {
+            seq,
+            whole: false,
+            fail: None,
+            by_helper,
+        };
+        for pos in 0..ENTRIES {
+            if stop.before(seq) {
+                return out;
+            }
+            if pos + 1 == ENTRIES {
+                if let Some(code) = fates[seq as usize] {
+                    out.fail = Some((
+                        pos,
+                        Fail {
+                            code,
+                            suspect: String::new(),
+                        },
+                    ));
+                }
+            }
+        }
+        out.whole = true;
+        if out.fail.is_some() {
+            stop.fail(seq);
+        }
+        out
+    }
+
+    /// One pass over jobs `0..fates.len()` (a queue of at most `max`),
+    /// with the helper; returns every job's record and the merged failure.
+    fn pass(fates: &[Option<CleanupCode>], max: usize) -> (Vec<Ran>, Option<((u64, usize), Fail)>) {
+        let lanes = Lanes::new();
+        let stop = Stop::new();
+        let mut mine = Vec::new();
+        let helper = Some(|j: &u64| job(fates, &stop, *j, true));
+        let ((), theirs) = shared_pass(&lanes, helper, || {
+            for seq in 0..fates.len() as u64 {
+                // The walk descends no further once a job failed.
+                if stop.any() {
+                    break;
+                }
+                if let Some(j) = lanes.push_or_take(seq, max) {
+                    mine.push(job(fates, &stop, j, false));
+                }
+            }
+            lanes.close_and_drain(|j| mine.push(job(fates, &stop, j, false)));
+        });
+        let theirs = theirs.expect("the helper thread ended");
+        let mut first = None;
+        let mut all = Vec::new();
+        for r in mine.into_iter().chain(theirs) {
+            if let Some((pos, f)) = &r.fail {
+                earliest(
+                    &mut first,
+                    (r.seq, pos + 1),
+                    Fail {
+                        code: f.code,
+                        suspect: String::new(),
+                    },
+                );
+            }
+            all.push(r);
+        }
+        (all, first)
+    }
+
+    /// Counts outside shuttle's control, across its executions.
+    static EXECUTIONS: AtomicUsize = AtomicUsize::new(0);
+    static BY_HELPER: AtomicUsize = AtomicUsize::new(0);
+    static HARDER_LATER: AtomicUsize = AtomicUsize::new(0);
+
+    /// The properties of one pass over `fates`.
+    fn check(fates: &'static [Option<CleanupCode>], max: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        EXECUTIONS.fetch_add(1, Relaxed);
+        let (ran, first) = pass(fates, max);
+        // Every job queued is taken once, by one thread.
+        let mut seqs: Vec<u64> = ran.iter().map(|r| r.seq).collect();
+        seqs.sort_unstable();
+        let n = seqs.len();
+        seqs.dedup();
+        assert_eq!(seqs.len(), n, "a job was taken twice");
+        if ran.iter().any(|r| r.by_helper) {
+            BY_HELPER.fetch_add(1, Relaxed);
+        }
+        let first_failing = fates.iter().position(Option::is_some).map(|i| i as u64);
+        match first_failing {
+            None => {
+                // Nothing fails: every job, whole, and no failure.
+                assert_eq!(n, fates.len(), "a job was lost");
+                assert!(ran.iter().all(|r| r.whole), "a job stopped with no failure");
+                assert!(first.is_none());
+            }
+            Some(f) => {
+                // Every job up to the first failing one ran whole: nothing
+                // before a failure is skipped, and that failure is found.
+                for s in 0..=f {
+                    let r = ran.iter().find(|r| r.seq == s);
+                    assert!(
+                        r.is_some_and(|r| r.whole),
+                        "job {s}, before or at the first failure {f}, did not run whole"
+                    );
+                }
+                let ((seq, _), fail) = first.expect("a failure was found");
+                let expected = fates[f as usize].unwrap();
+                if seq == f {
+                    assert_eq!(fail.code, expected);
+                } else {
+                    // Only a suspicious failure found later by the other
+                    // thread may stand before a transient first one.
+                    assert!(
+                        expected.is_transient() && !fail.code.is_transient() && seq > f,
+                        "reported job {seq} ({:?}), the first failing is {f} ({expected:?})",
+                        fail.code
+                    );
+                    HARDER_LATER.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+
+    const T: Option<CleanupCode> = Some(CleanupCode::Tampered);
+    const N: Option<CleanupCode> = Some(CleanupCode::NoSpace);
+
+    /// Runs `f` under shuttle's random and PCT schedulers; returns the
+    /// executions counted.
+    fn explore(f: impl Fn() + Send + Sync + Clone + 'static) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = EXECUTIONS.load(Relaxed);
+        shuttle::check_random(f.clone(), 2_000);
+        shuttle::check_pct(f, 2_000, 3);
+        let n = EXECUTIONS.load(Relaxed) - before;
+        assert!(n >= 4_000, "explored {n} executions");
+        n
+    }
+
+    #[test]
+    fn every_job_is_done_once_and_none_is_lost_by_either_thread() {
+        use std::sync::atomic::Ordering::Relaxed;
+        static FATES: [Option<CleanupCode>; 6] = [None; 6];
+        let helped = BY_HELPER.load(Relaxed);
+        let n = explore(|| check(&FATES, 2));
+        eprintln!("no failure, 6 jobs, a queue of 2: {n} executions");
+        assert!(
+            BY_HELPER.load(Relaxed) > helped,
+            "the helper never took a job"
+        );
+    }
+
+    #[test]
+    fn the_first_failure_in_the_walks_order_is_reported_and_nothing_before_it_skipped() {
+        static FATES: [Option<CleanupCode>; 6] = [None, None, T, None, T, None];
+        let n = explore(|| check(&FATES, 2));
+        eprintln!("two suspicious failures, 6 jobs: {n} executions");
+    }
+
+    /// A transient failure first and a suspicious one later: the single
+    /// walk would report the first; with two threads the later one may be
+    /// found too, and then it is what is reported (never hidden behind a
+    /// retry). Both outcomes occur.
+    #[test]
+    fn a_suspicious_failure_found_beside_a_transient_one_is_never_hidden() {
+        use std::sync::atomic::Ordering::Relaxed;
+        static FATES: [Option<CleanupCode>; 5] = [None, N, None, T, None];
+        let later = HARDER_LATER.load(Relaxed);
+        let n = explore(|| check(&FATES, 2));
+        let harder = HARDER_LATER.load(Relaxed) - later;
+        eprintln!(
+            "transient then suspicious: {n} executions, the suspicious one reported in {harder}"
+        );
+        assert!(harder > 0 && harder < n, "both verdicts are reachable");
+    }
+
+    /// Runs `f` with `plant` in the real code; the message of the failing
+    /// schedule shuttle found, if it found one.
+    fn caught(plant: Plant, f: impl Fn() + Send + Sync + Clone + 'static) -> Option<String> {
+        PLANTED.store(plant as u8, std::sync::atomic::Ordering::Relaxed);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shuttle::check_random(f.clone(), 2_000);
+            shuttle::check_pct(f, 2_000, 3);
+        }));
+        PLANTED.store(0, std::sync::atomic::Ordering::Relaxed);
+        let payload = r.err()?;
+        Some(
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn a_close_that_does_not_wake_the_helper_is_caught() {
+        static FATES: [Option<CleanupCode>; 4] = [None; 4];
+        let why = caught(Plant::CloseWithoutWaking, || check(&FATES, 2));
+        eprintln!("caught: {why:?}");
+        assert!(why.is_some_and(|m| m.contains("deadlock")));
+    }
+
+    #[test]
+    fn a_stop_that_also_stops_the_jobs_before_the_failure_is_caught() {
+        static FATES: [Option<CleanupCode>; 4] = [None, None, T, None];
+        let why = caught(Plant::StopOnAnyFailure, || check(&FATES, 2));
+        eprintln!("caught: {why:?}");
+        assert!(why.is_some_and(|m| m.contains("did not run whole")));
     }
 }
