@@ -247,6 +247,12 @@ pub enum Variant {
     /// The node's shutdown, broken: it exits at once, without cleaning the
     /// request it holds open.
     ShutdownWithoutCleanup,
+    /// The edge, broken for progress only: a cleanup answer that arrives
+    /// before the open's answer makes it forget the cleanup it sent, so the
+    /// request can never complete. Every safety property holds (nothing
+    /// completes, so nothing completes wrongly); the progress check
+    /// ([`crate::progress`]) finds the trap.
+    ForgetsAnEarlyCleanupAnswer,
 }
 
 impl Variant {
@@ -264,6 +270,9 @@ impl Variant {
             Variant::CleanupNeverStarted => "composition/broken/cleanup-never-started",
             Variant::OpenDuringCleanup => "composition/broken/open-during-cleanup",
             Variant::ShutdownWithoutCleanup => "composition/broken/shutdown-without-cleanup",
+            Variant::ForgetsAnEarlyCleanupAnswer => {
+                "composition/broken/forgets-an-early-cleanup-answer"
+            }
         }
     }
 
@@ -279,6 +288,7 @@ impl Variant {
             Variant::CleanupNeverStarted => Some(NODE_CLEANUP_PROGRESSES),
             Variant::OpenDuringCleanup => Some(OPENED_IS_CLEANED),
             Variant::ShutdownWithoutCleanup => Some(SHUTDOWN_CLEANS),
+            Variant::ForgetsAnEarlyCleanupAnswer => Some(COMPLETES_AND_CLEANS),
         }
     }
 }
@@ -286,6 +296,23 @@ impl Variant {
 /// Property: a job directory on the node is gone, or its failure reported,
 /// once the request completed.
 pub const OPENED_IS_CLEANED: &str = "every workspace opened on a node is cleaned or reported";
+/// Progress property ([`crate::progress`]): from every reachable state, the
+/// request can still complete with its job directory gone or its failure
+/// reported.
+pub const COMPLETES_AND_CLEANS: &str =
+    "every request can still complete, its workspace cleaned or its failure reported";
+
+/// The goal of [`COMPLETES_AND_CLEANS`].
+pub fn completed_and_cleaned(s: &Sys) -> bool {
+    let (Some(e), Some(d)) = (edge_of(s), disk_of(s)) else {
+        return false;
+    };
+    e.completed
+        && (!d.job
+            || e.published
+                .is_some_and(|r| matches!(r.cleanup(), CleanupReport::Failed { .. })))
+}
+
 /// Property: a restarted node opens nothing: the edge's connection was made
 /// to its predecessor and died with it, and a node serves only the
 /// connections made to it.
@@ -647,6 +674,11 @@ impl Actor for Party {
                     if !e.cleanup_sent || e.cleanup_answer.is_some() {
                         return;
                     }
+                    if *v == Variant::ForgetsAnEarlyCleanupAnswer && e.open_answer.is_none() {
+                        e.cleanup_sent = false;
+                        *state = Cow::Owned(s);
+                        return;
+                    }
                     e.cleanup_answer = Some(verdict);
                     self.edge_events(*v, e, Event::CleanupFinished(cleanup_result(verdict)), o);
                 }
@@ -792,7 +824,8 @@ impl Actor for Party {
     }
 }
 
-type Sys = ActorModelState<Party>;
+/// The composition's system state.
+pub type Sys = ActorModelState<Party>;
 
 fn node_of(s: &Sys) -> Option<&NodeState> {
     match s.actor_states.get(NODE).map(|a| &**a) {

@@ -295,6 +295,59 @@ pub fn composition(
     r
 }
 
+/// The progress check ([`crate::progress`]) of the composition with
+/// `variant`, `waiters` waiters and `restarts` node restarts.
+pub fn composition_progress(
+    variant: actor::Variant,
+    waiters: usize,
+    restarts: usize,
+    threads: usize,
+) -> crate::progress::Progress {
+    let name = format!(
+        "{} (1 edge, 1 node, {waiters} waiter(s), {restarts} restart(s))",
+        variant.name()
+    );
+    let expect_trap = variant != actor::Variant::Real;
+    crate::progress::check(
+        name.clone(),
+        crate::progress::Target {
+            property: actor::COMPLETES_AND_CLEANS,
+            expect_trap,
+            goal: actor::completed_and_cleaned,
+        },
+        &actor::model(variant, waiters, restarts),
+        actor::representative,
+        PROGRESS_CAP,
+        threads,
+    )
+    .unwrap_or_else(|e| crate::progress::Progress {
+        name,
+        property: actor::COMPLETES_AND_CLEANS,
+        expect_trap,
+        states: PROGRESS_CAP,
+        edges: 0,
+        traps: usize::from(!expect_trap),
+        trap_path: Some(e),
+        seconds: 0.0,
+    })
+}
+
+/// The most states a progress check explores (the graph is held whole).
+pub const PROGRESS_CAP: usize = 2_000_000;
+
+/// Every progress check: the real composition without and with a node
+/// restart, and the variant broken for progress. Without waiters: a waiter
+/// only asks for and reads the published result, so it enables no step of
+/// the edge or the node that could not happen without it, and takes none
+/// away (the safety check keeps its waiter).
+pub fn all_progress(threads: usize) -> Vec<crate::progress::Progress> {
+    vec![
+        composition_progress(actor::Variant::Real, 0, 0, threads),
+        composition_progress(actor::Variant::Real, 0, 1, threads),
+        composition_progress(actor::Variant::ForgetsAnEarlyCleanupAnswer, 0, 0, threads),
+    ]
+}
+
 /// The pinned unique state count of the real composition model, if pinned
 /// (see `model/tests/actor.rs`).
 pub const fn pinned_composition_states(waiters: usize, restarts: usize) -> Option<usize> {

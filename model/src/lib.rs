@@ -20,4 +20,5 @@ pub mod catalog;
 pub mod check;
 pub mod explain;
 pub mod process;
+pub mod progress;
 pub mod request;

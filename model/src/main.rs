@@ -152,6 +152,34 @@ fn run_check(threads: usize) -> ExitCode {
         }
         println!();
     }
+    for p in check::all_progress(threads) {
+        println!("== progress: {}", p.name);
+        println!(
+            "  {} states, {} edges, {:.2}s; {} trap(s): \"{}\" {}",
+            p.states,
+            p.edges,
+            p.seconds,
+            p.traps,
+            p.property,
+            match (p.traps > 0, p.expect_trap) {
+                (false, false) => "holds",
+                (true, true) => "broken, as intended",
+                (true, false) => "FAILS",
+                (false, true) => "NOT CAUGHT",
+            }
+        );
+        if let Some(path) = p.trap_path.as_ref().filter(|_| p.traps > 0) {
+            println!("  the shortest path to a trap:");
+            for line in path.lines() {
+                println!("    {line}");
+            }
+        }
+        total += p.seconds;
+        if !p.as_expected() {
+            failed.push(p.name.clone());
+        }
+        println!();
+    }
     println!("total {total:.2}s on {threads} threads");
     if failed.is_empty() {
         println!("all models hold; every broken variant was caught");
