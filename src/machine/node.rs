@@ -453,6 +453,34 @@ mod tests {
         seen
     }
 
+    /// Which reachable states a shutting-down node must clean itself,
+    /// written out per state: every pair of job and fence that occurs, so
+    /// that a change to the rule (or to what is reachable) is seen here.
+    #[test]
+    fn a_shutdown_cleans_exactly_the_requests_with_a_job_that_may_exist_and_no_cleanup_asked() {
+        let mut seen = Vec::new();
+        for s in states() {
+            let expected = match (s.job, s.fence) {
+                // The last cleanup could not run: the next one runs again.
+                (_, Fence::Retry) => true,
+                // A cleanup was asked for (running, or waiting for the
+                // open) or finished: it is not the shutdown's.
+                (_, Fence::Cleaning | Fence::Cleaned(_)) => false,
+                // Nothing was ever opened here.
+                (JobState::Absent, _) => false,
+                (JobState::Opening | JobState::Present | JobState::Unknown, _) => true,
+            };
+            assert_eq!(s.held_open(), expected, "{s:?}");
+            seen.push((s.job, expected));
+        }
+        // Both answers occur, the refusals for a waiting cleanup and for a
+        // request never opened here among them.
+        assert!(seen.iter().filter(|x| x.1).count() >= 3);
+        assert!(seen.iter().filter(|x| !x.1).count() >= 3);
+        assert!(seen.contains(&(JobState::Opening, false)));
+        assert!(seen.contains(&(JobState::Absent, false)));
+    }
+
     fn inputs() -> [Input; 9] {
         [
             Input::Open,
