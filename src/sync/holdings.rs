@@ -529,8 +529,7 @@ mod shuttle_tests {
             .map(|c| c.load(Relaxed))
         };
         let before = counts();
-        shuttle::check_random(lifecycle, 5_000);
-        shuttle::check_pct(lifecycle, 5_000, 3);
+        shim::shuttle_explore(lifecycle, 5_000);
         let after = counts();
         let [n, reopened, shut, refused, evicted] = std::array::from_fn(|i| after[i] - before[i]);
         eprintln!(
@@ -548,7 +547,7 @@ mod shuttle_tests {
     #[test]
     fn an_open_that_skips_the_cleanups_fence_is_caught() {
         NO_FENCE.store(true, Relaxed);
-        let r = std::panic::catch_unwind(|| shuttle::check_random(lifecycle, 5_000));
+        let r = std::panic::catch_unwind(|| shim::shuttle_explore(lifecycle, 5_000));
         NO_FENCE.store(false, Relaxed);
         let payload = r.expect_err("the planted open went unnoticed");
         let why = payload

@@ -111,6 +111,29 @@ pub mod sim {
     }
 }
 
+/// Runs `f` under shuttle's random scheduler, then its PCT scheduler
+/// (depth 3), `iterations` schedules each, from a fixed seed: a run (and a
+/// failure) replays the same way everywhere. `CUSTODIAN_SHUTTLE_SEED`
+/// picks other schedules.
+#[cfg(all(test, custodian_shuttle))]
+pub(crate) fn shuttle_explore(f: impl Fn() + Send + Sync + Clone + 'static, iterations: usize) {
+    use shuttle::scheduler::{PctScheduler, RandomScheduler};
+    let seed = std::env::var("CUSTODIAN_SHUTTLE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x00c0_57d1_a45e_edu64);
+    shuttle::Runner::new(
+        RandomScheduler::new_from_seed(seed, iterations),
+        shuttle::Config::default(),
+    )
+    .run(f.clone());
+    shuttle::Runner::new(
+        PctScheduler::new_from_seed(seed, 3, iterations),
+        shuttle::Config::default(),
+    )
+    .run(f);
+}
+
 /// Locks `mutex`, recovering the data if a previous holder panicked.
 ///
 /// The primitives here never leave their state half-updated across a call

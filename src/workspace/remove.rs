@@ -1537,13 +1537,12 @@ mod shuttle_tests {
     const T: Option<CleanupCode> = Some(CleanupCode::Tampered);
     const N: Option<CleanupCode> = Some(CleanupCode::NoSpace);
 
-    /// Runs `f` under shuttle's random and PCT schedulers; returns the
-    /// executions counted.
+    /// Runs `f` under shuttle's random and PCT schedulers, 2,000 schedules
+    /// each; returns the executions counted.
     fn explore(f: impl Fn() + Send + Sync + Clone + 'static) -> usize {
         use std::sync::atomic::Ordering::Relaxed;
         let before = EXECUTIONS.load(Relaxed);
-        shuttle::check_random(f.clone(), 2_000);
-        shuttle::check_pct(f, 2_000, 3);
+        crate::sync::shim::shuttle_explore(f, 2_000);
         let n = EXECUTIONS.load(Relaxed) - before;
         assert!(n >= 4_000, "explored {n} executions");
         n
@@ -1591,8 +1590,7 @@ mod shuttle_tests {
     fn caught(plant: Plant, f: impl Fn() + Send + Sync + Clone + 'static) -> Option<String> {
         PLANTED.store(plant as u8, std::sync::atomic::Ordering::Relaxed);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            shuttle::check_random(f.clone(), 2_000);
-            shuttle::check_pct(f, 2_000, 3);
+            crate::sync::shim::shuttle_explore(f, 2_000);
         }));
         PLANTED.store(0, std::sync::atomic::Ordering::Relaxed);
         let payload = r.err()?;
