@@ -336,7 +336,8 @@ pub fn composition_progress(
 pub const PROGRESS_CAP: usize = 2_000_000;
 
 /// Every progress check: the real composition without and with a node
-/// restart, and the variant broken for progress. Without waiters: a waiter
+/// restart, the variant broken for progress only, and the node mutant that
+/// leaves a cleanup waiting forever. Without waiters: a waiter
 /// only asks for and reads the published result, so it enables no step of
 /// the edge or the node that could not happen without it, and takes none
 /// away (the safety check keeps its waiter).
@@ -345,6 +346,10 @@ pub fn all_progress(threads: usize) -> Vec<crate::progress::Progress> {
         composition_progress(actor::Variant::Real, 0, 0, threads),
         composition_progress(actor::Variant::Real, 0, 1, threads),
         composition_progress(actor::Variant::ForgetsAnEarlyCleanupAnswer, 0, 0, threads),
+        // Broken for a safety property too (the bounded form of progress,
+        // `NODE_CLEANUP_PROGRESSES`): a cleanup that waits for an open and
+        // is never started is a trap for the liveness property as well.
+        composition_progress(actor::Variant::CleanupNeverStarted, 0, 0, threads),
     ]
 }
 

@@ -40,3 +40,11 @@ fn forgetting_an_early_cleanup_answer_is_a_trap_only_progress_sees() {
         }
     }
 }
+
+#[test]
+fn a_cleanup_that_is_never_started_is_a_trap() {
+    // The node mutant of issue 27: caught by the safety check's bounded
+    // form, and by the liveness property itself.
+    let p = composition_progress(Variant::CleanupNeverStarted, 0, 0, 2);
+    assert!(p.traps > 0 && p.as_expected(), "{p:?}");
+}
