@@ -424,6 +424,22 @@ mod tests {
     }
 
     #[test]
+    fn a_terms_order_is_not_a_kills_and_a_kills_not_a_terms() {
+        let mut term = Effects::new(4245);
+        term.license(Signal::Term);
+        assert!(refused(move || term.ordered(Signal::Kill)));
+        let mut kill = Effects::new(4245);
+        kill.license(Signal::Kill);
+        assert!(refused(move || kill.ordered(Signal::Term)));
+        // Each still sends what was ordered.
+        let mut both = Effects::new(4245);
+        both.license(Signal::Term);
+        both.license(Signal::Kill);
+        assert!(both.ordered(Signal::Kill).is_some());
+        assert!(both.ordered(Signal::Term).is_some());
+    }
+
+    #[test]
     fn the_root_is_reaped_once_and_only_when_the_machine_decided_it() {
         let before = refused_group_signals();
         let mut early = Effects::new(4243);
