@@ -59,9 +59,16 @@
 //!   to [`TESTED_ABI`]); a 32-bit (`int 0x80`) system call kills the
 //!   process (the filter checks the architecture).
 
+pub use crate::policy::hosts;
 mod plan;
 mod spec;
 pub(crate) mod view;
+
+/// The port of custodian's filtering proxy on the loopback of a sandbox
+/// whose network is [`Network::Allow`] (`127.0.0.1:28080`): each sandbox
+/// has a network namespace of its own, so the port is the same in every
+/// one, and taken by nothing else there.
+pub const PROXY_PORT: u16 = 28080;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub(crate) mod build;
@@ -128,6 +135,9 @@ pub enum ApplyStep {
     View,
     /// Bringing the private network namespace's loopback up.
     Loopback,
+    /// Opening the proxy's listener inside the sandbox's network namespace
+    /// and handing it out ([`Network::Allow`]).
+    ProxyListener,
     /// A Landlock rule for the view's own `/tmp` or `/dev`.
     LandlockRule,
     /// Dropping every capability set.
@@ -194,7 +204,7 @@ pub enum ConfineError {
     /// temporary directory failed.
     #[error("building the confinement failed at {step}: {message}")]
     Build {
-        /// `landlock`, `seccomp` or `private_tmp`.
+        /// `landlock`, `seccomp`, `private_tmp` or `network_proxy`.
         step: &'static str,
         /// The library's message (no environment content).
         message: String,

@@ -38,6 +38,10 @@ pub enum Feature {
     /// no capabilities, the composed view); needs unprivileged user
     /// namespaces, not a Landlock ABI.
     Isolation,
+    /// Network `allow`'s proxy, which needs the sandbox's own network
+    /// namespace: without isolation the network is off altogether (no
+    /// allowed host either).
+    NetworkAllowList,
 }
 
 impl Feature {
@@ -50,7 +54,7 @@ impl Feature {
             Feature::FsIoctlDev => 5,
             Feature::ScopeSignals | Feature::ScopeAbstractUnixSockets => 6,
             Feature::MinAbi => spec.min_abi.unwrap_or(0),
-            Feature::Isolation => 0,
+            Feature::Isolation | Feature::NetworkAllowList => 0,
         }
     }
 }
@@ -227,7 +231,7 @@ fn plan_landlock(spec: &Confinement, kernel_abi: u32) -> Result<Option<Plan>, Un
     }
     let abi = kernel_abi.min(TESTED_ABI);
     let fs = spec.fs != FsMode::None;
-    let net_off = spec.network == Network::Off;
+    let net_off = spec.network != Network::On;
     let mut wanted = Vec::new();
     if fs {
         wanted.extend([

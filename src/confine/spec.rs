@@ -32,10 +32,20 @@ pub enum Network {
     /// No network restriction.
     #[default]
     On,
-    /// No socket other than `AF_UNIX` can be created (seccomp), no TCP bind
-    /// or connect (Landlock ABI ≥ 4), no `io_uring` (which can create
-    /// sockets without `socket()`).
+    /// No network beyond the sandbox: isolated, a private network
+    /// namespace with its own loopback (servers and clients on 127.0.0.1
+    /// work inside, nothing outside is reachable); without isolation
+    /// (best-effort), no socket other than `AF_UNIX` (seccomp) and no TCP
+    /// bind or connect (Landlock ABI ≥ 4).
     Off,
+    /// `Off`, plus custodian's filtering proxy reachable inside at
+    /// `127.0.0.1:`[`PROXY_PORT`](crate::confine::PROXY_PORT): HTTP
+    /// forwarding and `CONNECT` to the hosts [`Confinement::allow_hosts`]
+    /// names, a `403` naming the refusal for any other. The child's
+    /// environment names the proxy (`HTTP_PROXY`, `HTTPS_PROXY`,
+    /// `ALL_PROXY`, their lower-case forms, `NO_PROXY` for loopback).
+    /// Needs isolation: without it the network is off.
+    Allow,
 }
 
 impl Network {
@@ -44,6 +54,7 @@ impl Network {
         match self {
             Network::On => "on",
             Network::Off => "off",
+            Network::Allow => "allow",
         }
     }
 }
@@ -55,6 +66,7 @@ impl std::str::FromStr for Network {
         match s {
             "on" => Ok(Network::On),
             "off" => Ok(Network::Off),
+            "allow" => Ok(Network::Allow),
             _ => Err(InvalidConfinement::UnknownNetwork),
         }
     }
@@ -133,6 +145,11 @@ pub struct Confinement {
     /// Isolation only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hide: Vec<PathBuf>,
+    /// The hosts a [`Network::Allow`] process may reach through the proxy
+    /// (see [`crate::confine::hosts`] for the patterns); empty for every
+    /// other network mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
 }
 
 /// The wire form: `network` and `scoped` default by `fs`.
@@ -159,6 +176,8 @@ struct RawConfinement {
     protect: Vec<PathBuf>,
     #[serde(default)]
     hide: Vec<PathBuf>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
 }
 
 impl From<RawConfinement> for Confinement {
@@ -175,6 +194,7 @@ impl From<RawConfinement> for Confinement {
             min_abi: raw.min_abi,
             protect: raw.protect,
             hide: raw.hide,
+            allow_hosts: raw.allow_hosts,
         }
     }
 }
@@ -186,9 +206,25 @@ pub enum InvalidConfinement {
     /// Not one of `none`, `read-only`, `workspace-write`.
     #[error("unknown confinement mode (expected none, read-only or workspace-write)")]
     UnknownMode,
-    /// Not one of `on`, `off`.
-    #[error("unknown network mode (expected on or off)")]
+    /// Not one of `on`, `off`, `allow`.
+    #[error("unknown network mode (expected on, off or allow)")]
     UnknownNetwork,
+    /// An `allow_hosts` pattern is malformed.
+    #[error("allow_hosts pattern {pattern:?}: {reason}")]
+    BadHostPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// Why.
+        reason: super::hosts::HostPatternError,
+    },
+    /// More than [`MAX_HOSTS`](super::hosts::MAX_HOSTS) `allow_hosts`
+    /// patterns.
+    #[error("more than {} allow_hosts patterns", super::hosts::MAX_HOSTS)]
+    TooManyHosts,
+    /// `allow_hosts` with a network mode other than `allow`, or `allow`
+    /// with no host (which would be `off`).
+    #[error("allow_hosts goes with network allow, and network allow needs at least one host")]
+    HostsWithoutAllow,
     /// A path is not absolute.
     #[error("{list} path {path:?} is not absolute")]
     NotAbsolute {
@@ -258,6 +294,26 @@ impl Confinement {
     pub fn with_network(mut self, network: Network) -> Self {
         self.network = network;
         self
+    }
+
+    /// [`Network::Allow`] with one more allowed host pattern (see
+    /// [`crate::confine::hosts`]).
+    #[must_use]
+    pub fn with_allow_host(mut self, pattern: impl Into<String>) -> Self {
+        self.network = Network::Allow;
+        self.allow_hosts.push(pattern.into());
+        self
+    }
+
+    /// The parsed allow-list ([`Network::Allow`]); empty for every other
+    /// mode.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfinement::BadHostPattern`] for the first bad pattern.
+    pub fn allow_list(&self) -> Result<super::hosts::AllowList, InvalidConfinement> {
+        super::hosts::AllowList::parse(&self.allow_hosts)
+            .map_err(|(pattern, reason)| InvalidConfinement::BadHostPattern { pattern, reason })
     }
 
     /// Adds a readable hierarchy.
@@ -345,6 +401,13 @@ impl Confinement {
         if any_paths && self.fs == FsMode::None {
             return Err(InvalidConfinement::PathsWithoutFsMode);
         }
+        if self.allow_hosts.len() > super::hosts::MAX_HOSTS {
+            return Err(InvalidConfinement::TooManyHosts);
+        }
+        if (self.network == Network::Allow) == self.allow_hosts.is_empty() {
+            return Err(InvalidConfinement::HostsWithoutAllow);
+        }
+        self.allow_list()?;
         Ok(())
     }
 }

@@ -232,6 +232,10 @@ pub(crate) struct View {
     pub(crate) gid_map: Vec<u8>,
     /// A new network namespace (loopback brought up).
     pub(crate) new_net: bool,
+    /// The init opens the proxy's listener on `127.0.0.1:` this port
+    /// inside the new network namespace and hands it to the caller
+    /// ([`Network::Allow`]).
+    pub(crate) proxy_port: Option<u16>,
     /// Only new user and pid namespaces, for an unconfined launch: no view
     /// (the host's mounts), no new session, no capability dropped (the
     /// tool keeps what `execve` gives it), nothing confined
@@ -253,6 +257,7 @@ impl View {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             new_net: false,
+            proxy_port: None,
             contains_only: true,
             report: IsolationReport {
                 namespaces: vec!["user".into(), "pid".into()],
@@ -657,7 +662,7 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         masked.push(p);
     }
 
-    let new_net = spec.network == Network::Off;
+    let new_net = spec.network != Network::On;
     let mut namespaces: Vec<String> = ["user", "pid", "mount", "ipc", "uts"]
         .map(String::from)
         .to_vec();
@@ -675,6 +680,7 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         uid_map: format!("{0} {0} 1\n", host.uid).into_bytes(),
         gid_map: format!("{0} {0} 1\n", host.gid).into_bytes(),
         new_net,
+        proxy_port: (spec.network == Network::Allow).then_some(super::PROXY_PORT),
         contains_only: false,
         report: IsolationReport {
             namespaces,

@@ -23,7 +23,13 @@
 //! target = '{"executable":"cargo","argv":["test"*'   # optional; process.run only
 //! confinement = "workspace-write" # optional; process.run only: the rule
 //!                                 # applies only to runs confined at least so
+//! allow_hosts = ["pypi.org"]      # optional, with confinement: a network
+//!                                 # `allow` run whose allow-list these cover
+//!                                 # counts as confined so
 //! ```
+//!
+//! `[policy] allow_hosts = [...]` grants the same to `require_confinement`:
+//! without it, no network `allow` run satisfies `require_confinement`.
 //!
 //! `[policy] require_confinement = "workspace-write" | "read-only"` denies
 //! every `process.run` that is not confined at least that much
@@ -103,6 +109,30 @@ pub enum PolicyConfigError {
         /// Where, e.g. `policy.rules[1]`.
         at: String,
     },
+    /// A host pattern of `allow_hosts` is malformed.
+    #[error("{at}: host pattern {pattern:?}: {source}")]
+    InvalidHost {
+        /// Where (`policy.allow_hosts`, `policy.rules[N].allow_hosts`).
+        at: String,
+        /// The pattern (clipped).
+        pattern: String,
+        /// Why.
+        source: super::hosts::HostPatternError,
+    },
+    /// More than [`MAX_HOSTS`](super::hosts::MAX_HOSTS) patterns in one
+    /// `allow_hosts`.
+    #[error("{at}: more than {} host patterns", super::hosts::MAX_HOSTS)]
+    TooManyHosts {
+        /// Where.
+        at: String,
+    },
+    /// A rule has `allow_hosts` but no `confinement` (the grant only
+    /// widens which confined runs the rule applies to).
+    #[error("{at}: `allow_hosts` goes with a `confinement`")]
+    AllowHostsWithoutConfinement {
+        /// The rule (`policy.rules[N]`).
+        at: String,
+    },
     /// A rule has a `confinement` but its tool is not exactly
     /// `process.run`.
     #[error("{at}: `confinement` is only valid on a rule whose tool is exactly \"process.run\"")]
@@ -147,6 +177,10 @@ pub struct Rule {
     pub target: Option<Pattern>,
     /// The rule applies only to runs confined at least this much.
     pub confinement: Option<ConfineLevel>,
+    /// With `confinement`: the hosts a network `allow` run may name for
+    /// the rule to apply (its allow-list covered by these); empty, the
+    /// rule applies to network `off` runs only.
+    pub allow_hosts: super::hosts::AllowList,
 }
 
 /// The decision part of the configuration (`[policy]`).
@@ -165,6 +199,10 @@ pub struct DecisionConfig {
     /// Every `process.run` must be confined at least this much; a weaker
     /// one is denied, approvals notwithstanding.
     pub require_confinement: Option<ConfineLevel>,
+    /// The hosts a network `allow` run may name and still satisfy
+    /// `require_confinement` (its allow-list covered by these); empty, no
+    /// network `allow` run does.
+    pub allow_hosts: super::hosts::AllowList,
 }
 
 impl Default for DecisionConfig {
@@ -175,6 +213,7 @@ impl Default for DecisionConfig {
             overrides: Vec::new(),
             rules: Vec::new(),
             require_confinement: None,
+            allow_hosts: super::hosts::AllowList::default(),
         }
     }
 }
@@ -313,6 +352,8 @@ struct RawPolicy {
     rules: Vec<RawRule>,
     #[serde(default)]
     require_confinement: Option<ConfineLevel>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
 }
 
 impl Default for RawPolicy {
@@ -323,6 +364,7 @@ impl Default for RawPolicy {
             overrides: Vec::new(),
             rules: Vec::new(),
             require_confinement: None,
+            allow_hosts: Vec::new(),
         }
     }
 }
@@ -344,6 +386,21 @@ struct RawRule {
     target: Option<String>,
     #[serde(default)]
     confinement: Option<ConfineLevel>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
+}
+
+fn hosts(list: &[String], at: &str) -> Result<super::hosts::AllowList, PolicyConfigError> {
+    if list.len() > super::hosts::MAX_HOSTS {
+        return Err(PolicyConfigError::TooManyHosts { at: at.to_owned() });
+    }
+    super::hosts::AllowList::parse(list).map_err(|(pattern, source)| {
+        PolicyConfigError::InvalidHost {
+            at: at.to_owned(),
+            pattern: clip(&pattern),
+            source,
+        }
+    })
 }
 
 fn selectors(list: &[String], at: &str) -> Result<Vec<Selector>, PolicyConfigError> {
@@ -440,6 +497,7 @@ impl PolicyConfig {
                 decision: Verdict::Allow,
                 target: Some(pattern(&text, format!("executables[{index}]"))?),
                 confinement: None,
+                allow_hosts: super::hosts::AllowList::default(),
             });
         }
         Ok(PolicyConfig {
@@ -520,11 +578,16 @@ impl PolicyConfig {
             if rule.confinement.is_some() && !tool.is_exact_process_run() {
                 return Err(PolicyConfigError::ConfinementOnNonProcessRule { at });
             }
+            if !rule.allow_hosts.is_empty() && rule.confinement.is_none() {
+                return Err(PolicyConfigError::AllowHostsWithoutConfinement { at });
+            }
+            let allow_hosts = hosts(&rule.allow_hosts, &format!("{at}.allow_hosts"))?;
             rules.push(Rule {
                 tool,
                 decision: rule.decision,
                 target,
                 confinement: rule.confinement,
+                allow_hosts,
             });
         }
         let mut warnings = Vec::new();
@@ -545,6 +608,7 @@ impl PolicyConfig {
                 overrides,
                 rules,
                 require_confinement: raw.policy.require_confinement,
+                allow_hosts: hosts(&raw.policy.allow_hosts, "policy.allow_hosts")?,
             },
         })
     }

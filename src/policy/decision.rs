@@ -327,7 +327,9 @@ pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Query<'_>) -
         .audit
         .as_ref()
         .and_then(|a| a.invocation.confine.as_ref());
-    let confined = |level: ConfineLevel| confine.is_some_and(|c| c.satisfies(level));
+    let confined = |level: ConfineLevel, grant: &super::hosts::AllowList| {
+        confine.is_some_and(|c| c.satisfies(level, grant))
+    };
     let rules = &config.policy.rules;
     let applies = |rule: &super::config::Rule| {
         rule.tool.matches(request.tool, tool)
@@ -336,7 +338,9 @@ pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Query<'_>) -
                 (Some(p), Some(t)) => p.matches(t),
                 (Some(_), None) => false,
             }
-            && rule.confinement.is_none_or(confined)
+            && rule
+                .confinement
+                .is_none_or(|level| confined(level, &rule.allow_hosts))
     };
     if let Some(rule) = rules
         .iter()
@@ -345,7 +349,7 @@ pub fn decide(registry: &Registry, config: &PolicyConfig, request: &Query<'_>) -
         return deny(decision, Reason::DeniedByRule { rule });
     }
     if let Some(required) = config.policy.require_confinement {
-        if tool.id == PROCESS_RUN && !confined(required) {
+        if tool.id == PROCESS_RUN && !confined(required, &config.policy.allow_hosts) {
             return deny(decision, Reason::ConfinementRequired { required });
         }
     }

@@ -72,6 +72,7 @@
 pub mod config;
 pub mod decision;
 pub mod exposure;
+pub mod hosts;
 pub mod pattern;
 pub mod target;
 pub mod tool;

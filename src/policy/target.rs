@@ -10,7 +10,10 @@
 //!
 //! followed, for a confined run only, by
 //! `,"confine":{"fs":F,"network":N,"scoped":B,"allow_read":[...],"allow_write":[...],"deny_read":[...],"enforcement":E}`
-//! (paths sorted, and `,"min_abi":N` when one is required) before the closing
+//! (paths sorted, and `,"min_abi":N` when one is required; for network
+//! `allow`, `"network":"allow","allow_hosts":[...]` with the patterns
+//! canonical and sorted, so an approval for one allow-list never approves
+//! another) before the closing
 //! brace: an approval of a confined run therefore never matches the same
 //! command run unconfined (or confined differently), and the targets of
 //! unconfined runs are what they always were.
@@ -331,8 +334,12 @@ impl fmt::Display for ConfineLevel {
 pub struct ConfineTarget {
     /// The filesystem mode.
     pub fs: FsMode,
-    /// The network is off.
+    /// The host's network is out of reach: `off`, or `allow` (then
+    /// [`ConfineTarget::allow_hosts`] lists what the proxy lets through).
     pub network_off: bool,
+    /// Network `allow`: the allow-list's patterns, canonical (see
+    /// [`super::hosts`]); empty for every other network mode.
+    pub allow_hosts: Vec<String>,
     /// Signals and abstract unix sockets are scoped to the sandbox.
     pub scoped: bool,
     /// Extra readable hierarchies (absolute paths).
@@ -372,9 +379,17 @@ impl ConfineTarget {
     /// enforce it refuses the launch), and no extra writable hierarchy was
     /// granted. Extra readable hierarchies and read denies do not weaken
     /// it: the confined modes already read anything readable.
-    pub fn satisfies(&self, level: ConfineLevel) -> bool {
+    ///
+    /// A network `allow` run satisfies it only when `grant` covers its
+    /// allow-list ([`super::hosts::AllowList::covered_by`]): a policy that
+    /// grants no host accepts no allow-list.
+    pub fn satisfies(&self, level: ConfineLevel, grant: &super::hosts::AllowList) -> bool {
+        let hosts_granted = self.allow_hosts.is_empty()
+            || super::hosts::AllowList::parse(&self.allow_hosts)
+                .is_ok_and(|list| list.covered_by(grant));
         self.fs >= level.fs()
             && self.network_off
+            && hosts_granted
             && !self.best_effort
             && self.allow_write.is_empty()
     }
@@ -392,6 +407,7 @@ impl ConfineTarget {
             deny_read: sorted(&self.deny_read),
             protect: sorted(&self.protect),
             hide: sorted(&self.hide),
+            allow_hosts: sorted(&self.allow_hosts),
             ..self.clone()
         }
     }
@@ -409,11 +425,16 @@ impl ConfineTarget {
         };
         out.push_str("{\"fs\":\"");
         out.push_str(self.fs.as_str());
-        out.push_str(if self.network_off {
-            "\",\"network\":\"off\""
+        if !self.allow_hosts.is_empty() {
+            // Only for `allow`: the targets of `on` and `off` runs are
+            // what they were before it existed.
+            out.push_str("\",\"network\":\"allow\"");
+            list(out, ",\"allow_hosts\":[", &self.allow_hosts);
+        } else if self.network_off {
+            out.push_str("\",\"network\":\"off\"");
         } else {
-            "\",\"network\":\"on\""
-        });
+            out.push_str("\",\"network\":\"on\"");
+        }
         out.push_str(if self.scoped {
             ",\"scoped\":true"
         } else {

@@ -797,3 +797,145 @@ fn reason_codes_are_the_serialized_tags() {
         );
     }
 }
+
+fn allowing(hosts: &[&str]) -> ConfineTarget {
+    ConfineTarget {
+        allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        ..confined(FsMode::WorkspaceWrite)
+    }
+}
+
+#[test]
+fn an_allow_list_is_part_of_the_target_and_an_approval_of_one_never_approves_another() {
+    let plain = git(&["fetch"]);
+    let a = with_confine(&plain, allowing(&["pypi.org", "*.crates.io"]));
+    let t = a.match_target().unwrap();
+    assert!(
+        t.as_str().contains(
+            r#""confine":{"fs":"workspace-write","network":"allow","allow_hosts":["\u002a.crates.io","pypi.org"],"scoped":true"#
+        ),
+        "{}",
+        t.as_str()
+    );
+    // The same list in another order is the same target.
+    let same = with_confine(&plain, allowing(&["*.crates.io", "pypi.org"]));
+    assert_eq!(same.match_target().unwrap().as_str(), t.as_str());
+    // An exact approval of this run approves it, and not a wider list, nor
+    // the same run with the host's network, nor with the network off.
+    let c = config("[tools]\nallow = [\"process.run\"]\n[policy]\ndefault_decision = \"deny\"\n");
+    let approval = [Pattern::parse(t.as_str()).unwrap()];
+    assert_eq!(
+        run(&c, &a, Provenance::Trusted, &approval).verdict,
+        Verdict::Allow
+    );
+    for other in [
+        allowing(&["pypi.org", "*.crates.io", "evil.test"]),
+        allowing(&["pypi.org"]),
+        ConfineTarget {
+            network_off: false,
+            ..confined(FsMode::WorkspaceWrite)
+        },
+        confined(FsMode::WorkspaceWrite),
+    ] {
+        let p = with_confine(&plain, other);
+        assert_eq!(
+            run(&c, &p, Provenance::Trusted, &approval).verdict,
+            Verdict::Deny,
+            "{:?}",
+            p.match_target().unwrap().as_str()
+        );
+    }
+    // Without an allow-list, the target is what it was.
+    let off = with_confine(&plain, confined(FsMode::WorkspaceWrite));
+    assert!(
+        off.match_target()
+            .unwrap()
+            .as_str()
+            .contains(r#""network":"off","scoped""#)
+    );
+}
+
+#[test]
+fn require_confinement_accepts_an_allow_list_only_within_the_policys_grant() {
+    let plain = git(&["fetch"]);
+    let run_with = |policy: &str, hosts: &[&str]| {
+        let c = config(&format!(
+            "{ALLOW_ALL}\nrequire_confinement = \"workspace-write\"\n{policy}"
+        ));
+        run(
+            &c,
+            &with_confine(&plain, allowing(hosts)),
+            Provenance::Trusted,
+            &[],
+        )
+    };
+    // No grant: no allow-list satisfies the requirement.
+    let d = run_with("", &["pypi.org"]);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert!(
+        matches!(d.reason, Reason::ConfinementRequired { .. }),
+        "{d:?}"
+    );
+    let grant = "allow_hosts = [\"pypi.org\", \"*.crates.io\"]\n";
+    for hosts in [&["pypi.org"][..], &["static.crates.io", "pypi.org:443"]] {
+        assert_eq!(run_with(grant, hosts).verdict, Verdict::Allow, "{hosts:?}");
+    }
+    for hosts in [
+        &["evil.test"][..],
+        &["pypi.org", "evil.test"],
+        &["pypi.org:8080"],
+        &["crates.io"],
+    ] {
+        assert_eq!(run_with(grant, hosts).verdict, Verdict::Deny, "{hosts:?}");
+    }
+}
+
+#[test]
+fn a_rule_with_allow_hosts_applies_only_to_allow_lists_it_covers() {
+    let c = config(
+        r#"
+[tools]
+allow = ["process.run"]
+
+[policy]
+default_decision = "deny"
+untrusted_shell_requires_approval = false
+
+[[policy.rules]]
+tool = "process.run"
+decision = "allow"
+confinement = "workspace-write"
+allow_hosts = ["*.allowed.test:8080"]
+"#,
+    );
+    let plain = git(&["fetch"]);
+    let verdict =
+        |t: ConfineTarget| run(&c, &with_confine(&plain, t), Provenance::Trusted, &[]).verdict;
+    assert_eq!(verdict(allowing(&["a.allowed.test:8080"])), Verdict::Allow);
+    assert_eq!(verdict(confined(FsMode::WorkspaceWrite)), Verdict::Allow);
+    assert_eq!(verdict(allowing(&["allowed.test:8080"])), Verdict::Deny);
+    assert_eq!(verdict(allowing(&["a.allowed.test"])), Verdict::Deny);
+}
+
+#[test]
+fn bad_allow_hosts_in_the_policy_file_are_refused_where_they_are() {
+    let bad = PolicyConfig::from_toml_str("version = 1\n[policy]\nallow_hosts = [\"a..b\"]\n");
+    assert!(
+        matches!(bad, Err(PolicyConfigError::InvalidHost { ref at, .. }) if at == "policy.allow_hosts"),
+        "{bad:?}"
+    );
+    let unanchored = PolicyConfig::from_toml_str(
+        "version = 1\n[[policy.rules]]\ntool = \"process.run\"\ndecision = \"allow\"\nallow_hosts = [\"a.test\"]\n",
+    );
+    assert!(
+        matches!(unanchored, Err(PolicyConfigError::AllowHostsWithoutConfinement { ref at }) if at == "policy.rules[0]"),
+        "{unanchored:?}"
+    );
+    let in_rule = PolicyConfig::from_toml_str(
+        "version = 1\n[[policy.rules]]\ntool = \"process.run\"\ndecision = \"allow\"\nconfinement = \"read-only\"\nallow_hosts = [\"[::1]:80\"]\n",
+    );
+    assert!(
+        matches!(in_rule, Err(PolicyConfigError::InvalidHost { ref at, .. }) if at == "policy.rules[0].allow_hosts"),
+        "{in_rule:?}"
+    );
+}

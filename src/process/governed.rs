@@ -116,7 +116,12 @@ pub fn confine_target(c: &Confinement) -> ConfineTarget {
     };
     ConfineTarget {
         fs: c.fs,
-        network_off: c.network == Network::Off,
+        network_off: c.network != Network::On,
+        allow_hosts: match c.allow_list() {
+            Ok(list) => list.patterns().map(ToString::to_string).collect(),
+            // Refused at validation; never matched as anything else.
+            Err(_) => c.allow_hosts.clone(),
+        },
         scoped: c.scoped,
         allow_read: paths(&c.allow_read),
         allow_write: paths(&c.allow_write),

@@ -283,6 +283,7 @@ async fn the_completion_lists_each_refused_launch_with_codes_only() {
         decision: Verdict::Deny,
         target: Some(Pattern::parse(r#"{"executable":"rm",*"#).unwrap()),
         confinement: None,
+        allow_hosts: Default::default(),
     });
     let policy = RunPolicy::new(config);
     let runtime = Runtime::open(RuntimeConfig::new(dir.path()).with_policy(policy)).unwrap();
