@@ -13,7 +13,8 @@ use custodian::contain::Containment;
 use custodian::process::evidence::{CancelCause, ProcessStatus, StopSignal};
 use custodian::process::invocation::{EnvValue, OutputBudget, Tunables};
 use custodian::process::{
-    Evidence, Invocation, InvocationSpec, LaunchOptions, ProcessError, Running,
+    Evidence, Invocation, InvocationSpec, LaunchOptions, NetworkProxy, ProcessError, ProxyConfig,
+    Running,
 };
 
 use super::stop::{self, StopSignals};
@@ -132,6 +133,11 @@ pub(crate) struct Args {
     subreaper: bool,
     #[command(flatten)]
     confine: ConfineArgs,
+    /// Have the proxy of `--network allow` resolve NAME to ADDR (an IP
+    /// address) instead of asking DNS, like `curl --resolve` (repeatable).
+    /// The allow-list still decides first.
+    #[arg(long, value_name = "NAME=ADDR", value_parser = resolve_entry)]
+    resolve: Vec<(String, std::net::IpAddr)>,
     /// Print everything on stdout (the evidence, a policy refusal, an error)
     /// inside the model-facing `<data source="tool">` boundary instead of
     /// bare JSON; `<`, `>` and their look-alikes are escaped inside, so
@@ -157,6 +163,8 @@ enum ArgsError {
     Invalid(#[from] custodian::process::invocation::InvalidInvocation),
     #[error("--workspace: {0}")]
     Workspace(std::io::Error),
+    #[error("the network proxy could not be started: {0}")]
+    Proxy(std::io::Error),
 }
 
 impl ArgsError {
@@ -166,6 +174,7 @@ impl ArgsError {
             ArgsError::NoCommand => "no_command",
             ArgsError::Invalid(_) => "invalid_invocation",
             ArgsError::Workspace(_) => "bad_workspace",
+            ArgsError::Proxy(_) => "proxy_unavailable",
         }
     }
 }
@@ -198,11 +207,20 @@ pub(crate) struct ConfineArgs {
     /// no_new_privs; the evidence's `confinement` says what was enforced).
     #[arg(long, value_name = "MODE", default_value = "none", value_parser = fs_mode)]
     pub(crate) confine: FsMode,
-    /// `on` or `off` (default: `off` when confined, else `on`). `off`
-    /// gives the process a network namespace of its own with loopback up:
-    /// servers on 127.0.0.1 work inside, nothing outside is reachable.
-    #[arg(long, value_name = "on|off", value_parser = network)]
+    /// `on`, `off` or `allow` (default: `off` when confined, else `on`;
+    /// `allow` with `--allow-host`). `off` gives the process a network
+    /// namespace of its own with loopback up: servers on 127.0.0.1 work
+    /// inside, nothing outside is reachable. `allow` adds custodian's
+    /// filtering proxy inside (127.0.0.1:28080, named by `HTTP_PROXY`,
+    /// `HTTPS_PROXY`, `ALL_PROXY` and their lower-case forms): HTTP and
+    /// `CONNECT` to the `--allow-host` hosts, `403` for any other.
+    #[arg(long, value_name = "on|off|allow", value_parser = network)]
     pub(crate) network: Option<Network>,
+    /// A host the process may reach through the proxy (repeatable; implies
+    /// `--network allow`): `NAME` (ports 80 and 443), `*.NAME` (every name
+    /// beneath NAME, not NAME itself), `NAME:PORT`, `*.NAME:PORT`.
+    #[arg(long, value_name = "PATTERN")]
+    pub(crate) allow_host: Vec<String>,
     /// An extra readable hierarchy, absolute (repeatable).
     #[arg(long, value_name = "PATH")]
     pub(crate) allow_read: Vec<PathBuf>,
@@ -236,6 +254,10 @@ impl ConfineArgs {
         if let Some(n) = self.network {
             c = c.with_network(n);
         }
+        if !self.allow_host.is_empty() && self.network.is_none() {
+            c = c.with_network(Network::Allow);
+        }
+        c.allow_hosts.clone_from(&self.allow_host);
         c.allow_read.clone_from(&self.allow_read);
         c.allow_write.clone_from(&self.allow_write);
         c.deny_read.clone_from(&self.deny_read);
@@ -246,6 +268,19 @@ impl ConfineArgs {
         }
         c
     }
+}
+
+fn resolve_entry(v: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, addr) = v
+        .split_once('=')
+        .ok_or_else(|| "expected NAME=ADDR".to_owned())?;
+    let addr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not an IP address"))?;
+    if custodian::confine::hosts::normalize_host(name).is_none() {
+        return Err(format!("{name:?} is not a host name"));
+    }
+    Ok((name.to_owned(), addr))
 }
 
 fn size(v: &str) -> Result<usize, String> {
@@ -296,7 +331,16 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
         args.containment
     };
     // The baseline is the documented subset of this process's environment.
-    let options = LaunchOptions::new(workspace).with_containment(containment);
+    let mut options = LaunchOptions::new(workspace).with_containment(containment);
+    if !args.resolve.is_empty() {
+        let config = args
+            .resolve
+            .iter()
+            .fold(ProxyConfig::new(), |c, (name, addr)| {
+                c.with_host(name, *addr)
+            });
+        options = options.with_proxy(NetworkProxy::start(config).map_err(ArgsError::Proxy)?);
+    }
     Ok(Config {
         invocation,
         options,

@@ -28,6 +28,7 @@ fn confine_step(stage: Stage) -> Option<ApplyStep> {
         Stage::Session => Some(ApplyStep::Session),
         Stage::View => Some(ApplyStep::View),
         Stage::Loopback => Some(ApplyStep::Loopback),
+        Stage::ProxyListener => Some(ApplyStep::ProxyListener),
         Stage::LandlockRule => Some(ApplyStep::LandlockRule),
         Stage::Capabilities => Some(ApplyStep::Capabilities),
         Stage::Fork | Stage::InitDied => Some(ApplyStep::Fork),
@@ -43,6 +44,8 @@ pub(crate) struct CgroupRoot {
     pub(crate) stderr: Receiver,
     /// The sandbox's init, when isolated (`pid` is the init's).
     pub(crate) isolation: Option<IsolatedInit>,
+    /// Network `allow`: the proxy's listener inside the sandbox.
+    pub(crate) proxy_listener: Option<OwnedFd>,
 }
 
 /// Why the root could not be started in its cgroup.
@@ -92,10 +95,24 @@ pub(crate) fn start(
         .collect::<Result<Vec<_>, _>>()?;
     let tmpdir = confine.and_then(Prepared::tmp_dir);
     let tmp_entry = tmpdir.map(|t| (OsStr::new("TMPDIR"), t.as_os_str()));
+    // Network `allow`: the proxy's variables replace any of the same name.
+    let proxied = confine
+        .and_then(Prepared::view)
+        .is_some_and(|v| v.proxy_port.is_some());
+    let proxy_env = if proxied {
+        super::proxy::proxy_env().to_vec()
+    } else {
+        Vec::new()
+    };
+    let proxy_entries = proxy_env
+        .iter()
+        .map(|(k, v)| (OsStr::new(*k), OsStr::new(v.as_str())));
     let envp = env
         .vars()
         .filter(|(k, _)| tmp_entry.is_none() || *k != "TMPDIR")
+        .filter(|(k, _)| !proxy_env.iter().any(|(p, _)| OsStr::new(*p) == *k))
         .chain(tmp_entry)
+        .chain(proxy_entries)
         .map(|(k, v)| {
             let mut kv = Vec::with_capacity(k.len() + v.len() + 1);
             kv.extend_from_slice(k.as_bytes());
@@ -166,6 +183,7 @@ pub(crate) fn start(
             stdout,
             stderr,
             isolation: spawned.isolation,
+            proxy_listener: spawned.proxy_listener,
         }),
         (Err(e), _) | (_, Err(e)) => {
             // The root runs but cannot be read: kill it with its cgroup

@@ -97,11 +97,20 @@ struct Started {
     /// The sandbox's init, when isolated: the root is the init, the
     /// program's own exit status is read from it.
     isolation: Option<IsolatedInit>,
+    /// Network `allow`: the proxy's listener inside the sandbox, until
+    /// [`spawn`] attaches it.
+    proxy_listener: Option<std::os::fd::OwnedFd>,
+    /// Network `allow`: the proxy serving the sandbox.
+    network: Option<super::proxy::Served>,
 }
 
 /// Spawns the root as `selected` says and starts its driver task. `auto`
 /// falls back to the group tier when the kernel cannot spawn into a
-/// cgroup.
+/// cgroup. `network`: the proxy and allow-list of a network `allow` launch.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the launch's parts, each given up once; a struct would only rename them"
+)]
 pub(crate) fn spawn(
     runtime: &tokio::runtime::Handle,
     invocation: Invocation,
@@ -110,6 +119,7 @@ pub(crate) fn spawn(
     resolved: PathBuf,
     selected: Selected,
     confine: Option<Prepared>,
+    network: Option<(super::proxy::NetworkProxy, crate::confine::hosts::AllowList)>,
 ) -> Result<Running, ProcessError> {
     let unconfinable = |reason| {
         Err(ProcessError::Confinement(
@@ -143,7 +153,7 @@ pub(crate) fn spawn(
                 Err(Ok(_)) if confined => return unconfinable("no_cgroup_tier"),
                 Err(Ok(why)) if requested == Containment::Auto => {
                     let fb = Selected::fallback(requested, why);
-                    return spawn(runtime, invocation, env, cwd, resolved, fb, None);
+                    return spawn(runtime, invocation, env, cwd, resolved, fb, None, None);
                 }
                 Err(Ok(reason)) => {
                     return Err(ProcessError::ContainmentUnavailable { requested, reason });
@@ -192,6 +202,10 @@ pub(crate) fn spawn(
             spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
         }
     };
+    let mut started = started;
+    if let (Some(listener), Some((proxy, allow))) = (started.proxy_listener.take(), network) {
+        started.network = Some(super::proxy::Served::start(&proxy, listener, allow));
+    }
     let pid = started.pid;
     let (started_at, started_wall) = (started.started, started.started_wall);
     let report = started.confined.as_ref().map(|c| c.0.clone());
@@ -358,6 +372,8 @@ fn spawn_in_cgroup(
         started,
         confined: confine.and_then(Prepared::after_spawn),
         isolation: root.isolation,
+        proxy_listener: root.proxy_listener,
+        network: None,
     })
 }
 
@@ -421,6 +437,8 @@ fn spawn_in_group(
         started,
         confined: None,
         isolation: None,
+        proxy_listener: None,
+        network: None,
     })
 }
 
@@ -448,6 +466,8 @@ fn start_driver(
         started,
         confined,
         isolation,
+        proxy_listener: _,
+        network,
     } = started;
     let cgroup_none = cgroup.is_none();
     let (confinement, private_tmp) = confined.unzip();
@@ -493,6 +513,7 @@ fn start_driver(
         ns_tier: isolation.is_some() && cgroup_none,
         isolation,
         effects: Effects::new(pid),
+        network,
     };
     let tier = if driver.cgroup.is_some() || driver.isolation.is_some() {
         tier
@@ -748,6 +769,9 @@ struct Driver {
     ns_tier: bool,
     /// The effects the machine ordered, the only way to have one.
     effects: Effects,
+    /// Network `allow`: the proxy serving the sandbox, finished into the
+    /// evidence.
+    network: Option<super::proxy::Served>,
 }
 
 /// What woke the driver.
@@ -1416,6 +1440,7 @@ impl Driver {
             escalation: std::mem::take(&mut self.escalation),
             descendants: self.descendants(summary),
             confinement: self.confinement.clone(),
+            network: self.network.take().map(super::proxy::Served::finish),
             cancel_cause: None,
         }
     }

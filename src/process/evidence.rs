@@ -59,6 +59,11 @@ pub struct Evidence {
     /// scopes, the seccomp denials and what was not enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<crate::confine::ConfinementReport>,
+    /// Network `allow`: the allow-list and a bounded summary of what the
+    /// process asked the proxy for (hosts allowed and refused, counts,
+    /// bytes; never a path or a query string).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<super::proxy::NetworkAccess>,
     /// Why the run was cancelled, when whoever cancelled it said so
     /// ([`Evidence::with_cancel_cause`]); absent otherwise, and always
     /// absent unless `status` is `cancelled`.
@@ -500,6 +505,7 @@ impl Evidence {
                 vec![VerdictReason::GroupEmptinessUnknown],
             ),
             confinement: None,
+            network: None,
             cancel_cause: None,
         }
     }
@@ -668,6 +674,7 @@ mod tests {
                 vec![VerdictReason::StdioHeldOpen],
             ),
             confinement: None,
+            network: None,
             cancel_cause: None,
         }
     }

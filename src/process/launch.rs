@@ -15,6 +15,7 @@ use super::driver;
 use super::env::{Baseline, ChildEnv, EnvError, NoSecrets, SecretResolver};
 use super::evidence::Evidence;
 use super::invocation::{Invocation, ResolveError, is_executable_file, resolve_executable};
+use super::proxy::NetworkProxy;
 use crate::confine::build::Prepared;
 use crate::confine::{self, ConfineError, Confinement};
 use crate::contain::{Containment, Unavailable};
@@ -35,6 +36,10 @@ pub struct LaunchOptions {
     /// request's cgroup) instead of beneath the per-process base.
     #[cfg(target_os = "linux")]
     pub(crate) cgroup_parent: Option<Arc<crate::contain::Cgroup>>,
+    /// The proxy that serves a launch whose network is
+    /// [`Network::Allow`](crate::confine::Network::Allow); `None`: the
+    /// process-wide one ([`NetworkProxy::shared`]).
+    pub proxy: Option<NetworkProxy>,
 }
 
 impl LaunchOptions {
@@ -55,7 +60,16 @@ impl LaunchOptions {
             containment: Containment::Auto,
             #[cfg(target_os = "linux")]
             cgroup_parent: None,
+            proxy: None,
         }
+    }
+
+    /// Serves network `allow` launches with `proxy` (one per runtime or
+    /// node; see [`NetworkProxy`]).
+    #[must_use]
+    pub fn with_proxy(mut self, proxy: NetworkProxy) -> Self {
+        self.proxy = Some(proxy);
+        self
     }
 
     /// Replaces the containment request.
@@ -246,7 +260,7 @@ pub fn prepare_isolation(confinement: &Confinement, expected: ExpectedLaunches) 
     }
     #[cfg(target_os = "linux")]
     let _ = super::spawn::prepare_isolation(
-        confinement.network == confine::Network::Off,
+        confinement.network != confine::Network::On,
         match expected {
             ExpectedLaunches::One => Some(1),
             ExpectedLaunches::Many => None,
@@ -448,6 +462,26 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     #[cfg(not(target_os = "linux"))]
     let selected = containment::select(options.containment)?;
     let bare = !invocation.executable().contains('/');
+    let network = match &confine {
+        #[cfg(target_os = "linux")]
+        Some(c) if c.view().is_some_and(|v| v.proxy_port.is_some()) => {
+            let allow = invocation
+                .confinement()
+                .allow_list()
+                .map_err(|e| ProcessError::Confinement(e.into()))?;
+            let proxy = match &options.proxy {
+                Some(p) => p.clone(),
+                None => NetworkProxy::shared().map_err(|e| {
+                    ProcessError::Confinement(ConfineError::Build {
+                        step: "network_proxy",
+                        message: e.to_string(),
+                    })
+                })?,
+            };
+            Some((proxy, allow))
+        }
+        _ => None,
+    };
     driver::spawn(
         &runtime,
         invocation,
@@ -456,6 +490,7 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         resolved.clone(),
         selected,
         confine,
+        network,
     )
     .map_err(|e| match e {
         ProcessError::Spawn { source, .. } => classify_spawn(&given, bare, &resolved, source),
@@ -490,7 +525,7 @@ fn prepare_confinement(
             Err(_) => Err("user_namespaces_unavailable"),
             Ok(())
                 if spec.enforcement != Enforcement::Strict
-                    && spec.network == confine::Network::Off
+                    && spec.network != confine::Network::On
                     && super::spawn::net_namespace_supported().is_err() =>
             {
                 Err("network_namespace_unavailable")
@@ -509,6 +544,13 @@ fn prepare_confinement(
                         needs_abi: 0,
                         reason: Some(reason.into()),
                     });
+                    if spec.network == confine::Network::Allow {
+                        p.report.not_enforced.push(NotEnforced {
+                            feature: Feature::NetworkAllowList,
+                            needs_abi: 0,
+                            reason: Some(reason.into()),
+                        });
+                    }
                     p
                 })
             }),

@@ -58,6 +58,7 @@ pub mod fault;
 pub mod governed;
 pub mod invocation;
 mod launch;
+pub mod proxy;
 #[cfg(target_os = "linux")]
 pub(crate) mod spawn;
 pub(crate) mod sys;
@@ -69,3 +70,4 @@ pub use launch::{
     ExpectedLaunches, LaunchOptions, ProcessError, Running, enable_subreaper, launch,
     prepare_isolation, run,
 };
+pub use proxy::{NetworkAccess, NetworkProxy, ProxyConfig};

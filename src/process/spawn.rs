@@ -209,6 +209,9 @@ pub(crate) struct Spawned {
     /// (module docs, *A large descriptor table*), not a copy of this
     /// process's.
     pub small_table: bool,
+    /// Network `allow`: the proxy's listener, opened on the sandbox's
+    /// loopback by its init (non-blocking, close-on-exec).
+    pub proxy_listener: Option<OwnedFd>,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -277,6 +280,9 @@ pub(crate) enum Stage {
     View,
     /// Bringing the loopback interface up (isolated child).
     Loopback,
+    /// Opening the proxy's listener in the sandbox's network namespace and
+    /// sending it to the caller (isolated child, network `allow`).
+    ProxyListener,
     /// A Landlock rule for the view's fresh `/tmp` or `/dev` (isolated
     /// child).
     LandlockRule,
@@ -289,7 +295,8 @@ pub(crate) enum Stage {
 }
 
 impl Stage {
-    const CHILD: [Stage; 18] = [
+    const CHILD: [Stage; 19] = [
+        Stage::ProxyListener,
         Stage::IdMap,
         Stage::Session,
         Stage::View,
@@ -331,6 +338,7 @@ impl Stage {
             Stage::Capabilities => 16,
             Stage::Fork => 17,
             Stage::InitDied => 18,
+            Stage::ProxyListener => 19,
             Stage::Stack | Stage::StdioDup | Stage::Clone | Stage::ConfineDup => 0,
         }
     }
@@ -361,6 +369,7 @@ impl fmt::Display for Stage {
             Stage::Session => "setsid/pdeathsig",
             Stage::View => "view",
             Stage::Loopback => "loopback up",
+            Stage::ProxyListener => "proxy listener",
             Stage::LandlockRule => "landlock_add_rule",
             Stage::Capabilities => "capability drop",
             Stage::Fork => "clone3 of the program",
@@ -911,6 +920,11 @@ mod imp {
         failed_step: AtomicU32,
         /// The nesting ruleset (≥ 3), or -1.
         nest: c_int,
+        /// Network `allow`: the init's end of a datagram socket pair over
+        /// which it sends the proxy's listener (`SCM_RIGHTS`), or -1.
+        proxy_channel: c_int,
+        /// The loopback port the proxy's listener binds.
+        proxy_port: u16,
     }
 
     /// `struct landlock_path_beneath_attr` (packed, as the kernel's).
@@ -1348,8 +1362,110 @@ mod imp {
                     return Err((Stage::Loopback, r));
                 }
             }
+            if i.proxy_channel >= 0 {
+                let r = proxy_listener(i.proxy_channel, i.proxy_port);
+                if r < 0 {
+                    return Err((Stage::ProxyListener, r));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Network `allow`: a TCP listener on `127.0.0.1:port` in this
+    /// process's (the sandbox's) network namespace, sent to the caller
+    /// over `channel` with `SCM_RIGHTS`, then closed here. The caller's
+    /// proxy accepts on it from outside: the connections the tool makes
+    /// to the port inside arrive there, and nothing else of the sandbox's
+    /// network is reachable from outside or the other way round.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on this stack only; `channel` is a descriptor of
+    /// this process.
+    unsafe fn proxy_listener(channel: c_int, port: u16) -> isize {
+        // SAFETY: socket/setsockopt/bind/listen/sendmsg/close with
+        // structures on this stack, which outlive each call.
+        unsafe {
+            let fd = raw4(
+                libc::SYS_socket as usize,
+                libc::AF_INET as usize,
+                (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as usize,
+                0,
+                0,
+            );
+            if fd < 0 {
+                return fd;
+            }
+            let one: c_int = 1;
+            let mut r = raw5(
+                libc::SYS_setsockopt as usize,
+                fd as usize,
+                libc::SOL_SOCKET as usize,
+                libc::SO_REUSEADDR as usize,
+                (&raw const one) as usize,
+                size_of::<c_int>(),
+            );
+            if r >= 0 {
+                let addr = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: port.to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+                    },
+                    sin_zero: [0; 8],
+                };
+                r = raw4(
+                    libc::SYS_bind as usize,
+                    fd as usize,
+                    (&raw const addr) as usize,
+                    size_of::<libc::sockaddr_in>(),
+                    0,
+                );
+            }
+            if r >= 0 {
+                r = raw4(libc::SYS_listen as usize, fd as usize, 128, 0, 0);
+            }
+            if r >= 0 {
+                /// `CMSG_SPACE(sizeof(int))` on x86-64: the header, the
+                /// descriptor, padding to 8.
+                #[repr(C)]
+                struct Rights {
+                    len: usize,
+                    level: c_int,
+                    kind: c_int,
+                    fd: c_int,
+                    pad: c_int,
+                }
+                let mut control = Rights {
+                    // CMSG_LEN(sizeof(int)): header + data, unpadded.
+                    len: 16 + size_of::<c_int>(),
+                    level: libc::SOL_SOCKET,
+                    kind: libc::SCM_RIGHTS,
+                    fd: fd as c_int,
+                    pad: 0,
+                };
+                let mut byte = 0u8;
+                let mut iov = libc::iovec {
+                    iov_base: (&raw mut byte).cast(),
+                    iov_len: 1,
+                };
+                let mut msg: libc::msghdr = core::mem::zeroed();
+                msg.msg_iov = &raw mut iov;
+                msg.msg_iovlen = 1;
+                msg.msg_control = (&raw mut control).cast();
+                msg.msg_controllen = size_of::<Rights>();
+                r = raw4(
+                    libc::SYS_sendmsg as usize,
+                    channel as usize,
+                    (&raw const msg) as usize,
+                    libc::MSG_NOSIGNAL as usize,
+                    0,
+                );
+            }
+            raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
+            r
+        }
     }
 
     /// The isolated child's last steps before the confinement proper: the
@@ -2677,6 +2793,7 @@ mod imp {
             pidfd,
             isolation: None,
             small_table,
+            proxy_listener: None,
         })
     }
 
@@ -2826,12 +2943,30 @@ mod imp {
         // As for a plain spawn: from a large table, the init shares this
         // one until its first system call unshares a copy of a few slots
         // (held until the program exec'ed, which the release waits for).
+        // Network `allow`: the init sends the proxy's listener back over
+        // this pair (its end must be in the init's own table: no hand-off).
+        let proxy_pair = match view.proxy_port {
+            Some(_) => Some(
+                rustix::net::socketpair(
+                    rustix::net::AddressFamily::UNIX,
+                    rustix::net::SocketType::DGRAM,
+                    rustix::net::SocketFlags::CLOEXEC,
+                    None,
+                )
+                .map_err(|errno| SpawnError::Failed {
+                    stage: Stage::ProxyListener,
+                    errno,
+                })?,
+            ),
+            None => None,
+        };
         let large = parts
             .stdio
             .iter()
             .chain([&parts.landlock, &nest])
             .any(|&f| f >= LARGE_TABLE)
-            && !HANDOFF_OFF.load(Ordering::Relaxed);
+            && !HANDOFF_OFF.load(Ordering::Relaxed)
+            && proxy_pair.is_none();
         let lease = if large {
             HandOff::get().and_then(|h| h.lease(parts.stdio, parts.landlock, nest))
         } else {
@@ -2857,6 +2992,8 @@ mod imp {
             status: ptr::from_ref(&*status),
             released: &raw const released,
             failed_step: AtomicU32::new(u32::MAX),
+            proxy_channel: proxy_pair.as_ref().map_or(-1, |(_, c)| c.as_raw_fd()),
+            proxy_port: view.proxy_port.unwrap_or(0),
         };
         let child = ChildArgs {
             // An unconfined launch keeps setuid programs working.
@@ -2992,6 +3129,25 @@ mod imp {
         }
         // The program exec'ed (the init waited for it before releasing).
         program_stack.give_back();
+        let proxy_listener = match &proxy_pair {
+            Some((ours, _)) => match receive_listener(ours) {
+                Ok(fd) => Some(fd),
+                Err(errno) => {
+                    let _ = rustix::process::pidfd_send_signal(
+                        pidfd.as_fd(),
+                        rustix::process::Signal::KILL,
+                    );
+                    reap(&pidfd);
+                    init_stack.give_back();
+                    return Err(SpawnError::Failed {
+                        stage: Stage::ProxyListener,
+                        errno,
+                    });
+                }
+            },
+            None => None,
+        };
+        drop(proxy_pair);
         let keeper = pidfd.try_clone().map_err(|e| SpawnError::Failed {
             stage: Stage::Clone,
             errno: Errno::from_io_error(&e).unwrap_or(Errno::MFILE),
@@ -3017,7 +3173,32 @@ mod imp {
                 status,
             }),
             small_table,
+            proxy_listener,
         })
+    }
+
+    /// The listener the init sent (it did before it released the caller,
+    /// so the datagram is queued): non-blocking, close-on-exec.
+    fn receive_listener(ours: &OwnedFd) -> Result<OwnedFd, Errno> {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut byte = [0u8; 1];
+        recvmsg(
+            ours,
+            &mut [std::io::IoSliceMut::new(&mut byte)],
+            &mut control,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        )?;
+        let fd = control
+            .drain()
+            .find_map(|m| match m {
+                RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+                _ => None,
+            })
+            .ok_or(Errno::NOMSG)?;
+        rustix::io::ioctl_fionbio(&fd, true)?;
+        Ok(fd)
     }
 
     /// `waitid(P_PIDFD, fd, WEXITED)`, retried on `EINTR`: the child has

@@ -16,16 +16,18 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod network;
+
 const NEEDS_USER: &str = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)";
 
 /// Who runs the attack.
 #[derive(Clone, Copy)]
-enum Who {
+pub(super) enum Who {
     Root,
     User,
 }
 
-fn test_user() -> String {
+pub(super) fn test_user() -> String {
     std::env::var("CUSTODIAN_TEST_USER").unwrap_or_else(|_| panic!("{NEEDS_USER}"))
 }
 
