@@ -405,7 +405,7 @@ impl WireClient {
         match self
             .call(Operation::RunProcess {
                 request_id: request_id.clone(),
-                spec,
+                spec: Box::new(spec),
             })
             .await?
         {

@@ -59,9 +59,9 @@ pub enum Operation {
     RunProcess {
         /// The request.
         request_id: RequestId,
-        /// What to run.
+        /// What to run (boxed: by far the largest operation).
         #[serde(flatten)]
-        spec: RunSpec,
+        spec: Box<RunSpec>,
     },
     /// Cancel every active process of the request (TERM → grace → KILL).
     Cancel {
@@ -271,6 +271,11 @@ pub struct ProcessSummary {
     pub stdout_truncated: bool,
     /// Whether `stderr` was truncated at the capture bound.
     pub stderr_truncated: bool,
+    /// Network `allow`: the evidence's summary of what the process asked
+    /// the node's proxy for (hosts and counts only); absent otherwise, and
+    /// from nodes that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::process::NetworkAccess>,
 }
 
 /// One request's cleanup as the wire reports it: identity, status and a safe

@@ -595,7 +595,10 @@ impl<W: NodeWorkspace> Node<W> {
             },
             Operation::RunProcess { request_id, spec } => match self.work(&request_id) {
                 Ok(()) => match self.workspace.admit_run(&request_id, &spec) {
-                    Ok(()) => Decided::Run { request_id, spec },
+                    Ok(()) => Decided::Run {
+                        request_id,
+                        spec: *spec,
+                    },
                     Err(refusal) => Decided::Answer(refusal.into_response(request_id)),
                 },
                 Err(code) => Decided::Answer(error(request_id, code)),

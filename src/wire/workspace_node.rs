@@ -256,6 +256,7 @@ fn summary(ev: &Evidence) -> ProcessSummary {
         stderr: ev.stderr.text.clone(),
         stdout_truncated: ev.stdout.truncated,
         stderr_truncated: ev.stderr.truncated,
+        network: ev.network.clone(),
     }
 }
 

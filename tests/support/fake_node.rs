@@ -118,6 +118,7 @@ impl NodeWorkspace for FakeNode {
             stderr: String::new(),
             stdout_truncated: false,
             stderr_truncated: false,
+            network: None,
         })
     }
 

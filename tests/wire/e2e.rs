@@ -485,6 +485,85 @@ async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
     node.stop();
 }
 
+/// A loopback HTTP server answering `body` to every request, for as long
+/// as the test process lives.
+fn http_server(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::e2e_in_a_private_mount_namespace"]
+async fn a_network_allow_run_over_the_wire_reaches_its_hosts_only() {
+    use custodian::confine::Confinement;
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let allowed = http_server("through-the-node-proxy");
+    let other = http_server("not-for-you");
+    let dir = crate::sandbox::tempdir();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("node.sock");
+    let node = NodeChild::start(&ws, &socket);
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let client = WireClient::new(stream, 1 << 20);
+    let id = RequestId::new("allow-1").unwrap();
+    client.open_workspace(&id).await.unwrap();
+    // The node's proxy resolves with the system resolver: the allowed
+    // "host" is an address. `--noproxy ''` lifts the child's NO_PROXY for
+    // loopback (the host's loopback is reached only through the proxy).
+    let spec = RunSpec {
+        executable: "/bin/sh".into(),
+        argv: vec![
+            "-c".into(),
+            format!(
+                "curl -sS --noproxy '' http://127.0.0.1:{allowed}/; echo; \
+                 curl -sS --noproxy '' -o /dev/null -w 'other=%{{http_code}}' http://127.0.0.1:{other}/"
+            ),
+        ],
+        env: Default::default(),
+        cwd: None,
+        timeout_ms: Some(20_000),
+        confinement: Some(
+            Confinement::workspace_write().with_allow_host(format!("127.0.0.1:{allowed}")),
+        ),
+    };
+    match client.run_process(&id, spec).await {
+        Ok(s) => {
+            let out = &s.stdout;
+            assert!(out.contains("through-the-node-proxy"), "{s:?}");
+            assert!(out.contains("other=403"), "{s:?}");
+            assert!(!out.contains("not-for-you"), "{s:?}");
+            let net = s.network.as_ref().expect("the summary's network");
+            assert_eq!(net.requests_allowed, 1, "{net:?}");
+            assert_eq!(net.requests_refused, 1, "{net:?}");
+        }
+        Err(custodian::wire::WireError::Refused { code })
+            if code.as_str() == "confinement_spawner_unavailable" =>
+        {
+            eprintln!("skipped: the node has no cgroup tier for a confined run");
+        }
+        Err(e) => panic!("{e:?}"),
+    }
+    client.cleanup_workspace(&id).await.unwrap();
+    node.stop();
+}
+
 #[test]
 #[ignore = "deletes: run by guarded::e2e_in_a_private_mount_namespace"]
 fn a_run_spec_without_confinement_still_parses_and_one_with_it_round_trips() {
@@ -502,4 +581,13 @@ fn a_run_spec_without_confinement_still_parses_and_one_with_it_round_trips() {
     assert!(
         serde_json::from_str::<RunSpec>(r#"{"executable":"x","confinement":{"fs":"rw"}}"#).is_err()
     );
+    let allow: RunSpec = serde_json::from_str(
+        r#"{"executable":"/bin/true","confinement":{"fs":"read-only","network":"allow","allow_hosts":["pypi.org"]}}"#,
+    )
+    .unwrap();
+    let c = allow.confinement.clone().unwrap();
+    assert_eq!(c.network, custodian::confine::Network::Allow);
+    assert_eq!(c.allow_hosts, ["pypi.org"]);
+    let back: RunSpec = serde_json::from_str(&serde_json::to_string(&allow).unwrap()).unwrap();
+    assert_eq!(back, allow);
 }
