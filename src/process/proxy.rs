@@ -629,6 +629,20 @@ async fn forward(
 ) -> Response<Body> {
     let (up, down) = (Arc::clone(&upstream.up), Arc::clone(&upstream.down));
     let (mut parts, body) = req.into_parts();
+    // The upstream sees the host that was checked, whatever `Host` the tool
+    // sent: a different one would reach another site behind the same
+    // address (a shared front end).
+    let Some(Ok(host)) = parts
+        .uri
+        .authority()
+        .map(|a| hyper::header::HeaderValue::from_str(a.as_str()))
+    else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "custodian: bad request target\n".into(),
+        );
+    };
+    parts.headers.insert(hyper::header::HOST, host);
     let origin = parts
         .uri
         .path_and_query()
@@ -806,7 +820,7 @@ mod tests {
             addr,
             &format!(
                 "GET http://allowed.test:{up}/secret-path?token=abc HTTP/1.1\r\n\
-                 Host: allowed.test:{up}\r\nProxy-Connection: keep-alive\r\n\
+                 Host: fronted.evil\r\nProxy-Connection: keep-alive\r\n\
                  Connection: close\r\n\r\n"
             ),
         );
@@ -823,6 +837,12 @@ mod tests {
             !head.to_ascii_lowercase().contains("proxy-connection"),
             "{head}"
         );
+        // The checked host, not the one the tool's `Host` named.
+        assert!(
+            head.contains(&format!("host: allowed.test:{up}\r\n")),
+            "{head}"
+        );
+        assert!(!head.contains("fronted.evil"), "{head}");
 
         // Same name, another port: refused; another name: refused.
         for target in [
