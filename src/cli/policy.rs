@@ -356,12 +356,18 @@ fn explain(args: ExplainArgs) -> ExitCode {
         (Ok(e), Ok(s)) => (e, s),
         (Err(code), _) | (_, Err(code)) => return code,
     };
+    // As `run` would: a confinement it refuses is a usage error here too.
+    let confinement = args.confine.confinement();
+    if let Err(e) = confinement.validate() {
+        eprintln!("custodian: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let process = process_target(
         &args.command,
         args.cwd.as_deref(),
         &env,
         &env_secret,
-        &args.confine.confinement(),
+        &confinement,
     );
     let context = Context {
         provenance: args.provenance.into(),

@@ -185,7 +185,8 @@ impl fmt::Display for Reason {
             Reason::ConfinementRequired { required } => write!(
                 f,
                 "policy.require_confinement: process.run must be confined {required} or \
-                 stronger, strictly, with the network off and no extra writable path"
+                 stronger, strictly, with the network off (or an allow-list within \
+                 policy.allow_hosts) and no extra writable path"
             ),
             Reason::Override {
                 source,

@@ -578,3 +578,65 @@ fn explain_and_run_hold_a_process_to_the_confinement_the_policy_requires() {
     assert_eq!(ran.status.code(), Some(0), "{ran:?}");
     assert!(marker.exists(), "the confined call did not run: {stdout}");
 }
+
+#[test]
+fn explain_shows_an_allow_list_and_the_policy_grants_only_the_hosts_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("granted.toml");
+    std::fs::write(
+        &path,
+        "version = 1\n[tools]\nallow = [\"process.run\"]\n[policy]\n\
+         default_decision = \"allow\"\nrequire_confinement = \"workspace-write\"\n\
+         allow_hosts = [\"pypi.org\", \"*.pythonhosted.org\"]\n",
+    )
+    .unwrap();
+    let policy = path.to_str().unwrap();
+    let explain_hosts = |hosts: &[&str]| {
+        let mut args = vec![
+            "--policy",
+            policy,
+            "--provenance",
+            "trusted",
+            "--confine",
+            "workspace-write",
+        ];
+        for h in hosts {
+            args.extend(["--allow-host", h]);
+        }
+        args.extend(["--", "pip", "install", "x"]);
+        explain_json(&args)
+    };
+    let granted = explain_hosts(&["files.pythonhosted.org", "PyPI.org"]);
+    assert_eq!(
+        granted["target"],
+        r#"{"executable":"pip","argv":["install","x"],"cwd":".","env":{},"confine":{"fs":"workspace-write","network":"allow","allow_hosts":["files.pythonhosted.org","pypi.org"],"scoped":true,"allow_read":[],"allow_write":[],"deny_read":[],"enforcement":"strict"}}"#
+    );
+    assert_eq!(granted["decision"], "allow", "{granted}");
+    let wider = explain_hosts(&["pypi.org", "evil.test"]);
+    assert_eq!(wider["decision"], "deny", "{wider}");
+    assert_eq!(wider["reason"]["code"], "confinement_required");
+    assert!(
+        wider["reason"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("policy.allow_hosts"),
+        "{wider}"
+    );
+    // A malformed pattern is a usage error, named.
+    let bad = explain(&[
+        "--policy",
+        policy,
+        "--confine",
+        "read-only",
+        "--allow-host",
+        "a..b",
+        "--",
+        "true",
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stdout).contains("a..b")
+            || String::from_utf8_lossy(&bad.stderr).contains("a..b"),
+        "{bad:?}"
+    );
+}
