@@ -78,9 +78,9 @@ use crate::contain::Containment;
 use crate::coordinator::{Coordinator, RequestLimits};
 use crate::id::RequestId;
 use crate::policy::{PolicyConfig, Provenance, Registry};
-use crate::process::ProcessError;
 use crate::process::env::{AsyncSecretResolver, Baseline, Blocking, EnvError, NoSecrets};
 use crate::process::governed::ApprovalRequired;
+use crate::process::{NetworkProxy, ProcessError};
 use crate::spill::{Locator, ServiceError, ServiceOptions, SpillConfig, SpillService, StoreError};
 use crate::workspace::{CleanupResult, Workspace, WorkspaceConfig, WorkspaceError};
 
@@ -173,6 +173,9 @@ pub struct RuntimeConfig {
     pub baseline: Baseline,
     /// Resolves secret references in an invocation's overlay.
     pub secrets: Arc<dyn AsyncSecretResolver>,
+    /// The filtering proxy of every network `allow` launch; `None`: the
+    /// process-wide one ([`NetworkProxy::shared`], the system resolver).
+    pub proxy: Option<NetworkProxy>,
 }
 
 impl RuntimeConfig {
@@ -191,7 +194,17 @@ impl RuntimeConfig {
             limits: RequestLimits::default(),
             baseline: Baseline::from_parent(),
             secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
+            proxy: None,
         }
+    }
+
+    /// Serves every network `allow` launch of the runtime with `proxy`
+    /// (e.g. one whose [`ProxyConfig`](crate::process::ProxyConfig) pins
+    /// names to addresses).
+    #[must_use]
+    pub fn with_proxy(mut self, proxy: NetworkProxy) -> Self {
+        self.proxy = Some(proxy);
+        self
     }
 
     /// Replaces the workspace settings.
@@ -439,6 +452,7 @@ impl Runtime {
         let mut launch = crate::process::LaunchOptions::new(config.workspace_root.clone())
             .with_containment(config.containment);
         launch.baseline = config.baseline.clone();
+        launch.proxy = config.proxy.clone();
         Ok(Runtime {
             inner: Arc::new(Inner {
                 hooks,

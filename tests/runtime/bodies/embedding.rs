@@ -242,6 +242,68 @@ async fn the_runtime_default_confinement_applies_unless_the_invocation_names_one
     runtime.shutdown().await;
 }
 
+/// A runtime's network `allow` launches go through the proxy it was given
+/// (here one that pins `allowed.test` and `denied.test` to loopback): the
+/// allowed host is reached, the other refused, and the evidence says so.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_runtime_serves_network_allow_through_its_own_proxy() {
+    use std::io::{Read, Write};
+    use std::net::{IpAddr, Ipv4Addr};
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in server.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nfetched",
+            );
+        }
+    });
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let proxy = custodian::process::NetworkProxy::start(
+        custodian::process::ProxyConfig::new()
+            .with_host("allowed.test", loopback)
+            .with_host("denied.test", loopback),
+    )
+    .unwrap();
+    let config = RuntimeConfig::new(&root)
+        .with_confinement(
+            Confinement::workspace_write().with_allow_host(format!("allowed.test:{port}")),
+        )
+        .with_proxy(proxy);
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime.start(RequestId::new("allow-1").unwrap()).unwrap();
+    let executor = request.executor();
+    let script = format!(
+        "curl -sS http://allowed.test:{port}/; echo; \
+         curl -sS -o /dev/null -w 'denied=%{{http_code}}' http://denied.test:{port}/"
+    );
+    let Some(ev) = confined_sh(&executor, &script, None).await else {
+        return;
+    };
+    assert_eq!(ev.stdout.text, "fetched\ndenied=403", "{ev:?}");
+    let net = ev.network.as_ref().expect("the evidence's network");
+    assert_eq!(
+        (net.requests_allowed, net.requests_refused),
+        (1, 1),
+        "{net:?}"
+    );
+    assert_eq!(net.allowed[0].host, "allowed.test");
+    assert_eq!(net.refused[0].host, "denied.test");
+    executor.succeed();
+    request.finished().await;
+    runtime.shutdown().await;
+}
+
 /// A default confinement the launcher could never apply is refused when
 /// the runtime opens, not at each launch.
 #[tokio::test]
