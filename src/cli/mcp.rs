@@ -62,6 +62,8 @@ pub(crate) struct Args {
     containment: Containment,
     #[command(flatten)]
     confine: super::run::ConfineArgs,
+    #[command(flatten)]
+    proxy: super::run::ProxyArgs,
     /// Bytes per stream kept inline in a result; a larger stream is spilled.
     #[arg(long, value_name = "SIZE", default_value = "16KiB", value_parser = size)]
     inline_budget: usize,
@@ -147,6 +149,13 @@ pub(crate) fn main(args: Args) -> ExitCode {
     config.provenance = args.provenance.into();
     config.containment = args.containment;
     config.confinement = args.confine.confinement();
+    config.proxy = match args.proxy.proxy() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("custodian mcp: the network proxy could not be started: {e}");
+            return ExitCode::from(70);
+        }
+    };
     config.spill = match args.spill_root {
         Some(root) => SpillConfig::default().with_root(root),
         None => SpillConfig::default(),

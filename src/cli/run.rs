@@ -133,11 +133,8 @@ pub(crate) struct Args {
     subreaper: bool,
     #[command(flatten)]
     confine: ConfineArgs,
-    /// Have the proxy of `--network allow` resolve NAME to ADDR (an IP
-    /// address) instead of asking DNS, like `curl --resolve` (repeatable).
-    /// The allow-list still decides first.
-    #[arg(long, value_name = "NAME=ADDR", value_parser = resolve_entry)]
-    resolve: Vec<(String, std::net::IpAddr)>,
+    #[command(flatten)]
+    proxy: ProxyArgs,
     /// Print everything on stdout (the evidence, a policy refusal, an error)
     /// inside the model-facing `<data source="tool">` boundary instead of
     /// bare JSON; `<`, `>` and their look-alikes are escaped inside, so
@@ -270,6 +267,33 @@ impl ConfineArgs {
     }
 }
 
+/// The proxy flags of `run` and `mcp`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ProxyArgs {
+    /// Have the proxy of `--network allow` resolve NAME to ADDR (an IP
+    /// address) instead of asking DNS, like `curl --resolve` (repeatable).
+    /// The allow-list still decides first.
+    #[arg(long, value_name = "NAME=ADDR", value_parser = resolve_entry)]
+    resolve: Vec<(String, std::net::IpAddr)>,
+}
+
+impl ProxyArgs {
+    /// A proxy of this process's own when a flag asks for one; `None`: the
+    /// process-wide one, started on first use.
+    pub(crate) fn proxy(&self) -> std::io::Result<Option<NetworkProxy>> {
+        if self.resolve.is_empty() {
+            return Ok(None);
+        }
+        let config = self
+            .resolve
+            .iter()
+            .fold(ProxyConfig::new(), |c, (name, addr)| {
+                c.with_host(name, *addr)
+            });
+        NetworkProxy::start(config).map(Some)
+    }
+}
+
 fn resolve_entry(v: &str) -> Result<(String, std::net::IpAddr), String> {
     let (name, addr) = v
         .split_once('=')
@@ -332,14 +356,8 @@ fn validate(args: Args) -> Result<Config, ArgsError> {
     };
     // The baseline is the documented subset of this process's environment.
     let mut options = LaunchOptions::new(workspace).with_containment(containment);
-    if !args.resolve.is_empty() {
-        let config = args
-            .resolve
-            .iter()
-            .fold(ProxyConfig::new(), |c, (name, addr)| {
-                c.with_host(name, *addr)
-            });
-        options = options.with_proxy(NetworkProxy::start(config).map_err(ArgsError::Proxy)?);
+    if let Some(proxy) = args.proxy.proxy().map_err(ArgsError::Proxy)? {
+        options = options.with_proxy(proxy);
     }
     Ok(Config {
         invocation,

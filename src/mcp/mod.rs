@@ -92,6 +92,9 @@ pub struct McpConfig {
     /// confined). Part of the policy's match target, so an approval of a
     /// call binds its confinement too.
     pub confinement: crate::confine::Confinement,
+    /// The filtering proxy of network `allow` calls; `None`: the
+    /// process-wide one (the system resolver).
+    pub proxy: Option<crate::process::NetworkProxy>,
     /// The spill store and its startup sweep.
     pub spill: SpillConfig,
     /// Bytes per stream kept inline in a result.
@@ -147,6 +150,7 @@ impl McpConfig {
             provenance: Provenance::Untrusted,
             containment: Containment::Auto,
             confinement: crate::confine::Confinement::default(),
+            proxy: None,
             spill: SpillConfig::default(),
             inline_budget: DEFAULT_INLINE_BUDGET,
             spill_cap: DEFAULT_SPILL_CAP,
@@ -262,13 +266,12 @@ where
     let internal = config.workspace.join(&ws_config.internal_name);
     // The runtime owns the workspace and drives every call's request; the
     // policy stays here, at the edge, where an approval can be asked for.
-    let runtime = Runtime::open(
-        RuntimeConfig::new(&config.workspace)
-            .with_workspace(ws_config)
-            .with_containment(config.containment)
-            .with_secrets(Arc::new(Blocking(Arc::clone(&config.secrets)))),
-    )
-    .map_err(|e| match e {
+    let mut runtime_config = RuntimeConfig::new(&config.workspace)
+        .with_workspace(ws_config)
+        .with_containment(config.containment)
+        .with_secrets(Arc::new(Blocking(Arc::clone(&config.secrets))));
+    runtime_config.proxy.clone_from(&config.proxy);
+    let runtime = Runtime::open(runtime_config).map_err(|e| match e {
         RuntimeError::Workspace(e) => McpError::Workspace(e),
         e => McpError::Runtime(e),
     })?;

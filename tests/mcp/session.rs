@@ -146,3 +146,74 @@ fn spills_read_back_exactly_and_survive_a_restart() {
     let got = read(&mut again, 4, "base64");
     assert_eq!(got["base64"], "qcOpww==", "after a restart: {got}");
 }
+
+/// A loopback HTTP server answering `body` to every request.
+fn http_server(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+#[ignore = "deletes: run by session_in_a_private_mount_namespace"]
+fn an_operators_allow_list_lets_a_call_reach_its_hosts_only() {
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let port = http_server("fetched-over-mcp");
+    let tmp = sandbox::tempdir();
+    let allowed = format!("allowed.test:{port}");
+    let mut server = Server::start(
+        tmp.path(),
+        &[
+            "--confine",
+            "workspace-write",
+            "--allow-host",
+            &allowed,
+            "--resolve",
+            "allowed.test=127.0.0.1",
+            "--resolve",
+            "denied.test=127.0.0.1",
+        ],
+    );
+    server.initialize();
+    let script = format!(
+        "curl -sS http://allowed.test:{port}/; echo; \
+         curl -sS -o /dev/null -w 'denied=%{{http_code}}' http://denied.test:{port}/"
+    );
+    let r = server.request(
+        json!(1),
+        "tools/call",
+        json!({"name": "process_run", "arguments": {"executable": "sh", "argv": ["-c", script]}}),
+    );
+    let ev = &r["result"]["structuredContent"]["evidence"];
+    if ev.is_null() {
+        let text = r.to_string();
+        assert!(
+            text.contains("confinement_spawner_unavailable")
+                || text.contains("confinement_isolation_unavailable"),
+            "{r}"
+        );
+        eprintln!("skipped: this host cannot confine ({text})");
+        return;
+    }
+    assert_eq!(ev["stdout"]["text"], "fetched-over-mcp\ndenied=403", "{r}");
+    assert_eq!(ev["confinement"]["network"], "allow", "{r}");
+    assert_eq!(ev["network"]["allowed"][0]["host"], "allowed.test", "{r}");
+    assert_eq!(ev["network"]["refused"][0]["host"], "denied.test", "{r}");
+    let (code, stderr) = server.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+}
