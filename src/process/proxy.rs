@@ -104,12 +104,23 @@ pub struct ProxyConfig {
     /// Names resolved to these addresses without asking the system
     /// resolver (like `curl --resolve`), lower-case.
     fixed: HashMap<String, Vec<SocketAddr>>,
+    /// At most this many connections served at once (`None`:
+    /// [`MAX_CONNECTIONS`]).
+    max_connections: Option<usize>,
 }
 
 impl ProxyConfig {
     /// The system resolver for every name.
     pub fn new() -> Self {
         ProxyConfig::default()
+    }
+
+    /// Serves at most `n` connections at once (at least 1; default
+    /// [`MAX_CONNECTIONS`]); one more waits, unanswered, until one ends.
+    #[must_use]
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = Some(n.max(1));
+        self
     }
 
     /// Resolves `name` (any port asked) to `addr`'s IP, on the port asked,
@@ -296,8 +307,10 @@ impl NetworkProxy {
             inner: Arc::new(Inner {
                 runtime: handle,
                 _alive: alive,
+                slots: Arc::new(Semaphore::new(
+                    config.max_connections.unwrap_or(MAX_CONNECTIONS),
+                )),
                 config,
-                slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             }),
         })
     }
@@ -444,13 +457,21 @@ async fn accept_loop(inner: Arc<Inner>, launch: Arc<Launch>, listener: TcpListen
         let inner = Arc::clone(&inner);
         let launch = Arc::clone(&launch);
         tokio::spawn(async move {
-            let _permit = permit;
+            // Shared with a tunnel the connection turns into: the slot is
+            // free only once both ended.
+            let permit = Arc::new(permit);
             let mut stop = launch.stop.clone();
             let service = {
                 let inner = Arc::clone(&inner);
                 let launch = Arc::clone(&launch);
+                let permit = Arc::clone(&permit);
                 hyper::service::service_fn(move |req| {
-                    serve(Arc::clone(&inner), Arc::clone(&launch), req)
+                    serve(
+                        Arc::clone(&inner),
+                        Arc::clone(&launch),
+                        Arc::clone(&permit),
+                        req,
+                    )
                 })
             };
             let conn = hyper::server::conn::http1::Builder::new()
@@ -510,6 +531,7 @@ fn shown(host: &str) -> String {
 async fn serve(
     inner: Arc<Inner>,
     launch: Arc<Launch>,
+    permit: Arc<tokio::sync::OwnedSemaphorePermit>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let is_connect = req.method() == Method::CONNECT;
@@ -537,6 +559,7 @@ async fn serve(
     if is_connect {
         let launch = Arc::clone(&launch);
         tokio::spawn(async move {
+            let _slot = permit;
             let (up, down) = (Arc::clone(&upstream.up), Arc::clone(&upstream.down));
             let mut stop = launch.stop.clone();
             let mut upstream = upstream;
@@ -587,16 +610,32 @@ async fn connect(config: &ProxyConfig, host: &str, port: u16) -> Result<Counted,
             .iter()
             .map(|a| SocketAddr::new(a.ip(), port))
             .collect(),
-        None => match tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            tokio::net::lookup_host((host.to_owned(), port)),
-        )
-        .await
-        {
-            Ok(Ok(a)) => a.collect(),
-            Ok(Err(_)) => return Err("name_not_resolved"),
-            Err(_) => return Err("resolve_timeout"),
-        },
+        None => {
+            let found: Vec<SocketAddr> = match tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio::net::lookup_host((host.to_owned(), port)),
+            )
+            .await
+            {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(_)) => return Err("name_not_resolved"),
+                Err(_) => return Err("resolve_timeout"),
+            };
+            // A name resolved by DNS never leads to this host itself: its
+            // loopback and link-local services are not the allowed host
+            // (an IP literal, or a name pinned by `with_host`, is taken
+            // as meant).
+            let literal = host.parse::<std::net::IpAddr>().is_ok();
+            let outside: Vec<SocketAddr> = found
+                .iter()
+                .copied()
+                .filter(|a| literal || !is_local(a.ip()))
+                .collect();
+            if outside.is_empty() && !found.is_empty() {
+                return Err("resolves_to_a_local_address");
+            }
+            outside
+        }
     };
     if addrs.is_empty() {
         return Err("name_not_resolved");
@@ -608,6 +647,22 @@ async fn connect(config: &ProxyConfig, host: &str, port: u16) -> Result<Counted,
         }
     }
     Err("connect_failed")
+}
+
+/// Loopback, unspecified or link-local: this host's own, not a remote
+/// host's.
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_unspecified() || v4.is_link_local())
+        }
+    }
 }
 
 const HOP_BY_HOP: [&str; 8] = [
@@ -978,6 +1033,99 @@ mod tests {
         );
         assert!(r.starts_with("HTTP/1.1 502"), "{r}");
         assert!(r.contains("connect_failed"), "{r}");
+        drop(a);
+    }
+
+    #[test]
+    fn a_name_resolved_by_dns_to_this_hosts_loopback_is_refused_and_a_literal_is_not() {
+        let (up, _heads) = upstream();
+        let proxy = NetworkProxy::start(ProxyConfig::new()).expect("proxy");
+        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let addr = l.local_addr().expect("addr");
+        let allow = [format!("localhost:{up}"), format!("127.0.0.1:{up}")];
+        let a = proxy
+            .attach(OwnedFd::from(l), AllowList::parse(&allow).expect("list"))
+            .expect("attach");
+        // `localhost` comes from the system resolver (/etc/hosts).
+        let r = exchange(
+            addr,
+            &format!("CONNECT localhost:{up} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        );
+        assert!(r.starts_with("HTTP/1.1 502"), "{r}");
+        assert!(r.contains("resolves_to_a_local_address"), "{r}");
+        let r = exchange(
+            addr,
+            &format!("GET http://127.0.0.1:{up}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        );
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        drop(a);
+        for (ip, local) in [
+            ("127.0.0.2", true),
+            ("0.0.0.0", true),
+            ("169.254.1.1", true),
+            ("::1", true),
+            ("fe80::1", true),
+            ("::ffff:127.0.0.1", true),
+            ("10.0.0.1", false),
+            ("93.184.216.34", false),
+            ("2001:db8::1", false),
+        ] {
+            assert_eq!(is_local(ip.parse().expect("ip")), local, "{ip}");
+        }
+    }
+
+    #[test]
+    fn connections_past_the_bound_wait_until_one_ends() {
+        let (up, _heads) = upstream();
+        let proxy = NetworkProxy::start(
+            ProxyConfig::new()
+                .with_host("allowed.test", LOCAL)
+                .with_max_connections(1),
+        )
+        .expect("proxy");
+        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let addr = l.local_addr().expect("addr");
+        let a = proxy
+            .attach(
+                OwnedFd::from(l),
+                AllowList::parse(&[format!("allowed.test:{up}")]).expect("list"),
+            )
+            .expect("attach");
+        // The first connection holds the only slot (an open tunnel).
+        let mut first = StdStream::connect(addr).expect("connect");
+        first
+            .write_all(format!("CONNECT allowed.test:{up} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .expect("send");
+        let mut buf = [0u8; 256];
+        first
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let n = first.read(&mut buf).expect("answer");
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        // The second waits, unanswered, while the first is open …
+        let mut second = StdStream::connect(addr).expect("connect");
+        second
+            .write_all(
+                format!(
+                    "GET http://allowed.test:{up}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .expect("send");
+        second
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .expect("timeout");
+        assert!(second.read(&mut buf).is_err(), "served past the bound");
+        // … and is served once it closes.
+        drop(first);
+        second
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut out = String::new();
+        let _ = second.read_to_string(&mut out);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
         drop(a);
     }
 
