@@ -1004,6 +1004,15 @@ fn without_netns(who: Who) {
         "{ev}"
     );
 
+    // Strict, network allow: the same (its proxy needs the namespace).
+    let (code, ev, ran) = run(&["--allow-host", "pypi.org"], "strict-allow");
+    assert!(!ran, "a refused launch ran: {ev}");
+    assert_ne!(code, Some(0), "{ev}");
+    assert!(
+        ev.to_string().contains("network_namespace_unavailable"),
+        "{ev}"
+    );
+
     // Strict, network on: isolated as anywhere (no network namespace needed).
     let (code, ev, ran) = run(&["--network", "on"], "strict-on");
     assert_eq!(code, Some(0), "{ev}");
@@ -1032,6 +1041,18 @@ fn without_netns(who: Who) {
             && not_enforced.contains("network_namespace_unavailable"),
         "{ev}"
     );
+
+    // Best-effort, network allow: no namespace for the proxy, so no
+    // network at all, and the evidence says the allow-list was not served.
+    let (code, ev, ran) = run(
+        &["--confine-best-effort", "--allow-host", "pypi.org"],
+        "best-effort-allow",
+    );
+    assert_eq!(code, Some(0), "{ev}");
+    assert!(ran, "{ev}");
+    let not_enforced = ev["confinement"]["not_enforced"].to_string();
+    assert!(not_enforced.contains("\"network_allow_list\""), "{ev}");
+    assert!(ev.get("network").is_none(), "{ev}");
 }
 
 /// CF-22: where network namespaces are refused but user namespaces are not,
