@@ -64,7 +64,7 @@ fn main() {
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
     // (name, confinement, spare network namespaces on)
-    let variants: [(&str, Confinement, bool); 7] = [
+    let variants: [(&str, Confinement, bool); 8] = [
         ("unconfined", Confinement::none(), true),
         (
             "network off",
@@ -87,6 +87,11 @@ fn main() {
             "workspace-write, no spare netns",
             Confinement::workspace_write(),
             false,
+        ),
+        (
+            "workspace-write, network allow",
+            Confinement::workspace_write().with_allow_host("pypi.org"),
+            true,
         ),
     ];
     let once = |(_, c, spares): &(&str, Confinement, bool)| {
