@@ -185,8 +185,15 @@ fn fs_mode(v: &str) -> Result<FsMode, String> {
     v.parse().map_err(|e: InvalidConfinement| e.to_string())
 }
 
-fn network(v: &str) -> Result<Network, String> {
-    v.parse().map_err(|e: InvalidConfinement| e.to_string())
+/// `on`, `off`, `allow`, or `allow:PATTERN[,PATTERN…]` (the hosts inline,
+/// as `--allow-host` gives them).
+fn network(v: &str) -> Result<(Network, Vec<String>), String> {
+    if let Some(hosts) = v.strip_prefix("allow:") {
+        let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+        return Ok((Network::Allow, hosts));
+    }
+    let mode = v.parse().map_err(|e: InvalidConfinement| e.to_string())?;
+    Ok((mode, Vec::new()))
 }
 
 /// The confinement flags of `run` (and of `policy explain`, which must
@@ -204,15 +211,16 @@ pub(crate) struct ConfineArgs {
     /// no_new_privs; the evidence's `confinement` says what was enforced).
     #[arg(long, value_name = "MODE", default_value = "none", value_parser = fs_mode)]
     pub(crate) confine: FsMode,
-    /// `on`, `off` or `allow` (default: `off` when confined, else `on`;
-    /// `allow` with `--allow-host`). `off` gives the process a network
+    /// `on`, `off`, `allow` or `allow:HOST[,HOST…]` (default: `off` when
+    /// confined, else `on`; `allow` with `--allow-host` or the hosts
+    /// inline, e.g. `allow:pypi.org,*.crates.io`). `off` gives the process a network
     /// namespace of its own with loopback up: servers on 127.0.0.1 work
     /// inside, nothing outside is reachable. `allow` adds custodian's
     /// filtering proxy inside (127.0.0.1:28080, named by `HTTP_PROXY`,
     /// `HTTPS_PROXY`, `ALL_PROXY` and their lower-case forms): HTTP and
     /// `CONNECT` to the `--allow-host` hosts, `403` for any other.
-    #[arg(long, value_name = "on|off|allow", value_parser = network)]
-    pub(crate) network: Option<Network>,
+    #[arg(long, value_name = "on|off|allow[:HOSTS]", value_parser = network)]
+    pub(crate) network: Option<(Network, Vec<String>)>,
     /// A host the process may reach through the proxy (repeatable; implies
     /// `--network allow`): `NAME` (ports 80 and 443), `*.NAME` (every name
     /// beneath NAME, not NAME itself), `NAME:PORT`, `*.NAME:PORT`.
@@ -248,13 +256,15 @@ impl ConfineArgs {
     /// The confinement the flags ask for.
     pub(crate) fn confinement(&self) -> Confinement {
         let mut c = Confinement::for_mode(self.confine);
-        if let Some(n) = self.network {
+        let (mode, inline) = self.network.clone().unzip();
+        if let Some(n) = mode {
             c = c.with_network(n);
         }
-        if !self.allow_host.is_empty() && self.network.is_none() {
+        if !self.allow_host.is_empty() && mode.is_none() {
             c = c.with_network(Network::Allow);
         }
-        c.allow_hosts.clone_from(&self.allow_host);
+        c.allow_hosts = inline.unwrap_or_default();
+        c.allow_hosts.extend(self.allow_host.iter().cloned());
         c.allow_read.clone_from(&self.allow_read);
         c.allow_write.clone_from(&self.allow_write);
         c.deny_read.clone_from(&self.deny_read);

@@ -410,7 +410,9 @@ fn pip_installs_from_an_allowed_index_and_not_from_another() {
              --target ./site demo-pkg"
         )
     };
-    let mut args = vec!["--confine", "workspace-write", "--allow-host", &host];
+    // The hosts inline, as `--network allow:HOSTS` takes them.
+    let network = format!("allow:{host}");
+    let mut args = vec!["--confine", "workspace-write", "--network", &network];
     let resolve = resolve_all();
     args.extend(resolve.iter().map(String::as_str));
     let ev = attack_with(Who::Root, &ws, &args, &pip("denied.test"), &[]);
