@@ -76,6 +76,15 @@ use crate::sync::lock_std;
 /// The most connections one proxy serves at once (tool connections, each
 /// with its upstream); one more waits until one ends.
 pub const MAX_CONNECTIONS: usize = 256;
+/// The most connections one launch holds at once (so that one sandbox's
+/// idle connections cannot take every slot of the proxy).
+pub const MAX_CONNECTIONS_PER_LAUNCH: usize = 64;
+/// The most bytes of a request's head (request line and headers) the
+/// proxy reads; a longer one gets `431` and the connection is closed.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// How long a request's head may take to arrive once a connection waits
+/// for one (a client that trickles it is cut off).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most distinct hosts each of the summary's two lists keeps; the rest
 /// are counted in [`NetworkAccess::hosts_dropped`].
 pub const MAX_SUMMARY_HOSTS: usize = 32;
@@ -107,6 +116,8 @@ pub struct ProxyConfig {
     /// At most this many connections served at once (`None`:
     /// [`MAX_CONNECTIONS`]).
     max_connections: Option<usize>,
+    /// [`HEADER_TIMEOUT`], shorter in tests.
+    header_timeout: Option<Duration>,
 }
 
 impl ProxyConfig {
@@ -255,6 +266,14 @@ struct Launch {
     down: AtomicU64,
     /// `true` once the launch settled: every task of it ends.
     stop: watch::Receiver<bool>,
+    /// [`MAX_CONNECTIONS_PER_LAUNCH`].
+    slots: Arc<Semaphore>,
+}
+
+/// A connection's place: one of its launch's and one of the proxy's.
+struct Slot {
+    _launch: tokio::sync::OwnedSemaphorePermit,
+    _proxy: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// A filtering proxy serving the sandboxes of this process (module docs).
@@ -340,6 +359,7 @@ impl NetworkProxy {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
             stop: stop_rx,
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_LAUNCH)),
         });
         let std_listener = std::net::TcpListener::from(listener);
         let listener = {
@@ -436,9 +456,16 @@ impl Served {
 async fn accept_loop(inner: Arc<Inner>, launch: Arc<Launch>, listener: TcpListener) {
     let mut stop = launch.stop.clone();
     loop {
+        let ours = tokio::select! {
+            p = Arc::clone(&launch.slots).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = stopped(&mut stop) => return,
+        };
         let permit = tokio::select! {
             p = Arc::clone(&inner.slots).acquire_owned() => match p {
-                Ok(p) => p,
+                Ok(p) => Slot { _launch: ours, _proxy: p },
                 Err(_) => return,
             },
             _ = stopped(&mut stop) => return,
@@ -475,6 +502,9 @@ async fn accept_loop(inner: Arc<Inner>, launch: Arc<Launch>, listener: TcpListen
                 })
             };
             let conn = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(MAX_HEAD_BYTES)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(inner.config.header_timeout.unwrap_or(HEADER_TIMEOUT))
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
             tokio::select! {
@@ -531,7 +561,7 @@ fn shown(host: &str) -> String {
 async fn serve(
     inner: Arc<Inner>,
     launch: Arc<Launch>,
-    permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+    permit: Arc<Slot>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let is_connect = req.method() == Method::CONNECT;
@@ -1127,6 +1157,70 @@ mod tests {
         let _ = second.read_to_string(&mut out);
         assert!(out.starts_with("HTTP/1.1 200"), "{out}");
         drop(a);
+    }
+
+    #[test]
+    fn hostile_requests_get_typed_refusals_and_a_trickled_head_is_cut_off() {
+        let (up, _heads) = upstream();
+        let proxy = NetworkProxy::start(ProxyConfig {
+            header_timeout: Some(Duration::from_millis(300)),
+            ..ProxyConfig::new().with_host("allowed.test", LOCAL)
+        })
+        .expect("proxy");
+        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let addr = l.local_addr().expect("addr");
+        let a = proxy
+            .attach(
+                OwnedFd::from(l),
+                AllowList::parse(&[format!("allowed.test:{up}")]).expect("list"),
+            )
+            .expect("attach");
+        // Not HTTP at all.
+        let r = exchange(addr, "\x16\x03\x01 garbage\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 400"), "{r:?}");
+        // A head past the bound: 431, nothing forwarded.
+        let huge = format!(
+            "GET http://allowed.test:{up}/ HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD_BYTES * 2)
+        );
+        let r = exchange(addr, &huge);
+        assert!(r.starts_with("HTTP/1.1 431"), "{:?}", &r[..r.len().min(80)]);
+        // CONNECT without a port, to an address literal not on the list
+        // (this host's loopback included): refused.
+        for target in ["allowed.test", "127.0.0.1:22", "[::1]:22", "10.0.0.1:443"] {
+            let r = exchange(
+                addr,
+                &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+            );
+            assert!(
+                r.starts_with("HTTP/1.1 400") || r.starts_with("HTTP/1.1 403"),
+                "{target}: {r}"
+            );
+        }
+        // https:// in absolute form is not forwarded (TLS goes through
+        // CONNECT).
+        let r = exchange(
+            addr,
+            &format!("GET https://allowed.test:{up}/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+        );
+        assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+        // Slowloris: half a head, then nothing; the proxy hangs up.
+        let mut slow = StdStream::connect(addr).expect("connect");
+        slow.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nHost: a")
+            .expect("send");
+        slow.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let _ = slow.read_to_end(&mut rest);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "a trickled head held its connection for {:?}",
+            started.elapsed()
+        );
+        let s = a.finish();
+        assert_eq!(s.requests_allowed, 0, "{s:?}");
     }
 
     #[test]
