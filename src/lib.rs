@@ -135,6 +135,38 @@ pub mod __bench {
         crate::wire::node::take_recorded()
     }
 
+    /// A launch's use of a [`crate::process::NetworkProxy`], for the
+    /// benchmark that measures the proxy's data path: what a sandbox's
+    /// listener gets, given a listener of the benchmark's own.
+    #[derive(Debug)]
+    pub struct ProxyAttachment(crate::process::proxy::Attachment);
+
+    impl ProxyAttachment {
+        /// Stops serving, and the summary the evidence would record.
+        pub fn finish(self) -> crate::process::NetworkAccess {
+            self.0.finish()
+        }
+    }
+
+    /// Serves the connections arriving on `listener` with the allow-list
+    /// `hosts`, as for a sandbox's listener.
+    ///
+    /// # Errors
+    ///
+    /// A bad pattern, or a listener the proxy cannot take.
+    pub fn proxy_attach(
+        proxy: &crate::process::NetworkProxy,
+        listener: std::net::TcpListener,
+        hosts: &[String],
+    ) -> io::Result<ProxyAttachment> {
+        let allow = crate::confine::hosts::AllowList::parse(hosts)
+            .map_err(|(p, e)| io::Error::new(io::ErrorKind::InvalidInput, format!("{p}: {e}")))?;
+        listener.set_nonblocking(true)?;
+        proxy
+            .attach(std::os::fd::OwnedFd::from(listener), allow)
+            .map(ProxyAttachment)
+    }
+
     /// Turns the spare network namespaces of isolated launches with the
     /// network off on or off (off: each launch's `clone3` makes its own),
     /// for the benchmark that measures what they save. On by default.
