@@ -28,8 +28,9 @@
 //!                                 # counts as confined so
 //! ```
 //!
-//! `[policy] allow_hosts = [...]` grants the same to `require_confinement`:
-//! without it, no network `allow` run satisfies `require_confinement`.
+//! `[policy] allow_hosts = [...]` grants the same to `require_confinement`,
+//! and so does the active profile's `[tools.profiles.NAME] allow_hosts`:
+//! without either, no network `allow` run satisfies `require_confinement`.
 //!
 //! `[policy] require_confinement = "workspace-write" | "read-only"` denies
 //! every `process.run` that is not confined at least that much
@@ -337,6 +338,8 @@ struct RawTools {
 struct RawProfile {
     #[serde(default)]
     allow: Vec<String>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -535,13 +538,20 @@ impl PolicyConfig {
         }
         let mut profiles = BTreeMap::new();
         for (name, profile) in &raw.tools.profiles {
-            let at = format!("tools.profiles.{}.allow", clip(name));
-            profiles.insert(name.clone(), selectors(&profile.allow, &at)?);
+            let at = format!("tools.profiles.{}", clip(name));
+            let hosts = hosts(&profile.allow_hosts, &format!("{at}.allow_hosts"))?;
+            let allow = selectors(&profile.allow, &format!("{at}.allow"))?;
+            profiles.insert(name.clone(), (allow, hosts));
         }
+        // The active profile's hosts join the policy's grant.
+        let mut granted = hosts(&raw.policy.allow_hosts, "policy.allow_hosts")?;
         let profile = match raw.tools.profile {
             None => None,
             Some(name) => match profiles.remove(&name) {
-                Some(list) => Some((name, list)),
+                Some((list, hosts)) => {
+                    granted.extend(hosts);
+                    Some((name, list))
+                }
                 None => return Err(PolicyConfigError::UnknownProfile { name: clip(&name) }),
             },
         };
@@ -608,7 +618,7 @@ impl PolicyConfig {
                 overrides,
                 rules,
                 require_confinement: raw.policy.require_confinement,
-                allow_hosts: hosts(&raw.policy.allow_hosts, "policy.allow_hosts")?,
+                allow_hosts: granted,
             },
         })
     }

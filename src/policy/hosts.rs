@@ -255,6 +255,11 @@ impl AllowList {
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }
+
+    /// Adds `other`'s patterns (a grant made of two).
+    pub fn extend(&mut self, other: AllowList) {
+        self.patterns.extend(other.patterns);
+    }
 }
 
 #[cfg(test)]

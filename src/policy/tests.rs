@@ -939,3 +939,31 @@ fn bad_allow_hosts_in_the_policy_file_are_refused_where_they_are() {
         "{in_rule:?}"
     );
 }
+
+#[test]
+fn the_active_profiles_hosts_join_the_policys_grant_and_an_inactive_ones_do_not() {
+    let plain = git(&["fetch"]);
+    let decide_with = |profile: &str| {
+        let c = config(&format!(
+            "[tools]\nallow = [\"process.run\"]\nprofile = \"{profile}\"\n\
+             [tools.profiles.build]\nallow = [\"process.run\"]\nallow_hosts = [\"pypi.org\"]\n\
+             [tools.profiles.review]\nallow = [\"process.run\"]\n\
+             [policy]\ndefault_decision = \"allow\"\nrequire_confinement = \"workspace-write\"\n"
+        ));
+        run(
+            &c,
+            &with_confine(&plain, allowing(&["pypi.org"])),
+            Provenance::Trusted,
+            &[],
+        )
+        .verdict
+    };
+    assert_eq!(decide_with("build"), Verdict::Allow);
+    assert_eq!(decide_with("review"), Verdict::Deny);
+    let bad =
+        PolicyConfig::from_toml_str("version = 1\n[tools.profiles.p]\nallow_hosts = [\"*\"]\n");
+    assert!(
+        matches!(bad, Err(PolicyConfigError::InvalidHost { ref at, .. }) if at == "tools.profiles.p.allow_hosts"),
+        "{bad:?}"
+    );
+}

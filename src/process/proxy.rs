@@ -36,7 +36,7 @@
 //!
 //! Every connection is bounded ([`MAX_CONNECTIONS`] per proxy, served
 //! concurrently), and everything of a launch (its listener, its open
-//! tunnels) is closed when the launch settles ([`Attachment::finish`]),
+//! tunnels) is closed when the launch settles (`Attachment::finish`),
 //! which also returns the bounded summary the evidence records: hosts
 //! allowed and refused with their counts and bytes, never a path or a
 //! query string (they may carry tokens).
@@ -285,7 +285,7 @@ struct Slot {
 /// A filtering proxy serving the sandboxes of this process (module docs).
 ///
 /// Cheap to clone; the proxy's thread ends when the last clone and the
-/// last [`Attachment`] are gone.
+/// last launch attached to it are gone.
 #[derive(Clone)]
 pub struct NetworkProxy {
     inner: Arc<Inner>,
@@ -655,42 +655,49 @@ async fn tunnel(upgraded: hyper::upgrade::Upgraded, upstream: &mut Counted) -> i
 
 /// One direction of a tunnel: `src` to `dst` through a pipe, until `src`
 /// ends (then `dst`'s writing side is shut down), counting into `moved`.
+/// It reads into the pipe while there is room and writes out of it while
+/// it holds bytes, whichever the sockets allow first, so neither side
+/// waits for the other to finish a chunk.
 async fn splice_one(src: &TcpStream, dst: &TcpStream, moved: &AtomicU64) -> io::Result<()> {
     use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
     use std::os::fd::AsFd;
     use tokio::io::Interest;
     let (pipe_r, pipe_w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
     // A larger pipe moves more per call; the default (64 KiB) where refused.
-    let _ = rustix::pipe::fcntl_setpipe_size(&pipe_w, SPLICE_CHUNK);
+    let room = rustix::pipe::fcntl_setpipe_size(&pipe_w, SPLICE_CHUNK).unwrap_or(64 * 1024);
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    let mut held = 0usize;
+    let mut ended = false;
     loop {
-        let n = loop {
-            src.readable().await?;
-            match src.try_io(Interest::READABLE, || {
-                splice(src.as_fd(), None, &pipe_w, None, SPLICE_CHUNK, flags)
-                    .map_err(io::Error::from)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        };
-        if n == 0 {
+        if ended && held == 0 {
             let _ = rustix::net::shutdown(dst, rustix::net::Shutdown::Write);
             return Ok(());
         }
-        let mut left = n;
-        while left > 0 {
-            dst.writable().await?;
-            match dst.try_io(Interest::WRITABLE, || {
-                splice(&pipe_r, None, dst.as_fd(), None, left, flags).map_err(io::Error::from)
-            }) {
-                Ok(m) => {
-                    left -= m;
-                    moved.fetch_add(m as u64, Ordering::Relaxed);
+        tokio::select! {
+            ready = src.readable(), if !ended && held < room => {
+                ready?;
+                match src.try_io(Interest::READABLE, || {
+                    splice(src.as_fd(), None, &pipe_w, None, room - held, flags)
+                        .map_err(io::Error::from)
+                }) {
+                    Ok(0) => ended = true,
+                    Ok(n) => held += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            }
+            ready = dst.writable(), if held > 0 => {
+                ready?;
+                match dst.try_io(Interest::WRITABLE, || {
+                    splice(&pipe_r, None, dst.as_fd(), None, held, flags).map_err(io::Error::from)
+                }) {
+                    Ok(m) => {
+                        held -= m;
+                        moved.fetch_add(m as u64, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
