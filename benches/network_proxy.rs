@@ -151,6 +151,13 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// This process's CPU time so far (every thread: the bench's client and
+/// server and the proxy's), in seconds.
+fn cpu_secs() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap()
@@ -179,6 +186,7 @@ fn main() {
     // 1. Throughput.
     let size = mb * MIB;
     let mut secs: [Vec<f64>; 3] = Default::default();
+    let mut cpu: [Vec<f64>; 3] = Default::default();
     for (p, _) in PATHS {
         get(p, up, addr, size); // warm-up
     }
@@ -186,24 +194,33 @@ fn main() {
     for round in 0..tput_rounds {
         for k in 0..3 {
             let (p, _) = PATHS[(round + k) % 3];
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), cpu_secs());
             assert_eq!(get(p, up, addr, size), size);
-            secs[(round + k) % 3].push(t.elapsed().as_secs_f64());
+            let wall = t.elapsed().as_secs_f64();
+            secs[(round + k) % 3].push(wall);
+            cpu[(round + k) % 3].push((cpu_secs() - c) / wall);
         }
     }
     println!(
         "{mb} MB download, {tput_rounds} rounds interleaved: median rate, and the median of \
          each round's ratio to the direct download of the same round"
     );
-    println!("{:<26} {:>10} {:>10}", "path", "MB/s", "vs direct");
+    println!(
+        "{:<26} {:>10} {:>10} {:>12}",
+        "path", "MB/s", "vs direct", "CPUs busy"
+    );
     for (i, (_, name)) in PATHS.iter().enumerate() {
         let rate = size as f64 / median(&mut secs[i].clone()) / 1e6;
+        let busy = median(&mut cpu[i]);
         let mut ratios: Vec<f64> = secs[0]
             .iter()
             .zip(&secs[i])
             .map(|(direct, this)| direct / this)
             .collect();
-        println!("{name:<26} {rate:>10.0} {:>9.3}x", median(&mut ratios));
+        println!(
+            "{name:<26} {rate:>10.0} {:>9.3}x {busy:>12.2}",
+            median(&mut ratios)
+        );
     }
 
     // 2. Latency of a small request, a new connection each.
