@@ -877,6 +877,7 @@ where
                 } else {
                     None
                 };
+                let spills = self.this.processes.spills(&id);
                 let denied = self.this.processes.denied_launches(&id);
                 let processes = self.this.processes.process_verdicts(&id);
                 let completion = Completion {
@@ -887,6 +888,7 @@ where
                     cleanup,
                     processes,
                     denied,
+                    spills,
                 };
                 if let Err(refused) = self.shared.done.settle(completion) {
                     warn!(winner = ?refused.winner.result, "a second publication was refused");

@@ -66,6 +66,16 @@ pub trait ProcessControl: Send + Sync + 'static {
     fn denied_launches(&self, _request: &RequestId) -> Vec<DeniedLaunch> {
         Vec::new()
     }
+
+    /// Every result the request spilled, in order, for its [`Completion`].
+    /// Called once per request, when it completes, just before
+    /// [`ProcessControl::denied_launches`]: an implementation refuses any
+    /// later spill of the request, so the completion lists every spill
+    /// its request made. It must neither block nor panic. The default
+    /// reports none.
+    fn spills(&self, _request: &RequestId) -> Vec<crate::spill::Locator> {
+        Vec::new()
+    }
 }
 
 /// What became of one process a request launched, as its [`Completion`]
@@ -229,6 +239,11 @@ pub struct Completion {
     /// ([`ProcessControl::denied_launches`]): nothing was started for them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub denied: Vec<DeniedLaunch>,
+    /// Each result the request spilled, in order
+    /// ([`ProcessControl::spills`]); a locator names where the bytes are,
+    /// never what they hold.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spills: Vec<crate::spill::Locator>,
 }
 
 /// The workspace runtime is a lifecycle: its cleanup is already elected once

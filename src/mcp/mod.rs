@@ -63,7 +63,7 @@ use crate::policy::{PolicyConfig, Provenance};
 use crate::process::env::{Blocking, NoSecrets, SecretResolver};
 use crate::process::invocation::MAX_STREAM_BUDGET;
 use crate::runtime::{Runtime, RuntimeConfig, RuntimeError};
-use crate::spill::{SpillConfig, SpillService};
+use crate::spill::SpillConfig;
 use crate::workspace::{WorkspaceConfig, WorkspaceError};
 
 /// The default bytes per stream kept inline in a result.
@@ -266,18 +266,6 @@ where
     let internal = config.workspace.join(&ws_config.internal_name);
     // The runtime owns the workspace and drives every call's request; the
     // policy stays here, at the edge, where an approval can be asked for.
-    let mut runtime_config = RuntimeConfig::new(&config.workspace)
-        .with_workspace(ws_config)
-        .with_containment(config.containment)
-        .with_secrets(Arc::new(Blocking(Arc::clone(&config.secrets))));
-    runtime_config.proxy.clone_from(&config.proxy);
-    let runtime = Runtime::open(runtime_config).map_err(|e| match e {
-        RuntimeError::Workspace(e) => McpError::Workspace(e),
-        e => McpError::Runtime(e),
-    })?;
-    for (request_id, result) in runtime.reclaim().await {
-        tracing::info!(%request_id, status = ?result.status, "reclaimed at start");
-    }
     // Without a configured root, spills go to the workspace's internal
     // namespace: the next server on this workspace reads the same root, so
     // a locator stays valid across restarts until the retention sweep.
@@ -285,14 +273,29 @@ where
     if spill_config.root.is_none() {
         spill_config.root = Some(internal.join(DEFAULT_SPILL_DIR));
     }
-    // Activation starts the one startup sweep; the store is usable at once.
-    let spill = SpillService::activate(&spill_config)?;
+    // The runtime owns the spill store too (its activation starts the one
+    // startup sweep; the store is usable at once): a call's output is
+    // spilled through its request, which lists it in its completion.
+    let mut runtime_config = RuntimeConfig::new(&config.workspace)
+        .with_workspace(ws_config)
+        .with_containment(config.containment)
+        .with_spill(spill_config)
+        .with_secrets(Arc::new(Blocking(Arc::clone(&config.secrets))));
+    runtime_config.proxy.clone_from(&config.proxy);
+    let runtime = Runtime::open(runtime_config).map_err(|e| match e {
+        RuntimeError::Workspace(e) => McpError::Workspace(e),
+        RuntimeError::SpillService(e) => McpError::Spill(e),
+        e => McpError::Runtime(e),
+    })?;
+    for (request_id, result) in runtime.reclaim().await {
+        tracing::info!(%request_id, status = ?result.status, "reclaimed at start");
+    }
     let inner = Arc::new(server::Inner::new(
         runtime.clone(),
         server::Settings {
             policy: config.policy,
             provenance: config.provenance,
-            store: Some(spill.store().clone()),
+            store: runtime.spill_store().cloned(),
             defaults: input::RunDefaults {
                 timeout: config.default_timeout,
                 capture: config.spill_cap,
@@ -361,15 +364,9 @@ where
     let _ = returning.await;
     let _ = writer.await;
     // Whatever is left (a request still finishing its cleanup) is cleaned
-    // with the workspace.
+    // with the workspace; then the spill store's startup sweep is awaited.
     for (request_id, result) in runtime.shutdown().await {
         tracing::info!(%request_id, status = ?result.status, "cleaned at shutdown");
-    }
-    if let Some(report) = spill.dispose().await {
-        tracing::info!(
-            files_deleted = report.files_deleted,
-            "startup spill sweep finished"
-        );
     }
     match (served, ended) {
         (Ok(()), e) => Ok(e),

@@ -9,7 +9,7 @@ use crate::policy::{Context, Decision, Pattern};
 use crate::process::capture::{Capture, CapturedStream};
 use crate::process::evidence::{Evidence, render_json_for_model};
 use crate::runtime::RuntimeError;
-use crate::spill::SpillStore;
+use crate::spill::Locator;
 use crate::workspace::WorkspaceError;
 
 /// The spill session every `custodian mcp` output is written under.
@@ -117,24 +117,27 @@ pub(crate) struct Spilled {
     complete: bool,
 }
 
-/// Keeps `stream` inline if it fits `inline`; otherwise writes everything
-/// captured (the whole stream up to the capture cap) to the spill store and
-/// cuts the inline text to `inline` bytes (head + tail), as the launcher
-/// would have with that budget.
-pub(crate) fn spill_stream(
+/// Keeps `stream` inline if it fits `inline`; otherwise hands everything
+/// captured (the whole stream up to the capture cap) to `spill` and cuts
+/// the inline text to `inline` bytes (head + tail), as the launcher would
+/// have with that budget. Without `spill` (no store) the stream is only
+/// cut.
+pub(crate) async fn spill_stream<F, Fut>(
     stream: &mut CapturedStream,
     inline: usize,
-    store: Option<&SpillStore>,
-) -> Result<Option<Spilled>, &'static str> {
+    spill: Option<&mut F>,
+) -> Result<Option<Spilled>, &'static str>
+where
+    F: FnMut(Vec<u8>) -> Fut,
+    Fut: Future<Output = Result<Locator, &'static str>>,
+{
     if stream.bytes_read <= inline as u64 {
         return Ok(None);
     }
-    let spilled = match store {
+    let spilled = match spill {
         None => None,
-        Some(store) => {
-            let loc = store
-                .write(SPILL_SESSION, stream.text.as_bytes())
-                .map_err(|_| "spill_write_failed")?;
+        Some(spill) => {
+            let loc = spill(stream.text.as_bytes().to_vec()).await?;
             Some(Spilled {
                 locator: loc.to_string(),
                 bytes: stream.text.len() as u64,
@@ -152,17 +155,26 @@ pub(crate) fn spill_stream(
     Ok(spilled)
 }
 
+/// The type of a missing spill for [`fit_evidence`] (no store: streams are
+/// only cut).
+#[cfg(test)]
+pub(crate) type NoSpill = fn(Vec<u8>) -> std::future::Ready<Result<Locator, &'static str>>;
+
 /// The evidence with both streams fitted to `inline`, and where their
-/// full output went.
-pub(crate) fn fit_evidence(
+/// full output went (`spill` writes one stream's bytes and names them).
+pub(crate) async fn fit_evidence<F, Fut>(
     evidence: &Evidence,
     inline: usize,
-    store: Option<&SpillStore>,
-) -> (Evidence, Value) {
+    mut spill: Option<F>,
+) -> (Evidence, Value)
+where
+    F: FnMut(Vec<u8>) -> Fut,
+    Fut: Future<Output = Result<Locator, &'static str>>,
+{
     let mut ev = evidence.clone();
-    let mut spill = serde_json::Map::new();
+    let mut spilled = serde_json::Map::new();
     for (name, stream) in [("stdout", &mut ev.stdout), ("stderr", &mut ev.stderr)] {
-        let v = match spill_stream(stream, inline, store) {
+        let v = match spill_stream(stream, inline, spill.as_mut()).await {
             Ok(Some(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
             Ok(None) => Value::Null,
             Err(code) => {
@@ -170,9 +182,9 @@ pub(crate) fn fit_evidence(
                 json!({ "error": code })
             }
         };
-        spill.insert(name.to_owned(), v);
+        spilled.insert(name.to_owned(), v);
     }
-    (ev, Value::Object(spill))
+    (ev, Value::Object(spilled))
 }
 
 #[cfg(test)]
@@ -186,21 +198,41 @@ mod tests {
         c.finish(StreamEnd::Closed)
     }
 
-    #[test]
-    fn a_small_stream_stays_inline() {
+    /// A spill into `store` under [`SPILL_SESSION`], as the server's
+    /// request does it.
+    fn into(
+        store: &crate::spill::SpillStore,
+    ) -> impl FnMut(Vec<u8>) -> std::future::Ready<Result<Locator, &'static str>> + '_ {
+        move |bytes| {
+            std::future::ready(
+                store
+                    .write(SPILL_SESSION, &bytes)
+                    .map_err(|_| "spill_write_failed"),
+            )
+        }
+    }
+
+    #[tokio::test]
+    async fn a_small_stream_stays_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::spill::SpillStore::open(dir.path()).unwrap();
         let mut s = stream("hello");
-        assert!(spill_stream(&mut s, 16, None).unwrap().is_none());
+        let spilled = spill_stream(&mut s, 16, Some(&mut into(&store))).await;
+        assert!(spilled.unwrap().is_none());
         assert_eq!(s.text, "hello");
         assert!(!s.truncated);
     }
 
-    #[test]
-    fn a_large_stream_spills_whole_and_is_cut_inline() {
+    #[tokio::test]
+    async fn a_large_stream_spills_whole_and_is_cut_inline() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SpillStore::open(dir.path()).unwrap();
+        let store = crate::spill::SpillStore::open(dir.path()).unwrap();
         let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
         let mut s = stream(&text);
-        let spilled = spill_stream(&mut s, 64, Some(&store)).unwrap().unwrap();
+        let spilled = spill_stream(&mut s, 64, Some(&mut into(&store)))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(spilled.complete);
         assert_eq!(spilled.bytes, text.len() as u64);
         let loc = crate::spill::Locator::parse(&spilled.locator).unwrap();

@@ -279,10 +279,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn results_and_errors_match_the_output_schemas() {
+    #[tokio::test]
+    async fn results_and_errors_match_the_output_schemas() {
         let run = validator(&process_run_output());
-        let (ev, spill) = crate::mcp::output::fit_evidence(&evidence(), 16, None);
+        let (ev, spill) =
+            crate::mcp::output::fit_evidence(&evidence(), 16, None::<crate::mcp::output::NoSpill>)
+                .await;
         let ok = json!({
             "request_id": "mcp-1-2-3",
             "cancelled": true,

@@ -42,8 +42,8 @@ use crate::id::RequestId;
 use crate::machine::request::RequestStatus;
 use crate::policy::{Context, Decision, PolicyConfig, Provenance, Registry, StateMode, Verdict};
 use crate::process::governed::{Gate, decide_invocation};
-use crate::process::{Invocation, Running};
-use crate::runtime::{Request, Runtime};
+use crate::process::{Evidence, Invocation, Running};
+use crate::runtime::{Executor, Request, Runtime};
 use crate::spill::{Locator, SpillStore, StoreError};
 use crate::workspace::{CleanupCode, CleanupResult};
 
@@ -262,6 +262,17 @@ impl Inner {
                 _ = tick.tick(), if !cancelled => progress.notify(&running, started).await,
             }
         };
+        // A call that ran to its end spills its output through its request
+        // before reporting, so the request's completion lists every spill.
+        // A request already ending (cancelled, timed out) may complete
+        // before a spill is written: its output is spilled after it, as no
+        // request's.
+        let in_request = !cancelled && !executor.is_cancelled();
+        let fitted = if in_request {
+            Some(self.fit(&evidence, Some(&executor)).await)
+        } else {
+            None
+        };
         if !cancelled {
             // The executor's own outcome: the process ran (a non-zero exit,
             // a timeout or a signal is in its evidence, not a failure).
@@ -275,11 +286,10 @@ impl Inner {
             CleanupResult::failed(CleanupCode::Abandoned, Default::default(), None)
         });
         let cancelled = completion.result.status() == RequestStatus::Cancelled;
-        let (evidence, spill) = output::fit_evidence(
-            &evidence,
-            self.settings.inline_budget,
-            self.settings.store.as_deref(),
-        );
+        let (evidence, spill) = match fitted {
+            Some(fitted) => fitted,
+            None => self.fit(&evidence, None).await,
+        };
         tracing::info!(
             request_id = %completion.request_id,
             status = ?evidence.status,
@@ -298,6 +308,36 @@ impl Inner {
             }),
             false,
         )
+    }
+}
+
+impl Inner {
+    /// `evidence` fitted to the inline budget, each larger stream spilled
+    /// whole under [`output::SPILL_SESSION`]: through `executor` (the
+    /// request lists the spill), or, without one or once its request
+    /// completed, straight into the runtime's store.
+    async fn fit(&self, evidence: &Evidence, executor: Option<&Executor>) -> (Evidence, Value) {
+        let store = self.settings.store.clone();
+        let spill = |bytes: Vec<u8>| {
+            let store = store.clone();
+            async move {
+                let session = output::SPILL_SESSION.to_owned();
+                let written = match (executor, store) {
+                    (Some(executor), _) => executor
+                        .spill_in(session, bytes)
+                        .await
+                        .map(|(locator, _listed)| locator)
+                        .map_err(drop),
+                    (None, Some(store)) => crate::spill::write_on_pool(store, session, bytes)
+                        .await
+                        .map_err(drop),
+                    (None, None) => Err(()),
+                };
+                written.map_err(|()| "spill_write_failed")
+            }
+        };
+        let spill = self.settings.store.is_some().then_some(spill);
+        output::fit_evidence(evidence, self.settings.inline_budget, spill).await
     }
 }
 

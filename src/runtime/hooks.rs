@@ -26,10 +26,18 @@ use crate::workspace::{CleanupResult, Job, Workspace};
 pub(super) struct Entry {
     pub(super) job: Mutex<Option<Job>>,
     pub(super) procs: Mutex<Procs>,
-    pub(super) spills: Mutex<Vec<Locator>>,
+    pub(super) spills: Mutex<Spills>,
     /// The launches the run policy refused, in order.
     pub(super) denied: Mutex<Vec<DeniedLaunch>>,
     cleanup: Mutex<Option<CleanupResult>>,
+}
+
+/// The request's spills. Once `closed` (its completion took the list),
+/// a spill is refused: every spill the completion does not list failed.
+#[derive(Debug, Default)]
+pub(super) struct Spills {
+    pub(super) closed: bool,
+    pub(super) list: Vec<Locator>,
 }
 
 /// The request's process table. Once `closed` (its executor was told to
@@ -97,6 +105,15 @@ impl ProcessControl for Hooks {
         // opened: it kills the request's cgroup and sees it empty before it
         // removes any file, so killing it here too would only double the
         // wait.
+    }
+
+    fn spills(&self, request: &RequestId) -> Vec<Locator> {
+        let Some(entry) = self.entry(request) else {
+            return Vec::new();
+        };
+        let mut spills = lock(&entry.spills);
+        spills.closed = true;
+        spills.list.clone()
     }
 
     fn denied_launches(&self, request: &RequestId) -> Vec<DeniedLaunch> {

@@ -340,6 +340,13 @@ pub enum RuntimeError {
         /// The request.
         request: RequestId,
     },
+    /// The request completed: nothing more is recorded for it (a spill
+    /// made after its completion listed its spills).
+    #[error("request {request} has completed")]
+    Completed {
+        /// The request.
+        request: RequestId,
+    },
     /// The request has no open workspace ([`Executor::open_workspace`]
     /// first).
     #[error("request {request} has no open workspace")]
@@ -567,9 +574,19 @@ impl Runtime {
         let cleaned = self.inner.hooks.workspace.close().await;
         let spill = crate::sync::lock_std(&self.inner.spill).take();
         if let Some(spill) = spill {
-            let _ = spill.dispose().await;
+            if let Some(report) = spill.dispose().await {
+                tracing::info!(
+                    files_deleted = report.files_deleted,
+                    "startup spill sweep finished"
+                );
+            }
         }
         cleaned
+    }
+
+    /// The spill store [`Executor::spill`] writes to, if one is configured.
+    pub(crate) fn spill_store(&self) -> Option<&Arc<crate::spill::SpillStore>> {
+        self.inner.spill_store.as_ref()
     }
 }
 

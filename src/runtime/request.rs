@@ -370,31 +370,61 @@ impl Executor {
 
     /// Spills `bytes` (an oversized result) to the runtime's spill store on
     /// tokio's blocking pool, under the request's id as the session (its
-    /// first 64 bytes), and returns the locator. Spills outlive the request:
-    /// the store's retention sweep expires them.
+    /// first 64 bytes), and returns the locator. The request's
+    /// [`Completion::spills`](crate::coordinator::Completion::spills) lists
+    /// it. Spills outlive the request: the store's retention sweep expires
+    /// them.
     ///
     /// # Errors
     ///
     /// [`RuntimeError::SpillDisabled`] without a spill store,
-    /// [`RuntimeError::Spill`] if the store refuses.
+    /// [`RuntimeError::Spill`] if the store refuses,
+    /// [`RuntimeError::Completed`] once the request completed (a spill
+    /// whose write was still under way then is refused too; its file is
+    /// left to the store's retention sweep).
     pub async fn spill(&self, bytes: Vec<u8>) -> Result<Locator, RuntimeError> {
+        // A request id is a valid session name once cut to its length (same
+        // alphabet, never a leading dot).
+        let id = self.id().as_str();
+        let session = id[..id.len().min(MAX_SESSION_LEN)].to_owned();
+        let completed = || RuntimeError::Completed {
+            request: self.id().clone(),
+        };
+        if lock(&self.entry.spills).closed {
+            return Err(completed());
+        }
+        match self.spill_in(session, bytes).await? {
+            (locator, true) => Ok(locator),
+            (_, false) => Err(completed()),
+        }
+    }
+
+    /// Writes `bytes` to the runtime's spill store under `session` (the MCP
+    /// server's `mcp`, whose outputs `spill_read` serves) and lists the
+    /// locator among the request's spills unless the request completed
+    /// first: `(locator, listed)`.
+    pub(crate) async fn spill_in(
+        &self,
+        session: String,
+        bytes: Vec<u8>,
+    ) -> Result<(Locator, bool), RuntimeError> {
         let store = self
             .rt
             .spill_store
             .clone()
             .ok_or(RuntimeError::SpillDisabled)?;
-        // A request id is a valid session name once cut to its length (same
-        // alphabet, never a leading dot).
-        let id = self.id().as_str();
-        let session = id[..id.len().min(MAX_SESSION_LEN)].to_owned();
         let locator = crate::spill::write_on_pool(store, session, bytes).await?;
-        lock(&self.entry.spills).push(locator.clone());
-        Ok(locator)
+        let mut spills = lock(&self.entry.spills);
+        if spills.closed {
+            return Ok((locator, false));
+        }
+        spills.list.push(locator.clone());
+        Ok((locator, true))
     }
 
     /// The locators this request spilled, in order.
     pub fn spills(&self) -> Vec<Locator> {
-        lock(&self.entry.spills).clone()
+        lock(&self.entry.spills).list.clone()
     }
 
     /// Reads a spilled result, as [`Runtime::read_spill`](super::Runtime::read_spill).

@@ -198,6 +198,13 @@ impl FromStr for Locator {
     }
 }
 
+/// A locator serializes as the string it prints (`cspill:1:…`).
+impl serde::Serialize for Locator {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 impl fmt::Display for Locator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -437,3 +437,47 @@ async fn a_successful_cleanup_is_spelled_cleaned_throughout_the_completion() {
     assert!(errors.is_empty(), "{errors:?}\n{json}");
     runtime.shutdown().await;
 }
+
+/// A request's spills are part of what it owns: its completion lists each,
+/// in order, and a spill once it completed is refused (before, the
+/// completion named none, and a late spill was kept in a list nobody
+/// read).
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_completion_lists_every_spill_and_a_later_spill_is_refused() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let runtime =
+        Runtime::open(RuntimeConfig::new(dir.path()).with_spill(spill_in(dir.path()))).unwrap();
+    let request = runtime.start(RequestId::new("spills-1").unwrap()).unwrap();
+    let executor = request.executor();
+    let first = executor.spill(b"first result".to_vec()).await.unwrap();
+    let second = executor.spill(vec![b'x'; 100_000]).await.unwrap();
+    assert_ne!(first, second);
+    executor.succeed();
+    let c = request.finished().await;
+    assert_eq!(c.spills, [first.clone(), second.clone()]);
+    assert_eq!(executor.spills(), c.spills);
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["spills"][0], first.to_string(), "{json}");
+    assert_eq!(json["spills"][1], second.to_string(), "{json}");
+    let errors: Vec<String> = completion_schema()
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}\n{json}");
+    // After the completion nothing more is the request's.
+    match executor.spill(b"late".to_vec()).await {
+        Err(RuntimeError::Completed { request }) => assert_eq!(request.as_str(), "spills-1"),
+        other => panic!("a spill after the completion: {other:?}"),
+    }
+    assert_eq!(executor.spills(), c.spills);
+    // What it spilled outlives it.
+    assert_eq!(runtime.read_spill(&first).await.unwrap(), b"first result");
+    // A request that spilled nothing lists nothing (the field is absent).
+    let quiet = runtime.start(RequestId::new("spills-2").unwrap()).unwrap();
+    quiet.executor().succeed();
+    let c = quiet.finished().await;
+    assert!(c.spills.is_empty());
+    assert!(serde_json::to_value(&c).unwrap().get("spills").is_none());
+    runtime.shutdown().await;
+}
