@@ -26,6 +26,8 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod scope;
+
 use crate::process::{Invocation, LaunchOptions, ProcessError, Running};
 use crate::workspace::{Job, RequestProcess, SettledFuture, WorkspaceError};
 

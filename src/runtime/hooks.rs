@@ -3,7 +3,6 @@
 //! and a terminal sink that acknowledges at once (the caller reads the
 //! completion from its [`Request`](super::Request)).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tracing::info;
@@ -16,71 +15,44 @@ use crate::coordinator::{
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::{CleanupVerdict, FinalResult};
-use crate::process::Running;
+use crate::request::scope::{Scope, Scopes};
 use crate::spill::Locator;
 use crate::sync::shim::{Mutex, lock};
-use crate::workspace::{CleanupResult, Job, Workspace};
+use crate::workspace::{CleanupResult, Workspace};
 
-/// One running request: what it opened, launched and spilled.
-#[derive(Debug, Default)]
-pub(super) struct Entry {
-    pub(super) job: Mutex<Option<Job>>,
-    pub(super) procs: Mutex<Procs>,
-    pub(super) spills: Mutex<Spills>,
-    /// The launches the run policy refused, in order.
-    pub(super) denied: Mutex<Vec<DeniedLaunch>>,
-    cleanup: Mutex<Option<CleanupResult>>,
-}
-
-/// The request's spills. Once `closed` (its completion took the list),
-/// a spill is refused: every spill the completion does not list failed.
-#[derive(Debug, Default)]
-pub(super) struct Spills {
-    pub(super) closed: bool,
-    pub(super) list: Vec<Locator>,
-}
-
-/// The request's process table. Once `closed` (its executor was told to
-/// stop), nothing more is launched: a launch takes the same lock.
-#[derive(Debug, Default)]
-pub(super) struct Procs {
-    pub(super) closed: bool,
-    pub(super) list: Vec<Running>,
-}
+/// One running request's scope (`request::scope`): its job, processes,
+/// spills and cleanup detail, plus the launches the run policy refused.
+pub(super) type Entry = Scope<Mutex<Vec<DeniedLaunch>>>;
 
 #[derive(Debug)]
 pub(super) struct Hooks {
     pub(super) workspace: Workspace,
-    table: Mutex<HashMap<RequestId, Arc<Entry>>>,
+    table: Scopes<Mutex<Vec<DeniedLaunch>>>,
 }
 
 impl Hooks {
     pub(super) fn new(workspace: Workspace) -> Self {
         Hooks {
             workspace,
-            table: Mutex::new(HashMap::new()),
+            table: Scopes::default(),
         }
     }
 
     /// Files a new request; refused while one with the same id runs.
     pub(super) fn insert(&self, id: &RequestId) -> Result<Arc<Entry>, RuntimeError> {
-        let mut table = lock(&self.table);
-        if table.contains_key(id) {
-            return Err(RuntimeError::AlreadyRunning {
+        self.table
+            .insert(id, Entry::default())
+            .ok_or_else(|| RuntimeError::AlreadyRunning {
                 request: id.clone(),
-            });
-        }
-        let entry = Arc::new(Entry::default());
-        table.insert(id.clone(), Arc::clone(&entry));
-        Ok(entry)
+            })
     }
 
     pub(super) fn running(&self) -> Vec<RequestId> {
-        lock(&self.table).keys().cloned().collect()
+        self.table.ids()
     }
 
     fn entry(&self, id: &RequestId) -> Option<Arc<Entry>> {
-        lock(&self.table).get(id).cloned()
+        self.table.get(id)
     }
 }
 
@@ -89,17 +61,7 @@ impl ProcessControl for Hooks {
         let Some(entry) = self.entry(request) else {
             return;
         };
-        let list = {
-            let mut procs = lock(&entry.procs);
-            procs.closed = true;
-            procs.list.clone()
-        };
-        for p in &list {
-            p.cancel();
-        }
-        for p in &list {
-            let _ = p.settled().await;
-        }
+        entry.stop().await;
         // Whatever outlived its process's settlement (an escapee of a group
         // tier) is left to the cleanup, which always follows when a job was
         // opened: it kills the request's cgroup and sees it empty before it
@@ -108,28 +70,24 @@ impl ProcessControl for Hooks {
     }
 
     fn spills(&self, request: &RequestId) -> Vec<Locator> {
-        let Some(entry) = self.entry(request) else {
-            return Vec::new();
-        };
-        let mut spills = lock(&entry.spills);
-        spills.closed = true;
-        spills.list.clone()
+        self.entry(request)
+            .map(|e| e.take_spills())
+            .unwrap_or_default()
     }
 
     fn denied_launches(&self, request: &RequestId) -> Vec<DeniedLaunch> {
         self.entry(request)
-            .map(|e| lock(&e.denied).clone())
+            .map(|e| lock(&e.extra).clone())
             .unwrap_or_default()
     }
 
     fn process_verdicts(&self, request: &RequestId) -> Vec<ProcessVerdict> {
         // The last hook of the request: it is forgotten here.
-        let Some(entry) = lock(&self.table).remove(request) else {
+        let Some(entry) = self.table.remove(request) else {
             return Vec::new();
         };
-        let procs = lock(&entry.procs);
-        procs
-            .list
+        entry
+            .processes()
             .iter()
             .map(|p| match p.try_settled() {
                 Some(ev) => ProcessVerdict::from_evidence(p.pid(), &ev),
@@ -161,14 +119,14 @@ impl WorkspaceLifecycle for Hooks {
         );
         let answer = result.verdict();
         if let Some(entry) = self.entry(request) {
-            *lock(&entry.cleanup) = Some(result);
+            entry.set_cleanup(result);
         }
         answer
     }
 
     fn cleanup_detail(&self, request: &RequestId) -> Option<CleanupResult> {
         self.entry(request)
-            .and_then(|e| lock(&e.cleanup).clone())
+            .and_then(|e| e.cleanup())
             .or_else(|| self.workspace.cleanup_result(request))
     }
 }

@@ -585,6 +585,7 @@ impl Runtime {
     }
 
     /// The spill store [`Executor::spill`] writes to, if one is configured.
+    #[cfg(feature = "mcp")]
     pub(crate) fn spill_store(&self) -> Option<&Arc<crate::spill::SpillStore>> {
         self.inner.spill_store.as_ref()
     }

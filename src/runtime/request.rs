@@ -19,6 +19,7 @@ use crate::policy::{Context, StateMode, Verdict};
 use crate::process::env::resolve_overlay;
 use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
 use crate::process::{Evidence, Invocation, Running};
+use crate::request::scope::ScopeLaunchError;
 use crate::spill::{Locator, MAX_SESSION_LEN};
 use crate::sync::shim::lock;
 use crate::workspace::{Job, WorkspaceError};
@@ -158,31 +159,27 @@ impl Executor {
     /// workspace then refuses the id, and nothing is created),
     /// [`RuntimeError::Workspace`] if the workspace refuses otherwise.
     pub async fn open_workspace(&self) -> Result<Job, RuntimeError> {
-        if let Some(job) = lock(&self.entry.job).clone() {
+        if let Some(job) = self.entry.job() {
             return Ok(job);
         }
         self.handle
             .workspace_opening()
             .await
             .map_err(|_| self.finalizing())?;
-        let mut slot = lock(&self.entry.job);
-        if let Some(job) = slot.clone() {
-            return Ok(job);
-        }
-        let job = match self.rt.hooks.workspace.open_request(self.id().as_str()) {
-            Ok(job) => job,
-            // A cleanup of the id entered its election after the
-            // announcement: the request is ending.
-            Err(WorkspaceError::AlreadyCleaned { .. }) => return Err(self.finalizing()),
-            Err(e) => return Err(e.into()),
-        };
-        *slot = Some(job.clone());
-        Ok(job)
+        self.entry.open_job(
+            || match self.rt.hooks.workspace.open_request(self.id().as_str()) {
+                Ok(job) => Ok(job),
+                // A cleanup of the id entered its election after the
+                // announcement: the request is ending.
+                Err(WorkspaceError::AlreadyCleaned { .. }) => Err(self.finalizing()),
+                Err(e) => Err(e.into()),
+            },
+        )
     }
 
     /// The request's job, once opened.
     pub fn job(&self) -> Option<Job> {
-        lock(&self.entry.job).clone()
+        self.entry.job()
     }
 
     /// The request's job directory, once [`Executor::open_workspace`]
@@ -264,20 +261,15 @@ impl Executor {
         let mut options = self.rt.launch.clone();
         options.secrets = Arc::new(secrets);
         let span = info_span!(parent: self.handle.span(), "process", pid = tracing::field::Empty);
-        let mut procs = lock(&self.entry.procs);
-        if procs.closed || self.handle.is_cancelled() {
-            return Err(self.finalizing());
-        }
-        let job = lock(&self.entry.job).clone();
         let running = {
             let _entered = span.enter();
-            match job {
-                Some(job) => crate::request::launch_with(&job, invocation, options)?,
-                None => crate::process::launch(invocation, &options)?,
-            }
+            self.entry
+                .launch(invocation, options, || self.handle.is_cancelled())
+                .map_err(|e| match e {
+                    ScopeLaunchError::Closed => self.finalizing(),
+                    ScopeLaunchError::Launch(e) => e.into(),
+                })?
         };
-        procs.list.push(running.clone());
-        drop(procs);
         span.record("pid", running.pid());
         info!(parent: &span, pid = running.pid(), "launched");
         if span.is_disabled() {
@@ -353,7 +345,7 @@ impl Executor {
             _ => RuntimeError::Denied(Box::new(decision)),
         };
         info!(parent: self.handle.span(), code = %denied.code, reason = %denied.reason, "launch refused by the run policy");
-        lock(&self.entry.denied).push(denied);
+        lock(&self.entry.extra).push(denied);
         Err(refusal)
     }
 
@@ -365,7 +357,7 @@ impl Executor {
     /// ([`Executor::fail`]).
     pub fn record_denied(&self, denied: DeniedLaunch) {
         info!(parent: self.handle.span(), code = %denied.code, reason = %denied.reason, "launch refused before it was made");
-        lock(&self.entry.denied).push(denied);
+        lock(&self.entry.extra).push(denied);
     }
 
     /// Spills `bytes` (an oversized result) to the runtime's spill store on
@@ -390,7 +382,7 @@ impl Executor {
         let completed = || RuntimeError::Completed {
             request: self.id().clone(),
         };
-        if lock(&self.entry.spills).closed {
+        if self.entry.spills_closed() {
             return Err(completed());
         }
         match self.spill_in(session, bytes).await? {
@@ -414,17 +406,13 @@ impl Executor {
             .clone()
             .ok_or(RuntimeError::SpillDisabled)?;
         let locator = crate::spill::write_on_pool(store, session, bytes).await?;
-        let mut spills = lock(&self.entry.spills);
-        if spills.closed {
-            return Ok((locator, false));
-        }
-        spills.list.push(locator.clone());
-        Ok((locator, true))
+        let listed = self.entry.add_spill(locator.clone());
+        Ok((locator, listed))
     }
 
     /// The locators this request spilled, in order.
     pub fn spills(&self) -> Vec<Locator> {
-        lock(&self.entry.spills).list.clone()
+        self.entry.spills()
     }
 
     /// Reads a spilled result, as [`Runtime::read_spill`](super::Runtime::read_spill).

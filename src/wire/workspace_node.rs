@@ -1,9 +1,8 @@
 //! The production [`NodeWorkspace`]: the workspace runtime plus the
 //! governed process launcher.
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::message::{Code, PolicyRefusal, ProcessSummary, RunSpec};
@@ -15,9 +14,10 @@ use crate::policy::{Context, Registry, StateMode, Verdict};
 use crate::process::evidence::Evidence;
 use crate::process::governed::{Gate, decide_invocation};
 use crate::process::invocation::EnvValue;
-use crate::process::{Invocation, InvocationSpec, LaunchOptions, Running};
+use crate::process::{Invocation, InvocationSpec, LaunchOptions};
+use crate::request::scope::{Scope, ScopeLaunchError, Scopes};
 use crate::runtime::RunPolicy;
-use crate::workspace::{CleanupStatus, Job, Workspace, WorkspaceError};
+use crate::workspace::{CleanupStatus, Workspace, WorkspaceError};
 
 /// Safe codes the adapter answers with.
 pub mod codes {
@@ -45,12 +45,6 @@ pub mod codes {
     pub const WORKSPACE_ERROR: SafeCode = SafeCode::new("workspace_error");
 }
 
-#[derive(Debug)]
-struct Entry {
-    job: Job,
-    runs: Vec<Running>,
-}
-
 /// Serves the wire from a real [`Workspace`]: `open_workspace` opens a job
 /// namespace, `write_artifact` creates a registered file in it,
 /// `run_process` launches through [`crate::process::launch`] (with the
@@ -62,7 +56,9 @@ pub struct WorkspaceNode {
     workspace: Workspace,
     launch: LaunchOptions,
     default_timeout: Duration,
-    jobs: Mutex<HashMap<RequestId, Entry>>,
+    /// Each open request's scope (`request::scope`): its job and the
+    /// processes launched for it.
+    scopes: Scopes,
     policy: Option<RunPolicy>,
     reserve: Option<Arc<FdReserve>>,
 }
@@ -75,7 +71,7 @@ impl WorkspaceNode {
             workspace,
             launch,
             default_timeout,
-            jobs: Mutex::new(HashMap::new()),
+            scopes: Scopes::default(),
             policy: None,
             reserve: None,
         }
@@ -204,10 +200,6 @@ impl WorkspaceNode {
     pub fn workspace(&self) -> &Workspace {
         &self.workspace
     }
-
-    fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, Entry>> {
-        crate::sync::lock_std(&self.jobs)
-    }
 }
 
 /// A `&'static str` code as a [`SafeCode`], or `fallback` if it does not
@@ -266,13 +258,9 @@ impl NodeWorkspace for WorkspaceNode {
             .workspace
             .open_request(request.as_str())
             .map_err(|e| self.code(&e))?;
-        self.jobs().insert(
-            request.clone(),
-            Entry {
-                job,
-                runs: Vec::new(),
-            },
-        );
+        // The workspace refused a second open of an open id; a scope left
+        // by a cleanup that failed is replaced.
+        self.scopes.file(request, Scope::with_job(job));
         Ok(())
     }
 
@@ -282,11 +270,12 @@ impl NodeWorkspace for WorkspaceNode {
         name: &str,
         contents: &[u8],
     ) -> Result<u64, SafeCode> {
-        let mut file = {
-            let jobs = self.jobs();
-            let entry = jobs.get(request).ok_or(super::message::codes::NOT_OPEN)?;
-            entry.job.create_file(name).map_err(|e| self.code(&e))?
-        };
+        let job = self
+            .scopes
+            .get(request)
+            .and_then(|scope| scope.job())
+            .ok_or(super::message::codes::NOT_OPEN)?;
+        let mut file = job.create_file(name).map_err(|e| self.code(&e))?;
         file.write_all(contents).map_err(|_| codes::IO_ERROR)?;
         Ok(contents.len() as u64)
     }
@@ -311,42 +300,32 @@ impl NodeWorkspace for WorkspaceNode {
             Some(r) => Some(r.allocating().await),
             None => None,
         };
-        let running = {
-            // The job launches and tracks under its process lock, so a
-            // concurrent cleanup either sees this process or refuses it.
-            let mut jobs = self.jobs();
-            let entry = jobs
-                .get_mut(request)
-                .ok_or(super::message::codes::NOT_OPEN)?;
-            let running = crate::request::launch(&entry.job, inv, &self.launch)
-                .map_err(|e| self.launch_code(&e))?;
-            entry.runs.push(running.clone());
-            running
-        };
+        // The job launches and tracks under its process lock, so a
+        // concurrent cleanup either sees this process or refuses it; the
+        // scope's, so a concurrent cancel either stops it or refuses it.
+        let scope = self
+            .scopes
+            .get(request)
+            .ok_or(super::message::codes::NOT_OPEN)?;
+        let running = scope
+            .launch(inv, self.launch.clone(), || false)
+            .map_err(|e| match e {
+                ScopeLaunchError::Closed => super::message::codes::REQUEST_CLOSED,
+                ScopeLaunchError::Launch(e) => self.launch_code(&e),
+            })?;
         drop(allocating);
         let ev = running.settled().await;
         Ok(summary(&ev))
     }
 
     async fn cancel(&self, request: &RequestId) -> u32 {
-        let (runs, job): (Vec<Running>, _) = self
-            .jobs()
-            .get(request)
-            .map(|e| (e.runs.clone(), Some(e.job.clone())))
-            .unwrap_or_default();
-        let mut active = 0;
-        for r in &runs {
-            if r.try_settled().is_none() {
-                active += 1;
-            }
-            r.cancel();
-        }
-        for r in &runs {
-            let _ = r.settled().await;
-        }
+        let Some(scope) = self.scopes.get(request) else {
+            return 0;
+        };
+        let active = scope.stop().await;
         // Whatever outlived its process's settlement (cgroup tier: nothing
         // should) dies with the request's cgroup.
-        if let Some(job) = job {
+        if let Some(job) = scope.job() {
             if !job.kill_processes().await {
                 tracing::warn!(request_id = %request, "request cgroup still populated after cancel");
             }
@@ -359,7 +338,7 @@ impl NodeWorkspace for WorkspaceNode {
             Ok(result) => result,
             Err(e) => return CleanupVerdict::Failed(workspace_code(&e)),
         };
-        self.jobs().remove(request);
+        self.scopes.remove(request);
         if let Some(code) = result.safe_code() {
             // The suspect path (relative to the workspace) is for the
             // operator's log only; the wire gets the code.

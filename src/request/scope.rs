@@ -1,0 +1,309 @@
+//! A request's scope, and the one table of them: what a request owns while
+//! it runs.
+//!
+//! A [`Scope`] holds, for one request, its job (once opened), every
+//! process launched for it, the results it spilled and its cleanup's
+//! detail. Its launches and its stop take the same lock, so a launch
+//! either lands in the list the stop cancels or is refused
+//! ([`ScopeLaunchError::Closed`]): nothing launched for a request can miss
+//! its stop. Its spills close the same way when its completion takes them.
+//!
+//! [`Scopes`] is the table `RequestId → Scope`. The runtime's hooks (which
+//! the coordinator drives through `machine::request`) and the wire's
+//! workspace node (driven by `machine::node`) both keep theirs in one; an
+//! owner adds what only it records as the scope's `extra` (the runtime:
+//! the launches its policy refused).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{LaunchError, launch_with};
+use crate::id::RequestId;
+use crate::process::{Invocation, LaunchOptions, Running};
+use crate::spill::Locator;
+use crate::sync::shim::{Mutex, lock};
+use crate::workspace::{CleanupResult, Job};
+
+/// What one request owns while it runs. See the [module](self).
+#[derive(Debug, Default)]
+pub(crate) struct Scope<X = ()> {
+    job: Mutex<Option<Job>>,
+    procs: Mutex<Procs>,
+    spills: Mutex<Spills>,
+    cleanup: Mutex<Option<CleanupResult>>,
+    /// What the scope's owner records beside (the runtime: its refused
+    /// launches).
+    pub(crate) extra: X,
+}
+
+/// The scope's processes. Once `closed` (the request's stop began),
+/// nothing more is launched: a launch takes the same lock.
+#[derive(Debug, Default)]
+struct Procs {
+    closed: bool,
+    list: Vec<Running>,
+}
+
+/// The scope's spills. Once `closed` (its completion took the list),
+/// nothing more is listed.
+#[derive(Debug, Default)]
+struct Spills {
+    closed: bool,
+    list: Vec<Locator>,
+}
+
+/// Why [`Scope::launch`] started nothing.
+#[derive(Debug)]
+pub(crate) enum ScopeLaunchError {
+    /// The request's stop began: nothing more is launched for it.
+    Closed,
+    /// The job or the launcher refused.
+    Launch(LaunchError),
+}
+
+impl<X: Default> Scope<X> {
+    /// A scope whose job is already open.
+    pub(crate) fn with_job(job: Job) -> Self {
+        Scope {
+            job: Mutex::new(Some(job)),
+            ..Scope::default()
+        }
+    }
+}
+
+impl<X> Scope<X> {
+    /// The request's job, once opened.
+    pub(crate) fn job(&self) -> Option<Job> {
+        lock(&self.job).clone()
+    }
+
+    /// The job, opened by `open` on the first call only (under the
+    /// scope's job lock: two callers never open it twice).
+    pub(crate) fn open_job<E>(&self, open: impl FnOnce() -> Result<Job, E>) -> Result<Job, E> {
+        let mut slot = lock(&self.job);
+        if let Some(job) = slot.clone() {
+            return Ok(job);
+        }
+        let job = open()?;
+        *slot = Some(job.clone());
+        Ok(job)
+    }
+
+    /// Launches `invocation` as one of the request's processes: in its job
+    /// once opened (the job's cgroup, the list its cleanup stops), else
+    /// through the plain launcher; either way in the scope's list, under
+    /// the lock [`Scope::stop`] takes. Refused once `closed()` says so or
+    /// the stop began.
+    pub(crate) fn launch(
+        &self,
+        invocation: Invocation,
+        options: LaunchOptions,
+        closed: impl FnOnce() -> bool,
+    ) -> Result<Running, ScopeLaunchError> {
+        let mut procs = lock(&self.procs);
+        if procs.closed || closed() {
+            return Err(ScopeLaunchError::Closed);
+        }
+        let running = match self.job() {
+            Some(job) => launch_with(&job, invocation, options),
+            None => crate::process::launch(invocation, &options).map_err(LaunchError::Process),
+        }
+        .map_err(ScopeLaunchError::Launch)?;
+        procs.list.push(running.clone());
+        Ok(running)
+    }
+
+    /// Stops the request's processes: no launch is accepted from now on,
+    /// each process is cancelled (`TERM`, its grace, `KILL` of its group or
+    /// cgroup), and this returns once every one settled. Returns how many
+    /// had not settled when the stop began.
+    pub(crate) async fn stop(&self) -> u32 {
+        let list = {
+            let mut procs = lock(&self.procs);
+            procs.closed = true;
+            procs.list.clone()
+        };
+        let mut active = 0;
+        for p in &list {
+            if p.try_settled().is_none() {
+                active += 1;
+            }
+            p.cancel();
+        }
+        for p in &list {
+            let _ = p.settled().await;
+        }
+        active
+    }
+
+    /// Every process launched for the request, in launch order.
+    pub(crate) fn processes(&self) -> Vec<Running> {
+        lock(&self.procs).list.clone()
+    }
+
+    /// Lists `locator` among the request's spills; `false` (not listed)
+    /// once [`Scope::take_spills`] closed the list.
+    pub(crate) fn add_spill(&self, locator: Locator) -> bool {
+        let mut spills = lock(&self.spills);
+        if spills.closed {
+            return false;
+        }
+        spills.list.push(locator);
+        true
+    }
+
+    /// Whether the spill list is closed.
+    pub(crate) fn spills_closed(&self) -> bool {
+        lock(&self.spills).closed
+    }
+
+    /// The request's spills, in order.
+    pub(crate) fn spills(&self) -> Vec<Locator> {
+        lock(&self.spills).list.clone()
+    }
+
+    /// Closes the spill list and returns it: for the request's completion.
+    pub(crate) fn take_spills(&self) -> Vec<Locator> {
+        let mut spills = lock(&self.spills);
+        spills.closed = true;
+        spills.list.clone()
+    }
+
+    /// Files the detail of the request's cleanup.
+    pub(crate) fn set_cleanup(&self, result: CleanupResult) {
+        *lock(&self.cleanup) = Some(result);
+    }
+
+    /// The detail of the request's cleanup, once filed.
+    pub(crate) fn cleanup(&self) -> Option<CleanupResult> {
+        lock(&self.cleanup).clone()
+    }
+}
+
+/// The table `RequestId → Scope`: one entry per request that runs.
+#[derive(Debug)]
+pub(crate) struct Scopes<X = ()> {
+    table: Mutex<HashMap<RequestId, Arc<Scope<X>>>>,
+}
+
+impl<X> Default for Scopes<X> {
+    fn default() -> Self {
+        Scopes {
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<X> Scopes<X> {
+    /// Files `scope` for `id`; refused (`None`) while `id` holds one.
+    pub(crate) fn insert(&self, id: &RequestId, scope: Scope<X>) -> Option<Arc<Scope<X>>> {
+        let mut table = lock(&self.table);
+        if table.contains_key(id) {
+            return None;
+        }
+        let scope = Arc::new(scope);
+        table.insert(id.clone(), Arc::clone(&scope));
+        Some(scope)
+    }
+
+    /// Files `scope` for `id`, replacing the one it held.
+    pub(crate) fn file(&self, id: &RequestId, scope: Scope<X>) -> Arc<Scope<X>> {
+        let scope = Arc::new(scope);
+        lock(&self.table).insert(id.clone(), Arc::clone(&scope));
+        scope
+    }
+
+    /// `id`'s scope, while it runs.
+    pub(crate) fn get(&self, id: &RequestId) -> Option<Arc<Scope<X>>> {
+        lock(&self.table).get(id).cloned()
+    }
+
+    /// Forgets `id`'s scope and returns it.
+    pub(crate) fn remove(&self, id: &RequestId) -> Option<Arc<Scope<X>>> {
+        lock(&self.table).remove(id)
+    }
+
+    /// The ids of every scope filed.
+    pub(crate) fn ids(&self) -> Vec<RequestId> {
+        lock(&self.table).keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::InvocationSpec;
+
+    fn sleeper(secs: &str) -> Invocation {
+        Invocation::validate(InvocationSpec::new("sleep").with_args([secs])).unwrap()
+    }
+
+    /// A launch and a stop take the scope's one lock: what launched before
+    /// the stop is stopped by it, and nothing launches after (before, the
+    /// wire node's cancel took a copy of the list and a launch admitted
+    /// just before it joined the list unseen, left to the cleanup).
+    #[tokio::test]
+    async fn a_stop_stops_every_launch_before_it_and_refuses_every_launch_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = LaunchOptions::new(dir.path());
+        let scope: Scope = Scope::default();
+        let first = scope
+            .launch(sleeper("30"), options.clone(), || false)
+            .unwrap();
+        let second = scope
+            .launch(sleeper("30"), options.clone(), || false)
+            .unwrap();
+        assert!(matches!(
+            scope.launch(sleeper("30"), options.clone(), || true),
+            Err(ScopeLaunchError::Closed)
+        ));
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(20), scope.stop())
+            .await
+            .expect("the stop did not return");
+        assert_eq!(stopped, 2);
+        for p in [&first, &second] {
+            let ev = p.try_settled().expect("settled by the stop");
+            assert_eq!(
+                ev.status,
+                crate::machine::process::ProcessStatus::Cancelled,
+                "{ev:?}"
+            );
+        }
+        assert!(matches!(
+            scope.launch(sleeper("0"), options, || false),
+            Err(ScopeLaunchError::Closed)
+        ));
+        assert_eq!(scope.processes().len(), 2);
+        // A second stop finds nothing running.
+        assert_eq!(scope.stop().await, 0);
+    }
+
+    #[test]
+    fn spills_are_listed_until_the_list_is_taken() {
+        let scope: Scope = Scope::default();
+        let a: Locator = "cspill:1:00cc505504b0c996:s:7a7f0000000000000000000000000001"
+            .parse()
+            .unwrap();
+        let b: Locator = "cspill:1:00cc505504b0c996:s:7a7f0000000000000000000000000002"
+            .parse()
+            .unwrap();
+        assert!(scope.add_spill(a.clone()));
+        assert!(!scope.spills_closed());
+        assert_eq!(scope.take_spills(), std::slice::from_ref(&a));
+        assert!(scope.spills_closed());
+        assert!(!scope.add_spill(b));
+        assert_eq!(scope.spills(), [a]);
+    }
+
+    #[test]
+    fn a_table_files_one_scope_per_id() {
+        let scopes: Scopes = Scopes::default();
+        let id = RequestId::new("req-1").unwrap();
+        assert!(scopes.insert(&id, Scope::default()).is_some());
+        assert!(scopes.insert(&id, Scope::default()).is_none());
+        assert_eq!(scopes.ids(), std::slice::from_ref(&id));
+        assert!(scopes.remove(&id).is_some());
+        assert!(scopes.get(&id).is_none());
+        assert!(scopes.insert(&id, Scope::default()).is_some());
+    }
+}
