@@ -1,7 +1,12 @@
 //! `custodian run`: one governed process, its evidence on stdout.
 //!
 //! Raw arguments → a validated [`Invocation`] and [`LaunchOptions`] → one
-//! [`custodian::process::run`] call. The library never sees a flag.
+//! launch ([`custodian::process::launch`], or the governed launcher with a
+//! policy) as the one request of a [`Coordinator`]: the process settling
+//! is the executor's success, a stop signal the caller's cancel, and the
+//! request machine decides the stop (`CancelProcesses`) and completes the
+//! request before the evidence is written. The library never sees a
+//! flag.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +21,13 @@ use custodian::process::{
     Evidence, Invocation, InvocationSpec, LaunchOptions, NetworkProxy, ProcessError, ProxyConfig,
     Running,
 };
+
+use custodian::coordinator::{
+    Acknowledge, Coordinator, NoWorkspace, ProcessControl, ProcessVerdict, RequestHandle,
+    RequestId, RequestLimits,
+};
+use custodian::error::SafeCode;
+use custodian::machine::request::Candidate;
 
 use super::stop::{self, StopSignals};
 use super::units::{parse_duration, parse_size};
@@ -434,36 +446,117 @@ enum Ended {
     Refused(ExitCode),
 }
 
-/// Waits for `running` to settle. On the first stop signal it cancels the
-/// run (`SIGTERM`, at most `shutdown_grace`, `SIGKILL`) and keeps waiting:
-/// a later signal is reported and changes nothing, so the settlement (the
-/// reaping, the cgroup's removal) and the evidence always come.
+/// The added time a run's request allows beyond the process's own hard
+/// deadline (the launch, the reaping, the cgroup's removal) before the
+/// request machine's `Timeout` stops it.
+const REQUEST_ALLOWANCE: Duration = Duration::from_secs(10);
+
+/// The one request of a `custodian run`: its process, launched once, and
+/// stopped by the request machine's `CancelProcesses` with the shutdown
+/// grace. It opens no workspace (the request's cleanup is not needed).
+struct OneProcess {
+    shutdown_grace: Duration,
+    /// The process; `closed` once the machine asked for the stop (nothing
+    /// is launched after it).
+    slot: std::sync::Mutex<(bool, Option<Running>)>,
+}
+
+impl OneProcess {
+    fn slot(&self) -> std::sync::MutexGuard<'_, (bool, Option<Running>)> {
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `launch` unless the stop began, and keeps what it launched for
+    /// the stop. `None`: the stop began first, nothing was launched.
+    fn launch<E>(
+        &self,
+        launch: impl FnOnce() -> Result<Result<Running, ProcessError>, E>,
+    ) -> Option<Result<Result<Running, ProcessError>, E>> {
+        let mut slot = self.slot();
+        if slot.0 {
+            return None;
+        }
+        let launched = launch();
+        if let Ok(Ok(running)) = &launched {
+            slot.1 = Some(running.clone());
+        }
+        Some(launched)
+    }
+}
+
+impl ProcessControl for OneProcess {
+    async fn cancel_processes(&self, _request: &RequestId) {
+        let running = {
+            let mut slot = self.slot();
+            slot.0 = true;
+            slot.1.clone()
+        };
+        if let Some(running) = running {
+            running.cancel_within(self.shutdown_grace);
+            let _ = running.settled().await;
+        }
+    }
+
+    fn process_verdicts(&self, _request: &RequestId) -> Vec<ProcessVerdict> {
+        let slot = self.slot();
+        slot.1.iter().map(ProcessVerdict::of).collect()
+    }
+}
+
+/// Waits for `running`'s request to complete. The process settling on its
+/// own is the executor's success; the first stop signal is the caller's
+/// cancel, on which the request machine stops the process (`SIGTERM`, at
+/// most the shutdown grace, `SIGKILL`). A later signal is reported and
+/// changes nothing, so the settlement (the reaping, the cgroup's removal)
+/// and the evidence always come.
 async fn settle(
     running: &Running,
+    request: &RequestHandle,
     stops: &mut StopSignals,
     shutdown_grace: Duration,
 ) -> (Arc<Evidence>, Option<StopSignal>) {
+    let executor = request.executor();
     let first = tokio::select! {
         biased;
-        evidence = running.settled() => return (evidence, None),
-        signal = stops.recv() => signal,
+        _ = running.settled() => {
+            executor.candidate(Candidate::Success);
+            None
+        }
+        signal = stops.recv() => Some(signal),
     };
-    eprintln!(
-        "custodian run: {}: stopping the process (SIGTERM, {} grace, SIGKILL)",
-        first.name(),
-        humantime::format_duration(shutdown_grace)
-    );
-    running.cancel_within(shutdown_grace);
-    loop {
+    if let Some(signal) = first {
+        eprintln!(
+            "custodian run: {}: stopping the process (SIGTERM, {} grace, SIGKILL)",
+            signal.name(),
+            humantime::format_duration(shutdown_grace)
+        );
+        request.candidate(Candidate::CallerCancel);
+    }
+    let completion = loop {
         tokio::select! {
             biased;
-            evidence = running.settled() => return (evidence, Some(first)),
+            completion = request.finished() => break completion,
             again = stops.recv() => eprintln!(
                 "custodian run: {}: already stopping; the cleanup and the evidence still come",
                 again.name()
             ),
         }
-    }
+    };
+    tracing::debug!(
+        request_id = %completion.request_id,
+        status = ?completion.result.status(),
+        "run request completed"
+    );
+    // Settled by now, unless the machine's stop was not confirmed in time:
+    // the launcher's own deadline still ends it.
+    (running.settled().await, first)
+}
+
+/// The request machine's code for a launch that did not start.
+fn not_launched_code(code: &str) -> SafeCode {
+    SafeCode::parse(code).unwrap_or(SafeCode::new("launch_failed"))
 }
 
 pub(crate) fn main(args: Args) -> ExitCode {
@@ -517,19 +610,70 @@ pub(crate) fn main(args: Args) -> ExitCode {
                 return Ended::Refused(ExitCode::from(EXIT_INTERNAL));
             }
         };
-        let launched = match &gate {
-            None => custodian::process::launch(invocation, &options),
-            Some(gate) => match gate.launch(invocation, &options, out) {
-                Ok(launched) => launched,
-                Err(refused) => return Ended::Refused(refused),
-            },
+        // The run is one request of the request machine: what ends it (the
+        // process settling, a stop signal, its deadline) and when the
+        // process is stopped are the machine's decisions.
+        let one = Arc::new(OneProcess {
+            shutdown_grace,
+            slot: std::sync::Mutex::new((false, None)),
+        });
+        let limits = RequestLimits::new()
+            .with_request_timeout(invocation.hard_deadline().saturating_add(REQUEST_ALLOWANCE))
+            .with_cleanup_grace(
+                RequestLimits::new()
+                    .cleanup_grace
+                    .saturating_add(shutdown_grace),
+            );
+        let coordinator = Coordinator::new(
+            Arc::new(NoWorkspace),
+            Arc::clone(&one),
+            // The run's terminal is its evidence on stdout, written once the
+            // request completed: the sink only acknowledges.
+            Arc::new(Acknowledge),
+            limits,
+        );
+        let id =
+            RequestId::new(&format!("run-{}", std::process::id())).expect("a valid request id");
+        let request = coordinator.start(id);
+        let launched = one.launch(|| match &gate {
+            None => Ok(custodian::process::launch(invocation, &options)),
+            Some(gate) => gate.launch(invocation, &options, out),
+        });
+        let refused = |code: SafeCode| {
+            let request = &request;
+            async move {
+                request
+                    .executor()
+                    .candidate(Candidate::ExecutorError { code });
+                request.finished().await;
+            }
         };
         match launched {
-            Ok(running) => {
-                let (evidence, stopped) = settle(&running, &mut stops, shutdown_grace).await;
+            Some(Ok(Ok(running))) => {
+                let (evidence, stopped) =
+                    settle(&running, &request, &mut stops, shutdown_grace).await;
                 Ended::Settled { evidence, stopped }
             }
-            Err(e) => Ended::NotLaunched(e),
+            Some(Ok(Err(e))) => {
+                refused(not_launched_code(e.code())).await;
+                Ended::NotLaunched(e)
+            }
+            Some(Err(code)) => {
+                refused(SafeCode::new("policy_refused")).await;
+                Ended::Refused(code)
+            }
+            // Only the request's own deadline can stop it before the
+            // launch, long after the launch was tried.
+            None => {
+                request.finished().await;
+                print_error(
+                    out,
+                    "internal",
+                    "request_ended",
+                    "the run's request ended before its launch",
+                );
+                Ended::Refused(ExitCode::from(EXIT_INTERNAL))
+            }
         }
     });
     match ended {

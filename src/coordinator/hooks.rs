@@ -113,6 +113,15 @@ impl ProcessVerdict {
         }
     }
 
+    /// The verdict of `process` as it stands: its evidence's once settled,
+    /// else [`ProcessVerdict::unsettled`].
+    pub fn of(process: &crate::process::Running) -> Self {
+        match process.try_settled() {
+            Some(ev) => ProcessVerdict::from_evidence(process.pid(), &ev),
+            None => ProcessVerdict::unsettled(process.pid()),
+        }
+    }
+
     /// The verdict of a process that had not settled.
     pub fn unsettled(pid: u32) -> Self {
         ProcessVerdict {
@@ -199,6 +208,23 @@ pub const CODE_NO_WORKSPACE_LIFECYCLE: SafeCode = SafeCode::new("no_workspace_li
 impl WorkspaceLifecycle for NoWorkspace {
     async fn cleanup_workspace(&self, _request: &RequestId) -> CleanupVerdict {
         CleanupVerdict::Failed(CODE_NO_WORKSPACE_LIFECYCLE)
+    }
+}
+
+/// A terminal sink that acknowledges every write at once: for a caller
+/// that reads the request's [`Completion`] itself (the runtime's
+/// `Request::finished`, `custodian run`, which writes its evidence once the
+/// request completed).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Acknowledge;
+
+impl TerminalSink for Acknowledge {
+    async fn write_terminal(
+        &self,
+        _request: &RequestId,
+        _result: &FinalResult,
+    ) -> Result<(), TerminalWriteError> {
+        Ok(())
     }
 }
 

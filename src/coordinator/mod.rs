@@ -62,7 +62,7 @@ pub use driver::{
 };
 pub(crate) use hooks::cleanup_error_code;
 pub use hooks::{
-    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_NO_WORKSPACE_LIFECYCLE,
+    Acknowledge, CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_NO_WORKSPACE_LIFECYCLE,
     CODE_POLICY_DENIED, Completion, DeniedLaunch, NoProcesses, NoWorkspace, ProcessControl,
     ProcessVerdict, TerminalSink, TerminalWriteError, WorkspaceLifecycle,
 };

@@ -1,20 +1,17 @@
 //! The runtime's table of requests, as the coordinator's hooks: process
-//! control over each request's tracked processes, the workspace lifecycle,
-//! and a terminal sink that acknowledges at once (the caller reads the
-//! completion from its [`Request`](super::Request)).
+//! control over each request's tracked processes and the workspace
+//! lifecycle (its terminal sink is `coordinator::Acknowledge`: the caller
+//! reads the completion from its [`Request`](super::Request)).
 
 use std::sync::Arc;
 
 use tracing::info;
 
 use super::RuntimeError;
-use crate::coordinator::{
-    DeniedLaunch, ProcessControl, ProcessVerdict, TerminalSink, TerminalWriteError,
-    WorkspaceLifecycle,
-};
+use crate::coordinator::{DeniedLaunch, ProcessControl, ProcessVerdict, WorkspaceLifecycle};
 use crate::error::SafeCode;
 use crate::id::RequestId;
-use crate::machine::request::{CleanupVerdict, FinalResult};
+use crate::machine::request::CleanupVerdict;
 use crate::request::scope::{Scope, Scopes};
 use crate::spill::Locator;
 use crate::sync::shim::{Mutex, lock};
@@ -86,14 +83,7 @@ impl ProcessControl for Hooks {
         let Some(entry) = self.table.remove(request) else {
             return Vec::new();
         };
-        entry
-            .processes()
-            .iter()
-            .map(|p| match p.try_settled() {
-                Some(ev) => ProcessVerdict::from_evidence(p.pid(), &ev),
-                None => ProcessVerdict::unsettled(p.pid()),
-            })
-            .collect()
+        entry.processes().iter().map(ProcessVerdict::of).collect()
     }
 }
 
@@ -128,20 +118,5 @@ impl WorkspaceLifecycle for Hooks {
         self.entry(request)
             .and_then(|e| e.cleanup())
             .or_else(|| self.workspace.cleanup_result(request))
-    }
-}
-
-/// The terminal sink of a runtime: the caller reads the completion from
-/// its [`Request`](super::Request), so the write is acknowledged at once.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Acknowledge;
-
-impl TerminalSink for Acknowledge {
-    async fn write_terminal(
-        &self,
-        _request: &RequestId,
-        _result: &FinalResult,
-    ) -> Result<(), TerminalWriteError> {
-        Ok(())
     }
 }

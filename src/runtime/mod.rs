@@ -75,7 +75,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::confine::{Confinement, InvalidConfinement};
 use crate::contain::Containment;
-use crate::coordinator::{Coordinator, RequestLimits};
+use crate::coordinator::{Acknowledge, Coordinator, RequestLimits};
 use crate::id::RequestId;
 use crate::policy::{PolicyConfig, Provenance, Registry};
 use crate::process::env::{AsyncSecretResolver, Baseline, Blocking, EnvError, NoSecrets};
@@ -87,7 +87,7 @@ use crate::workspace::{CleanupResult, Workspace, WorkspaceConfig, WorkspaceError
 pub use crate::coordinator::{Completion, ProcessVerdict};
 pub use request::{Executor, Request};
 
-use hooks::{Acknowledge, Hooks};
+use hooks::Hooks;
 
 /// The policy every process launched through a [`Runtime`] (or served by a
 /// [`WorkspaceNode`](crate::wire::WorkspaceNode)) must pass as

@@ -577,3 +577,55 @@ fn from_a_large_inherited_descriptor_table_the_child_sees_only_its_stdio() {
         assert_eq!(ev["stdout"]["text"], "0\n1\n2\n", "{confine}: {ev}");
     }
 }
+
+/// A `custodian run` is one request of the request machine (issue 26): the
+/// process settling is the executor's success, the request completes, and
+/// only then is the evidence written. (Before, `run` drove the launcher
+/// alone and no machine decided anything.)
+#[test]
+fn a_run_is_one_request_of_the_request_machine() {
+    let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .env("CUSTODIAN_LOG", "custodian::coordinator=debug")
+        .args(["run", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json(&out)["stdout"]["text"], "ran\n");
+    let t = crate::common::transitions(&out.stderr);
+    assert_eq!(
+        t.first().map(|(e, _)| e.as_str()),
+        Some("Candidate(Success)"),
+        "{t:?}"
+    );
+    assert_eq!(
+        t.last().map(|(_, a)| a.as_str()),
+        Some("Completed"),
+        "{t:?}"
+    );
+    assert_eq!(
+        t.iter()
+            .filter(|(e, _)| e.starts_with("Candidate("))
+            .count(),
+        1,
+        "{t:?}"
+    );
+    // A launch that does not start still ends its request, as the
+    // executor's error.
+    let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .env("CUSTODIAN_LOG", "custodian::coordinator=debug")
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(71), "{out:?}");
+    let t = crate::common::transitions(&out.stderr);
+    assert!(
+        t.first()
+            .is_some_and(|(e, _)| e.starts_with("Candidate(ExecutorError")),
+        "{t:?}"
+    );
+    assert_eq!(
+        t.last().map(|(_, a)| a.as_str()),
+        Some("Completed"),
+        "{t:?}"
+    );
+}

@@ -152,3 +152,23 @@ pub fn fork_storm() -> std::sync::RwLockWriteGuard<'static, ()> {
     HOST.write()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// The transitions of the run's request, from custodian's debug log: each
+/// committed event and the phase it led to.
+pub fn transitions(stderr: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| l.contains("request{request_id=run-") && l.contains(" transition "))
+        .map(|l| {
+            let field = |key: &str| {
+                let at = l.find(key).map_or("", |i| &l[i + key.len()..]);
+                at.split([' ', '{', '(']).next().unwrap_or("").to_owned()
+            };
+            let event = l
+                .find("event=")
+                .map(|i| l[i + 6..].split(' ').next().unwrap_or("").to_owned())
+                .unwrap_or_default();
+            (event, field("after="))
+        })
+        .collect()
+}

@@ -91,6 +91,8 @@ impl Run {
     fn start(args: &[&str], script: &str) -> Run {
         let marker = Marker::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+            // The request machine's transitions, on stderr.
+            .env("CUSTODIAN_LOG", "custodian::coordinator=debug")
             .arg("run")
             .args(args)
             .args(["--", "sh", "-c", script, "sh", &marker.0])
@@ -316,6 +318,20 @@ fn stops_on(sig: Signal, containment: &str) {
         assert!(done.took < GENEROUS, "{what}: took {:?}", done.took);
         let stderr = String::from_utf8_lossy(&done.out.stderr);
         assert!(stderr.contains(name), "{what}: {stderr}");
+        // The signal is the run's request's caller cancel: the request
+        // machine decided the stop, and the request completed before the
+        // evidence was written.
+        let t = crate::common::transitions(&done.out.stderr);
+        assert_eq!(
+            t.first().map(|(e, _)| e.as_str()),
+            Some("Candidate(CallerCancel)"),
+            "{what}: {t:?}"
+        );
+        assert_eq!(
+            t.last().map(|(_, a)| a.as_str()),
+            Some("Completed"),
+            "{what}: {t:?}"
+        );
     }
 }
 
