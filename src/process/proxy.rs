@@ -962,6 +962,11 @@ mod tests {
                 .with_host("denied.test", LOCAL),
         )
         .expect("proxy");
+        attached_to(&proxy, allow)
+    }
+
+    /// `proxy` attached to a listener of this test with `allow`.
+    fn attached_to(proxy: &NetworkProxy, allow: &[String]) -> (Attachment, std::net::SocketAddr) {
         let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
         l.set_nonblocking(true).expect("nonblocking");
         let addr = l.local_addr().expect("addr");
@@ -1154,13 +1159,8 @@ mod tests {
     fn a_name_resolved_by_dns_to_this_hosts_loopback_is_refused_and_a_literal_is_not() {
         let (up, _heads) = upstream();
         let proxy = NetworkProxy::start(ProxyConfig::new()).expect("proxy");
-        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
-        l.set_nonblocking(true).expect("nonblocking");
-        let addr = l.local_addr().expect("addr");
         let allow = [format!("localhost:{up}"), format!("127.0.0.1:{up}")];
-        let a = proxy
-            .attach(OwnedFd::from(l), AllowList::parse(&allow).expect("list"))
-            .expect("attach");
+        let (a, addr) = attached_to(&proxy, &allow);
         // `localhost` comes from the system resolver (/etc/hosts).
         let r = exchange(
             addr,
@@ -1198,15 +1198,7 @@ mod tests {
                 .with_max_connections(1),
         )
         .expect("proxy");
-        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
-        l.set_nonblocking(true).expect("nonblocking");
-        let addr = l.local_addr().expect("addr");
-        let a = proxy
-            .attach(
-                OwnedFd::from(l),
-                AllowList::parse(&[format!("allowed.test:{up}")]).expect("list"),
-            )
-            .expect("attach");
+        let (a, addr) = attached_to(&proxy, &[format!("allowed.test:{up}")]);
         // The first connection holds the only slot (an open tunnel).
         let mut first = StdStream::connect(addr).expect("connect");
         first
@@ -1251,15 +1243,7 @@ mod tests {
             ..ProxyConfig::new().with_host("allowed.test", LOCAL)
         })
         .expect("proxy");
-        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
-        l.set_nonblocking(true).expect("nonblocking");
-        let addr = l.local_addr().expect("addr");
-        let a = proxy
-            .attach(
-                OwnedFd::from(l),
-                AllowList::parse(&[format!("allowed.test:{up}")]).expect("list"),
-            )
-            .expect("attach");
+        let (a, addr) = attached_to(&proxy, &[format!("allowed.test:{up}")]);
         // Not HTTP at all.
         let r = exchange(addr, "\x16\x03\x01 garbage\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 400"), "{r:?}");

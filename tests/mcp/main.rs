@@ -11,6 +11,8 @@
 
 mod client;
 mod early;
+#[path = "../support/http.rs"]
+mod http;
 #[path = "../support/marker.rs"]
 mod marker;
 mod observed;

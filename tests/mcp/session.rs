@@ -147,25 +147,6 @@ fn spills_read_back_exactly_and_survive_a_restart() {
     assert_eq!(got["base64"], "qcOpww==", "after a restart: {got}");
 }
 
-/// A loopback HTTP server answering `body` to every request.
-fn http_server(body: &'static str) -> u16 {
-    use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
-
 #[test]
 #[ignore = "deletes: run by session_in_a_private_mount_namespace"]
 fn an_operators_allow_list_lets_a_call_reach_its_hosts_only() {
@@ -173,7 +154,7 @@ fn an_operators_allow_list_lets_a_call_reach_its_hosts_only() {
         eprintln!("skipped: the kernel has no Landlock");
         return;
     }
-    let port = http_server("fetched-over-mcp");
+    let port = crate::http::http_server("fetched-over-mcp");
     let tmp = sandbox::tempdir();
     let allowed = format!("allowed.test:{port}");
     let mut server = Server::start(

@@ -8,6 +8,8 @@
 //! scratch directory and the cgroup v2 hierarchy (`sandbox`), checked
 //! first by each body.
 
+#[path = "../support/http.rs"]
+mod http;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
 

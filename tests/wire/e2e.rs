@@ -485,26 +485,6 @@ async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
     node.stop();
 }
 
-/// A loopback HTTP server answering `body` to every request, for as long
-/// as the test process lives.
-fn http_server(body: &'static str) -> u16 {
-    use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes: run by guarded::e2e_in_a_private_mount_namespace"]
 async fn a_network_allow_run_over_the_wire_reaches_its_hosts_only() {
@@ -513,8 +493,8 @@ async fn a_network_allow_run_over_the_wire_reaches_its_hosts_only() {
         eprintln!("skipped: the kernel has no Landlock");
         return;
     }
-    let allowed = http_server("through-the-node-proxy");
-    let other = http_server("not-for-you");
+    let allowed = crate::http::http_server("through-the-node-proxy");
+    let other = crate::http::http_server("not-for-you");
     let dir = crate::sandbox::tempdir();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();

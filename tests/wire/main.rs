@@ -11,6 +11,8 @@ mod crash;
 mod e2e;
 mod exhaustion;
 mod guarded;
+#[path = "../support/http.rs"]
+mod http;
 mod node_handler;
 mod policy;
 mod race;

@@ -248,23 +248,12 @@ async fn the_runtime_default_confinement_applies_unless_the_invocation_names_one
 #[tokio::test]
 #[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
 async fn a_runtime_serves_network_allow_through_its_own_proxy() {
-    use std::io::{Read, Write};
     use std::net::{IpAddr, Ipv4Addr};
     if custodian::confine::landlock_abi() == 0 {
         eprintln!("skipped: the kernel has no Landlock");
         return;
     }
-    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = server.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in server.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = s.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nfetched",
-            );
-        }
-    });
+    let port = crate::http::http_server("fetched");
     let dir = tempfile::tempdir_in(scratch()).unwrap();
     let root = dir.path().join("ws");
     std::fs::create_dir(&root).unwrap();
