@@ -16,7 +16,11 @@
 //! grant is then split into one rule per sibling on the way down from `/`),
 //! and `workspace-write` once more with the spare network namespaces
 //! turned off (`custodian::__bench::set_netns_spares`): each launch's
-//! `clone3` then makes its network namespace, as it does without root.
+//! `clone3` then makes its network namespace, as it does without root;
+//! `workspace-write` with the network allow-list (the proxy's listener);
+//! and `workspace-write` with the sandbox's mount namespace not held past
+//! its init's exit (`custodian::__bench::set_hold_mount_ns`): the view is
+//! then torn down on the exit the driver waits for.
 
 use std::time::{Duration, Instant};
 
@@ -63,39 +67,57 @@ fn main() {
     let opts = LaunchOptions::new(&ws);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
-    // (name, confinement, spare network namespaces on)
-    let variants: [(&str, Confinement, bool); 8] = [
-        ("unconfined", Confinement::none(), true),
+    // (name, confinement, spare network namespaces on, the sandbox's mount
+    // namespace held past its init's exit)
+    let variants: [(&str, Confinement, bool, bool); 9] = [
+        ("unconfined", Confinement::none(), true, true),
         (
             "network off",
             Confinement::none().with_network(Network::Off),
+            true,
             true,
         ),
         (
             "read-only, network on",
             Confinement::read_only().with_network(Network::On),
             true,
+            true,
         ),
-        ("read-only", Confinement::read_only(), true),
-        ("workspace-write", Confinement::workspace_write(), true),
+        ("read-only", Confinement::read_only(), true, true),
+        (
+            "workspace-write",
+            Confinement::workspace_write(),
+            true,
+            true,
+        ),
         (
             "workspace-write + deny $HOME/.ssh",
             Confinement::workspace_write().with_deny_read(ssh),
+            true,
             true,
         ),
         (
             "workspace-write, no spare netns",
             Confinement::workspace_write(),
             false,
+            true,
         ),
         (
             "workspace-write, network allow",
             Confinement::workspace_write().with_allow_host("pypi.org"),
             true,
+            true,
+        ),
+        (
+            "workspace-write, view torn down at exit",
+            Confinement::workspace_write(),
+            true,
+            false,
         ),
     ];
-    let once = |(_, c, spares): &(&str, Confinement, bool)| {
+    let once = |(_, c, spares, hold): &(&str, Confinement, bool, bool)| {
         custodian::__bench::set_netns_spares(*spares);
+        custodian::__bench::set_hold_mount_ns(*hold);
         once(&rt, &opts, c)
     };
     if let Some(k) = std::env::var("CONFINE_ONLY")
@@ -138,7 +160,7 @@ fn main() {
     let mut base_p50 = samples[0].clone();
     base_p50.sort();
     let base_p50 = base_p50[n / 2].as_secs_f64();
-    for (((name, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
+    for (((name, _, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
         s.sort();
         sp.sort();
         println!(

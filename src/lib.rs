@@ -174,6 +174,14 @@ pub mod __bench {
         crate::process::spawn::set_spares(on);
     }
 
+    /// Turns on or off the holding of an isolated launch's mount namespace
+    /// past its init's exit (off: the init's exit tears the view down
+    /// before the driver sees it), for the benchmark that measures what it
+    /// saves. On by default.
+    pub fn set_hold_mount_ns(on: bool) {
+        crate::process::spawn::set_hold_mount_ns(on);
+    }
+
     /// Runs `program` (argv `[program]`, empty environment, new process
     /// group) through the clone3 spawner, into `cgroup` if given, with
     /// stdin on `/dev/null` and stdout/stderr on pipes it reads to the end

@@ -500,3 +500,52 @@ async fn a_confined_process_cannot_reach_an_abstract_unix_socket_outside_its_san
     let ev = run_in(dir.path(), &py, Confinement::none()).await.unwrap();
     assert_eq!(ev.stdout.text, "connected\n", "{ev:?}");
 }
+
+/// Whether this process holds a descriptor of the namespace `ns` names
+/// (`mnt:[inode]`, as `/proc/PID/ns/mnt` reads).
+fn holds_namespace(ns: &Path) -> bool {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == ns))
+}
+
+/// An isolated launch's composed view (its mount namespace) is held past
+/// the init's exit, so the driver sees the exit without waiting for the
+/// view's teardown (every `umount` and an RCU grace period), and it is
+/// released a moment after the settlement, off its path: nothing is left.
+#[tokio::test]
+async fn an_isolated_views_mount_namespace_is_released_after_the_settlement() {
+    if !can_confine() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let inv = Invocation::validate(
+        spec("sleep", &["30"])
+            .with_timeout(Duration::from_secs(60))
+            .with_tunables(TUN)
+            .with_confinement(Confinement::workspace_write()),
+    )
+    .unwrap();
+    let running = match custodian::process::launch(inv, &LaunchOptions::new(ws.path())) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: no isolated launch here: {e}");
+            return;
+        }
+    };
+    let ns = std::fs::read_link(format!("/proc/{}/ns/mnt", running.pid())).unwrap();
+    assert_ne!(ns, std::fs::read_link("/proc/self/ns/mnt").unwrap());
+    assert!(holds_namespace(&ns), "the view {ns:?} is not held");
+    running.cancel();
+    let ev = running.settled().await;
+    assert_eq!(ev.status, ProcessStatus::Cancelled, "{ev:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while holds_namespace(&ns) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the view {ns:?} was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
