@@ -591,17 +591,7 @@ fn a_run_is_one_request_of_the_request_machine() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(json(&out)["stdout"]["text"], "ran\n");
-    let t = crate::common::transitions(&out.stderr);
-    assert_eq!(
-        t.first().map(|(e, _)| e.as_str()),
-        Some("Candidate(Success)"),
-        "{t:?}"
-    );
-    assert_eq!(
-        t.last().map(|(_, a)| a.as_str()),
-        Some("Completed"),
-        "{t:?}"
-    );
+    let t = crate::common::assert_one_request(&out.stderr, "Candidate(Success)", "a run");
     assert_eq!(
         t.iter()
             .filter(|(e, _)| e.starts_with("Candidate("))

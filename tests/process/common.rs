@@ -172,3 +172,21 @@ pub fn transitions(stderr: &[u8]) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Asserts that the run's request began with the candidate `first` (the
+/// first committed event) and completed (the last phase); returns its
+/// transitions. `what` names the case in a failure.
+pub fn assert_one_request(stderr: &[u8], first: &str, what: &str) -> Vec<(String, String)> {
+    let t = transitions(stderr);
+    assert_eq!(
+        t.first().map(|(e, _)| e.as_str()),
+        Some(first),
+        "{what}: {t:?}"
+    );
+    assert_eq!(
+        t.last().map(|(_, a)| a.as_str()),
+        Some("Completed"),
+        "{what}: {t:?}"
+    );
+    t
+}
