@@ -105,6 +105,7 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         }
         "request/broken/republish-on-duplicate" => req(rb::RepublishOnDuplicate, waiters, v),
         "request/broken/cleanup-before-stop" => req(rb::CleanupBeforeStop, waiters, v),
+        "request/broken/success-skips-stop" => req(rb::SuccessSkipsStop, waiters, v),
         "request/broken/accept-late-open" => req(rb::AcceptLateOpen, waiters, v),
         "request/broken/publish-not-the-result" => req(rb::PublishNotTheResult, waiters, v),
         "process/broken/signal-after-settle" => pro(pb::SignalAfterSettle, v),

@@ -151,6 +151,35 @@ pub mod broken {
         }
     }
 
+    /// Takes a success or an executor error as proof that the request's
+    /// processes stopped and goes on at once — the machine before sessions,
+    /// when a success skipped the wait for `ExecutionStopped`: a process
+    /// the executor left running (a session) outlived the completion.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct SuccessSkipsStop;
+
+    impl RequestStep for SuccessSkipsStop {
+        fn name(&self) -> &'static str {
+            "request/broken/success-skips-stop"
+        }
+        fn breaks(&self) -> Option<&'static str> {
+            Some(PUBLISHED_AFTER_STOP)
+        }
+        fn step(&self, state: &request::State, event: Event, now: Instant) -> request::Transition {
+            let mut tr = request::step(state, event, now);
+            let returned = matches!(
+                event,
+                Event::Candidate(Candidate::Success | Candidate::ExecutorError { .. })
+            );
+            if returned && matches!(tr.next.phase(), Phase::Finalizing { .. }) {
+                let skip = request::step(&tr.next, Event::ExecutionStopped, now);
+                tr.next = skip.next;
+                tr.actions.extend(skip.actions);
+            }
+            tr
+        }
+    }
+
     /// Accepts a workspace announced after the cleanup was decided, without
     /// cleaning it — the old contract, where a workspace reported opened
     /// after a workspace-less finalization was only flagged (`LateOpen`).
@@ -297,9 +326,12 @@ pub struct Sys {
     pub ws_opened: bool,
     /// ... after the executor had stopped or returned, and was refused.
     pub open_after_stop_refused: bool,
-    /// A cleanup started while the executor had neither stopped nor
-    /// returned.
+    /// A cleanup started before the environment reported the request's
+    /// processes stopped (a success or an error proves the executor
+    /// returned, not that a process it started settled).
     pub cleanup_before_stop: bool,
+    /// A result was published before the processes were reported stopped.
+    pub published_before_stop: bool,
     /// ... while the machine was already finalizing (the race).
     pub ws_opened_while_finalizing: bool,
     /// The machine asked to cancel processes.
@@ -424,6 +456,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
             ws_opened: false,
             open_after_stop_refused: false,
             cleanup_before_stop: false,
+            published_before_stop: false,
             ws_opened_while_finalizing: false,
             cancel_requested: false,
             stopped: false,
@@ -540,7 +573,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 Action::CancelProcesses => n.cancel_requested = true,
                 Action::StartCleanup => {
                     n.cleanups = n.cleanups.saturating_add(1);
-                    n.cleanup_before_stop |= !n.stopped && n.fired & 0b111 == 0;
+                    n.cleanup_before_stop |= !n.stopped;
                 }
                 Action::WriteTerminal(_) => {
                     n.writes = n.writes.saturating_add(1);
@@ -549,6 +582,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 }
                 Action::Publish(r) => {
                     n.publishes = n.publishes.saturating_add(1);
+                    n.published_before_stop |= !n.stopped;
                     n.early |= n.cleanup_owed();
                     // The runtime settles the request's cell: the first
                     // publication wins, as the real primitive decides.
@@ -633,6 +667,7 @@ impl<S: RequestStep> Model for RequestModel<S> {
                 })
             }),
             Property::always(CLEANUP_AFTER_STOP, |_, s: &Sys| !s.cleanup_before_stop),
+            Property::always(PUBLISHED_AFTER_STOP, |_, s: &Sys| !s.published_before_stop),
             Property::always(OPENED_IS_CLEANED, |_, s: &Sys| {
                 !s.machine.is_completed() || !s.ws_opened || s.cleanup.is_some()
             }),
@@ -744,7 +779,10 @@ pub const CLEANUP_FAILURE_NEVER_SUCCEEDS: &str = "cleanup failure never yields s
 /// See [`AT_MOST_ONE_CLEANUP`].
 pub const SETTLES: &str = "no enabled action implies fully settled";
 /// See [`AT_MOST_ONE_CLEANUP`].
-pub const CLEANUP_AFTER_STOP: &str = "cleanup starts only after the executor stopped or returned";
+pub const CLEANUP_AFTER_STOP: &str = "cleanup starts only after the processes stopped";
+/// See [`AT_MOST_ONE_CLEANUP`].
+pub const PUBLISHED_AFTER_STOP: &str =
+    "no result is published before every process of the request stopped";
 /// See [`AT_MOST_ONE_CLEANUP`].
 pub const OPENED_IS_CLEANED: &str = "an opened workspace is cleaned before completion";
 /// See [`AT_MOST_ONE_CLEANUP`].

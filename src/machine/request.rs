@@ -13,8 +13,10 @@
 //! 1. **Finalizing** — the primary outcome is fixed and
 //!    [`Action::CancelProcesses`] has been issued. The machine waits for
 //!    [`Event::ExecutionStopped`] so that cleanup never races an executor that
-//!    can still create files. A success or an executor error is itself proof
-//!    that the executor returned, so those skip the wait.
+//!    can still create files, and so that no request completes before every
+//!    process it launched settled. A success or an executor error waits too:
+//!    it proves the executor returned, not that a process it started (a
+//!    session, left running on purpose) is gone.
 //! 2. **Cleaning** — if a workspace was announced ([`Event::WorkspaceOpening`],
 //!    committed *before* the executor asks for it, so it may or may not
 //!    exist), [`Action::StartCleanup`] is issued exactly once and the machine
@@ -55,7 +57,8 @@
 //!   ([`State::open_refused`]): cleanup was already started or decided "not
 //!   needed", so the workspace must not be opened at all.
 //! - Answer [`Action::CancelProcesses`] with [`Event::ExecutionStopped`] once
-//!   the executor can no longer touch the workspace, [`Action::StartCleanup`]
+//!   the executor can no longer touch the workspace and every process the
+//!   request launched settled, [`Action::StartCleanup`]
 //!   with exactly one [`Event::CleanupFinished`], [`Action::WriteTerminal`]
 //!   with [`Event::EndpointAcknowledged`] or
 //!   [`Candidate::TerminalWriteFailed`], and [`Action::Publish`] with
@@ -71,7 +74,9 @@
 //! let s = State::new(t);
 //! let s = step(&s, Event::WorkspaceOpening, t).next;
 //! let tr = step(&s, Event::Candidate(Candidate::Success), t);
-//! assert_eq!(tr.actions, [Action::CancelProcesses, Action::StartCleanup]);
+//! assert_eq!(tr.actions, [Action::CancelProcesses]);
+//! let tr = step(&tr.next, Event::ExecutionStopped, t);
+//! assert_eq!(tr.actions, [Action::StartCleanup]);
 //! let tr = step(&tr.next, Event::CleanupFinished(CleanupVerdict::Cleaned), t);
 //! let Action::WriteTerminal(result) = tr.actions[0] else { unreachable!() };
 //! assert_eq!(result.status(), RequestStatus::Succeeded);
@@ -135,12 +140,6 @@ impl Candidate {
             Candidate::CallerDisconnect => CandidateKind::CallerDisconnect,
             Candidate::TerminalWriteFailed => CandidateKind::TerminalWriteFailed,
         }
-    }
-
-    /// Whether this candidate proves the executor has returned (so the
-    /// machine need not wait for [`Event::ExecutionStopped`]).
-    pub const fn executor_returned(self) -> bool {
-        matches!(self, Candidate::Success | Candidate::ExecutorError { .. })
     }
 
     /// The status this candidate gives a request whose cleanup did not fail.
@@ -502,7 +501,8 @@ pub enum Event {
     /// before the open is asked for, so the request knows of every
     /// workspace that may exist; accepted only while [`accepts_workspace`].
     WorkspaceOpening,
-    /// The executor has stopped and can no longer touch the workspace.
+    /// The executor has stopped and can no longer touch the workspace, and
+    /// every process the request launched settled.
     ExecutionStopped,
     /// The cleanup started by [`Action::StartCleanup`] finished.
     CleanupFinished(CleanupVerdict),
@@ -610,18 +610,13 @@ fn on_candidate(next: &mut State, c: Candidate, now: Instant, actions: &mut Vec<
         Phase::Open => {
             next.timeline.decided_at = Some(now);
             actions.push(Action::CancelProcesses);
-            if c.executor_returned() {
-                executor_done(next, c, actions);
-            } else {
-                next.phase = Phase::Finalizing { primary: c };
-            }
+            // Even a success waits for the answer: the executor returned,
+            // but a process it started (a session) may still run, and no
+            // request completes before every process of it settled.
+            next.phase = Phase::Finalizing { primary: c };
         }
-        Phase::Finalizing { primary } => {
+        Phase::Finalizing { .. } => {
             next.duplicates.record(c.kind());
-            // A late success or error still proves the executor returned.
-            if c.executor_returned() {
-                executor_done(next, primary, actions);
-            }
         }
         Phase::Writing { result } => {
             next.duplicates.record(c.kind());

@@ -127,10 +127,7 @@ fn expected(s: &State, event: Event) -> Expect {
     let gone = s.caller_gone();
     use Event as E;
     match (p, event) {
-        (P::Open, E::Candidate(c)) if c.executor_returned() => {
-            let (next, a) = after_stop(ws, gone);
-            go(next, &[A::Cancel, a])
-        }
+        // Every candidate, a success too, waits for the processes' stop.
         (P::Open, E::Candidate(_)) => go(P::Finalizing, &[A::Cancel]),
         (P::Open, E::WorkspaceOpening) => stay(P::Open),
         (
@@ -138,18 +135,8 @@ fn expected(s: &State, event: Event) -> Expect {
             E::ExecutionStopped | E::CleanupFinished(_) | E::EndpointAcknowledged | E::Published,
         ) => unexpected(P::Open),
 
-        (P::Finalizing, E::Candidate(c)) if c.executor_returned() => {
-            let (next, a) = after_stop(ws, gone);
-            Expect {
-                duplicate: true,
-                ..go(next, &[a])
-            }
-        }
-        (P::Finalizing, E::Candidate(c)) => {
-            // A disconnect while finalizing is remembered for the write.
-            let _ = c;
-            dup(P::Finalizing)
-        }
+        // A disconnect while finalizing is remembered for the write.
+        (P::Finalizing, E::Candidate(_)) => dup(P::Finalizing),
         (P::Finalizing, E::WorkspaceOpening) => stay(P::Finalizing),
         (P::Finalizing, E::ExecutionStopped) => {
             let (next, a) = after_stop(ws, gone);
@@ -364,21 +351,24 @@ fn every_reachable_state_times_every_event_matches_the_table() {
 
 /// Reachable representative states (counters capped at 1).
 ///
-/// 1852 = 2 × 926: the `unexpected` counter (0 or 1) doubles every state.
-/// The 926 split by phase: Open 2 (workspace announced or not), Finalizing
-/// 40, Cleaning 84, Writing 176, Acknowledged 312, Completed 312
+/// 1948 = 2 × 974: the `unexpected` counter (0 or 1) doubles every state.
+/// The 974 split by phase: Open 2 (workspace announced or not), Finalizing
+/// 84, Cleaning 84, Writing 180, Acknowledged 312, Completed 312
 /// (publication maps each Acknowledged state to exactly one Completed
 /// state). From Cleaning on, every state comes in two: with and without the
 /// `open_refused` flag (an announcement after the cleanup was decided), so
-/// Cleaning is 2 × 42, Writing 2 × 88, Acknowledged and Completed 2 × 156.
+/// Cleaning is 2 × 42, Writing 2 × 90, Acknowledged and Completed 2 × 156.
 /// Within a phase a state is the primary candidate (6) × workspace announced
 /// (2) × caller gone (2) × cleanup result (not needed / ok / failed) ×
 /// delivery (3) × which kind of duplicate was recorded, if any (7), minus
 /// the combinations the machine cannot reach (e.g. cleaning without a
 /// workspace, a result without a cleanup, a write to a caller that is gone).
 /// Before the announcement was an intent (`WorkspaceOpened` accepted in
-/// Cleaning and flagged only without a workspace) the count was 1232.
-const REACHABLE_STATES: usize = 1852;
+/// Cleaning and flagged only without a workspace) the count was 1232; it
+/// was 1852 (Finalizing 40, Writing 176) while a success or an executor
+/// error skipped `Finalizing`: now every candidate waits there for the
+/// processes' stop (`ExecutionStopped`), with its duplicates.
+const REACHABLE_STATES: usize = 1948;
 
 #[test]
 fn merge_table() {
@@ -575,18 +565,19 @@ fn an_announcement_before_a_cancel_is_cleaned_whatever_the_stop_order() {
     // The late-open race: the executor announces, a cancel lands before
     // the open's answer, the executor stops (its open answered or lost).
     for events in [
-        [
+        &[
             Event::WorkspaceOpening,
             Event::Candidate(Candidate::CallerCancel),
             Event::ExecutionStopped,
-        ],
-        [
+        ][..],
+        &[
             Event::WorkspaceOpening,
             Event::Candidate(Candidate::Timeout),
             Event::Candidate(Candidate::ExecutorError { code: EXEC }),
+            Event::ExecutionStopped,
         ],
     ] {
-        let (s, actions) = run(&events);
+        let (s, actions) = run(events);
         assert_eq!(actions, [Action::CancelProcesses, Action::StartCleanup]);
         assert!(matches!(s.phase(), Phase::Cleaning { .. }));
     }
@@ -609,6 +600,7 @@ fn an_announcement_after_cleanup_was_decided_is_refused_and_changes_nothing_else
     let (s, _) = run(&[
         Event::WorkspaceOpening,
         Event::Candidate(Candidate::Success),
+        Event::ExecutionStopped,
     ]);
     assert!(matches!(s.phase(), Phase::Cleaning { .. }));
     let tr = step(&s, Event::WorkspaceOpening, Instant::now());
@@ -619,6 +611,7 @@ fn an_announcement_after_cleanup_was_decided_is_refused_and_changes_nothing_else
 fn every_duplicate_after_completion_is_recorded_and_changes_nothing() {
     let (done, _) = run(&[
         Event::Candidate(Candidate::Success),
+        Event::ExecutionStopped,
         Event::EndpointAcknowledged,
         Event::Published,
     ]);
@@ -641,6 +634,7 @@ fn every_duplicate_after_completion_is_recorded_and_changes_nothing() {
 fn duplicate_counts_are_per_kind_and_count_every_repeat() {
     let (done, _) = run(&[
         Event::Candidate(Candidate::Success),
+        Event::ExecutionStopped,
         Event::EndpointAcknowledged,
         Event::Published,
     ]);

@@ -322,9 +322,17 @@ fn a_process_run_is_one_run_of_the_request_machine() {
         let log = request.log();
         assert_eq!(
             phases(&log),
-            // The executor's own success skips `finalizing`: it proves
-            // the executor returned.
-            ["open", "cleaning", "writing", "acknowledged", "completed"],
+            // Even the executor's own success waits in `finalizing` for
+            // the processes' stop: it proves the executor returned, not
+            // that every process it started settled.
+            [
+                "open",
+                "finalizing",
+                "cleaning",
+                "writing",
+                "acknowledged",
+                "completed"
+            ],
             "{:#?}",
             trace(&log)
         );
@@ -549,10 +557,11 @@ fn assert_refused(request: &RequestObserver, denied: DeniedLaunch) {
     );
     assert_eq!(cleanups(&log), (0, vec![]), "{:#?}", trace(&log));
     assert_eq!(completion.result.cleanup(), CleanupReport::NotNeeded);
-    // Nothing to stop or clean: the terminal is written at once.
+    // Nothing to clean: the terminal is written once the (empty) stop is
+    // confirmed.
     assert_eq!(
         phases(&log),
-        ["open", "writing", "acknowledged", "completed"],
+        ["open", "finalizing", "writing", "acknowledged", "completed"],
         "{:#?}",
         trace(&log)
     );
