@@ -115,6 +115,7 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         "process/broken/hard-before-grace" => pro(pb::HardBeforeGrace, v),
         "process/broken/cause-dropped" => pro(pb::CauseDropped, v),
         "process/broken/drop-kills-unsafely" => pro(pb::DropKillsUnsafely, v),
+        "process/broken/interrupt-anytime" => pro(pb::InterruptAnytime, v),
         _ => return None,
     })
 }

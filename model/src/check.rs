@@ -374,7 +374,7 @@ pub const KNOWN_COMPOSITION_VIOLATIONS: &[&str] = &[];
 
 /// The pinned unique state count of the real process model (see
 /// `model/tests/process.rs` for how it arises).
-pub const PINNED_PROCESS_STATES: usize = 73_184;
+pub const PINNED_PROCESS_STATES: usize = 82_240;
 
 /// The pinned unique state count of the real request model with `waiters`
 /// waiters, if that configuration is pinned (see `model/tests/request.rs`
@@ -411,6 +411,7 @@ pub fn all(threads: usize) -> Vec<Report> {
         process(p::broken::HardBeforeGrace, threads),
         process(p::broken::CauseDropped, threads),
         process(p::broken::DropKillsUnsafely, threads),
+        process(p::broken::InterruptAnytime, threads),
         composition(actor::Variant::OpenBeforeAnnounce, 1, 0, threads),
         composition(actor::Variant::CleanupPerMessage, 1, 0, threads),
         composition(actor::Variant::CompleteBeforeCleanupAnswer, 1, 0, threads),

@@ -466,6 +466,7 @@ impl<S: ProcessStep> Narrate for ProcessModel<S> {
             out.push(match a {
                 Action::SignalGroup(Signal::Term) => msg("M", "G", "SIGTERM"),
                 Action::SignalGroup(Signal::Kill) => msg("M", "G", "SIGKILL"),
+                Action::SignalGroup(Signal::Int) => msg("M", "G", "SIGINT"),
                 Action::ArmTimer { timer, at } => {
                     msg("M", "T", format!("arm {timer:?} at {}", secs(*at)))
                 }

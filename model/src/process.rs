@@ -22,7 +22,8 @@
 //! driver's `ExitUnobservable`: the exit is never reported and only the
 //! timers end the run); each stream closes (even after the driver stopped
 //! reading: a late event may still be queued); the caller cancels; the
-//! driver is dropped ([`Act::Abandon`], which ends everything). Every
+//! caller asks for an interrupt (a session's `SIGINT`, any number of times,
+//! at any moment, even after settlement); the driver is dropped ([`Act::Abandon`], which ends everything). Every
 //! [`Action::ProbeGroup`] is answered with each possible [`Probe`]. Events
 //! still arrive after settlement, which the machine must ignore.
 //!
@@ -295,6 +296,32 @@ pub mod broken {
         }
     }
 
+    /// Forwards a session's interrupt whenever the run is not settled —
+    /// the bug of an interrupt path that does not ask whether a stop began
+    /// (the ladder owns the signals then) or whether the group id is still
+    /// the root's.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct InterruptAnytime;
+
+    impl ProcessStep for InterruptAnytime {
+        fn name(&self) -> &'static str {
+            "process/broken/interrupt-anytime"
+        }
+        fn breaks(&self) -> Option<&'static str> {
+            Some(INTERRUPT_ONLY_BEFORE_STOP)
+        }
+        fn step(&self, state: &State, event: Event, now: Duration) -> Transition {
+            let mut tr = process::step(state, event, now);
+            if event == Event::Interrupt
+                && state.phase != Phase::Settled
+                && !tr.actions.contains(&Action::SignalGroup(Signal::Int))
+            {
+                tr.actions.push(Action::SignalGroup(Signal::Int));
+            }
+            tr
+        }
+    }
+
     /// The drop path kills the group whatever the tier — the bug of the
     /// old hand-written drop path forgetting that an unpinned group id may
     /// have been reused once the root was reaped.
@@ -343,6 +370,9 @@ pub const REQUESTED_CAUSE_REPORTED: &str = "a requested cancel or deadline is re
 /// Property: no group signal after an observed exit on a tier that does not
 /// pin the group id.
 pub const NO_UNSAFE_SIGNAL: &str = "no group signal once an unpinned root's exit was observed";
+/// Property: a session's `SIGINT` goes to the group only before any stop
+/// began (`Running` or `Draining`), never during the ladder.
+pub const INTERRUPT_ONLY_BEFORE_STOP: &str = "an interrupt is forwarded only before a stop began";
 
 /// The one-shot environment events and fired timers, as bits of
 /// [`Sys::fired`].
@@ -428,6 +458,8 @@ pub struct Sys {
     pub exit_during_grace: bool,
     /// An event arrived after settlement.
     pub late_event: bool,
+    /// A `SIGINT` was sent while the ladder ran (`Term` or `Kill`).
+    pub interrupt_in_stop: bool,
     /// `Reap` actions.
     pub reaps: u8,
     /// `Settle` actions.
@@ -447,6 +479,8 @@ pub enum Act {
     Close(Stream),
     /// The caller cancels.
     Cancel,
+    /// The caller asks for an interrupt (not one-shot).
+    Interrupt,
     /// The earliest pending timer fires; time jumps to its `at`.
     Fire(Timer),
     /// One second passes without passing a timer.
@@ -483,6 +517,7 @@ impl<S: ProcessStep> ProcessModel<S> {
             Act::Exit(st) => Event::RootExited(st),
             Act::Close(which) => Event::StreamClosed(which),
             Act::Cancel => Event::Cancel,
+            Act::Interrupt => Event::Interrupt,
             Act::Fire(t) => event_of(t),
             Act::Probed(p) => Event::GroupProbed(p),
             Act::Tick | Act::ExitUnobserved | Act::Abandon => return None,
@@ -543,6 +578,11 @@ impl Sys {
                             self.terms = self.terms.saturating_add(1);
                             self.term_at.get_or_insert(self.now);
                         }
+                        Signal::Int => {
+                            if matches!(before.phase, Phase::Term | Phase::Kill) {
+                                self.interrupt_in_stop = true;
+                            }
+                        }
                         Signal::Kill => {
                             let graced = self
                                 .term_at
@@ -601,6 +641,7 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
                     unsafe_signal: false,
                     exit_during_grace: false,
                     late_event: false,
+                    interrupt_in_stop: false,
                     reaps: 0,
                     settles: 0,
                     summary: None,
@@ -631,6 +672,7 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
         if once(CANCEL) {
             out.push(Act::Cancel);
         }
+        out.push(Act::Interrupt);
         if let Some(next) = s.next_timer() {
             for t in TIMERS {
                 if s.timers[slot(t)] == Some(next) {
@@ -692,6 +734,7 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
                     _ => {}
                 }
             }
+            Act::Interrupt => {}
             Act::Probed(p) => {
                 n.probes_pending -= 1;
                 n.saw_empty |= p == Probe::Empty;
@@ -728,6 +771,9 @@ impl<S: ProcessStep> Model for ProcessModel<S> {
                 s.terms <= 1 && s.kills <= 1
             }),
             Property::always(NO_UNSAFE_SIGNAL, |_, s: &Sys| !s.unsafe_signal),
+            Property::always(INTERRUPT_ONLY_BEFORE_STOP, |_, s: &Sys| {
+                !s.interrupt_in_stop
+            }),
             Property::always(TIMER_ARMED_AT_MOST_ONCE, |_, s: &Sys| {
                 s.arms.iter().all(|&n| n <= 1)
             }),

@@ -8,7 +8,8 @@ use custodian_model::process::{self as model, ProcessStep, Real, broken};
 // discrete time (whole seconds; timeout 3, grace 2, drain 1, hard margin 1),
 // the environment fires each one-shot event once (the root exits with a
 // code, by a signal or unobservably; stdout and stderr close; the caller
-// cancels; the driver is dropped, which ends the run), fires the earliest
+// cancels; the caller interrupts, at any time and any number of times;
+// the driver is dropped, which ends the run), fires the earliest
 // pending timer (time jumps to its `at`), lets one second pass while no
 // timer is passed, and answers each probe with empty, occupied or unknown.
 // A state is the time, the pending timers with their `at`, the events fired
@@ -16,16 +17,21 @@ use custodian_model::process::{self as model, ProcessStep, Real, broken};
 // (signals and when, arms per timer, settles, reaps, the first summary).
 // Time multiplies the old untimed count (3 624) by about 12: each event can
 // now happen at each whole second before the next timer, and the timers'
-// `at` values differ with the moment that armed them. 73 184 unique states
-// (31 204 pinned-group, 31 204 cgroup, 5 388 for each unpinned tier), of
-// 104 948 generated; longest path 15. The cgroup tier takes every step the
+// `at` values differ with the moment that armed them. 82 240 unique states
+// (35 084 pinned-group, 35 084 cgroup, 6 036 for each unpinned tier), of
+// 160 520 generated; longest path 15. The cgroup tier takes every step the
 // pinned tier takes (only its verdict differs: an empty probe confirms
 // whatever the streams did), hence the equal counts. The pinned tier grew
 // from 33 184 when a cancel or deadline during an outstanding probe started
 // being recorded (the cause is now part of those states), to 34 492, and
 // shrank to 31 204 when a requested stop started replacing the cause of a
 // ladder climbed for a held pipe or a leftover member (runs that differed
-// only in that first cause now end in the same state).
+// only in that first cause now end in the same state). All four grew
+// (73 184 → 82 240) when a session's interrupt joined the environment: an
+// interrupt is enabled in every state and changes no machine state, so the
+// only new states are settled ones that first see a late event through it
+// (`late_event`), for instance a run settled after every one-shot event
+// fired, which no other event could reach any more.
 //
 // A change in this number means the machine or the model changed shape:
 // review it, then update the pin and docs/verification.md.
@@ -39,7 +45,7 @@ fn unique_state_count_is_pinned_and_every_property_holds() {
     let r = check::process(Real, 1);
     eprint!("{r}");
     assert_eq!(r.unique, check::PINNED_PROCESS_STATES);
-    assert_eq!(r.unique, 73_184);
+    assert_eq!(r.unique, 82_240);
     assert_eq!(r.depth, 15);
     for v in &r.verdicts {
         if check::KNOWN_PROCESS_VIOLATIONS.contains(&v.name) {
@@ -98,6 +104,11 @@ fn drop_kills_unsafely_is_caught() {
 }
 
 #[test]
+fn interrupt_anytime_is_caught() {
+    assert_caught(broken::InterruptAnytime);
+}
+
+#[test]
 fn the_broken_variants_break_what_they_claim() {
     assert_eq!(
         broken::SignalAfterSettle.breaks(),
@@ -127,6 +138,10 @@ fn the_broken_variants_break_what_they_claim() {
         broken::DropKillsUnsafely.breaks(),
         Some(model::NO_UNSAFE_SIGNAL)
     );
+    assert_eq!(
+        broken::InterruptAnytime.breaks(),
+        Some(model::INTERRUPT_ONLY_BEFORE_STOP)
+    );
     assert_eq!(Real.breaks(), None);
 }
 
@@ -151,6 +166,6 @@ fn each_tier_adds_its_own_states() {
         sum += r.unique;
         counts.push(r.unique);
     }
-    assert_eq!(counts, [31_204, 31_204, 5_388, 5_388]);
+    assert_eq!(counts, [35_084, 35_084, 6_036, 6_036]);
     assert_eq!(sum, check::PINNED_PROCESS_STATES);
 }

@@ -49,6 +49,9 @@
 //!   settlement.
 //! * `SignalGroup(Kill)` is only emitted on [`Event::GraceElapsed`] in
 //!   [`Phase::Term`] after `SignalGroup(Term)` was emitted.
+//! * `SignalGroup(Int)` is only emitted on [`Event::Interrupt`], before any
+//!   stop began ([`Phase::Running`] or [`Phase::Draining`]), and changes no
+//!   state.
 //! * Group signals after the root exited are only emitted on
 //!   [`Tier::PinnedGroup`] and [`Tier::Cgroup`], where the unreaped root
 //!   keeps the group id from being reused.
@@ -146,6 +149,9 @@ pub enum Signal {
     Term,
     /// `SIGKILL`: stop now.
     Kill,
+    /// `SIGINT`: the interrupt a terminal's Ctrl-C sends, forwarded for the
+    /// caller ([`Event::Interrupt`]); never a step of the ladder.
+    Int,
 }
 
 /// The timers the machine arms; each is armed at most once per run.
@@ -194,6 +200,11 @@ pub enum Event {
     HardDeadlineReached,
     /// The embedding runtime asked to stop the process.
     Cancel,
+    /// The caller asked to interrupt the process (`SIGINT` to its group,
+    /// as a terminal's Ctrl-C): forwarded while the process runs and no
+    /// stop began, and only while the group id is still the root's.
+    /// Changes nothing else: the process may go on running.
+    Interrupt,
     /// The answer to [`Action::ProbeGroup`].
     GroupProbed(Probe),
 }
@@ -512,6 +523,11 @@ pub fn step<I: Instant>(state: &State<I>, event: Event, now: I) -> Transition<I>
         Event::StreamClosed(which) => s.stream_mut(which).open = false,
         Event::DeadlineReached => s.request_stop(Cause::Timeout, now, &mut out),
         Event::Cancel => s.request_stop(Cause::Cancel, now, &mut out),
+        Event::Interrupt => {
+            if matches!(s.phase, Phase::Running | Phase::Draining) && s.signals_safe() {
+                out.push(Action::SignalGroup(Signal::Int));
+            }
+        }
         Event::GraceElapsed => {
             if s.phase == Phase::Term {
                 s.phase = Phase::Kill;

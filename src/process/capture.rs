@@ -243,6 +243,11 @@ fn decode_lossy(bytes: &[u8], invalid: &mut u64) -> String {
 pub struct StreamCapture {
     redactor: Redactor,
     capture: Capture,
+    /// A session's log, fed the same redacted bytes as the capture.
+    tap: Option<(
+        std::sync::Arc<super::session::SessionShared>,
+        crate::machine::process::Stream,
+    )>,
 }
 
 impl StreamCapture {
@@ -252,13 +257,30 @@ impl StreamCapture {
         StreamCapture {
             redactor,
             capture: Capture::new(budget),
+            tap: None,
         }
+    }
+
+    /// Also feeds what passes the redactor to a session's log.
+    pub(crate) fn tapped(
+        mut self,
+        session: Option<&std::sync::Arc<super::session::SessionShared>>,
+        stream: crate::machine::process::Stream,
+    ) -> Self {
+        self.tap = session.map(|s| (s.clone(), stream));
+        self
     }
 
     /// Feeds bytes read from the pipe.
     pub fn push(&mut self, data: &[u8]) {
         let capture = &mut self.capture;
-        self.redactor.push(data, |b| capture.push(b));
+        let tap = self.tap.as_ref();
+        self.redactor.push(data, |b| {
+            capture.push(b);
+            if let Some((log, stream)) = tap {
+                log.push(*stream, b);
+            }
+        });
     }
 
     /// Bytes that passed the redactor so far (the counter the evidence's
@@ -270,7 +292,13 @@ impl StreamCapture {
     /// Flushes the redactor and returns the evidence form.
     pub fn finish(mut self, state: StreamEnd) -> CapturedStream {
         let capture = &mut self.capture;
-        self.redactor.finish(|b| capture.push(b));
+        let tap = self.tap.as_ref();
+        self.redactor.finish(|b| {
+            capture.push(b);
+            if let Some((log, stream)) = tap {
+                log.push(*stream, b);
+            }
+        });
         let redactions = self.redactor.redactions();
         self.capture.finish_with(state, redactions)
     }

@@ -3,7 +3,7 @@
 //! child of it ever runs outside the cgroup.
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -87,6 +87,7 @@ pub(crate) fn start(
     resolved: &Path,
     cgroup: Option<&Cgroup>,
     confine: Option<&Prepared>,
+    stdin: Option<BorrowedFd<'_>>,
 ) -> Result<CgroupRoot, StartError> {
     let program = cstring(resolved.as_os_str().as_bytes())?;
     let argv = std::iter::once(invocation.executable().as_bytes())
@@ -135,7 +136,7 @@ pub(crate) fn start(
         argv: &argv,
         envp: &envp,
         cwd: Some(&cwd),
-        stdin: null.as_fd(),
+        stdin: stdin.unwrap_or(null.as_fd()),
         stdout: out_w.as_fd(),
         stderr: err_w.as_fd(),
         new_process_group: true,

@@ -64,6 +64,13 @@ type PidFd = ();
 /// One captured output stream, whichever way the root was spawned.
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
 
+/// A session launch's stdin (the pipe's read end, for the child) and its
+/// shared side; both `None` for a plain launch (stdin on `/dev/null`).
+pub(crate) struct Stdin<'a> {
+    pub(crate) read: Option<std::os::fd::BorrowedFd<'a>>,
+    pub(crate) session: Option<Arc<super::session::SessionShared>>,
+}
+
 /// The process's cgroup (cgroup tier) and the watch on its
 /// `cgroup.events`.
 #[cfg(target_os = "linux")]
@@ -120,6 +127,7 @@ pub(crate) fn spawn(
     selected: Selected,
     confine: Option<Prepared>,
     network: Option<(super::proxy::NetworkProxy, crate::confine::hosts::AllowList)>,
+    stdin: Stdin<'_>,
 ) -> Result<Running, ProcessError> {
     let unconfinable = |reason| {
         Err(ProcessError::Confinement(
@@ -135,25 +143,43 @@ pub(crate) fn spawn(
     // after the spawn fails.
     let identity = InvocationIdentity::new(&invocation, &resolved, env.secrets());
     let confined = confine.is_some();
+    #[cfg(target_os = "linux")]
+    let in_cgroup = |cg, confine| {
+        spawn_in_cgroup(
+            runtime,
+            &invocation,
+            &env,
+            &cwd,
+            &resolved,
+            cg,
+            confine,
+            stdin.read,
+        )
+    };
+    let in_group = |subreaper| {
+        spawn_in_group(
+            runtime,
+            &invocation,
+            &env,
+            &cwd,
+            &resolved,
+            subreaper,
+            stdin.read,
+        )
+    };
     let started = match plan {
         #[cfg(target_os = "linux")]
         Plan::Cgroup(cg) => {
-            match spawn_in_cgroup(
-                runtime,
-                &invocation,
-                &env,
-                &cwd,
-                &resolved,
-                Some(cg),
-                confine,
-            ) {
+            match in_cgroup(Some(cg), confine) {
                 Ok(started) => started,
                 // Only the clone3 spawner applies a confinement: never fall
                 // back to running unconfined.
                 Err(Ok(_)) if confined => return unconfinable("no_cgroup_tier"),
                 Err(Ok(why)) if requested == Containment::Auto => {
                     let fb = Selected::fallback(requested, why);
-                    return spawn(runtime, invocation, env, cwd, resolved, fb, None, None);
+                    return spawn(
+                        runtime, invocation, env, cwd, resolved, fb, None, None, stdin,
+                    );
                 }
                 Err(Ok(reason)) => {
                     return Err(ProcessError::ContainmentUnavailable { requested, reason });
@@ -168,7 +194,7 @@ pub(crate) fn spawn(
             if confine.as_ref().is_some_and(|c| c.view().is_some())
                 && requested == Containment::Auto =>
         {
-            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, None, confine) {
+            match in_cgroup(None, confine) {
                 Ok(started) => started,
                 Err(Ok(_)) => return unconfinable("no_cgroup_tier"),
                 Err(Err(e)) => return Err(e),
@@ -185,22 +211,20 @@ pub(crate) fn spawn(
                 && super::spawn::isolation_supported().is_ok() =>
         {
             let contained = Some(Prepared::pid_namespace_only());
-            match spawn_in_cgroup(runtime, &invocation, &env, &cwd, &resolved, None, contained) {
+            match in_cgroup(None, contained) {
                 Ok(started) => started,
                 Err(Ok(why)) => {
                     tracing::debug!(
                         ?why,
                         "no pid-namespace tier; the group tier contains the run"
                     );
-                    spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
+                    in_group(subreaper)?
                 }
                 Err(Err(e)) => return Err(e),
             }
         }
         Plan::Group { .. } if confined => return unconfinable("no_cgroup_tier"),
-        Plan::Group { subreaper } => {
-            spawn_in_group(runtime, &invocation, &env, &cwd, &resolved, subreaper)?
-        }
+        Plan::Group { subreaper } => in_group(subreaper)?,
     };
     let mut started = started;
     if let (Some(listener), Some((proxy, allow))) = (started.proxy_listener.take(), network) {
@@ -228,6 +252,7 @@ pub(crate) fn spawn(
         cancel_grace: AtomicU64::new(NO_CANCEL_GRACE),
         done,
         captured: Default::default(),
+        session: stdin.session,
     });
     let fault = invocation.fault();
     let setup = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -245,6 +270,8 @@ pub(crate) fn spawn(
         Some(())
     }));
     if setup.is_err() {
+        // The driver never ran (or unwound): the session's readers learn
+        // the output ended from the evidence below.
         // Either the guard still holds the root, or the driver that took it
         // over was dropped while unwinding and settled on its own.
         let kill = guard.kill_and_reap();
@@ -274,6 +301,10 @@ fn publish_once(shared: &Shared, ev: impl FnOnce() -> Evidence) {
         *slot = Some(Arc::new(ev()));
         true
     });
+    // Whichever path settled the run: a session's output ends with it.
+    if let Some(session) = &shared.session {
+        session.end();
+    }
 }
 
 /// The cgroup tier: the root starts inside `cg` (`clone3` with
@@ -283,6 +314,10 @@ fn publish_once(shared: &Shared, ev: impl FnOnce() -> Evidence) {
 /// `Err(Err(e))`: the spawn itself failed, or the child could not apply
 /// `confine`.
 #[cfg(target_os = "linux")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the launch's parts, borrowed from `spawn`; a struct would only rename them"
+)]
 fn spawn_in_cgroup(
     runtime: &tokio::runtime::Handle,
     invocation: &Invocation,
@@ -291,6 +326,7 @@ fn spawn_in_cgroup(
     resolved: &std::path::Path,
     cg: Option<crate::contain::Cgroup>,
     confine: Option<Prepared>,
+    stdin: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<Started, Result<Unavailable, ProcessError>> {
     use super::cgroup_root::{self, StartError};
     let _guard = runtime.enter();
@@ -308,6 +344,7 @@ fn spawn_in_cgroup(
                     resolved,
                     cg.as_ref(),
                     confine.as_ref(),
+                    stdin,
                 )
             },
             |root| root.pid,
@@ -386,7 +423,17 @@ fn spawn_in_group(
     cwd: &std::path::Path,
     resolved: &std::path::Path,
     subreaper: bool,
+    stdin: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<Started, ProcessError> {
+    let stdin = match stdin {
+        Some(fd) => std::process::Stdio::from(fd.try_clone_to_owned().map_err(|source| {
+            ProcessError::Spawn {
+                path: resolved.to_path_buf(),
+                source,
+            }
+        })?),
+        None => std::process::Stdio::null(),
+    };
     let mut cmd = tokio::process::Command::new(resolved);
     // No pre_exec hook anywhere: std keeps its posix_spawn fast path
     // (the program is an absolute path, so setting PATH does not force
@@ -395,7 +442,7 @@ fn spawn_in_group(
         .env_clear()
         .envs(env.vars())
         .current_dir(cwd)
-        .stdin(std::process::Stdio::null())
+        .stdin(stdin)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(false);
@@ -495,8 +542,14 @@ fn start_driver(
         identity,
         started,
         started_wall,
-        out: Some(StreamCapture::new(budget.stdout, secrets.redactor())),
-        err: Some(StreamCapture::new(budget.stderr, secrets.redactor())),
+        out: Some(
+            StreamCapture::new(budget.stdout, secrets.redactor())
+                .tapped(shared.session.as_ref(), Stream::Stdout),
+        ),
+        err: Some(
+            StreamCapture::new(budget.stderr, secrets.redactor())
+                .tapped(shared.session.as_ref(), Stream::Stderr),
+        ),
         timers: [None; 4],
         probe: None,
         last_view: None,
@@ -514,6 +567,7 @@ fn start_driver(
         isolation,
         effects: Effects::new(pid),
         network,
+        session: shared.session.clone(),
     };
     let tier = if driver.cgroup.is_some() || driver.isolation.is_some() {
         tier
@@ -772,11 +826,15 @@ struct Driver {
     /// Network `allow`: the proxy serving the sandbox, finished into the
     /// evidence.
     network: Option<super::proxy::Served>,
+    /// A session's side: the output log the captures feed, the interrupts
+    /// asked for, the interactions the evidence reports.
+    session: Option<Arc<super::session::SessionShared>>,
 }
 
 /// What woke the driver.
 enum Wake {
     Cancel,
+    Interrupt,
     Exit(ExitStatus),
     ExitUnobservable,
     Read(Stream, std::io::Result<usize>),
@@ -814,11 +872,13 @@ impl Driver {
                 let probe_at = self.probe.map(|p| p.next);
                 let shared = self.shared.clone();
                 let probing = self.probe.is_some();
+                let session = self.session.clone();
                 Some(tokio::select! {
                     biased;
                     // Not only the first: a later `cancel_within` may
                     // shorten the grace.
                     _ = shared.cancel.notified() => Wake::Cancel,
+                    _ = poked(session.as_deref()), if session.is_some() => Wake::Interrupt,
                     r = root_exit(self.pidfd.as_ref(), self.child.as_mut()), if root_pending => {
                         match r {
                             Some(st) => Wake::Exit(program_exit(self.isolation.as_ref(), st)),
@@ -850,6 +910,11 @@ impl Driver {
                         self.narrow_grace(now);
                         (!std::mem::replace(&mut cancel_seen, true)).then_some(Event::Cancel)
                     }
+                    Some(Wake::Interrupt) => self
+                        .session
+                        .as_ref()
+                        .is_some_and(|s| s.take_interrupt())
+                        .then_some(Event::Interrupt),
                     Some(Wake::Exit(st)) => {
                         root_pending = false;
                         Some(Event::RootExited(st))
@@ -1133,6 +1198,16 @@ impl Driver {
     }
 
     fn signal(&mut self, sig: Signal, now: Instant) {
+        if sig == Signal::Int {
+            // Forwarded for a session's caller: not a step of the ladder,
+            // so not in the escalation (the interactions list it).
+            #[cfg(unix)]
+            if let Some(order) = self.effects.ordered(sig) {
+                let outcome = self.effects.signal_group(&order);
+                tracing::debug!(?outcome, "interrupt forwarded to the group");
+            }
+            return;
+        }
         #[cfg(target_os = "linux")]
         if sig == Signal::Kill && self.ns_tier {
             // The pid-namespace tier: SIGKILL to the init ends every
@@ -1213,6 +1288,7 @@ impl Driver {
             (Signal::Term, Some(Cause::Timeout)) => EscalationReason::Timeout,
             (Signal::Term, Some(Cause::Cancel)) => EscalationReason::Cancel,
             (Signal::Term, _) => EscalationReason::GroupCleanup,
+            (Signal::Int, _) => unreachable!("an interrupt is forwarded above"),
         };
         let target = match (self.machine.tier, self.machine.root) {
             (Tier::DirectChild, _) => SignalTarget::DirectChild,
@@ -1222,6 +1298,7 @@ impl Driver {
         let action = match sig {
             Signal::Term => EscalationAction::Term,
             Signal::Kill => EscalationAction::Kill,
+            Signal::Int => unreachable!("an interrupt is forwarded above"),
         };
         // A probe still running from before this signal gives the members
         // it just hit their full window to exit.
@@ -1442,6 +1519,7 @@ impl Driver {
             confinement: self.confinement.clone(),
             network: self.network.take().map(super::proxy::Served::finish),
             cancel_cause: None,
+            interactions: self.session.as_ref().map(|s| s.interactions()),
         }
     }
 
@@ -1780,6 +1858,14 @@ async fn cgroup_changed(run: Option<&mut CgroupRun>) {
     #[cfg(not(target_os = "linux"))]
     let _ = run;
     std::future::pending().await
+}
+
+/// Waits for a session's caller to ask for an interrupt.
+async fn poked(session: Option<&super::session::SessionShared>) {
+    match session {
+        Some(s) => s.poke.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

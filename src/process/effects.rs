@@ -169,8 +169,8 @@ pub(crate) fn take_recorded() -> Vec<RecordedRun> {
 #[derive(Debug)]
 pub(crate) struct Effects {
     pgid: u32,
-    /// Ordered and not yet sent, by signal: `[TERM, KILL]`.
-    licensed: [u8; 2],
+    /// Ordered and not yet sent, by signal: `[TERM, KILL, INT]`.
+    licensed: [u8; 3],
     /// `Reap` decided and not yet done.
     reap_licensed: bool,
     reaped: bool,
@@ -183,7 +183,7 @@ impl Effects {
     pub(crate) fn new(pgid: u32) -> Self {
         Effects {
             pgid,
-            licensed: [0; 2],
+            licensed: [0; 3],
             reap_licensed: false,
             reaped: false,
             record: None,
@@ -364,6 +364,7 @@ fn slot(sig: Signal) -> usize {
     match sig {
         Signal::Term => 0,
         Signal::Kill => 1,
+        Signal::Int => 2,
     }
 }
 

@@ -69,6 +69,12 @@ pub struct Evidence {
     /// absent unless `status` is `cancelled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_cause: Option<CancelCause>,
+    /// A session's interactions (see [`crate::process::session`]): bytes
+    /// and writes to stdin, whether it was closed, the signals asked for,
+    /// whether the idle timeout ended it. Counts and kinds only, never what
+    /// was written. Absent for a process that was not a session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interactions: Option<super::session::Interactions>,
 }
 
 /// Why a run was cancelled (the evidence's `cancel_cause`).
@@ -507,6 +513,7 @@ impl Evidence {
             confinement: None,
             network: None,
             cancel_cause: None,
+            interactions: None,
         }
     }
 
@@ -676,6 +683,7 @@ mod tests {
             confinement: None,
             network: None,
             cancel_cause: None,
+            interactions: None,
         }
     }
 
@@ -1035,7 +1043,24 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("verdict");
-        for bad in [with_env, wrong_version, bad_state, no_verdict] {
+        // A session's interactions are counts and kinds: never what was
+        // written to stdin.
+        let mut session = good.clone();
+        session["interactions"] =
+            serde_json::to_value(crate::process::session::Interactions::default()).unwrap();
+        assert!(v.is_valid(&session), "{session}");
+        let mut with_stdin = session.clone();
+        with_stdin["interactions"]["stdin"] = "hunter2".into();
+        let mut bad_signal = session.clone();
+        bad_signal["interactions"]["signals"] = serde_json::json!(["hup"]);
+        for bad in [
+            with_env,
+            wrong_version,
+            bad_state,
+            no_verdict,
+            with_stdin,
+            bad_signal,
+        ] {
             assert!(!v.is_valid(&bad), "{bad}");
         }
     }

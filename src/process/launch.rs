@@ -40,6 +40,9 @@ pub struct LaunchOptions {
     /// [`Network::Allow`](crate::confine::Network::Allow); `None`: the
     /// process-wide one ([`NetworkProxy::shared`]).
     pub proxy: Option<NetworkProxy>,
+    /// Launch as a session (a stdin pipe, output readable while it runs):
+    /// set by [`super::session::start`].
+    pub(crate) session: Option<super::session::SessionOptions>,
 }
 
 impl LaunchOptions {
@@ -61,6 +64,7 @@ impl LaunchOptions {
             #[cfg(target_os = "linux")]
             cgroup_parent: None,
             proxy: None,
+            session: None,
         }
     }
 
@@ -286,6 +290,8 @@ pub(crate) struct Shared {
     /// Bytes captured so far on stdout and stderr (after redaction), for
     /// progress reports; the evidence holds the final counts.
     pub(crate) captured: [std::sync::atomic::AtomicU64; 2],
+    /// The session's side, when launched as one.
+    pub(crate) session: Option<Arc<super::session::SessionShared>>,
 }
 
 /// A launched process. Cheap to clone; every clone sees the same
@@ -482,7 +488,24 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         }
         _ => None,
     };
-    driver::spawn(
+    let session =
+        match options.session {
+            Some(opts) => {
+                let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                    .map_err(|e| ProcessError::Spawn {
+                        path: PathBuf::from(&given),
+                        source: e.into(),
+                    })?;
+                let shared = Arc::new(super::session::SessionShared::new(opts));
+                Some((read, write, shared))
+            }
+            None => None,
+        };
+    let (stdin, writer, shared) = match session {
+        Some((r, w, s)) => (Some(r), Some(w), Some(s)),
+        None => (None, None, None),
+    };
+    let running = driver::spawn(
         &runtime,
         invocation,
         env,
@@ -491,11 +514,29 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         selected,
         confine,
         network,
+        driver::Stdin {
+            read: stdin.as_ref().map(std::os::fd::AsFd::as_fd),
+            session: shared.clone(),
+        },
     )
     .map_err(|e| match e {
         ProcessError::Spawn { source, .. } => classify_spawn(&given, bare, &resolved, source),
         other => other,
-    })
+    })?;
+    // The child has its copy of the read end; ours must go, or a write
+    // after the process closed stdin would block instead of failing.
+    drop(stdin);
+    if let (Some(w), Some(shared)) = (writer, shared) {
+        let _guard = runtime.enter();
+        match tokio::net::unix::pipe::Sender::from_owned_fd(w) {
+            Ok(sender) => super::session::attach(&running, &shared, sender),
+            Err(e) => {
+                // Registering the pipe failed: the session has no stdin.
+                tracing::warn!(error = %e, "a session's stdin pipe could not be registered");
+            }
+        }
+    }
+    Ok(running)
 }
 
 /// Plans `spec` against the running kernel and builds it (see
@@ -663,5 +704,16 @@ pub async fn run(
 impl Running {
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
         Running { shared }
+    }
+
+    /// Whether the process was launched as a session
+    /// ([`crate::process::session`]).
+    pub fn is_session(&self) -> bool {
+        self.shared.session.is_some()
+    }
+
+    /// The session's side, when launched as one.
+    pub(crate) fn session_shared(&self) -> Option<Arc<super::session::SessionShared>> {
+        self.shared.session.clone()
     }
 }

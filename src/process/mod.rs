@@ -59,6 +59,7 @@ pub mod governed;
 pub mod invocation;
 mod launch;
 pub mod proxy;
+pub mod session;
 #[cfg(target_os = "linux")]
 pub(crate) mod spawn;
 pub(crate) mod sys;

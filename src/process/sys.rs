@@ -43,6 +43,7 @@ pub(crate) fn signal_group(order: &Order) -> Delivery {
     let sig = match order.signal() {
         Signal::Term => RSignal::TERM,
         Signal::Kill => RSignal::KILL,
+        Signal::Int => RSignal::INT,
     };
     match rustix::process::kill_process_group(pid, sig) {
         Ok(()) => Delivery::Delivered,
@@ -596,6 +597,7 @@ pub(crate) fn signal_process(order: &Order, pid: u32) -> Delivery {
     let sig = match order.signal() {
         Signal::Term => RSignal::TERM,
         Signal::Kill => RSignal::KILL,
+        Signal::Int => RSignal::INT,
     };
     match rustix::process::kill_process(p, sig) {
         Ok(()) => Delivery::Delivered,

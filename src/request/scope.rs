@@ -59,6 +59,11 @@ pub(crate) enum ScopeLaunchError {
     Closed,
     /// The job or the launcher refused.
     Launch(LaunchError),
+    /// A session launch, and the request already runs `limit` sessions.
+    SessionsFull {
+        /// The request's bound.
+        limit: usize,
+    },
 }
 
 impl<X: Default> Scope<X> {
@@ -100,9 +105,34 @@ impl<X> Scope<X> {
         options: LaunchOptions,
         closed: impl FnOnce() -> bool,
     ) -> Result<Running, ScopeLaunchError> {
+        self.launch_bounded(invocation, options, closed, usize::MAX)
+    }
+
+    /// [`Scope::launch`]; a session launch (`options.session`) is refused
+    /// while `max_sessions` of the scope's sessions run, counted under the
+    /// same lock, so two starts racing cannot both pass the bound.
+    pub(crate) fn launch_bounded(
+        &self,
+        invocation: Invocation,
+        options: LaunchOptions,
+        closed: impl FnOnce() -> bool,
+        max_sessions: usize,
+    ) -> Result<Running, ScopeLaunchError> {
         let mut procs = lock(&self.procs);
         if procs.closed || closed() {
             return Err(ScopeLaunchError::Closed);
+        }
+        if options.session.is_some() {
+            let live = procs
+                .list
+                .iter()
+                .filter(|p| p.is_session() && p.try_settled().is_none())
+                .count();
+            if live >= max_sessions {
+                return Err(ScopeLaunchError::SessionsFull {
+                    limit: max_sessions,
+                });
+            }
         }
         let running = match self.job() {
             Some(job) => launch_with(&job, invocation, options),

@@ -176,6 +176,53 @@ pub struct RuntimeConfig {
     /// The filtering proxy of every network `allow` launch; `None`: the
     /// process-wide one ([`NetworkProxy::shared`], the system resolver).
     pub proxy: Option<NetworkProxy>,
+    /// How many sessions ([`Executor::start`]) may run at once.
+    pub sessions: SessionLimits,
+}
+
+/// How many sessions ([`Executor::start`]) may run at once, per request and
+/// in the whole runtime. A start past either bound is refused
+/// ([`RuntimeError::TooManySessions`]); no running session is evicted to
+/// make room (a session may be a server another call relies on: stopping
+/// it is its owner's decision, or its idle timeout's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionLimits {
+    /// Sessions one request may run at once. Default 16.
+    pub per_request: usize,
+    /// Sessions the runtime may run at once, all requests together.
+    /// Default 64.
+    pub per_runtime: usize,
+}
+
+impl SessionLimits {
+    /// 16 per request, 64 in the runtime.
+    pub const fn new() -> Self {
+        SessionLimits {
+            per_request: 16,
+            per_runtime: 64,
+        }
+    }
+
+    /// Replaces the per-request bound.
+    #[must_use]
+    pub const fn with_per_request(mut self, n: usize) -> Self {
+        self.per_request = n;
+        self
+    }
+
+    /// Replaces the runtime-wide bound.
+    #[must_use]
+    pub const fn with_per_runtime(mut self, n: usize) -> Self {
+        self.per_runtime = n;
+        self
+    }
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl RuntimeConfig {
@@ -195,7 +242,15 @@ impl RuntimeConfig {
             baseline: Baseline::from_parent(),
             secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
             proxy: None,
+            sessions: SessionLimits::new(),
         }
+    }
+
+    /// Replaces the session bounds.
+    #[must_use]
+    pub fn with_session_limits(mut self, sessions: SessionLimits) -> Self {
+        self.sessions = sessions;
+        self
     }
 
     /// Serves every network `allow` launch of the runtime with `proxy`
@@ -363,6 +418,16 @@ pub enum RuntimeError {
     /// Writing an artifact's contents failed.
     #[error("writing artifact failed: {0}")]
     Write(#[source] std::io::Error),
+    /// A session start past a [`SessionLimits`] bound; nothing was started.
+    #[error("request {request}: {limit} sessions already run {per}")]
+    TooManySessions {
+        /// The request.
+        request: RequestId,
+        /// The bound reached.
+        limit: usize,
+        /// Which bound: `in the request` or `in the runtime`.
+        per: &'static str,
+    },
 }
 
 impl From<crate::request::LaunchError> for RuntimeError {
@@ -415,6 +480,9 @@ struct Inner {
     /// Validated at open.
     confinement: Confinement,
     secrets: Arc<dyn AsyncSecretResolver>,
+    sessions: SessionLimits,
+    /// Sessions running now, all requests together.
+    live_sessions: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Runtime {
@@ -471,6 +539,8 @@ impl Runtime {
                 launch,
                 confinement: config.confinement.clone(),
                 secrets: Arc::clone(&config.secrets),
+                sessions: config.sessions,
+                live_sessions: Arc::default(),
             }),
         })
     }

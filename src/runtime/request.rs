@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tracing::{Instrument, info, info_span};
 
@@ -18,6 +19,7 @@ use crate::machine::request::Candidate;
 use crate::policy::{Context, StateMode, Verdict};
 use crate::process::env::resolve_overlay;
 use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
+use crate::process::session::{Session, SessionOptions};
 use crate::process::{Evidence, Invocation, Running};
 use crate::request::scope::ScopeLaunchError;
 use crate::spill::{Locator, MAX_SESSION_LEN};
@@ -253,6 +255,85 @@ impl Executor {
     /// [`RuntimeError::Process`] / [`RuntimeError::Workspace`] if the
     /// launch is refused. Nothing was started in each case.
     pub async fn launch(&self, invocation: Invocation) -> Result<Running, RuntimeError> {
+        self.launch_as(invocation, None).await
+    }
+
+    /// Starts `invocation` as a session of this request: a process that
+    /// outlives the call that started it, with a stdin pipe and its output
+    /// readable while it runs ([`Session`]; see
+    /// [`crate::process::session`]). It is launched, gated and contained
+    /// exactly as by [`Executor::launch`], and it is one of the request's
+    /// processes: whatever ends the request stops it (`TERM`, the grace,
+    /// `KILL` of its whole tree) before any file is removed, and the
+    /// request completes only once it settled.
+    ///
+    /// # Errors
+    ///
+    /// As [`Executor::launch`]; [`RuntimeError::TooManySessions`] when the
+    /// request or the runtime already runs as many sessions as
+    /// [`SessionLimits`](super::SessionLimits) allows (nothing is evicted).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(executor: custodian::Executor) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use custodian::prelude::*;
+    /// use custodian::process::session::{Offsets, SessionOptions};
+    ///
+    /// let repl = executor
+    ///     .start(
+    ///         Invocation::validate(InvocationSpec::new("python3").with_args(["-i", "-q"]))?,
+    ///         SessionOptions::default().with_idle_timeout(Duration::from_secs(600)),
+    ///     )
+    ///     .await?;
+    /// repl.write_stdin(b"print(6*7)\n").await?;
+    /// let out = repl.read(Offsets::default(), 4096, Duration::from_secs(5)).await;
+    /// assert!(out.stdout.data.starts_with(b"42"));
+    /// // Left running: the request's end stops it.
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(
+        &self,
+        invocation: Invocation,
+        options: SessionOptions,
+    ) -> Result<Session, RuntimeError> {
+        let limits = self.rt.sessions;
+        let live = &self.rt.live_sessions;
+        // A place in the runtime's bound, held until the session settles.
+        if live
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limits.per_runtime).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(RuntimeError::TooManySessions {
+                request: self.id().clone(),
+                limit: limits.per_runtime,
+                per: "in the runtime",
+            });
+        }
+        let running = match self.launch_as(invocation, Some(options)).await {
+            Ok(running) => running,
+            Err(e) => {
+                live.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        let settled = running.clone();
+        let live = Arc::clone(live);
+        tokio::spawn(async move {
+            let _ = settled.settled().await;
+            live.fetch_sub(1, Ordering::SeqCst);
+        });
+        Ok(Session::of(&running).expect("launched as a session"))
+    }
+
+    async fn launch_as(
+        &self,
+        invocation: Invocation,
+        session: Option<SessionOptions>,
+    ) -> Result<Running, RuntimeError> {
         // First: the policy decides on the confinement the process runs
         // under. The default was validated when the runtime opened.
         let invocation = invocation.with_default_confinement(&self.rt.confinement)?;
@@ -260,14 +341,26 @@ impl Executor {
         let secrets = resolve_overlay(invocation.env(), &*self.rt.secrets).await?;
         let mut options = self.rt.launch.clone();
         options.secrets = Arc::new(secrets);
+        options.session = session;
         let span = info_span!(parent: self.handle.span(), "process", pid = tracing::field::Empty);
         let running = {
             let _entered = span.enter();
+            let per_request = self.rt.sessions.per_request;
             self.entry
-                .launch(invocation, options, || self.handle.is_cancelled())
+                .launch_bounded(
+                    invocation,
+                    options,
+                    || self.handle.is_cancelled(),
+                    per_request,
+                )
                 .map_err(|e| match e {
                     ScopeLaunchError::Closed => self.finalizing(),
                     ScopeLaunchError::Launch(e) => e.into(),
+                    ScopeLaunchError::SessionsFull { limit } => RuntimeError::TooManySessions {
+                        request: self.id().clone(),
+                        limit,
+                        per: "in the request",
+                    },
                 })?
         };
         span.record("pid", running.pid());

@@ -312,6 +312,8 @@ impl NodeWorkspace for WorkspaceNode {
             .map_err(|e| match e {
                 ScopeLaunchError::Closed => super::message::codes::REQUEST_CLOSED,
                 ScopeLaunchError::Launch(e) => self.launch_code(&e),
+                // A wire run is never a session: no bound applies to it.
+                ScopeLaunchError::SessionsFull { .. } => SafeCode::new("too_many_sessions"),
             })?;
         drop(allocating);
         let ev = running.settled().await;

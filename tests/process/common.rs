@@ -190,3 +190,13 @@ pub fn assert_one_request(stderr: &[u8], first: &str, what: &str) -> Vec<(String
     );
     t
 }
+
+/// The evidence schema, `docs/schemas/process-evidence.v1.json`.
+pub fn evidence_schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/schemas/process-evidence.v1.json"
+    ))
+    .unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+}

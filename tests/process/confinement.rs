@@ -429,15 +429,7 @@ async fn confined_evidence_validates_against_the_schema() {
     if !can_confine() {
         return;
     }
-    let schema: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/docs/schemas/process-evidence.v1.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = crate::common::evidence_schema();
     let dir = tempfile::tempdir().unwrap();
     let c = Confinement::read_only()
         .with_deny_read(dir.path().join("x"))

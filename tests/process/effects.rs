@@ -429,6 +429,57 @@ async fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_i
             }
         }
     }
+    // Sessions interrupted while they run (the machine forwards each
+    // `SIGINT`), then cancelled: in every tier, confined or not.
+    let mut interrupts = 0;
+    for containment in [
+        Containment::Auto,
+        Containment::Group,
+        Containment::Subreaper,
+    ] {
+        for confined in [false, true] {
+            if confined && containment != Containment::Auto {
+                continue;
+            }
+            let script = "trap 'echo int' INT; echo ready; while :; do sleep 0.02; done";
+            let mut spec =
+                crate::common::spec("sh", &["-c", script]).with_timeout(Duration::from_secs(5));
+            if confined {
+                spec = spec.with_confinement(Confinement::workspace_write());
+            }
+            let inv = custodian::process::Invocation::validate(spec).unwrap();
+            let opts =
+                custodian::process::LaunchOptions::new(dir.path()).with_containment(containment);
+            use custodian::process::session::{self, Offsets, SessionOptions, SessionSignal};
+            let s = match session::start(inv, &opts, SessionOptions::default()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("skipped the session in {containment:?} / {confined}: {e}");
+                    continue;
+                }
+            };
+            pids.push(s.running().pid());
+            let mut next = Offsets::default();
+            let mut seen = String::new();
+            for want in ["ready", "int", "int\nint"] {
+                if want != "ready" {
+                    s.signal(SessionSignal::Interrupt);
+                }
+                while !seen.contains(want) {
+                    let out = s.read(next, 4096, Duration::from_secs(5)).await;
+                    assert!(
+                        !out.ended,
+                        "{containment:?}: ended before {want:?}: {seen:?}"
+                    );
+                    seen.push_str(&String::from_utf8_lossy(&out.stdout.data));
+                    next = out.next();
+                }
+            }
+            interrupts += 2;
+            s.signal(SessionSignal::Terminate);
+            let _ = s.wait().await;
+        }
+    }
     // The records are published at settlement; other tests of this binary
     // may record too.
     let runs: Vec<RecordedRun> = custodian::__bench::take_process_runs()
@@ -457,8 +508,15 @@ async fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_i
             .count();
         targets.insert(run.kill_target);
     }
-    // The control: the runs did signal and kill, in more than one tier.
+    // The control: the runs did signal and kill, in more than one tier,
+    // and forwarded every interrupt asked for.
     assert!(kills >= 2, "only {kills} kills among {runs:?}");
+    let forwarded = runs
+        .iter()
+        .flat_map(|r| &r.effects)
+        .filter(|e| **e == Effect::GroupSignal(Signal::Int))
+        .count();
+    assert_eq!(forwarded, interrupts, "interrupts forwarded");
     assert!(targets.len() >= 2, "one kill target only: {targets:?}");
 }
 

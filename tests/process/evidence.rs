@@ -68,15 +68,7 @@ async fn multibyte_characters_straddling_reads_and_the_budget_stay_whole() {
 
 #[tokio::test]
 async fn evidence_of_every_kind_of_ending_validates_against_the_schema() {
-    let schema: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/docs/schemas/process-evidence.v1.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = crate::common::evidence_schema();
     let short = Duration::from_millis(200);
     let cases = [
         sh("echo hi; exit 4", short),

@@ -20,5 +20,6 @@ mod lifecycle;
 mod marker;
 mod output;
 mod panics;
+mod session;
 mod signals;
 mod soundness;

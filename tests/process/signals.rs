@@ -36,16 +36,6 @@ fn tree(marker: &str, custodian: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The evidence schema, `docs/schemas/process-evidence.v1.json`.
-fn schema() -> jsonschema::Validator {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/schemas/process-evidence.v1.json"
-    ))
-    .unwrap();
-    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
-}
-
 /// Whether this host lets us create cgroups; prints why not.
 fn cgroups() -> bool {
     match process_cgroup() {
@@ -212,7 +202,10 @@ impl Finished {
         );
         let v: serde_json::Value =
             serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {:?}", self.out));
-        let errors: Vec<String> = schema().iter_errors(&v).map(|e| e.to_string()).collect();
+        let errors: Vec<String> = crate::common::evidence_schema()
+            .iter_errors(&v)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{errors:?}\n{v}");
         v
     }

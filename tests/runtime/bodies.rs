@@ -12,6 +12,7 @@ use custodian::process::invocation::{EnvValue, SecretRef};
 use crate::sandbox;
 
 mod embedding;
+mod sessions;
 
 /// Waits at most this long for a completion: a request that only ends at
 /// its (far longer) timeout fails the test instead of passing late.

@@ -30,6 +30,7 @@ fn render(actions: &[Action<Duration>]) -> String {
         .map(|a| match a {
             Action::SignalGroup(Signal::Term) => "TERM".to_owned(),
             Action::SignalGroup(Signal::Kill) => "KILL".to_owned(),
+            Action::SignalGroup(Signal::Int) => "INT".to_owned(),
             Action::ArmTimer { timer, at } => {
                 format!("arm:{timer:?}@{}", at.as_secs()).to_lowercase()
             }
@@ -590,6 +591,7 @@ fn arb_event() -> impl Strategy<Value = Event> {
         Just(Event::DrainBoundReached),
         Just(Event::HardDeadlineReached),
         Just(Event::Cancel),
+        Just(Event::Interrupt),
         Just(Event::GroupProbed(Probe::Empty)),
         Just(Event::GroupProbed(Probe::Occupied)),
         Just(Event::GroupProbed(Probe::Unknown)),
@@ -649,6 +651,11 @@ proptest! {
                             }
                             Signal::Kill => {
                                 prop_assert!(term_sent && grace_seen_in_term, "KILL before TERM+grace");
+                            }
+                            Signal::Int => {
+                                prop_assert_eq!(e, Event::Interrupt);
+                                prop_assert!(!term_sent, "INT during the ladder");
+                                prop_assert_eq!(t.next, before, "an interrupt changes no state");
                             }
                         }
                     }
@@ -801,5 +808,60 @@ fn a_requested_stop_after_a_held_pipe_ladder_is_reported() {
             panic!("no settle in {:?}", t.actions);
         };
         assert_eq!(sum.status(), status, "{event:?}");
+    }
+}
+
+/// An interrupt is forwarded to the group only before any stop began and
+/// while the group id is the root's, and it changes no state: the process
+/// may go on running, and the ladder is untouched.
+#[test]
+fn an_interrupt_is_forwarded_only_before_a_stop_and_while_the_group_is_the_roots() {
+    let exited = Event::RootExited(ExitStatus::Code(0));
+    for tier in [
+        Tier::DirectChild,
+        Tier::Group,
+        Tier::PinnedGroup,
+        Tier::Cgroup,
+    ] {
+        let running = reach(tier, &[]);
+        let t = step(&running, Event::Interrupt, secs(1));
+        assert_eq!(render(&t.actions), "INT", "{tier:?} running");
+        assert_eq!(t.next, running, "{tier:?}: an interrupt changes no state");
+
+        // The root exited, a stream still open: only a tier whose root is
+        // unreaped still names the group.
+        let draining = reach(tier, &[(1, exited)]);
+        assert_eq!(draining.phase, Phase::Draining);
+        let t = step(&draining, Event::Interrupt, secs(2));
+        let safe = matches!(tier, Tier::PinnedGroup | Tier::Cgroup);
+        assert_eq!(
+            render(&t.actions),
+            if safe { "INT" } else { "" },
+            "{tier:?} draining"
+        );
+        assert_eq!(t.next, draining);
+
+        // A stop began: the ladder owns the signals.
+        for stopping in [
+            reach(tier, &[(1, Event::Cancel)]),
+            reach(tier, &[(1, Event::Cancel), (3, Event::GraceElapsed)]),
+        ] {
+            let t = step(&stopping, Event::Interrupt, secs(4));
+            assert_eq!(render(&t.actions), "", "{tier:?} {:?}", stopping.phase);
+            assert_eq!(t.next, stopping);
+        }
+
+        let settled = reach(
+            tier,
+            &[
+                (1, exited),
+                (1, OUT),
+                (1, ERR),
+                (1, Event::GroupProbed(Probe::Empty)),
+            ],
+        );
+        assert_eq!(settled.phase, Phase::Settled, "{tier:?}");
+        let t = step(&settled, Event::Interrupt, secs(2));
+        assert!(t.actions.is_empty(), "{tier:?} settled: {:?}", t.actions);
     }
 }

@@ -174,15 +174,7 @@ fn allowed_and_refused(who: Who) {
     }
     assert!(net["bytes_down"].as_u64().unwrap() > 0, "{net}");
     // The whole evidence, `network` included, is what the schema says.
-    let schema: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/docs/schemas/process-evidence.v1.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = crate::common::evidence_schema();
     let errors: Vec<String> = validator.iter_errors(&ev).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{errors:?}: {ev}");
     let text = net.to_string();

@@ -1,0 +1,744 @@
+//! Sessions: a governed process that is talked to while it runs.
+//!
+//! A [`Session`] is a process launched like any other (the same launcher,
+//! containment, confinement, timeout and ladder, the same one evidence)
+//! with two differences:
+//!
+//! - its stdin is a pipe the caller writes ([`Session::write_stdin`],
+//!   [`Session::close_stdin`]) instead of `/dev/null`;
+//! - its output can be read while it runs: every byte of stdout and stderr
+//!   (after secret redaction, as in the evidence) is kept in a bounded
+//!   buffer per stream and addressed by its **offset** in the stream.
+//!   [`Session::read`] long-polls from given offsets; [`Session::output`]
+//!   is an async [`Stream`](futures_core::Stream) of the same chunks. A
+//!   reader that falls more than the buffer behind is told how many bytes
+//!   it lost ([`Chunk::lost`], [`OutputEvent::Lost`]), never blocks the
+//!   process, and memory stays bounded whatever the process writes.
+//!
+//! The evidence's capture (head and tail, [`crate::process::capture`]) is
+//! unchanged, and the evidence gains [`Interactions`]: how many bytes were
+//! written to stdin and in how many writes, whether stdin was closed, the
+//! signals asked for, and whether the idle timeout ended the session. Never
+//! what was written: stdin may carry secrets.
+//!
+//! # Signals
+//!
+//! [`Session::signal`] asks, it does not send:
+//! [`SessionSignal::Interrupt`] is an [`Event::Interrupt`] for the process
+//! machine, which forwards `SIGINT` to the group only while the process
+//! runs, no stop began and the group id is still the root's (the same door
+//! as every other signal, [`crate::process::effects`]);
+//! [`SessionSignal::Terminate`] is [`Running::cancel`] (the ladder);
+//! [`SessionSignal::Kill`] is [`Running::cancel_within`] a zero grace.
+//!
+//! # Lifetime
+//!
+//! A session ends like any governed process: on its own, at its timeout
+//! (the invocation's), when cancelled, or after
+//! [`SessionOptions::idle_timeout`] without a read or a write. Launched
+//! for a request (`runtime::Executor::start`), it is one of the request's
+//! processes, and the request's cleanup stops it (its whole tree, in its
+//! cgroup or pid namespace) before any file is removed.
+//!
+//! [`Event::Interrupt`]: crate::machine::process::Event::Interrupt
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
+use tokio::sync::{Notify, watch};
+
+use super::evidence::Evidence;
+use super::invocation::Invocation;
+use super::launch::{LaunchOptions, ProcessError, Running, launch};
+use crate::machine::process::Stream;
+use crate::sync::lock_std as lock;
+
+/// The default size of each stream's buffer: 256 KiB.
+pub const DEFAULT_BUFFER: usize = 256 * 1024;
+
+/// The largest buffer a session may ask for, per stream: 16 MiB.
+pub const MAX_BUFFER: usize = 16 * 1024 * 1024;
+
+/// How a session is run, besides its invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// Bytes kept per stream for readers (the newest ones). Memory grows
+    /// with what is kept, up to this.
+    pub buffer: usize,
+    /// Ends the session (as a cancel: `TERM`, the grace, `KILL`) after
+    /// this long without a read, a write or a signal; `None`: only the
+    /// invocation's timeout bounds it.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            buffer: DEFAULT_BUFFER,
+            idle_timeout: None,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// Keeps `bytes` per stream for readers (clamped to 1 ..= [`MAX_BUFFER`]).
+    #[must_use]
+    pub fn with_buffer(mut self, bytes: usize) -> Self {
+        self.buffer = bytes.clamp(1, MAX_BUFFER);
+        self
+    }
+
+    /// Ends the session after `idle` without a read, a write or a signal.
+    #[must_use]
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = Some(idle);
+        self
+    }
+}
+
+/// What the caller did to a session, as the evidence reports it: counts
+/// and kinds only, never the bytes written (stdin may hold secrets).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Interactions {
+    /// Bytes written to stdin.
+    pub bytes_written: u64,
+    /// Successful writes to stdin.
+    pub writes: u64,
+    /// Whether the caller closed stdin.
+    pub stdin_closed: bool,
+    /// The signals asked for, in order.
+    pub signals: Vec<SessionSignal>,
+    /// Whether [`SessionOptions::idle_timeout`] ended the session.
+    pub idle_timeout: bool,
+}
+
+/// A signal a caller may ask a session for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SessionSignal {
+    /// `SIGINT` to the group (a terminal's Ctrl-C), if the process machine
+    /// forwards it (before any stop, while the group id is the root's).
+    Interrupt,
+    /// Stop: `SIGTERM`, the grace, then `SIGKILL` ([`Running::cancel`]).
+    Terminate,
+    /// Stop now: `SIGTERM` then `SIGKILL` with no grace.
+    Kill,
+}
+
+/// Why a session refused a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// Stdin was closed (by [`Session::close_stdin`]), or the process no
+    /// longer reads it (every reader closed it: `EPIPE`).
+    #[error("the session's stdin is closed")]
+    StdinClosed,
+    /// The session settled; only its output and evidence remain.
+    #[error("the session has ended")]
+    Ended,
+    /// Writing to stdin failed otherwise.
+    #[error("writing to the session's stdin failed: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+impl SessionError {
+    /// A stable code: `stdin_closed`, `session_ended`, `io_error`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SessionError::StdinClosed => "stdin_closed",
+            SessionError::Ended => "session_ended",
+            SessionError::Io(_) => "io_error",
+        }
+    }
+}
+
+/// Where to read each stream from: the offset of the next byte wanted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offsets {
+    /// The next byte of stdout.
+    pub stdout: u64,
+    /// The next byte of stderr.
+    pub stderr: u64,
+}
+
+/// Part of one stream, from a [`Session::read`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Chunk {
+    /// The offset of `data`'s first byte in the stream.
+    pub offset: u64,
+    /// Bytes asked for that left the buffer before they were read: the
+    /// reader fell behind. `data` starts `lost` bytes after the offset
+    /// asked for.
+    pub lost: u64,
+    /// The bytes (redacted like the evidence's capture).
+    pub data: Vec<u8>,
+}
+
+impl Chunk {
+    /// The offset to ask for next.
+    pub fn next(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+}
+
+/// What a [`Session::read`] returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Output {
+    /// Stdout from the offset asked for.
+    pub stdout: Chunk,
+    /// Stderr from the offset asked for.
+    pub stderr: Chunk,
+    /// No more output will come: the process settled and both streams
+    /// were read to their end (or cut).
+    pub ended: bool,
+}
+
+impl Output {
+    /// The offsets to ask for next.
+    pub fn next(&self) -> Offsets {
+        Offsets {
+            stdout: self.stdout.next(),
+            stderr: self.stderr.next(),
+        }
+    }
+}
+
+/// One item of a session's [`OutputStream`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OutputEvent {
+    /// Bytes of one stream, starting at `offset`.
+    Data {
+        /// Which stream.
+        stream: Stream,
+        /// The offset of the first byte.
+        offset: u64,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// `bytes` of `stream` left the buffer before this reader read them.
+    Lost {
+        /// Which stream.
+        stream: Stream,
+        /// How many.
+        bytes: u64,
+    },
+}
+
+/// One stream's newest bytes, addressed by their offset in the stream.
+#[derive(Debug)]
+struct Ring {
+    buf: VecDeque<u8>,
+    /// The offset one past the newest byte (every byte ever pushed).
+    end: u64,
+    cap: usize,
+}
+
+impl Ring {
+    fn new(cap: usize) -> Self {
+        Ring {
+            buf: VecDeque::new(),
+            end: 0,
+            cap,
+        }
+    }
+
+    fn start(&self) -> u64 {
+        self.end - self.buf.len() as u64
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        self.end += data.len() as u64;
+        // Only the newest `cap` bytes can be kept.
+        let data = &data[data.len().saturating_sub(self.cap)..];
+        let over = (self.buf.len() + data.len()).saturating_sub(self.cap);
+        self.buf.drain(..over);
+        self.buf.extend(data);
+    }
+
+    /// From `from`, at most `max` bytes.
+    fn read(&self, from: u64, max: usize) -> Chunk {
+        let start = self.start();
+        let offset = from.clamp(start, self.end);
+        let lost = offset - from.min(offset);
+        let skip = (offset - start) as usize;
+        let data: Vec<u8> = self.buf.range(skip..).take(max).copied().collect();
+        Chunk { offset, lost, data }
+    }
+}
+
+/// The output kept for readers, shared by the driver (which pushes) and
+/// the session's handles.
+#[derive(Debug)]
+struct Log {
+    streams: [Ring; 2],
+    ended: bool,
+}
+
+/// A session's side of a launch: the output log, stdin, the interactions.
+pub(crate) struct SessionShared {
+    log: std::sync::Mutex<Log>,
+    /// Bumped at every push and at the end.
+    changed: watch::Sender<u64>,
+    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    interactions: std::sync::Mutex<Interactions>,
+    /// An interrupt was asked for and not yet handed to the machine.
+    interrupt: AtomicBool,
+    /// Wakes the driver for an interrupt.
+    pub(crate) poke: Notify,
+    /// Milliseconds since `epoch` of the last read, write or signal.
+    active_ms: AtomicU64,
+    epoch: std::time::Instant,
+    options: SessionOptions,
+}
+
+impl fmt::Debug for SessionShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionShared")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn slot(stream: Stream) -> usize {
+    match stream {
+        Stream::Stdout => 0,
+        Stream::Stderr => 1,
+    }
+}
+
+impl SessionShared {
+    pub(crate) fn new(options: SessionOptions) -> Self {
+        let cap = options.buffer.clamp(1, MAX_BUFFER);
+        SessionShared {
+            log: std::sync::Mutex::new(Log {
+                streams: [Ring::new(cap), Ring::new(cap)],
+                ended: false,
+            }),
+            changed: watch::channel(0).0,
+            stdin: tokio::sync::Mutex::new(None),
+            interactions: std::sync::Mutex::new(Interactions::default()),
+            interrupt: AtomicBool::new(false),
+            poke: Notify::new(),
+            active_ms: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            options,
+        }
+    }
+
+    /// The driver read (and redacted) `data` from `stream`.
+    pub(crate) fn push(&self, stream: Stream, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        lock(&self.log).streams[slot(stream)].push(data);
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// No more output: the driver settled. Our end of stdin goes too, so
+    /// that nothing left holding the pipe (a descendant outside the group
+    /// tier's reach) waits on it for good; a write in progress keeps it
+    /// until that write fails.
+    pub(crate) fn end(&self) {
+        if let Ok(mut stdin) = self.stdin.try_lock() {
+            stdin.take();
+        }
+        lock(&self.log).ended = true;
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Takes an interrupt asked for since the last call.
+    pub(crate) fn take_interrupt(&self) -> bool {
+        self.interrupt.swap(false, Ordering::SeqCst)
+    }
+
+    /// The interactions so far, for the evidence.
+    pub(crate) fn interactions(&self) -> Interactions {
+        lock(&self.interactions).clone()
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.active_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.active_ms.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+
+    fn snapshot(&self, from: Offsets, max: usize) -> Output {
+        let log = lock(&self.log);
+        Output {
+            stdout: log.streams[0].read(from.stdout, max),
+            stderr: log.streams[1].read(from.stderr, max),
+            ended: log.ended,
+        }
+    }
+}
+
+/// A governed process with a stdin pipe and its output readable while it
+/// runs (see the [module documentation](self)). Cheap to clone; every clone
+/// is the same session.
+#[derive(Clone)]
+pub struct Session {
+    running: Running,
+    shared: Arc<SessionShared>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("pid", &self.running.pid())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A session's state at a glance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SessionStatus {
+    /// The root's pid.
+    pub pid: u32,
+    /// Whether the process has not settled yet.
+    pub running: bool,
+    /// Bytes of stdout and of stderr so far (after redaction).
+    pub output: Offsets,
+    /// Bytes written to stdin so far.
+    pub bytes_written: u64,
+    /// How long since the last read, write or signal.
+    #[serde(serialize_with = "millis")]
+    pub idle: Duration,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Launches `invocation` as a session (see [`crate::process::launch`] for
+/// everything else a launch does and refuses).
+///
+/// # Errors
+///
+/// As [`crate::process::launch`]; also [`ProcessError::Spawn`] if the stdin
+/// pipe cannot be made.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use custodian::process::session::{self, Offsets, SessionOptions};
+/// use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
+///
+/// let workspace = tempfile::tempdir()?;
+/// let inv = Invocation::validate(InvocationSpec::new("cat"))?;
+/// let options = LaunchOptions::new(workspace.path());
+/// let cat = session::start(inv, &options, SessionOptions::default())?;
+/// cat.write_stdin(b"hello\n").await?;
+/// let out = cat.read(Offsets::default(), 4096, Duration::from_secs(5)).await;
+/// assert_eq!(out.stdout.data, b"hello\n");
+/// cat.close_stdin().await;
+/// let evidence = cat.wait().await;
+/// assert_eq!(evidence.interactions.as_ref().map(|i| i.bytes_written), Some(6));
+/// # Ok(()) }
+/// ```
+pub fn start(
+    invocation: Invocation,
+    options: &LaunchOptions,
+    session: SessionOptions,
+) -> Result<Session, ProcessError> {
+    let mut options = options.clone();
+    options.session = Some(session);
+    let running = launch(invocation, &options)?;
+    Ok(Session::of(&running).expect("a session launch has a session"))
+}
+
+impl Session {
+    /// The session of `running`, if it was launched as one.
+    pub fn of(running: &Running) -> Option<Session> {
+        let shared = running.session_shared()?;
+        Some(Session {
+            running: running.clone(),
+            shared,
+        })
+    }
+
+    /// The process, for [`Running::cancel`], [`Running::pid`] and the rest.
+    pub fn running(&self) -> &Running {
+        &self.running
+    }
+
+    /// Output from `from`, at most `max` bytes per stream: at once if there
+    /// is any past `from` (or the output ended), else as soon as some
+    /// arrives, waiting at most `wait`. Counts as activity.
+    pub async fn read(&self, from: Offsets, max: usize, wait: Duration) -> Output {
+        self.shared.touch();
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut rx = self.shared.changed.subscribe();
+        loop {
+            let out = self.shared.snapshot(from, max);
+            let fresh = |c: &Chunk| c.lost > 0 || !c.data.is_empty();
+            if out.ended || fresh(&out.stdout) || fresh(&out.stderr) {
+                return out;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                // The deadline, or the log is gone (cannot happen while
+                // we hold it): what there is.
+                _ => return self.shared.snapshot(from, max),
+            }
+        }
+    }
+
+    /// Every byte of output from the start, as it comes, in chunks of at
+    /// most 64 KiB; ends once the session's output ended. Reading from the
+    /// stream does not count as activity for the idle timeout.
+    pub fn output(&self) -> OutputStream {
+        self.output_from(Offsets::default())
+    }
+
+    /// [`Session::output`] from `from`.
+    pub fn output_from(&self, from: Offsets) -> OutputStream {
+        OutputStream {
+            shared: self.shared.clone(),
+            next: from,
+            pending: VecDeque::new(),
+            wait: None,
+            done: false,
+        }
+    }
+
+    /// Writes all of `data` to the process's stdin. Waits while the pipe is
+    /// full (the process is not reading); wrap in a timeout to bound that.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::Ended`] once the process settled,
+    /// [`SessionError::StdinClosed`] after [`Session::close_stdin`] or when
+    /// the process closed its end, [`SessionError::Io`] otherwise.
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<(), SessionError> {
+        if self.running.try_settled().is_some() {
+            return Err(SessionError::Ended);
+        }
+        self.shared.touch();
+        let mut stdin = self.shared.stdin.lock().await;
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(SessionError::StdinClosed);
+        };
+        match pipe.write_all(data).await {
+            Ok(()) => {
+                let mut i = lock(&self.shared.interactions);
+                i.bytes_written += data.len() as u64;
+                i.writes += 1;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                *stdin = None;
+                Err(SessionError::StdinClosed)
+            }
+            Err(e) => Err(SessionError::Io(e)),
+        }
+    }
+
+    /// Closes the process's stdin (it reads end-of-file). Idempotent. Waits
+    /// for a write in progress (wrap that write in a timeout, or stop the
+    /// session, if the process does not read).
+    pub async fn close_stdin(&self) {
+        self.shared.touch();
+        if self.shared.stdin.lock().await.take().is_some() {
+            lock(&self.shared.interactions).stdin_closed = true;
+        }
+    }
+
+    /// Asks for `signal` (see *Signals* in the [module
+    /// documentation](self)). A no-op once settled.
+    pub fn signal(&self, signal: SessionSignal) {
+        self.shared.touch();
+        lock(&self.shared.interactions).signals.push(signal);
+        match signal {
+            SessionSignal::Interrupt => {
+                self.shared.interrupt.store(true, Ordering::SeqCst);
+                self.shared.poke.notify_one();
+            }
+            SessionSignal::Terminate => self.running.cancel(),
+            SessionSignal::Kill => self.running.cancel_within(Duration::ZERO),
+        }
+    }
+
+    /// The session's state now.
+    pub fn status(&self) -> SessionStatus {
+        let log = lock(&self.shared.log);
+        SessionStatus {
+            pid: self.running.pid(),
+            running: self.running.try_settled().is_none(),
+            output: Offsets {
+                stdout: log.streams[0].end,
+                stderr: log.streams[1].end,
+            },
+            bytes_written: lock(&self.shared.interactions).bytes_written,
+            idle: self.shared.idle_for(),
+        }
+    }
+
+    /// Waits for the process to settle; its evidence (with
+    /// [`Evidence::interactions`]).
+    pub async fn wait(&self) -> Arc<Evidence> {
+        self.running.settled().await
+    }
+}
+
+/// Hands the stdin pipe's write end to the session and starts its idle
+/// watch (called once the process started).
+pub(crate) fn attach(running: &Running, shared: &Arc<SessionShared>, stdin: pipe::Sender) {
+    *shared
+        .stdin
+        .try_lock()
+        .expect("nobody holds a new session's stdin") = Some(stdin);
+    shared.touch();
+    if let Some(idle) = shared.options.idle_timeout {
+        let running = running.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let left = idle.saturating_sub(shared.idle_for());
+                if left.is_zero() {
+                    lock(&shared.interactions).idle_timeout = true;
+                    running.cancel();
+                    return;
+                }
+                tokio::select! {
+                    _ = running.settled() => return,
+                    _ = tokio::time::sleep(left) => {}
+                }
+            }
+        });
+    }
+}
+
+/// A session's output as an async stream (see [`Session::output`]).
+pub struct OutputStream {
+    shared: Arc<SessionShared>,
+    next: Offsets,
+    pending: VecDeque<OutputEvent>,
+    wait: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    done: bool,
+}
+
+impl fmt::Debug for OutputStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutputStream")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most bytes one stream item carries.
+const STREAM_CHUNK: usize = 64 * 1024;
+
+impl OutputStream {
+    /// Queues what the log holds past `next`; whether anything was queued.
+    fn fill(&mut self) -> bool {
+        let out = self.shared.snapshot(self.next, STREAM_CHUNK);
+        let mut any = false;
+        for (stream, chunk) in [(Stream::Stdout, &out.stdout), (Stream::Stderr, &out.stderr)] {
+            if chunk.lost > 0 {
+                self.pending.push_back(OutputEvent::Lost {
+                    stream,
+                    bytes: chunk.lost,
+                });
+                any = true;
+            }
+            if !chunk.data.is_empty() {
+                self.pending.push_back(OutputEvent::Data {
+                    stream,
+                    offset: chunk.offset,
+                    bytes: chunk.data.clone(),
+                });
+                any = true;
+            }
+        }
+        self.next = out.next();
+        if !any && out.ended {
+            self.done = true;
+        }
+        any
+    }
+}
+
+impl futures_core::Stream for OutputStream {
+    type Item = OutputEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<OutputEvent>> {
+        let this = &mut *self;
+        loop {
+            if let Some(ev) = this.pending.pop_front() {
+                return Poll::Ready(Some(ev));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some(wait) = this.wait.as_mut() {
+                match wait.as_mut().poll(cx) {
+                    Poll::Ready(()) => this.wait = None,
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            // Subscribed before looking: a push after the look wakes us.
+            let mut rx = this.shared.changed.subscribe();
+            if !this.fill() && !this.done {
+                this.wait = Some(Box::pin(async move {
+                    let _ = rx.changed().await;
+                }));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_keeps_the_newest_bytes_and_reports_what_a_late_reader_lost() {
+        let mut r = Ring::new(8);
+        r.push(b"abcdef");
+        assert_eq!(r.read(0, 100).data, b"abcdef");
+        assert_eq!(r.read(4, 100).data, b"ef");
+        r.push(b"ghijkl");
+        assert_eq!((r.start(), r.end), (4, 12));
+        let c = r.read(1, 100);
+        assert_eq!(
+            (c.offset, c.lost, c.data.as_slice()),
+            (4, 3, &b"efghijkl"[..])
+        );
+        assert_eq!(c.next(), 12);
+        let c = r.read(6, 3);
+        assert_eq!((c.offset, c.lost, c.data.as_slice()), (6, 0, &b"ghi"[..]));
+        // A push larger than the buffer keeps its own tail.
+        r.push(b"0123456789");
+        let c = r.read(12, 100);
+        assert_eq!(
+            (c.offset, c.lost, c.data.as_slice()),
+            (14, 2, &b"23456789"[..])
+        );
+        // An offset past the end reads nothing and loses nothing.
+        let c = r.read(99, 100);
+        assert_eq!((c.offset, c.lost, c.data.len()), (22, 0, 0));
+        assert!(r.buf.len() <= 8);
+    }
+}

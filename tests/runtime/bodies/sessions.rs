@@ -1,0 +1,237 @@
+//! Sessions of a request (`Executor::start`): they outlive the call that
+//! started them, serve the request's next calls, and die with the request,
+//! daemonized or not, before its files go.
+
+use std::time::Duration;
+
+use custodian::prelude::*;
+use custodian::process::evidence::ProcessStatus;
+use custodian::process::session::{Offsets, SessionOptions};
+use custodian::runtime::SessionLimits;
+
+use super::{PROMPTLY, fixture, inv, job_dir, limits, scratch, spill_in};
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with(['Z', 'X'])))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// Reads the session's stdout until it holds `want`.
+async fn read_until(s: &custodian::process::session::Session, want: &str) -> String {
+    let mut text = String::new();
+    let mut next = Offsets::default();
+    let deadline = tokio::time::Instant::now() + PROMPTLY;
+    while !text.contains(want) && tokio::time::Instant::now() < deadline {
+        let out = s.read(next, 1 << 16, Duration::from_millis(500)).await;
+        text.push_str(&String::from_utf8_lossy(&out.stdout.data));
+        next = out.next();
+        if out.ended {
+            break;
+        }
+    }
+    text
+}
+
+/// A server started by one call of the request answers the next call; the
+/// request's end stops it, and a daemon it left behind (its own session,
+/// stdio closed, reparented away) with it, before the job is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_session_serves_the_requests_next_call_and_dies_with_the_request() {
+    let fx = fixture(limits(Duration::from_secs(60)));
+    let request = fx.runtime.start(RequestId::new("sess-1").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+
+    // Call 1: a server on loopback, left running.
+    let server = executor
+        .start(
+            inv(
+                "python3",
+                &["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"],
+            ),
+            SessionOptions::default(),
+        )
+        .await
+        .unwrap();
+    let banner = read_until(&server, "port ").await;
+    let port: u16 = banner
+        .split("port ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {banner:?}"));
+
+    // Call 2: a session whose child daemonizes (its own session, stdio
+    // closed); the session's root stays to keep it company.
+    let daemonizer = executor
+        .start(
+            inv(
+                "sh",
+                &[
+                    "-c",
+                    "setsid sh -c 'exec sleep 300' </dev/null >/dev/null 2>&1 & echo $!; exec sleep 300",
+                ],
+            ),
+            SessionOptions::default(),
+        )
+        .await
+        .unwrap();
+    let daemon_pid: u32 = read_until(&daemonizer, "\n").await.trim().parse().unwrap();
+    assert!(alive(daemon_pid), "the daemon runs on after its call");
+
+    // Call 3: the next call of the same request reaches the server.
+    let url = format!("http://127.0.0.1:{port}/");
+    let fetched = executor
+        .run(inv(
+            "python3",
+            &[
+                "-c",
+                "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).status)",
+                &url,
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        fetched.stdout.text.trim(),
+        "200",
+        "{:?}",
+        fetched.stderr.text
+    );
+    assert!(server.status().running);
+    let server_pid = server.running().pid();
+    let job = job_dir(&fx.runtime, "sess-1");
+    assert!(job.exists());
+
+    // The request ends: every process of it stops before its files go.
+    executor.succeed();
+    let c = tokio::time::timeout(PROMPTLY, request.finished())
+        .await
+        .unwrap();
+    let cleanup = c.cleanup.expect("cleaned");
+    assert!(cleanup.is_clean(), "{cleanup:?}");
+    assert!(!job.exists());
+    let ev = server
+        .running()
+        .try_settled()
+        .expect("settled before the completion");
+    assert_eq!(ev.status, ProcessStatus::Cancelled);
+    assert!(!alive(server_pid), "the server outlived its request");
+    assert!(!alive(daemon_pid), "the daemon outlived its request");
+    fx.runtime.shutdown().await;
+}
+
+/// A REPL keeps its state across the request's calls, read and written
+/// through the library.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_repl_keeps_its_state_across_calls_and_a_cancel_stops_it() {
+    let fx = fixture(limits(Duration::from_secs(60)));
+    let request = fx.runtime.start(RequestId::new("sess-2").unwrap()).unwrap();
+    let executor = request.executor();
+    let repl = executor
+        .start(
+            inv("python3", &["-i", "-q", "-u"]),
+            SessionOptions::default(),
+        )
+        .await
+        .unwrap();
+    repl.write_stdin(b"print(6*7)\n").await.unwrap();
+    assert!(read_until(&repl, "42").await.contains("42"));
+    // The next call finds the same session by its handle.
+    let again = custodian::process::session::Session::of(repl.running()).unwrap();
+    again.write_stdin(b"x = 5\nprint(x * 2)\n").await.unwrap();
+    assert!(read_until(&again, "10").await.contains("10"));
+
+    request.cancel();
+    let c = tokio::time::timeout(PROMPTLY, request.finished())
+        .await
+        .unwrap();
+    assert!(c.cleanup.is_none_or(|c| c.is_clean()));
+    let ev = repl.running().try_settled().expect("stopped by the cancel");
+    assert_eq!(ev.status, ProcessStatus::Cancelled);
+    let i = ev.interactions.as_ref().unwrap();
+    assert_eq!((i.writes, i.bytes_written), (2, 11 + 19));
+    assert!(matches!(
+        executor
+            .start(inv("cat", &[]), SessionOptions::default())
+            .await,
+        Err(RuntimeError::Finalizing { .. })
+    ));
+    fx.runtime.shutdown().await;
+}
+
+/// The bounds refuse the start past them, typed, and free their places
+/// when a session settles; nothing running is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_session_bounds_refuse_a_start_and_free_when_a_session_settles() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let config = RuntimeConfig::new(&root)
+        .with_spill(spill_in(dir.path()))
+        .with_limits(limits(Duration::from_secs(60)))
+        .with_session_limits(SessionLimits::new().with_per_request(2).with_per_runtime(3));
+    let runtime = Runtime::open(config).unwrap();
+    let a = runtime.start(RequestId::new("bound-a").unwrap()).unwrap();
+    let b = runtime.start(RequestId::new("bound-b").unwrap()).unwrap();
+    let (ea, eb) = (a.executor(), b.executor());
+    let cat = || inv("cat", &[]);
+    let a1 = ea.start(cat(), SessionOptions::default()).await.unwrap();
+    let a2 = ea.start(cat(), SessionOptions::default()).await.unwrap();
+    match ea.start(cat(), SessionOptions::default()).await {
+        Err(RuntimeError::TooManySessions { limit: 2, per, .. }) => {
+            assert_eq!(per, "in the request")
+        }
+        other => panic!("third session of a request: {other:?}"),
+    }
+    // A plain launch is not a session: not bounded by them.
+    assert!(ea.run(inv("true", &[])).await.is_ok());
+    let _b1 = eb.start(cat(), SessionOptions::default()).await.unwrap();
+    match eb.start(cat(), SessionOptions::default()).await {
+        Err(RuntimeError::TooManySessions { limit: 3, per, .. }) => {
+            assert_eq!(per, "in the runtime")
+        }
+        other => panic!("fourth session of the runtime: {other:?}"),
+    }
+    assert!(
+        a1.status().running && a2.status().running,
+        "nothing evicted"
+    );
+    // One settles: its places are free again.
+    a1.close_stdin().await;
+    a1.wait().await;
+    let mut freed = None;
+    for _ in 0..50 {
+        match eb.start(cat(), SessionOptions::default()).await {
+            Ok(s) => {
+                freed = Some(s);
+                break;
+            }
+            Err(RuntimeError::TooManySessions { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(freed.is_some(), "a settled session's place was not freed");
+    ea.succeed();
+    eb.succeed();
+    for r in [a, b] {
+        let c = tokio::time::timeout(PROMPTLY, r.finished()).await.unwrap();
+        // No workspace was opened: nothing to clean, every process stopped.
+        assert!(c.cleanup.is_none(), "{:?}", c.cleanup);
+        assert_eq!(c.result.status(), RequestStatus::Succeeded);
+    }
+    // A success does not prove the sessions the executor left running are
+    // gone: the completion waited for their stop (no workspace was opened,
+    // so no cleanup did it either).
+    let freed = freed.unwrap();
+    assert!(!a2.status().running, "{:?}", a2.status());
+    assert!(!freed.status().running, "{:?}", freed.status());
+    runtime.shutdown().await;
+}
