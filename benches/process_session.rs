@@ -6,7 +6,7 @@
 //!    wait) and through a raw pipe pair to a `cat` spawned by `std`
 //!    (blocking write, blocking read), interleaved in blocks of 50.
 //! 2. **Streamed output**: `head -c 1G /dev/zero` drained through a
-//!    session's output stream (64 KiB chunks, the default 256 KiB buffers)
+//!    session's output stream (chunks of at most 256 KiB, the default 256 KiB buffers)
 //!    and through a raw pipe read in 64 KiB, alternating, `SESSION_STREAMS`
 //!    times each (default 3); MB/s, and this process's peak RSS (`VmHWM`)
 //!    after the raw drains and after the session drains.
@@ -71,7 +71,10 @@ fn main() {
     let streams = env_or("SESSION_STREAMS", 3);
 
     // 1. Latency.
-    let s = session::start(inv("cat", &[]), &opts, SessionOptions::default()).unwrap();
+    let s = {
+        let _in_runtime = rt.enter();
+        session::start(inv("cat", &[]), &opts, SessionOptions::default()).unwrap()
+    };
     let mut raw = Command::new("cat")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -275,7 +275,16 @@ impl Ring {
         let offset = from.clamp(start, self.end);
         let lost = offset - from.min(offset);
         let skip = (offset - start) as usize;
-        let data: Vec<u8> = self.buf.range(skip..).take(max).copied().collect();
+        let take = (self.buf.len() - skip).min(max);
+        // The ring's two halves, copied whole (not byte by byte).
+        let (a, b) = self.buf.as_slices();
+        let mut data = Vec::with_capacity(take);
+        let from_a = a.len().saturating_sub(skip).min(take);
+        if from_a > 0 {
+            data.extend_from_slice(&a[skip..skip + from_a]);
+        }
+        let b_skip = skip.saturating_sub(a.len());
+        data.extend_from_slice(&b[b_skip..b_skip + (take - from_a)]);
         Chunk { offset, lost, data }
     }
 }
@@ -506,7 +515,7 @@ impl Session {
     }
 
     /// Every byte of output from the start, as it comes, in chunks of at
-    /// most 64 KiB; ends once the session's output ended. Reading from the
+    /// most 256 KiB; ends once the session's output ended. Reading from the
     /// stream does not count as activity for the idle timeout.
     pub fn output(&self) -> OutputStream {
         self.output_from(Offsets::default())
@@ -648,7 +657,7 @@ impl fmt::Debug for OutputStream {
 }
 
 /// The most bytes one stream item carries.
-const STREAM_CHUNK: usize = 64 * 1024;
+const STREAM_CHUNK: usize = 256 * 1024;
 
 impl OutputStream {
     /// Queues what the log holds past `next`; whether anything was queued.
@@ -740,5 +749,34 @@ mod tests {
         let c = r.read(99, 100);
         assert_eq!((c.offset, c.lost, c.data.len()), (22, 0, 0));
         assert!(r.buf.len() <= 8);
+    }
+
+    /// Against a plain copy of the whole stream, across every way the ring
+    /// can wrap: each read is the stream's bytes from the offset it reports.
+    #[test]
+    fn a_ring_reads_what_the_stream_holds_however_it_wrapped() {
+        let mut r = Ring::new(13);
+        let mut all = Vec::new();
+        let mut seed = 7u32;
+        for round in 0..400u32 {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let n = (seed >> 16) as usize % 9;
+            let chunk: Vec<u8> = (0..n)
+                .map(|i| (round as u8).wrapping_add(i as u8))
+                .collect();
+            r.push(&chunk);
+            all.extend_from_slice(&chunk);
+            let end = all.len() as u64;
+            for from in [0, end.saturating_sub(20), end.saturating_sub(5), end] {
+                for max in [0, 1, 4, 100] {
+                    let c = r.read(from, max);
+                    let start = end.saturating_sub(13).max(from).min(end);
+                    assert_eq!(c.offset, start, "round {round} from {from}");
+                    assert_eq!(c.lost, start - from.min(start));
+                    let want = &all[start as usize..(start as usize + max).min(all.len())];
+                    assert_eq!(c.data, want, "round {round} from {from} max {max}");
+                }
+            }
+        }
     }
 }
