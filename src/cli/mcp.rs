@@ -1,5 +1,5 @@
-//! `custodian mcp`: serve governed `process_run` and `spill_read` to an MCP
-//! client on stdio.
+//! `custodian mcp`: serve governed `process_run`, `spill_read` and the
+//! session tools to an MCP client on stdio.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,7 +18,9 @@ use super::units::{parse_duration, parse_size};
 const AFTER_HELP: &str = "\
 Speaks MCP (JSON-RPC) on stdin/stdout; logs go to stderr (CUSTODIAN_LOG=info).
 Tools: process_run (executable + argv, workspace-relative cwd, env overlay,
-timeout_ms) and spill_read (a byte range of a spilled output). See docs/mcp.md.
+timeout_ms), spill_read (a byte range of a spilled output), and process_start,
+process_read, process_write, process_signal, process_list (a process that
+outlives its call, stopped when the session ends). See docs/mcp.md.
 
 Example client entry (the `mcpServers` map most clients read):
   \"custodian\": {\"command\": \"custodian\",

@@ -319,6 +319,232 @@ fn env_value(index: usize, value: &Value) -> Result<EnvValue, InputError> {
     }
 }
 
+/// The timeout of a `process_start` that names none: a session is meant to
+/// outlive its call (its idle timeout ends a forgotten one sooner).
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The idle timeout of a `process_start` that names none.
+pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The most bytes one `process_read` returns per stream.
+pub const MAX_SESSION_READ: u64 = 256 * 1024;
+
+/// The longest a `process_read` waits for output.
+pub const MAX_SESSION_WAIT: Duration = Duration::from_secs(60);
+
+/// The most bytes one `process_write` writes.
+pub const MAX_SESSION_WRITE: usize = 1024 * 1024;
+
+/// The most bytes a session id may have.
+const MAX_SESSION_ID_BYTES: usize = 64;
+
+/// A validated `process_start` call.
+#[derive(Clone, Debug)]
+pub struct ProcessStartInput {
+    /// The invocation, exactly as it will launch.
+    pub invocation: Invocation,
+    /// Ends the session after this long without a read, write or signal.
+    pub idle_timeout: Duration,
+}
+
+/// Validates the arguments of `process_start`: those of `process_run`
+/// (its `timeout_ms` bounds the whole session, default
+/// [`SESSION_TIMEOUT`]) and `idle_timeout_ms` (default
+/// [`SESSION_IDLE_TIMEOUT`]).
+///
+/// # Errors
+///
+/// An [`InputError`]; nothing is launched.
+pub fn process_start(
+    args: Option<&Map<String, Value>>,
+    defaults: &RunDefaults,
+) -> Result<ProcessStartInput, InputError> {
+    let mut map = object(
+        args,
+        &[
+            "executable",
+            "argv",
+            "cwd",
+            "env",
+            "timeout_ms",
+            "idle_timeout_ms",
+        ],
+    )?;
+    let idle_timeout = match map.remove("idle_timeout_ms") {
+        None => SESSION_IDLE_TIMEOUT,
+        Some(v) => Duration::from_millis(integer(
+            &v,
+            "idle_timeout_ms",
+            1,
+            MAX_TIMEOUT.as_millis() as u64,
+            "1 to 2592000000 milliseconds",
+        )?),
+    };
+    let defaults = RunDefaults {
+        timeout: SESSION_TIMEOUT,
+        ..defaults.clone()
+    };
+    Ok(ProcessStartInput {
+        invocation: process_run(Some(&map), &defaults)?.invocation,
+        idle_timeout,
+    })
+}
+
+fn session_id(map: &Map<String, Value>) -> Result<String, InputError> {
+    let id = string(
+        map.get("session_id").ok_or(InputError::MissingField {
+            field: "session_id",
+        })?,
+        "session_id",
+        None,
+    )?;
+    if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
+        return Err(InputError::OutOfRange {
+            field: "session_id",
+            range: "1 to 64 bytes",
+        });
+    }
+    Ok(id)
+}
+
+/// A validated `process_read` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessReadInput {
+    /// The session.
+    pub session_id: String,
+    /// The next byte wanted of each stream.
+    pub offsets: crate::process::session::Offsets,
+    /// Most bytes returned per stream (1..=[`MAX_SESSION_READ`]).
+    pub max_bytes: usize,
+    /// How long to wait for output (at most [`MAX_SESSION_WAIT`]).
+    pub wait: Duration,
+}
+
+/// Validates the arguments of `process_read`.
+///
+/// # Errors
+///
+/// An [`InputError`]; nothing is read.
+pub fn process_read(args: Option<&Map<String, Value>>) -> Result<ProcessReadInput, InputError> {
+    let map = object(
+        args,
+        &[
+            "session_id",
+            "stdout_offset",
+            "stderr_offset",
+            "max_bytes",
+            "wait_ms",
+        ],
+    )?;
+    let offset = |field: &'static str| match map.get(field) {
+        None => Ok(0),
+        Some(v) => integer(v, field, 0, u64::MAX >> 11, "0 to 2^53"),
+    };
+    Ok(ProcessReadInput {
+        session_id: session_id(&map)?,
+        offsets: crate::process::session::Offsets {
+            stdout: offset("stdout_offset")?,
+            stderr: offset("stderr_offset")?,
+        },
+        max_bytes: match map.get("max_bytes") {
+            None => 64 * 1024,
+            Some(v) => integer(v, "max_bytes", 1, MAX_SESSION_READ, "1 to 262144 bytes")? as usize,
+        },
+        wait: match map.get("wait_ms") {
+            None => Duration::ZERO,
+            Some(v) => Duration::from_millis(integer(
+                v,
+                "wait_ms",
+                0,
+                MAX_SESSION_WAIT.as_millis() as u64,
+                "0 to 60000 milliseconds",
+            )?),
+        },
+    })
+}
+
+/// A validated `process_write` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessWriteInput {
+    /// The session.
+    pub session_id: String,
+    /// What to write (UTF-8), possibly empty.
+    pub input: String,
+    /// Close stdin after writing.
+    pub close_stdin: bool,
+}
+
+/// Validates the arguments of `process_write`.
+///
+/// # Errors
+///
+/// An [`InputError`]; nothing is written.
+pub fn process_write(args: Option<&Map<String, Value>>) -> Result<ProcessWriteInput, InputError> {
+    let map = object(args, &["session_id", "input", "close_stdin"])?;
+    let input = match map.get("input") {
+        None => String::new(),
+        Some(v) => string(v, "input", None)?,
+    };
+    if input.len() > MAX_SESSION_WRITE {
+        return Err(InputError::TooLarge {
+            field: "input",
+            limit: MAX_SESSION_WRITE,
+        });
+    }
+    let close_stdin = match map.get("close_stdin") {
+        None => false,
+        Some(v) => v.as_bool().ok_or(InputError::WrongType {
+            field: "close_stdin",
+            expected: "a boolean",
+            index: None,
+        })?,
+    };
+    Ok(ProcessWriteInput {
+        session_id: session_id(&map)?,
+        input,
+        close_stdin,
+    })
+}
+
+/// Validates the arguments of `process_signal`: the session and one of
+/// `interrupt`, `terminate`, `kill`.
+///
+/// # Errors
+///
+/// An [`InputError`]; nothing is signalled.
+pub fn process_signal(
+    args: Option<&Map<String, Value>>,
+) -> Result<(String, crate::process::session::SessionSignal), InputError> {
+    use crate::process::session::SessionSignal;
+    let map = object(args, &["session_id", "signal"])?;
+    let signal = match map
+        .get("signal")
+        .ok_or(InputError::MissingField { field: "signal" })?
+        .as_str()
+    {
+        Some("interrupt") => SessionSignal::Interrupt,
+        Some("terminate") => SessionSignal::Terminate,
+        Some("kill") => SessionSignal::Kill,
+        _ => {
+            return Err(InputError::WrongType {
+                field: "signal",
+                expected: "one of \"interrupt\", \"terminate\", \"kill\"",
+                index: None,
+            });
+        }
+    };
+    Ok((session_id(&map)?, signal))
+}
+
+/// Validates the arguments of `process_list` (none).
+///
+/// # Errors
+///
+/// [`InputError::UnknownField`] for any argument.
+pub fn process_list(args: Option<&Map<String, Value>>) -> Result<(), InputError> {
+    object(args, &[]).map(drop)
+}
+
 /// Validates the arguments of `spill_read`.
 ///
 /// # Errors
@@ -478,6 +704,94 @@ mod tests {
         assert!(!e.to_string().contains("CANARY"), "{e}");
         let e = run(json!({"executable": "x", "env": {"K": "VALUE_CANARY\u{0}"}})).unwrap_err();
         assert!(!e.to_string().contains("CANARY"), "{e}");
+    }
+
+    #[test]
+    fn the_session_tools_take_their_defaults_and_refuse_out_of_range_input() {
+        let args = |v: serde_json::Value| v.as_object().cloned().unwrap();
+        let start = process_start(Some(&args(json!({"executable": "cat"}))), &defaults()).unwrap();
+        assert_eq!(start.invocation.timeout(), SESSION_TIMEOUT);
+        assert_eq!(start.idle_timeout, SESSION_IDLE_TIMEOUT);
+        let start = process_start(
+            Some(&args(
+                json!({"executable": "cat", "timeout_ms": 5, "idle_timeout_ms": 7}),
+            )),
+            &defaults(),
+        )
+        .unwrap();
+        assert_eq!(start.invocation.timeout(), Duration::from_millis(5));
+        assert_eq!(start.idle_timeout, Duration::from_millis(7));
+        let code = |r: Result<(), InputError>| r.unwrap_err().code();
+        let start_err = |v| process_start(Some(&args(v)), &defaults()).map(drop);
+        assert_eq!(
+            code(start_err(
+                json!({"executable": "cat", "idle_timeout_ms": 0})
+            )),
+            "out_of_range"
+        );
+        assert_eq!(
+            code(start_err(json!({"executable": "cat", "shell": true}))),
+            "unknown_field"
+        );
+
+        let read = process_read(Some(&args(json!({"session_id": "s1"})))).unwrap();
+        assert_eq!(
+            (
+                read.offsets.stdout,
+                read.offsets.stderr,
+                read.max_bytes,
+                read.wait
+            ),
+            (0, 0, 64 * 1024, Duration::ZERO)
+        );
+        let read_err = |v| process_read(Some(&args(v))).map(drop);
+        assert_eq!(code(read_err(json!({}))), "missing_field");
+        assert_eq!(code(read_err(json!({"session_id": ""}))), "out_of_range");
+        assert_eq!(
+            code(read_err(
+                json!({"session_id": "s1", "max_bytes": MAX_SESSION_READ + 1})
+            )),
+            "out_of_range"
+        );
+        assert_eq!(
+            code(read_err(json!({"session_id": "s1", "wait_ms": 60_001}))),
+            "out_of_range"
+        );
+        assert_eq!(
+            code(read_err(json!({"session_id": "s1", "stdout_offset": -1}))),
+            "out_of_range"
+        );
+
+        let write_err = |v| process_write(Some(&args(v))).map(drop);
+        let big = "x".repeat(MAX_SESSION_WRITE + 1);
+        assert_eq!(
+            code(write_err(json!({"session_id": "s1", "input": big}))),
+            "too_large"
+        );
+        assert_eq!(
+            code(write_err(json!({"session_id": "s1", "close_stdin": "yes"}))),
+            "wrong_type"
+        );
+        let w = process_write(Some(&args(
+            json!({"session_id": "s1", "close_stdin": true}),
+        )))
+        .unwrap();
+        assert!(w.input.is_empty() && w.close_stdin);
+
+        let signal_err = |v| process_signal(Some(&args(v))).map(drop);
+        assert_eq!(
+            code(signal_err(json!({"session_id": "s1", "signal": "hup"}))),
+            "wrong_type"
+        );
+        assert_eq!(
+            code(signal_err(json!({"session_id": "s1"}))),
+            "missing_field"
+        );
+        assert_eq!(
+            code(process_list(Some(&args(json!({"all": true}))))),
+            "unknown_field"
+        );
+        assert!(process_list(None).is_ok());
     }
 
     #[test]

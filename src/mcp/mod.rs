@@ -5,7 +5,7 @@
 //!
 //! [`serve_stdio`] opens the workspace, reclaims what a dead predecessor left
 //! (its journalled requests), activates the spill service (which starts the
-//! one startup sweep) and serves two tools with the official Rust SDK
+//! one startup sweep) and serves its tools with the official Rust SDK
 //! (`rmcp`):
 //!
 //! - `process_run` validates its arguments by hand ([`input`]: typed errors
@@ -25,6 +25,10 @@
 //!   is written whole (up to the capture cap) to the spill store and its
 //!   locator returned.
 //! - `spill_read` returns a bounded byte range of a spilled output.
+//! - `process_start`, `process_read`, `process_write`, `process_signal` and
+//!   `process_list` run sessions ([`crate::process::session`]): processes
+//!   that outlive their call, all of them owned by one request of the
+//!   runtime, which is cancelled and cleaned when the MCP session ends.
 //!
 //! When the client goes away (stdin closes, or the client dies) or the server
 //! is told to stop ([`serve_until`]), every call in flight is cancelled at

@@ -102,6 +102,7 @@ pub(crate) fn launch_code(e: &RuntimeError) -> &'static str {
         RuntimeError::Finalizing { .. } => "request_finalizing",
         RuntimeError::Denied(_) => "policy_denied",
         RuntimeError::ApprovalRequired(_) => "approval_required",
+        RuntimeError::TooManySessions { .. } => "too_many_sessions",
         _ => "launch_refused",
     }
 }

@@ -6,7 +6,10 @@
 
 use serde_json::{Value, json};
 
-use super::input::{MAX_LOCATOR_BYTES, MAX_SECRET_REF_BYTES, MAX_SPILL_READ};
+use super::input::{
+    MAX_LOCATOR_BYTES, MAX_SECRET_REF_BYTES, MAX_SESSION_READ, MAX_SESSION_WAIT, MAX_SESSION_WRITE,
+    MAX_SPILL_READ,
+};
 use crate::process::invocation::{MAX_ARGS, MAX_CWD_BYTES, MAX_ENV_ENTRIES, MAX_TIMEOUT};
 
 const EVIDENCE: &str = include_str!("../../docs/schemas/process-evidence.v1.json");
@@ -49,6 +52,225 @@ pub fn process_run_input() -> Value {
             }
         }
     })
+}
+
+/// The input schema of `process_start`: `process_run`'s, plus the idle
+/// timeout.
+pub fn process_start_input() -> Value {
+    let mut v = process_run_input();
+    v["properties"]["timeout_ms"]["description"] = json!(
+        "The session's whole life: then SIGTERM to its process group, the grace, SIGKILL. Default one hour."
+    );
+    v["properties"]["idle_timeout_ms"] = json!({
+        "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT.as_millis() as u64,
+        "description": "Stop the session after this long without a process_read, process_write or process_signal. Default ten minutes."
+    });
+    v
+}
+
+fn session_id() -> Value {
+    json!({
+        "type": "string", "minLength": 1, "maxLength": 64,
+        "description": "The session_id process_start returned."
+    })
+}
+
+/// The input schema of `process_read`.
+pub fn process_read_input() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["session_id"],
+        "properties": {
+            "session_id": session_id(),
+            "stdout_offset": {
+                "type": "integer", "minimum": 0,
+                "description": "The next stdout byte wanted: 0, then the previous answer's next.stdout."
+            },
+            "stderr_offset": {
+                "type": "integer", "minimum": 0,
+                "description": "The next stderr byte wanted: 0, then the previous answer's next.stderr."
+            },
+            "max_bytes": {
+                "type": "integer", "minimum": 1, "maximum": MAX_SESSION_READ,
+                "description": "Most bytes returned per stream. Default 65536."
+            },
+            "wait_ms": {
+                "type": "integer", "minimum": 0, "maximum": MAX_SESSION_WAIT.as_millis() as u64,
+                "description": "Wait this long for output if there is none past the offsets yet. Default 0."
+            }
+        }
+    })
+}
+
+/// The input schema of `process_write`.
+pub fn process_write_input() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["session_id"],
+        "properties": {
+            "session_id": session_id(),
+            "input": {
+                "type": "string", "maxLength": MAX_SESSION_WRITE,
+                "description": "Written to the process's stdin as UTF-8 (include the newline a line-reading program waits for)."
+            },
+            "close_stdin": {
+                "type": "boolean",
+                "description": "Close stdin after writing: the process reads end-of-file."
+            }
+        }
+    })
+}
+
+/// The input schema of `process_signal`.
+pub fn process_signal_input() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["session_id", "signal"],
+        "properties": {
+            "session_id": session_id(),
+            "signal": {
+                "enum": ["interrupt", "terminate", "kill"],
+                "description": "interrupt: SIGINT to the process group (Ctrl-C; the process may go on); terminate: SIGTERM, the grace, SIGKILL; kill: SIGKILL of the whole tree now."
+            }
+        }
+    })
+}
+
+/// The input schema of `process_list`.
+pub fn process_list_input() -> Value {
+    json!({ "type": "object", "additionalProperties": false, "properties": {} })
+}
+
+fn or_error(success: Value, what: &str) -> Value {
+    json!({
+        "type": "object",
+        "description": format!("{what}, or, on a tool error, `error`."),
+        "oneOf": [success, error_shape()]
+    })
+}
+
+/// The output schema of `process_start`.
+pub fn process_start_output() -> Value {
+    or_error(
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["session_id", "pid", "request_id"],
+            "properties": {
+                "session_id": { "type": "string" },
+                "pid": { "type": "integer", "minimum": 1 },
+                "request_id": { "type": "string", "description": "The request that owns this MCP session's processes." }
+            }
+        }),
+        "The started session",
+    )
+}
+
+/// The output schema of `process_read`.
+pub fn process_read_output() -> Value {
+    let chunk = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["offset", "lost", "bytes", "text"],
+        "properties": {
+            "offset": { "type": "integer", "minimum": 0, "description": "The offset of the first byte returned." },
+            "lost": { "type": "integer", "minimum": 0, "description": "Bytes asked for that left the buffer before they were read." },
+            "bytes": { "type": "integer", "minimum": 0 },
+            "text": { "type": "string" }
+        }
+    });
+    or_error(
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["session_id", "stdout", "stderr", "next", "ended", "running"],
+            "properties": {
+                "session_id": { "type": "string" },
+                "stdout": chunk,
+                "stderr": chunk,
+                "next": {
+                    "type": "object", "additionalProperties": false, "required": ["stdout", "stderr"],
+                    "properties": {
+                        "stdout": { "type": "integer", "minimum": 0 },
+                        "stderr": { "type": "integer", "minimum": 0 }
+                    }
+                },
+                "ended": { "type": "boolean", "description": "No more output will come." },
+                "running": { "type": "boolean" },
+                "status": { "type": "string", "description": "Once settled: the evidence's status." },
+                "exit_code": { "anyOf": [{ "type": "integer" }, { "type": "null" }] },
+                "signal": { "anyOf": [{ "type": "integer" }, { "type": "null" }] }
+            }
+        }),
+        "The output past the offsets",
+    )
+}
+
+/// The output schema of `process_write`.
+pub fn process_write_output() -> Value {
+    or_error(
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["session_id", "bytes_written", "stdin_closed"],
+            "properties": {
+                "session_id": { "type": "string" },
+                "bytes_written": { "type": "integer", "minimum": 0 },
+                "stdin_closed": { "type": "boolean" }
+            }
+        }),
+        "What was written",
+    )
+}
+
+/// The output schema of `process_signal`.
+pub fn process_signal_output() -> Value {
+    or_error(
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["session_id", "signal"],
+            "properties": {
+                "session_id": { "type": "string" },
+                "signal": { "enum": ["interrupt", "terminate", "kill"] }
+            }
+        }),
+        "The signal asked for",
+    )
+}
+
+/// The output schema of `process_list`.
+pub fn process_list_output() -> Value {
+    or_error(
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["sessions"],
+            "properties": {
+                "sessions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["session_id", "pid", "running", "stdout_bytes", "stderr_bytes", "bytes_written", "idle_ms"],
+                        "properties": {
+                            "session_id": { "type": "string" },
+                            "pid": { "type": "integer", "minimum": 1 },
+                            "running": { "type": "boolean" },
+                            "stdout_bytes": { "type": "integer", "minimum": 0 },
+                            "stderr_bytes": { "type": "integer", "minimum": 0 },
+                            "bytes_written": { "type": "integer", "minimum": 0 },
+                            "idle_ms": { "type": "integer", "minimum": 0 }
+                        }
+                    }
+                }
+            }
+        }),
+        "This MCP session's sessions",
+    )
 }
 
 /// The output schema of `process_run`.

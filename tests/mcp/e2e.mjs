@@ -102,7 +102,7 @@ async function tListAndRun() {
   const { client } = await connect();
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
-  check(JSON.stringify(names) === '["process_run","spill_read"]', `tools: ${names}`);
+  check(JSON.stringify(names) === '["process_list","process_read","process_run","process_signal","process_start","process_write","spill_read"]', `tools: ${names}`);
   const run = tools.find((t) => t.name === "process_run");
   check(run.annotations?.destructiveHint === true, "process_run is destructive");
   check(tools.find((t) => t.name === "spill_read").annotations?.readOnlyHint === true, "spill_read is read-only");
@@ -165,7 +165,7 @@ async function tInspectorStrict() {
   check(list.status === 0, `inspector --strict exited ${list.status}: ${list.stderr}`);
   check(list.stderr.trim() === "", `inspector --strict found problems: ${list.stderr}`);
   const names = JSON.parse(list.stdout).tools.map((t) => t.name).sort();
-  check(JSON.stringify(names) === '["process_run","spill_read"]', `tools: ${names}`);
+  check(JSON.stringify(names) === '["process_list","process_read","process_run","process_signal","process_start","process_write","spill_read"]', `tools: ${names}`);
   const call = inspector(["--method", "tools/call", "--tool-name", "process_run", "--tool-arg", "executable=/bin/echo", 'argv=["hi"]']);
   check(call.status === 0, `inspector tools/call exited ${call.status}: ${call.stderr}`);
   const res = JSON.parse(call.stdout);

@@ -48,6 +48,10 @@ target = '{"executable":"rm",*'
 tool = "process.run"
 decision = "allow"
 target = '{"executable":"sh",*'
+[[policy.rules]]
+tool = "process.run"
+decision = "allow"
+target = '{"executable":"python3",*'
 """
 
 results = {"passed": 0, "failed": 0}
@@ -118,7 +122,14 @@ def text_of(res):
 
 async def t_list_tools(env, s):
     tools = {t.name: t for t in (await s.list_tools()).tools}
-    check(set(tools) == {"process_run", "spill_read"}, f"tools: {sorted(tools)}")
+    check(set(tools) == {"process_run", "spill_read", "process_start", "process_read",
+                         "process_write", "process_signal", "process_list"},
+          f"tools: {sorted(tools)}")
+    for name in ("process_start", "process_read", "process_write", "process_signal",
+                 "process_list"):
+        check(tools[name].title, f"{name}: a title")
+        check(tools[name].input_schema.get("additionalProperties") is False,
+              f"{name}: closed input schema")
     pr = tools["process_run"]
     check(pr.input_schema.get("additionalProperties") is False, "closed input schema")
     check(pr.input_schema["required"] == ["executable"], "executable required")
@@ -158,6 +169,58 @@ async def t_run(env, s):
     inner = text[len('<data source="tool">'):-len("</data>")]
     check("<" not in inner and ">" not in inner, "boundary cannot be closed from inside")
     check(json.loads(inner) == out, "text rendering is the structured content")
+
+
+async def read_until(s, sid, want, offset=0):
+    text = ""
+    for _ in range(20):
+        res = await s.call_tool("process_read",
+                                {"session_id": sid, "stdout_offset": offset, "wait_ms": 1000})
+        check(not res.is_error, f"process_read: {text_of(res)[:300]}")
+        r = structured(res)
+        text += r["stdout"]["text"]
+        offset = r["next"]["stdout"]
+        if want in text or r["ended"]:
+            break
+    check(want in text, f"no {want!r} in {text!r}")
+    return text
+
+
+async def t_sessions(env, s):
+    """A REPL driven through the official SDK; a server started by one call
+    and fetched by the next; both stopped when the MCP session ends
+    (checked by t_sessions_gone)."""
+    res = await s.call_tool("process_start",
+                            {"executable": "python3", "argv": ["-i", "-q", "-u"]})
+    check(not res.is_error, f"process_start: {text_of(res)[:300]}")
+    repl = structured(res)
+    res = await s.call_tool("process_write",
+                            {"session_id": repl["session_id"], "input": "print(6*7)\n"})
+    check(not res.is_error and structured(res)["bytes_written"] == 11, text_of(res)[:300])
+    await read_until(s, repl["session_id"], "42")
+    res = await s.call_tool("process_start", {
+        "executable": "python3",
+        "argv": ["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"]})
+    check(not res.is_error, f"process_start: {text_of(res)[:300]}")
+    srv = structured(res)
+    banner = await read_until(s, srv["session_id"], "port ")
+    port = int(banner.split("port ")[1].split(" ")[0])
+    res = await s.call_tool("process_run", {
+        "executable": "python3",
+        "argv": ["-c", "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).status)",
+                 f"http://127.0.0.1:{port}/"]})
+    check(not res.is_error, f"fetch: {text_of(res)[:300]}")
+    check(structured(res)["evidence"]["stdout"]["text"].strip() == "200", "the server answered")
+    listed = structured(await s.call_tool("process_list", {}))["sessions"]
+    check(len(listed) == 2 and all(x["running"] for x in listed), f"process_list: {listed}")
+    env.session_pids = [repl["pid"], srv["pid"]]
+
+
+async def t_sessions_gone(env, _):
+    pids = getattr(env, "session_pids", [])
+    check(len(pids) == 2, "t_sessions ran")
+    for pid in pids:
+        check(wait_gone(pid), f"session {pid} outlived its MCP session")
 
 
 async def t_denied(env, s):
@@ -382,8 +445,9 @@ async def main(exe):
             async with ClientSession(r, w) as s:
                 await s.initialize()
                 for t in (t_list_tools, t_run, t_denied, t_approval_without_elicitation,
-                          t_cancel, t_spill, t_invalid):
+                          t_cancel, t_spill, t_invalid, t_sessions):
                     await run_one(t, env, s)
+        await run_one(t_sessions_gone, env, None)
         # Plant an expired spill file: the next server's startup sweep must
         # remove it, and keep the recent ones.
         session = os.path.join(env.spill, "mcp")
@@ -511,7 +575,8 @@ async def t_default_client(env, exe):
     `initialize`, and works."""
     async with Client(plain_server(env, "default"), read_timeout_seconds=30) as client:
         tools = {t.name for t in (await client.list_tools()).tools}
-        check(tools == {"process_run", "spill_read"}, f"tools: {sorted(tools)}")
+        check({"process_run", "spill_read", "process_start"} <= tools and len(tools) == 7,
+          f"tools: {sorted(tools)}")
         res = await client.call_tool("process_run", {"executable": "sh", "argv": ["-c", "echo hi"]})
         check(not res.is_error, f"run: {text_of(res)[:300]}")
         check(structured(res)["evidence"]["stdout"]["text"] == "hi\n", "the output")

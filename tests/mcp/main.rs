@@ -19,6 +19,7 @@ mod observed;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
 mod session;
+mod sessions;
 mod stops;
 
 fn run_keeping_cgroups(module: &str) {
@@ -41,6 +42,11 @@ fn run_keeping_cgroups(module: &str) {
 #[test]
 fn session_in_a_private_mount_namespace() {
     run_keeping_cgroups("session::");
+}
+
+#[test]
+fn sessions_in_a_private_mount_namespace() {
+    run_keeping_cgroups("sessions::");
 }
 
 #[test]

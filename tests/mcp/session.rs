@@ -27,7 +27,7 @@ fn a_probe_before_initialize_is_method_not_found_and_the_session_goes_on() {
     let r = server.request(json!(2), "ping", json!({}));
     assert_eq!(r["result"], json!({}), "{r}");
     server.initialize();
-    assert_eq!(tools(&mut server).len(), 2);
+    assert_eq!(tools(&mut server).len(), 7);
     let (code, stderr) = server.wait();
     assert_eq!(code, Some(0), "{stderr}");
 }
@@ -85,6 +85,18 @@ fn tools_carry_titles_annotations_and_schemas_without_type_arrays() {
     let by_name = |n: &str| listed.iter().find(|t| t["name"] == n).cloned().unwrap();
     let run = by_name("process_run");
     let read = by_name("spill_read");
+    for (name, read_only) in [
+        ("process_start", false),
+        ("process_read", true),
+        ("process_write", false),
+        ("process_signal", false),
+        ("process_list", true),
+    ] {
+        let t = by_name(name);
+        assert!(t["title"].is_string(), "{t}");
+        assert_eq!(t["annotations"]["readOnlyHint"], read_only, "{t}");
+        assert_eq!(t["inputSchema"]["additionalProperties"], false, "{t}");
+    }
     assert!(run["title"].is_string(), "{run}");
     assert_eq!(run["annotations"]["destructiveHint"], true, "{run}");
     assert_eq!(run["annotations"]["openWorldHint"], true, "{run}");
