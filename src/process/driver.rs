@@ -910,11 +910,13 @@ impl Driver {
                         self.narrow_grace(now);
                         (!std::mem::replace(&mut cancel_seen, true)).then_some(Event::Cancel)
                     }
-                    Some(Wake::Interrupt) => self
-                        .session
-                        .as_ref()
-                        .is_some_and(|s| s.take_interrupt())
-                        .then_some(Event::Interrupt),
+                    Some(Wake::Interrupt) => {
+                        // One event per interrupt asked for: the rest wait
+                        // in `follow`, handled before anything new.
+                        let n = self.session.as_ref().map_or(0, |s| s.take_interrupts());
+                        follow.extend((1..n).map(|_| Event::Interrupt));
+                        (n > 0).then_some(Event::Interrupt)
+                    }
                     Some(Wake::Exit(st)) => {
                         root_pending = false;
                         Some(Event::RootExited(st))

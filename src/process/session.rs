@@ -46,7 +46,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -304,8 +304,9 @@ pub(crate) struct SessionShared {
     changed: watch::Sender<u64>,
     stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
     interactions: std::sync::Mutex<Interactions>,
-    /// An interrupt was asked for and not yet handed to the machine.
-    interrupt: AtomicBool,
+    /// Interrupts asked for and not yet handed to the machine: each one is
+    /// an event of its own (three quick Ctrl-Cs are three).
+    interrupts: AtomicU32,
     /// Wakes the driver for an interrupt.
     pub(crate) poke: Notify,
     /// Milliseconds since `epoch` of the last read, write or signal.
@@ -340,7 +341,7 @@ impl SessionShared {
             changed: watch::channel(0).0,
             stdin: tokio::sync::Mutex::new(None),
             interactions: std::sync::Mutex::new(Interactions::default()),
-            interrupt: AtomicBool::new(false),
+            interrupts: AtomicU32::new(0),
             poke: Notify::new(),
             active_ms: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
@@ -369,9 +370,9 @@ impl SessionShared {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// Takes an interrupt asked for since the last call.
-    pub(crate) fn take_interrupt(&self) -> bool {
-        self.interrupt.swap(false, Ordering::SeqCst)
+    /// Takes the interrupts asked for since the last call.
+    pub(crate) fn take_interrupts(&self) -> u32 {
+        self.interrupts.swap(0, Ordering::SeqCst)
     }
 
     /// The interactions so far, for the evidence.
@@ -581,7 +582,7 @@ impl Session {
         lock(&self.shared.interactions).signals.push(signal);
         match signal {
             SessionSignal::Interrupt => {
-                self.shared.interrupt.store(true, Ordering::SeqCst);
+                self.shared.interrupts.fetch_add(1, Ordering::SeqCst);
                 self.shared.poke.notify_one();
             }
             SessionSignal::Terminate => self.running.cancel(),
