@@ -208,6 +208,7 @@ pub mod __bench {
             stdout: out_w.as_fd(),
             stderr: err_w.as_fd(),
             new_process_group: true,
+            default_sigint: false,
             cgroup,
             confine: None,
             isolate: None,

@@ -1728,6 +1728,7 @@ mod tests {
             stdout: null.as_fd(),
             stderr: null.as_fd(),
             new_process_group: true,
+            default_sigint: false,
             cgroup: Some(cg.as_fd()),
             confine: None,
             isolate: None,

@@ -140,6 +140,7 @@ pub(crate) fn start(
         stdout: out_w.as_fd(),
         stderr: err_w.as_fd(),
         new_process_group: true,
+        default_sigint: stdin.is_some(),
         cgroup: cgroup.map(|c| c.as_fd()),
         confine: confine.filter(|c| c.confines()).map(|c| ChildConfine {
             ruleset: c.ruleset(),

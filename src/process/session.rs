@@ -31,6 +31,13 @@
 //! [`SessionSignal::Terminate`] is [`Running::cancel`] (the ladder);
 //! [`SessionSignal::Kill`] is [`Running::cancel_within`] a zero grace.
 //!
+//! A session's process starts with `SIGINT` at its default action even when
+//! the embedding process ignores it (a background job, a service), in the
+//! tiers the clone3 spawner starts (cgroup, pid namespace, isolated): an
+//! interrupt then means what a terminal's Ctrl-C means, and a shell can
+//! trap it. In the group tier (`posix_spawn`) an ignored `SIGINT` stays
+//! ignored, as for any exec.
+//!
 //! # Lifetime
 //!
 //! A session ends like any governed process: on its own, at its timeout

@@ -145,6 +145,9 @@ pub(crate) struct SpawnSpec<'a> {
     pub stderr: BorrowedFd<'a>,
     /// `setpgid(0, 0)` in the child: it leads a new process group.
     pub new_process_group: bool,
+    /// `SIGINT` at its default action in the child even if this process
+    /// ignores it (a session: an interrupt must mean what Ctrl-C means).
+    pub default_sigint: bool,
     /// A cgroup v2 directory descriptor the child starts in
     /// (`CLONE_INTO_CGROUP`); `None` keeps the caller's cgroup.
     pub cgroup: Option<BorrowedFd<'a>>,
@@ -571,6 +574,8 @@ mod imp {
         /// target (the parent moved any other low one up).
         stdio: [c_int; 3],
         new_process_group: bool,
+        /// An ignored `SIGINT` goes back to `SIG_DFL` too.
+        default_sigint: bool,
         /// Set `no_new_privs` (any confinement, unless the cloning thread
         /// has it already and the child inherits it).
         no_new_privs: bool,
@@ -1704,7 +1709,8 @@ mod imp {
 
         // 1. No handler may run in the shared memory: every caught signal
         // goes back to SIG_DFL, and SIGPIPE too (std's rule); ignored ones
-        // stay ignored (POSIX exec semantics). Signals are all blocked here.
+        // stay ignored (POSIX exec semantics), but for a session's SIGINT.
+        // Signals are all blocked here.
         let dfl = KernelSigaction {
             handler: libc::SIG_DFL,
             flags: 0,
@@ -1733,7 +1739,9 @@ mod imp {
             };
             let caught = old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
             let pipe = sig == libc::SIGPIPE as usize && old.handler != libc::SIG_DFL;
-            if r == 0 && (caught || pipe) {
+            let interrupt =
+                a.default_sigint && sig == libc::SIGINT as usize && old.handler == libc::SIG_IGN;
+            if r == 0 && (caught || pipe || interrupt) {
                 // SAFETY: rt_sigaction reads one kernel sigaction from `dfl`.
                 unsafe {
                     raw4(
@@ -2731,6 +2739,7 @@ mod imp {
             cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
             stdio: lease.as_ref().map_or(fds, Lease::stdio),
             new_process_group: spec.new_process_group,
+            default_sigint: spec.default_sigint,
             isolate: ptr::null(),
             unshare_below: lease.as_ref().map_or(-1, |l| l.set.below),
             failed_stage: AtomicU32::new(0),
@@ -3073,6 +3082,7 @@ mod imp {
             cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
             stdio: lease.as_ref().map_or(parts.stdio, Lease::stdio),
             new_process_group: true,
+            default_sigint: spec.default_sigint,
             isolate: &raw const isolate,
             unshare_below: lease.as_ref().map_or(-1, |l| l.set.below),
             failed_stage: AtomicU32::new(0),

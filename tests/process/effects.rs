@@ -441,9 +441,13 @@ async fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_i
             if confined && containment != Containment::Auto {
                 continue;
             }
-            let script = "trap 'echo int' INT; echo ready; while :; do sleep 0.02; done";
-            let mut spec =
-                crate::common::spec("sh", &["-c", script]).with_timeout(Duration::from_secs(5));
+            // Python installs its handler whatever this process ignores.
+            let script = "import signal, time\n\
+                          signal.signal(signal.SIGINT, lambda *_: print('int', flush=True))\n\
+                          print('ready', flush=True)\n\
+                          while True: time.sleep(0.02)\n";
+            let mut spec = crate::common::spec("python3", &["-u", "-c", script])
+                .with_timeout(Duration::from_secs(10));
             if confined {
                 spec = spec.with_confinement(Confinement::workspace_write());
             }

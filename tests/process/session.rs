@@ -152,14 +152,33 @@ async fn a_slow_reader_is_told_what_it_lost_and_memory_stays_bounded() {
     assert_eq!(s.status().output.stdout, total);
 }
 
+/// Prints `ready`, then `intN` at the Nth `SIGINT`; exits 7 at the third.
+pub const COUNT_INTERRUPTS: &str = "\
+import signal, sys, time
+n = 0
+def on_int(*_):
+    global n
+    n += 1
+    print(f'int{n}', flush=True)
+    if n >= 3:
+        sys.exit(7)
+signal.signal(signal.SIGINT, on_int)
+print('ready', flush=True)
+while True:
+    time.sleep(0.02)
+";
+
 #[tokio::test]
 async fn an_interrupt_reaches_the_group_and_the_process_may_go_on() {
     let _quiet = quiet_host();
-    // Counts interrupts, exits on the third; its child in the group too.
-    let script = "n=0; trap 'n=$((n+1)); echo int$n; [ $n -ge 3 ] && exit 7' INT; \
-                  echo ready; while :; do sleep 0.02; done";
+    // Counts interrupts, exits on the third. A handler Python installs
+    // whatever this process ignores (a shell cannot trap a signal ignored
+    // on entry, and the group tier keeps an ignored SIGINT ignored).
     for options in [opts(), group_opts()] {
-        let s = start(sh(script, WAIT), &options);
+        let s = start(
+            inv("python3", &["-u", "-c", COUNT_INTERRUPTS], WAIT),
+            &options,
+        );
         let (_, mut next) = read_until(&s, 0, "ready").await;
         for k in 1..=3 {
             s.signal(SessionSignal::Interrupt);
@@ -298,4 +317,79 @@ async fn a_session_runs_in_every_tier_and_confined() {
         }
         assert_no_leftovers(s.running().pgid());
     }
+}
+
+/// Set in the process the next test starts, with SIGINT ignored.
+const IGNORING: &str = "CUSTODIAN_SESSION_SIGINT_IGNORED";
+
+/// An embedder that ignores `SIGINT` (a background job of a shell, a
+/// service) still gets an interruptible session in the clone3 tiers: the
+/// child's `SIGINT` is back at its default action, so a shell can trap it;
+/// a plain run keeps it ignored, as an exec does. Run in a process of its
+/// own started with `SIGINT` ignored (the disposition is per process).
+#[test]
+fn a_session_is_interruptible_even_when_its_embedder_ignores_sigint() {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "trap '' INT; exec \"$0\" \"$@\""])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "--nocapture",
+            "session::a_session_is_interruptible_even_when_its_embedder_ignores_sigint_inner",
+        ])
+        .env(IGNORING, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether this process ignores `SIGINT` (`SigIgn` of `/proc/self/status`).
+fn ignores_sigint(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (2 - 1)) != 0)
+}
+
+#[tokio::test]
+#[ignore = "run by a_session_is_interruptible_even_when_its_embedder_ignores_sigint with SIGINT ignored"]
+async fn a_session_is_interruptible_even_when_its_embedder_ignores_sigint_inner() {
+    if std::env::var_os(IGNORING).is_none() {
+        // Forced with `--ignored` beside the others: run it as it must be.
+        tokio::task::spawn_blocking(
+            a_session_is_interruptible_even_when_its_embedder_ignores_sigint,
+        )
+        .await
+        .unwrap();
+        return;
+    }
+    assert!(
+        ignores_sigint(&std::fs::read_to_string("/proc/self/status").unwrap()),
+        "the test process must ignore SIGINT"
+    );
+    // A plain run inherits the ignored SIGINT.
+    let ev = custodian::process::run(inv("cat", &["/proc/self/status"], WAIT), &opts())
+        .await
+        .unwrap();
+    assert!(
+        ignores_sigint(&ev.stdout.text),
+        "a run keeps SIGINT ignored"
+    );
+    // A session in the cgroup (or pid-namespace) tier does not: a shell's
+    // trap works.
+    let script = "trap 'echo int; exit 7' INT; echo ready; while :; do sleep 0.02; done";
+    let s = start(sh(script, WAIT), &opts());
+    let (_, next) = read_until(&s, 0, "ready").await;
+    s.signal(SessionSignal::Interrupt);
+    let (text, _) = read_until(&s, next, "int").await;
+    assert!(text.contains("int"), "the trap did not run: {text:?}");
+    let ev = s.wait().await;
+    assert_eq!(ev.exit_code, Some(7), "{ev:?}");
 }

@@ -82,6 +82,7 @@ impl Child {
             stdout: stdout.as_fd(),
             stderr: stderr.as_fd(),
             new_process_group: self.group,
+            default_sigint: false,
             cgroup: cgroup.map(AsFd::as_fd),
             confine: None,
             isolate: None,
