@@ -27,7 +27,7 @@
 //! [`SessionSignal::Interrupt`] is an [`Event::Interrupt`] for the process
 //! machine, which forwards `SIGINT` to the group only while the process
 //! runs, no stop began and the group id is still the root's (the same door
-//! as every other signal, [`crate::process::effects`]);
+//! as every other signal, `process::effects`);
 //! [`SessionSignal::Terminate`] is [`Running::cancel`] (the ladder);
 //! [`SessionSignal::Kill`] is [`Running::cancel_within`] a zero grace.
 //!
