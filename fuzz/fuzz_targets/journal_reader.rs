@@ -12,7 +12,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     for rec in &r.records {
         journal::encode(rec, &mut again);
     }
-    assert_eq!(again, data[..r.valid_len], "accepted bytes encode() never wrote");
+    assert_eq!(
+        again,
+        data[..r.valid_len],
+        "accepted bytes encode() never wrote"
+    );
     match r.tail {
         Tail::Clean => assert_eq!(r.valid_len, data.len()),
         Tail::Torn { offset } | Tail::Corrupt { offset } => {

@@ -48,6 +48,7 @@ enum ProcEvent {
     Drain,
     Hard,
     Cancel,
+    Interrupt,
     Probed(u8),
 }
 
@@ -132,7 +133,11 @@ impl NodeOracle {
                 _ => {}
             }
         }
-        assert_eq!(after.cleanup_running(), self.running, "{before:?} {input:?}");
+        assert_eq!(
+            after.cleanup_running(),
+            self.running,
+            "{before:?} {input:?}"
+        );
         if let Some(v) = before.cleaned() {
             assert_eq!(after.cleaned(), Some(v), "cleaned is absorbing");
         }
@@ -182,6 +187,7 @@ fn proc_event(e: ProcEvent) -> process::Event {
         ProcEvent::Drain => E::DrainBoundReached,
         ProcEvent::Hard => E::HardDeadlineReached,
         ProcEvent::Cancel => E::Cancel,
+        ProcEvent::Interrupt => E::Interrupt,
         ProcEvent::Probed(i) => E::GroupProbed(match i % 3 {
             0 => Probe::Empty,
             1 => Probe::Occupied,
@@ -328,6 +334,14 @@ impl ProcOracle {
                         "KILL before TERM + grace"
                     );
                 }
+                Action::SignalGroup(Signal::Int) => {
+                    assert_eq!(e, Event::Interrupt, "INT for another event");
+                    assert!(
+                        matches!(before.phase, Phase::Running | Phase::Draining),
+                        "INT once a stop began"
+                    );
+                    assert_eq!(tr.next, *before, "an interrupt changes no state");
+                }
                 Action::Reap => self.reaps += 1,
                 Action::Settle(sum) => {
                     self.settles += 1;
@@ -339,7 +353,10 @@ impl ProcOracle {
                         // An empty cgroup proves every holder dead; an empty
                         // process group does not.
                         if sum.tier == Tier::PinnedGroup {
-                            assert_eq!((sum.stdout, sum.stderr), (StreamEnd::Closed, StreamEnd::Closed));
+                            assert_eq!(
+                                (sum.stdout, sum.stderr),
+                                (StreamEnd::Closed, StreamEnd::Closed)
+                            );
                         }
                     }
                 }

@@ -8,13 +8,15 @@
 
 use custodian::policy::exposure::Selector;
 use custodian::policy::{
-    Context, PolicyConfig, ProcessTarget, Provenance, Reason, Registry, Query, StateMode,
-    Verdict, decide,
+    Context, PolicyConfig, ProcessTarget, Provenance, Query, Reason, Registry, StateMode, Verdict,
+    decide,
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let config = match PolicyConfig::from_toml_str(text) {
         Ok(c) => c,
         Err(e) => {
@@ -28,8 +30,19 @@ fuzz_target!(|data: &[u8]| {
         argv: vec!["status".into(), "a b".into()],
         ..ProcessTarget::default()
     };
-    let exact_allowed = config.tools.allow.iter().any(Selector::is_exact_process_run);
-    for tool in ["process.run", "bash", "tool.exec", "fs.read", "acme.tool", "process.x"] {
+    let exact_allowed = config
+        .tools
+        .allow
+        .iter()
+        .any(Selector::is_exact_process_run);
+    for tool in [
+        "process.run",
+        "bash",
+        "tool.exec",
+        "fs.read",
+        "acme.tool",
+        "process.x",
+    ] {
         for provenance in [Provenance::Trusted, Provenance::Untrusted] {
             for state_mode in [StateMode::Local, StateMode::Shared] {
                 let d = decide(
@@ -38,7 +51,10 @@ fuzz_target!(|data: &[u8]| {
                     &Query {
                         tool,
                         process: Some(&invocation),
-                        context: Context { provenance, state_mode },
+                        context: Context {
+                            provenance,
+                            state_mode,
+                        },
                         approvals: &[],
                     },
                 );

@@ -7,7 +7,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use custodian::policy::{TargetEnvValue, MAX_TARGET_BYTES, Pattern, ProcessTarget};
+use custodian::policy::{MAX_TARGET_BYTES, Pattern, ProcessTarget, TargetEnvValue};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -37,7 +37,9 @@ fuzz_target!(|input: Input| {
                 Value::Literal(l) => (k, TargetEnvValue::Literal(l)),
                 Value::Secret(r) => (k, TargetEnvValue::SecretRef(r)),
             })
-            .collect(), confine: None };
+            .collect(),
+        confine: None,
+    };
     let result = target.match_target();
     let canonical = target.canonicalize();
     assert_eq!(result.is_ok(), canonical.is_ok());

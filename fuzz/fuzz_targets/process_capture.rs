@@ -5,7 +5,7 @@
 
 use arbitrary::Arbitrary;
 use custodian::process::capture::{MAX_MARKER_LEN, StreamCapture, StreamEnd};
-use custodian::process::env::{Secrets, SecretValue};
+use custodian::process::env::{SecretValue, Secrets};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]

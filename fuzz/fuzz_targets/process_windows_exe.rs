@@ -19,7 +19,13 @@ fuzz_target!(|exe: &str| {
     assert!(!ext.is_empty(), "accepted without an extension: {exe:?}");
     // Full Unicode upper-casing: no non-ASCII spelling folds onto a script.
     let upper = ext.to_uppercase();
-    assert!(upper != "CMD" && upper != "BAT", "accepted a script: {exe:?}");
+    assert!(
+        upper != "CMD" && upper != "BAT",
+        "accepted a script: {exe:?}"
+    );
     let drive = exe.as_bytes().get(1) == Some(&b':');
-    assert!(!name.contains(':') || drive, "accepted a stream suffix: {exe:?}");
+    assert!(
+        !name.contains(':') || drive,
+        "accepted a stream suffix: {exe:?}"
+    );
 });

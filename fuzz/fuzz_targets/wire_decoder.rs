@@ -50,7 +50,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                         let mut line = Vec::new();
                         encode_line(&e.response(), &mut line);
                         assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
-                        let resp = decode_response(&line[..line.len() - 1]).expect("valid response");
+                        let resp =
+                            decode_response(&line[..line.len() - 1]).expect("valid response");
                         assert_eq!(resp.seq, e.seq);
                     }
                 }

@@ -72,7 +72,11 @@ fn snapshot(root: &Path, skip: &Path) -> BTreeMap<PathBuf, (u32, u64, u64, Vec<u
                 continue;
             }
             let m = fs::symlink_metadata(&p).unwrap();
-            let bytes = if m.is_file() { fs::read(&p).unwrap() } else { Vec::new() };
+            let bytes = if m.is_file() {
+                fs::read(&p).unwrap()
+            } else {
+                Vec::new()
+            };
             if m.is_dir() {
                 stack.push(p.clone());
             }
@@ -84,7 +88,11 @@ fn snapshot(root: &Path, skip: &Path) -> BTreeMap<PathBuf, (u32, u64, u64, Vec<u
             {
                 continue;
             }
-            let nlink = if p.ends_with(".custodian/quarantine") { 0 } else { m.nlink() };
+            let nlink = if p.ends_with(".custodian/quarantine") {
+                0
+            } else {
+                m.nlink()
+            };
             out.insert(p, (m.mode(), m.ino(), nlink, bytes));
         }
     }
@@ -138,7 +146,8 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::Tamper { what, target } => {
                 tampered += 1;
-                let file = (!files.is_empty()).then(|| files[target as usize % files.len()].clone());
+                let file =
+                    (!files.is_empty()).then(|| files[target as usize % files.len()].clone());
                 let dir = dirs[target as usize % dirs.len()].1.clone();
                 // Every tamper stays inside the job tree (`dir`/`file` are
                 // registered paths under `job_dir`).
@@ -147,13 +156,20 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
                 let _ = match (what, file) {
                     (Tamper::StrayFile, _) => fs::write(dir.join(format!("stray{tampered}")), b"s"),
-                    (Tamper::Symlink, Some(f)) => fs::rename(&f, job_dir.join(format!("moved{tampered}")))
-                        .and_then(|()| std::os::unix::fs::symlink(&outside, &f)),
-                    (Tamper::Symlink, None) if dir != job_dir => fs::rename(&dir, job_dir.join(format!("moved{tampered}")))
-                        .and_then(|()| std::os::unix::fs::symlink(&outside, &dir)),
-                    (Tamper::ReplaceInode, Some(f)) => fs::remove_file(&f).and_then(|()| fs::write(&f, b"impostor")),
+                    (Tamper::Symlink, Some(f)) => {
+                        fs::rename(&f, job_dir.join(format!("moved{tampered}")))
+                            .and_then(|()| std::os::unix::fs::symlink(&outside, &f))
+                    }
+                    (Tamper::Symlink, None) if dir != job_dir => {
+                        fs::rename(&dir, job_dir.join(format!("moved{tampered}")))
+                            .and_then(|()| std::os::unix::fs::symlink(&outside, &dir))
+                    }
+                    (Tamper::ReplaceInode, Some(f)) => {
+                        fs::remove_file(&f).and_then(|()| fs::write(&f, b"impostor"))
+                    }
                     (Tamper::Socket, _) => {
-                        std::os::unix::net::UnixListener::bind(dir.join(format!("sock{tampered}"))).map(drop)
+                        std::os::unix::net::UnixListener::bind(dir.join(format!("sock{tampered}")))
+                            .map(drop)
                     }
                     (Tamper::Remove, Some(f)) => fs::remove_file(&f),
                     (Tamper::HardLinkUser, Some(f)) => {
@@ -188,7 +204,11 @@ fn assert_same(
     before: &BTreeMap<PathBuf, (u32, u64, u64, Vec<u8>)>,
     now: &BTreeMap<PathBuf, (u32, u64, u64, Vec<u8>)>,
 ) {
-    assert_eq!(before.len(), now.len(), "entries appeared or vanished outside the job");
+    assert_eq!(
+        before.len(),
+        now.len(),
+        "entries appeared or vanished outside the job"
+    );
     for (p, (mode, ino, _nlink, bytes)) in before {
         let (m2, i2, _, b2) = now.get(p).unwrap_or_else(|| panic!("{p:?} vanished"));
         assert_eq!((mode, ino, bytes), (m2, i2, b2), "{p:?} changed");
