@@ -13,7 +13,8 @@ use tracing::warn;
 
 use super::codec::{FrameReader, decode_response, encode_request};
 use super::message::{
-    CleanupStatus, CleanupSummary, Code, Operation, ProcessSummary, Response, RunSpec,
+    CleanupStatus, CleanupSummary, Code, Offsets, Operation, ProcessSummary, Response, RunSpec,
+    SessionInfo, SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText,
 };
 use super::transport::{NodeTransport, SpawnError};
 use crate::coordinator::{
@@ -410,6 +411,158 @@ impl WireClient {
             .await?
         {
             Response::ProcessFinished { summary, .. } => Ok(summary),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `start_process`: launches a session of the request; returns its id
+    /// and pid as soon as it runs.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::run_process`]; also [`WireError::Refused`] with
+    /// `too_many_sessions` past the request's or the node's bound.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: custodian::wire::WireClient, id: custodian::RequestId)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use custodian::wire::{Offsets, RunSpec, StartSpec};
+    ///
+    /// let spec = RunSpec {
+    ///     executable: "python3".into(),
+    ///     argv: vec!["-i".into(), "-q".into(), "-u".into()],
+    ///     env: Default::default(),
+    ///     cwd: None,
+    ///     timeout_ms: Some(600_000),
+    ///     confinement: None,
+    /// };
+    /// let repl = client.start_process(&id, StartSpec::new(spec)).await?;
+    /// client.write_stdin(&id, &repl.session_id, "print(6*7)\n", false).await?;
+    /// let out = client
+    ///     .read_output(&id, &repl.session_id, Offsets::default(), 4096, Duration::from_secs(5))
+    ///     .await?;
+    /// assert!(out.stdout.text.starts_with("42"));
+    /// // Left running: the request's cleanup stops it.
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_process(
+        &self,
+        request_id: &RequestId,
+        spec: StartSpec,
+    ) -> Result<SessionStarted, WireError> {
+        match self
+            .call(Operation::StartProcess {
+                request_id: request_id.clone(),
+                spec: Box::new(spec),
+            })
+            .await?
+        {
+            Response::ProcessStarted { started, .. } => Ok(started),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `read_output`: the session's output from `from`, at most `max_bytes`
+    /// per stream (the node reads at most
+    /// [`MAX_READ_BYTES`](super::MAX_READ_BYTES)), waiting up to `wait`
+    /// (at most [`MAX_READ_WAIT_MS`](super::MAX_READ_WAIT_MS)) for some.
+    /// Ask next from the answer's `next`.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`]
+    /// (`unknown_session`, `request_closed`, ...).
+    pub async fn read_output(
+        &self,
+        request_id: &RequestId,
+        session_id: &str,
+        from: Offsets,
+        max_bytes: u32,
+        wait: std::time::Duration,
+    ) -> Result<SessionOutput, WireError> {
+        let op = Operation::ReadOutput {
+            request_id: request_id.clone(),
+            session_id: session_id.to_owned(),
+            stdout_offset: from.stdout,
+            stderr_offset: from.stderr,
+            max_bytes: Some(max_bytes),
+            wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+        };
+        match self.call(op).await? {
+            Response::Output { output, .. } => Ok(*output),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `write_stdin`: writes `input` to the session's stdin, then closes it
+    /// if `close`; returns the bytes written.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`]
+    /// (`unknown_session`, `stdin_closed`, `session_ended`,
+    /// `stdin_blocked`, ...).
+    pub async fn write_stdin(
+        &self,
+        request_id: &RequestId,
+        session_id: &str,
+        input: &str,
+        close: bool,
+    ) -> Result<u64, WireError> {
+        let op = Operation::WriteStdin {
+            request_id: request_id.clone(),
+            session_id: session_id.to_owned(),
+            input: StdinText::from(input),
+            close,
+        };
+        match self.call(op).await? {
+            Response::StdinWritten { bytes, .. } => Ok(bytes),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `signal_process`: asks for `signal` to the session.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`]
+    /// (`unknown_session`, ...).
+    pub async fn signal_process(
+        &self,
+        request_id: &RequestId,
+        session_id: &str,
+        signal: SessionSignal,
+    ) -> Result<(), WireError> {
+        let op = Operation::SignalProcess {
+            request_id: request_id.clone(),
+            session_id: session_id.to_owned(),
+            signal,
+        };
+        match self.call(op).await? {
+            Response::SignalSent { .. } => Ok(()),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `list_processes`: the request's sessions, in the order started.
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`].
+    pub async fn list_processes(
+        &self,
+        request_id: &RequestId,
+    ) -> Result<Vec<SessionInfo>, WireError> {
+        match self
+            .call(Operation::ListProcesses {
+                request_id: request_id.clone(),
+            })
+            .await?
+        {
+            Response::Processes { sessions, .. } => Ok(sessions),
             other => Err(refused(other)),
         }
     }

@@ -262,10 +262,15 @@ impl DecodeError {
 }
 
 /// The operations of this version, for classifying a bad frame.
-const KNOWN_OPS: [&str; 5] = [
+const KNOWN_OPS: [&str; 10] = [
     "open_workspace",
     "write_artifact",
     "run_process",
+    "start_process",
+    "read_output",
+    "write_stdin",
+    "signal_process",
+    "list_processes",
     "cancel",
     "cleanup_workspace",
 ];

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
+pub use crate::process::session::{Offsets, SessionSignal};
 pub use crate::workspace::CleanupStatus;
 
 /// The wire version this build speaks. A frame with any other `v` is
@@ -63,6 +64,68 @@ pub enum Operation {
         #[serde(flatten)]
         spec: Box<RunSpec>,
     },
+    /// Launch one governed process as a *session* of the request (stdin
+    /// a pipe, output readable while it runs) and answer as soon as it is
+    /// launched, with the session id the other session operations name.
+    StartProcess {
+        /// The request.
+        request_id: RequestId,
+        /// What to run and how the session keeps its output (boxed, as
+        /// `run_process`'s spec).
+        #[serde(flatten)]
+        spec: Box<StartSpec>,
+    },
+    /// Read a session's output from byte offsets, waiting for some at most
+    /// `wait_ms` (a long poll).
+    ReadOutput {
+        /// The request.
+        request_id: RequestId,
+        /// The session, as `start_process` named it.
+        session_id: String,
+        /// The offset of the next byte of stdout wanted (0 at first, then
+        /// the previous answer's `next.stdout`).
+        #[serde(default)]
+        stdout_offset: u64,
+        /// The offset of the next byte of stderr wanted.
+        #[serde(default)]
+        stderr_offset: u64,
+        /// Bytes read per stream at most (default and cap:
+        /// [`MAX_READ_BYTES`]; a larger value reads the cap).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u32>,
+        /// How long to wait for output when there is none past the offsets
+        /// (default 0; cap [`MAX_READ_WAIT_MS`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Write text to a session's stdin and/or close it.
+    WriteStdin {
+        /// The request.
+        request_id: RequestId,
+        /// The session.
+        session_id: String,
+        /// The text to write (all of it; may be empty). Never logged.
+        #[serde(default)]
+        input: StdinText,
+        /// Close stdin after writing (the process reads end-of-file).
+        #[serde(default)]
+        close: bool,
+    },
+    /// Ask for a signal to a session: `interrupt` (`SIGINT`, the process
+    /// may go on), `terminate` (TERM → grace → KILL) or `kill`.
+    SignalProcess {
+        /// The request.
+        request_id: RequestId,
+        /// The session.
+        session_id: String,
+        /// Which signal.
+        signal: SessionSignal,
+    },
+    /// List the request's sessions.
+    ListProcesses {
+        /// The request.
+        request_id: RequestId,
+    },
     /// Cancel every active process of the request (TERM → grace → KILL).
     Cancel {
         /// The request.
@@ -84,6 +147,11 @@ impl Operation {
             Operation::OpenWorkspace { request_id }
             | Operation::WriteArtifact { request_id, .. }
             | Operation::RunProcess { request_id, .. }
+            | Operation::StartProcess { request_id, .. }
+            | Operation::ReadOutput { request_id, .. }
+            | Operation::WriteStdin { request_id, .. }
+            | Operation::SignalProcess { request_id, .. }
+            | Operation::ListProcesses { request_id }
             | Operation::Cancel { request_id }
             | Operation::CleanupWorkspace { request_id } => request_id,
         }
@@ -95,6 +163,11 @@ impl Operation {
             Operation::OpenWorkspace { .. } => "open_workspace",
             Operation::WriteArtifact { .. } => "write_artifact",
             Operation::RunProcess { .. } => "run_process",
+            Operation::StartProcess { .. } => "start_process",
+            Operation::ReadOutput { .. } => "read_output",
+            Operation::WriteStdin { .. } => "write_stdin",
+            Operation::SignalProcess { .. } => "signal_process",
+            Operation::ListProcesses { .. } => "list_processes",
             Operation::Cancel { .. } => "cancel",
             Operation::CleanupWorkspace { .. } => "cleanup_workspace",
         }
@@ -142,6 +215,153 @@ impl fmt::Debug for RunSpec {
     }
 }
 
+/// The most bytes of each stream one `read_output` returns: 64 KiB. An
+/// answer's text is at most six times its bytes once JSON-escaped (a
+/// control byte is `\u00XX`), so a `read_output` answer stays below
+/// `12 × 64 KiB` plus a few hundred bytes: under the default 1 MiB frame.
+pub const MAX_READ_BYTES: u32 = 64 * 1024;
+
+/// The longest a `read_output` waits for output: 30 s.
+pub const MAX_READ_WAIT_MS: u64 = 30_000;
+
+/// The largest output buffer a wire session may ask for, per stream: 1 MiB
+/// (default 256 KiB, the library's). With [`MAX_SESSIONS_PER_NODE`] this
+/// bounds the node's session memory at 128 MiB.
+pub const MAX_SESSION_BUFFER: u64 = 1 << 20;
+
+/// Sessions one request may run at once on a node; a start beyond is
+/// refused `too_many_sessions` (nothing is evicted).
+pub const MAX_SESSIONS_PER_REQUEST: usize = 16;
+
+/// Sessions a node may run at once, all requests together; a start beyond
+/// is refused `too_many_sessions`.
+pub const MAX_SESSIONS_PER_NODE: usize = 64;
+
+/// What a `start_process` request runs: a `run_process` spec plus the
+/// session's own settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartSpec {
+    /// The process, exactly as for `run_process` (its `timeout_ms` bounds
+    /// the session's whole life).
+    #[serde(flatten)]
+    pub run: RunSpec,
+    /// Stop the session (TERM → grace → KILL) after this long without a
+    /// read, a write or a signal (default: never; only `timeout_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Bytes of output kept per stream for readers, the newest ones
+    /// (default 256 KiB; clamped to 1 ..= [`MAX_SESSION_BUFFER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer_bytes: Option<u64>,
+}
+
+impl StartSpec {
+    /// A session of `run` with the default settings.
+    pub fn new(run: RunSpec) -> Self {
+        StartSpec {
+            run,
+            idle_timeout_ms: None,
+            buffer_bytes: None,
+        }
+    }
+}
+
+/// Text for a session's stdin. It may carry secrets: its `Debug` prints
+/// the byte count only, and the node logs and records nothing else of it.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StdinText(pub String);
+
+impl fmt::Debug for StdinText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StdinText({} bytes)", self.0.len())
+    }
+}
+
+impl From<&str> for StdinText {
+    fn from(s: &str) -> Self {
+        StdinText(s.to_owned())
+    }
+}
+
+/// A session just launched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStarted {
+    /// The node's name for it (`s1`, `s2`, …: unique on the node).
+    pub session_id: String,
+    /// The root process's pid.
+    pub pid: u32,
+}
+
+/// Part of one stream, as `read_output` answers it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamRead {
+    /// The offset of the first byte returned.
+    pub offset: u64,
+    /// Bytes asked for that left the session's buffer before they were
+    /// read: `offset` is that many bytes past the offset asked for.
+    pub lost: u64,
+    /// How many bytes of the stream this answer covers (`text` may be
+    /// longer: it is their lossy UTF-8 decoding).
+    pub bytes: u64,
+    /// The bytes as text: valid UTF-8, each invalid sequence replaced by
+    /// U+FFFD. A character split by the read's end is left for the next
+    /// read while more may follow.
+    pub text: String,
+}
+
+/// How a session settled, as `read_output` reports it once it has: the
+/// exit part of a [`ProcessSummary`]; the output is what the reads return.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionExit {
+    /// The exit code, when the root exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the root, when one did.
+    pub signal: Option<i32>,
+    /// Why it settled: `exited`, `timed_out`, `cancelled`, ...
+    pub reason: Code,
+    /// The descendant verdict, as in [`ProcessSummary::descendants`].
+    pub descendants: Code,
+}
+
+/// A `read_output` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOutput {
+    /// The session.
+    pub session_id: String,
+    /// Stdout from the offset asked for.
+    pub stdout: StreamRead,
+    /// Stderr from the offset asked for.
+    pub stderr: StreamRead,
+    /// The offsets to ask for next.
+    pub next: Offsets,
+    /// Whether the process has not settled yet.
+    pub running: bool,
+    /// No more output will come: the process settled and both streams were
+    /// read to their end.
+    pub ended: bool,
+    /// Once the process settled: how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<SessionExit>,
+}
+
+/// One session of a request, as `list_processes` answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session.
+    pub session_id: String,
+    /// The root process's pid.
+    pub pid: u32,
+    /// Whether the process has not settled yet.
+    pub running: bool,
+    /// Bytes of stdout so far.
+    pub stdout_bytes: u64,
+    /// Bytes of stderr so far.
+    pub stderr_bytes: u64,
+    /// Bytes written to stdin so far (never what they were).
+    pub bytes_written: u64,
+}
+
 /// A response frame, node → edge.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseFrame {
@@ -183,6 +403,50 @@ pub enum Response {
         /// What happened to it.
         #[serde(flatten)]
         summary: ProcessSummary,
+    },
+    /// A session was launched (`start_process`).
+    ProcessStarted {
+        /// The request.
+        request_id: RequestId,
+        /// Its id and pid.
+        #[serde(flatten)]
+        started: SessionStarted,
+    },
+    /// A session's output (`read_output`).
+    Output {
+        /// The request.
+        request_id: RequestId,
+        /// What was read (boxed: the largest answer).
+        #[serde(flatten)]
+        output: Box<SessionOutput>,
+    },
+    /// Text was written to a session's stdin (`write_stdin`).
+    StdinWritten {
+        /// The request.
+        request_id: RequestId,
+        /// The session.
+        session_id: String,
+        /// Bytes written.
+        bytes: u64,
+        /// Whether stdin was closed after them.
+        closed: bool,
+    },
+    /// The signal was asked for (`signal_process`); a no-op on a session
+    /// that already settled.
+    SignalSent {
+        /// The request.
+        request_id: RequestId,
+        /// The session.
+        session_id: String,
+        /// The signal.
+        signal: SessionSignal,
+    },
+    /// The request's sessions (`list_processes`), in the order started.
+    Processes {
+        /// The request.
+        request_id: RequestId,
+        /// Each session, running or settled.
+        sessions: Vec<SessionInfo>,
     },
     /// The request's active processes were told to stop and have settled.
     Cancelled {
@@ -416,6 +680,16 @@ pub mod codes {
     pub const POLICY_DENIED: SafeCode = SafeCode::new("policy_denied");
     /// The node's policy requires an approval the node does not hold.
     pub const APPROVAL_REQUIRED: SafeCode = SafeCode::new("approval_required");
+    /// No session of this request has the id (it never existed, belongs to
+    /// another request, or was forgotten).
+    pub const UNKNOWN_SESSION: SafeCode = SafeCode::new("unknown_session");
+    /// The request or the node already runs as many sessions as it may.
+    pub const TOO_MANY_SESSIONS: SafeCode = SafeCode::new("too_many_sessions");
+    /// The process did not read its stdin within the write's bound (10 s);
+    /// part of the input may have been written.
+    pub const STDIN_BLOCKED: SafeCode = SafeCode::new("stdin_blocked");
+    /// The node's workspace runs no sessions.
+    pub const SESSIONS_UNSUPPORTED: SafeCode = SafeCode::new("sessions_unsupported");
 }
 
 #[cfg(test)]
@@ -436,5 +710,44 @@ mod tests {
         }
         let old = r#"{"v":1,"seq":5,"result":"cleanup","request_id":"req-42","status":"clean","cached":false}"#;
         assert!(serde_json::from_str::<ResponseFrame>(old).is_err());
+    }
+
+    /// The contract's session examples, byte for byte: each request and
+    /// answer decodes to its operation and encodes back to the same line.
+    #[test]
+    fn session_operations_read_and_write_as_the_contract_shows() {
+        let requests = [
+            r#"{"v":1,"seq":8,"op":"start_process","request_id":"req-42","executable":"python3","argv":["-i","-q","-u"],"timeout_ms":600000,"idle_timeout_ms":60000,"buffer_bytes":262144}"#,
+            r#"{"v":1,"seq":9,"op":"write_stdin","request_id":"req-42","session_id":"s1","input":"print(6*7)\n","close":false}"#,
+            r#"{"v":1,"seq":10,"op":"read_output","request_id":"req-42","session_id":"s1","stdout_offset":0,"stderr_offset":0,"max_bytes":4096,"wait_ms":5000}"#,
+            r#"{"v":1,"seq":11,"op":"signal_process","request_id":"req-42","session_id":"s1","signal":"interrupt"}"#,
+            r#"{"v":1,"seq":12,"op":"list_processes","request_id":"req-42"}"#,
+        ];
+        for line in requests {
+            let frame: RequestFrame = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&frame).unwrap(), line);
+        }
+        let answers = [
+            r#"{"v":1,"seq":8,"result":"process_started","request_id":"req-42","session_id":"s1","pid":4242}"#,
+            r#"{"v":1,"seq":9,"result":"stdin_written","request_id":"req-42","session_id":"s1","bytes":11,"closed":false}"#,
+            r#"{"v":1,"seq":10,"result":"output","request_id":"req-42","session_id":"s1","stdout":{"offset":0,"lost":0,"bytes":3,"text":"42\n"},"stderr":{"offset":0,"lost":0,"bytes":0,"text":""},"next":{"stdout":3,"stderr":0},"running":true,"ended":false}"#,
+            r#"{"v":1,"seq":13,"result":"output","request_id":"req-42","session_id":"s1","stdout":{"offset":3,"lost":0,"bytes":0,"text":""},"stderr":{"offset":0,"lost":0,"bytes":0,"text":""},"next":{"stdout":3,"stderr":0},"running":false,"ended":true,"exit":{"exit_code":0,"signal":null,"reason":"exited","descendants":"terminated"}}"#,
+            r#"{"v":1,"seq":11,"result":"signal_sent","request_id":"req-42","session_id":"s1","signal":"interrupt"}"#,
+            r#"{"v":1,"seq":12,"result":"processes","request_id":"req-42","sessions":[{"session_id":"s1","pid":4242,"running":true,"stdout_bytes":3,"stderr_bytes":0,"bytes_written":11}]}"#,
+        ];
+        for line in answers {
+            let frame: ResponseFrame = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&frame).unwrap(), line);
+        }
+        // Stdin text never reaches a log through `Debug`.
+        let op = Operation::WriteStdin {
+            request_id: RequestId::new("req-42").unwrap(),
+            session_id: "s1".into(),
+            input: StdinText::from("hunter2\n"),
+            close: false,
+        };
+        let shown = format!("{op:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("8 bytes"), "{shown}");
     }
 }

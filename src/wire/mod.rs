@@ -42,6 +42,16 @@
 //! a [`reserve`] of descriptors instead of spinning, and a cleanup runs on
 //! that reserve.
 //!
+//! A request may also run *sessions* over the wire: `start_process`
+//! launches a process that outlives the call (through the request's scope,
+//! gated by the node's policy like a run, bounded per request and per
+//! node), `read_output` long-polls its output from byte offsets,
+//! `write_stdin`, `signal_process` and `list_processes` talk to it by the
+//! id the node chose. Every session operation is admitted like a run (only
+//! while the request is open and accepting), an id another request holds
+//! is `unknown_session`, and the request's cancel and cleanup stop its
+//! sessions with its other processes. Stdin text is never logged.
+//!
 //! Cleanup results carry identity, status and a safe code only: never a raw
 //! path, an environment value or captured output. The full contract is
 //! `docs/contracts/edge-node-wire.md`.
@@ -63,8 +73,10 @@ pub use client::{
 };
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
 pub use message::{
-    CleanupStatus, CleanupSummary, Code, Operation, PolicyRefusal, ProcessSummary, RequestFrame,
-    Response, ResponseFrame, RunSpec, VERSION,
+    CleanupStatus, CleanupSummary, Code, MAX_READ_BYTES, MAX_READ_WAIT_MS, MAX_SESSION_BUFFER,
+    MAX_SESSIONS_PER_NODE, MAX_SESSIONS_PER_REQUEST, Offsets, Operation, PolicyRefusal,
+    ProcessSummary, RequestFrame, Response, ResponseFrame, RunSpec, SessionExit, SessionInfo,
+    SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText, StreamRead, VERSION,
 };
 pub use node::{
     Admitted, CleanupVerdict, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS,

@@ -42,8 +42,9 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::codec::{FrameError, FrameReader, decode_request, encode_line};
 use super::message::{
-    CleanupStatus, CleanupSummary, Code, Operation, PolicyRefusal, ProcessSummary, Response,
-    ResponseFrame, RunSpec, VERSION, codes,
+    CleanupStatus, CleanupSummary, Code, MAX_READ_BYTES, MAX_READ_WAIT_MS, Offsets, Operation,
+    PolicyRefusal, ProcessSummary, Response, ResponseFrame, RunSpec, SessionInfo, SessionOutput,
+    SessionSignal, SessionStarted, StartSpec, StdinText, VERSION, codes,
 };
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
@@ -100,6 +101,83 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     /// The [`PolicyRefusal`] to answer with; nothing is launched.
     fn admit_run(&self, _request: &RequestId, _spec: &RunSpec) -> Result<(), PolicyRefusal> {
         Ok(())
+    }
+
+    /// Launches one governed process as a session of the request and
+    /// returns as soon as it runs. The default runs no session.
+    ///
+    /// # Errors
+    ///
+    /// A safe code when nothing was launched (`too_many_sessions`, the
+    /// launcher's codes, ...); the default answers `sessions_unsupported`.
+    fn start(
+        &self,
+        _request: &RequestId,
+        _spec: StartSpec,
+    ) -> impl Future<Output = Result<SessionStarted, SafeCode>> + Send {
+        async { Err(codes::SESSIONS_UNSUPPORTED) }
+    }
+
+    /// Reads session `session` of the request from `from`, at most `max`
+    /// bytes per stream, waiting at most `wait` for output when there is
+    /// none (the [`Node`] has already applied the wire's bounds).
+    ///
+    /// # Errors
+    ///
+    /// `unknown_session` when the request has no such session; the default
+    /// answers `sessions_unsupported`.
+    fn read(
+        &self,
+        _request: &RequestId,
+        _session: &str,
+        _from: Offsets,
+        _max: usize,
+        _wait: Duration,
+    ) -> impl Future<Output = Result<SessionOutput, SafeCode>> + Send {
+        async { Err(codes::SESSIONS_UNSUPPORTED) }
+    }
+
+    /// Writes `input` to the session's stdin, then closes it if `close`;
+    /// returns the bytes written. `input` is never logged.
+    ///
+    /// # Errors
+    ///
+    /// `unknown_session`, `session_ended`, `stdin_closed`, `stdin_blocked`,
+    /// `io_error`; the default answers `sessions_unsupported`.
+    fn write_stdin(
+        &self,
+        _request: &RequestId,
+        _session: &str,
+        _input: &[u8],
+        _close: bool,
+    ) -> impl Future<Output = Result<u64, SafeCode>> + Send {
+        async { Err(codes::SESSIONS_UNSUPPORTED) }
+    }
+
+    /// Asks for `signal` to the session.
+    ///
+    /// # Errors
+    ///
+    /// `unknown_session`; the default answers `sessions_unsupported`.
+    fn signal(
+        &self,
+        _request: &RequestId,
+        _session: &str,
+        _signal: SessionSignal,
+    ) -> impl Future<Output = Result<(), SafeCode>> + Send {
+        async { Err(codes::SESSIONS_UNSUPPORTED) }
+    }
+
+    /// The request's sessions, in the order started.
+    ///
+    /// # Errors
+    ///
+    /// The default answers `sessions_unsupported`.
+    fn list(
+        &self,
+        _request: &RequestId,
+    ) -> impl Future<Output = Result<Vec<SessionInfo>, SafeCode>> + Send {
+        async { Err(codes::SESSIONS_UNSUPPORTED) }
     }
 
     /// Cancels every active process of the request and waits for them to
@@ -603,6 +681,54 @@ impl<W: NodeWorkspace> Node<W> {
                 },
                 Err(code) => Decided::Answer(error(request_id, code)),
             },
+            Operation::StartProcess { request_id, spec } => match self.work(&request_id) {
+                // The node's policy decides on a session as on a run.
+                Ok(()) => match self.workspace.admit_run(&request_id, &spec.run) {
+                    Ok(()) => Decided::Session(request_id, SessionCall::Start(spec)),
+                    Err(refusal) => Decided::Answer(refusal.into_response(request_id)),
+                },
+                Err(code) => Decided::Answer(error(request_id, code)),
+            },
+            Operation::ReadOutput {
+                request_id,
+                session_id,
+                stdout_offset,
+                stderr_offset,
+                max_bytes,
+                wait_ms,
+            } => self.session_call(
+                request_id,
+                SessionCall::Read {
+                    session_id,
+                    from: Offsets {
+                        stdout: stdout_offset,
+                        stderr: stderr_offset,
+                    },
+                    max: max_bytes.unwrap_or(MAX_READ_BYTES).clamp(1, MAX_READ_BYTES) as usize,
+                    wait: Duration::from_millis(wait_ms.unwrap_or(0).min(MAX_READ_WAIT_MS)),
+                },
+            ),
+            Operation::WriteStdin {
+                request_id,
+                session_id,
+                input,
+                close,
+            } => self.session_call(
+                request_id,
+                SessionCall::Write {
+                    session_id,
+                    input,
+                    close,
+                },
+            ),
+            Operation::SignalProcess {
+                request_id,
+                session_id,
+                signal,
+            } => self.session_call(request_id, SessionCall::Signal { session_id, signal }),
+            Operation::ListProcesses { request_id } => {
+                self.session_call(request_id, SessionCall::List)
+            }
             Operation::Cancel { request_id } => {
                 if self
                     .decide(&request_id, Input::Cancel)
@@ -624,6 +750,15 @@ impl<W: NodeWorkspace> Node<W> {
         Admitted {
             node: Arc::clone(self),
             decided,
+        }
+    }
+
+    /// A session operation is carried out, like a write or a run, only
+    /// while the request is open and accepting.
+    fn session_call(&self, request_id: RequestId, call: SessionCall) -> Decided {
+        match self.work(&request_id) {
+            Ok(()) => Decided::Session(request_id, call),
+            Err(code) => Decided::Answer(error(request_id, code)),
         }
     }
 
@@ -1011,10 +1146,47 @@ enum Decided {
         request_id: RequestId,
         spec: RunSpec,
     },
+    /// The machine said `Proceed` to a session operation.
+    Session(RequestId, SessionCall),
     /// The machine said `CancelProcesses`.
     Cancel(RequestId),
     /// A cleanup runs (started by this request or an earlier one).
     Cleanup(PendingCleanup),
+}
+
+/// A session operation the machine let through, with the wire's bounds
+/// applied (a read's size and wait).
+#[derive(Debug)]
+enum SessionCall {
+    Start(Box<StartSpec>),
+    Read {
+        session_id: String,
+        from: Offsets,
+        max: usize,
+        wait: Duration,
+    },
+    Write {
+        session_id: String,
+        input: StdinText,
+        close: bool,
+    },
+    Signal {
+        session_id: String,
+        signal: SessionSignal,
+    },
+    List,
+}
+
+impl SessionCall {
+    fn op_name(&self) -> &'static str {
+        match self {
+            SessionCall::Start(_) => "start_process",
+            SessionCall::Read { .. } => "read_output",
+            SessionCall::Write { .. } => "write_stdin",
+            SessionCall::Signal { .. } => "signal_process",
+            SessionCall::List => "list_processes",
+        }
+    }
 }
 
 /// A cleanup to wait for: its verdict becomes the answer.
@@ -1046,6 +1218,7 @@ impl<W: NodeWorkspace> Admitted<W> {
             Decided::Open(id, _) => (id.clone(), "open_workspace"),
             Decided::Write { request_id, .. } => (request_id.clone(), "write_artifact"),
             Decided::Run { request_id, .. } => (request_id.clone(), "run_process"),
+            Decided::Session(id, call) => (id.clone(), call.op_name()),
             Decided::Cancel(id) => (id.clone(), "cancel"),
             Decided::Cleanup(p) => (p.request_id.clone(), "cleanup_workspace"),
         };
@@ -1083,6 +1256,7 @@ impl<W: NodeWorkspace> Admitted<W> {
                         Err(code) => error(request_id, code),
                     }
                 }
+                Decided::Session(request_id, call) => node.session(request_id, call).await,
                 Decided::Cancel(request_id) => {
                     let processes = node.workspace.cancel(&request_id).await;
                     Response::Cancelled {
@@ -1095,6 +1269,64 @@ impl<W: NodeWorkspace> Admitted<W> {
         }
         .instrument(span)
         .await
+    }
+}
+
+impl<W: NodeWorkspace> Node<W> {
+    /// Carries out one session operation the machine let through.
+    async fn session(&self, request_id: RequestId, call: SessionCall) -> Response {
+        let w = &self.workspace;
+        let answer = match call {
+            SessionCall::Start(spec) => {
+                w.start(&request_id, *spec)
+                    .await
+                    .map(|started| Response::ProcessStarted {
+                        request_id: request_id.clone(),
+                        started,
+                    })
+            }
+            SessionCall::Read {
+                session_id,
+                from,
+                max,
+                wait,
+            } => w
+                .read(&request_id, &session_id, from, max, wait)
+                .await
+                .map(|output| Response::Output {
+                    request_id: request_id.clone(),
+                    output: Box::new(output),
+                }),
+            SessionCall::Write {
+                session_id,
+                input,
+                close,
+            } => w
+                .write_stdin(&request_id, &session_id, input.0.as_bytes(), close)
+                .await
+                .map(|bytes| Response::StdinWritten {
+                    request_id: request_id.clone(),
+                    session_id,
+                    bytes,
+                    closed: close,
+                }),
+            SessionCall::Signal { session_id, signal } => w
+                .signal(&request_id, &session_id, signal)
+                .await
+                .map(|()| Response::SignalSent {
+                    request_id: request_id.clone(),
+                    session_id,
+                    signal,
+                }),
+            SessionCall::List => w
+                .list(&request_id)
+                .await
+                .map(|sessions| Response::Processes {
+                    request_id: request_id.clone(),
+                    sessions,
+                }),
+        };
+        answer.unwrap_or_else(|code| error(request_id, code))
     }
 }
 
