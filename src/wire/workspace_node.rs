@@ -3,9 +3,16 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::message::{Code, PolicyRefusal, ProcessSummary, RunSpec};
+use super::message::codes::{TOO_MANY_SESSIONS, UNKNOWN_SESSION};
+use super::message::{
+    Code, MAX_SESSION_BUFFER, MAX_SESSIONS_PER_NODE, MAX_SESSIONS_PER_REQUEST, Offsets,
+    PolicyRefusal, ProcessSummary, RunSpec, SessionExit, SessionInfo, SessionOutput, SessionSignal,
+    SessionStarted, StartSpec, StreamRead,
+};
 use super::node::{CleanupVerdict, NodeWorkspace};
 use super::reserve::FdReserve;
 use crate::coordinator::RequestId;
@@ -14,6 +21,7 @@ use crate::policy::{Context, Registry, StateMode, Verdict};
 use crate::process::evidence::Evidence;
 use crate::process::governed::{Gate, decide_invocation};
 use crate::process::invocation::EnvValue;
+use crate::process::session::{Chunk, Session, SessionOptions};
 use crate::process::{Invocation, InvocationSpec, LaunchOptions};
 use crate::request::scope::{Scope, ScopeLaunchError, Scopes};
 use crate::runtime::RunPolicy;
@@ -49,18 +57,85 @@ pub mod codes {
 /// namespace, `write_artifact` creates a registered file in it,
 /// `run_process` launches through [`crate::process::launch`] (with the
 /// workspace root as the base of `cwd`) and tracks the process group in the
-/// request, `cancel` stops the request's processes, and `cleanup_workspace`
-/// is [`Workspace::cleanup`].
+/// request, `start_process` launches a session the same way (kept by id in
+/// the request's scope, at most [`MAX_SESSIONS_PER_REQUEST`] running per
+/// request and [`MAX_SESSIONS_PER_NODE`] on the node), `cancel` stops the
+/// request's processes, and `cleanup_workspace` is [`Workspace::cleanup`]
+/// (which stops them too, sessions included, before removing anything).
 #[derive(Debug)]
 pub struct WorkspaceNode {
     workspace: Workspace,
     launch: LaunchOptions,
     default_timeout: Duration,
-    /// Each open request's scope (`request::scope`): its job and the
-    /// processes launched for it.
-    scopes: Scopes,
+    /// Each open request's scope (`request::scope`): its job, the
+    /// processes launched for it and, beside them, its sessions by id.
+    scopes: Scopes<RequestSessions>,
     policy: Option<RunPolicy>,
     reserve: Option<Arc<FdReserve>>,
+    /// Sessions running on the node, all requests together.
+    live_sessions: Arc<AtomicUsize>,
+    /// The number of the last session id handed out (`s1`, `s2`, ...).
+    last_session: AtomicU64,
+}
+
+/// How long a `write_stdin` waits for the process to take its input.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settled sessions a request's table keeps for their output beyond its
+/// running ones; past that the oldest settled one is forgotten (its id is
+/// then `unknown_session`), so a request's memory stays bounded.
+const SETTLED_KEPT: usize = MAX_SESSIONS_PER_REQUEST;
+
+/// One request's sessions by id, in the order started. It lives in the
+/// request's scope, so it goes with the scope when the cleanup drops it.
+#[derive(Debug, Default)]
+struct RequestSessions {
+    table: Mutex<Vec<(String, Session)>>,
+}
+
+impl RequestSessions {
+    fn get(&self, id: &str) -> Option<Session> {
+        let table = crate::sync::lock_std(&self.table);
+        table.iter().find(|(i, _)| i == id).map(|(_, s)| s.clone())
+    }
+
+    /// Files `session` as `id`, forgetting the oldest settled session while
+    /// more than [`SETTLED_KEPT`] are.
+    fn insert(&self, id: String, session: Session) {
+        let mut table = crate::sync::lock_std(&self.table);
+        table.push((id, session));
+        let settled = |s: &Session| s.running().try_settled().is_some();
+        while table.iter().filter(|(_, s)| settled(s)).count() > SETTLED_KEPT {
+            let Some(oldest) = table.iter().position(|(_, s)| settled(s)) else {
+                break;
+            };
+            table.remove(oldest);
+        }
+    }
+
+    fn list(&self) -> Vec<(String, Session)> {
+        crate::sync::lock_std(&self.table).clone()
+    }
+}
+
+/// One place under the node's session bound, given back when dropped (when
+/// the launch failed, or once the session settled).
+struct SessionPlace(Arc<AtomicUsize>);
+
+impl SessionPlace {
+    fn take(live: &Arc<AtomicUsize>) -> Option<SessionPlace> {
+        live.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_SESSIONS_PER_NODE).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| SessionPlace(Arc::clone(live)))
+    }
+}
+
+impl Drop for SessionPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl WorkspaceNode {
@@ -74,6 +149,8 @@ impl WorkspaceNode {
             scopes: Scopes::default(),
             policy: None,
             reserve: None,
+            live_sessions: Arc::new(AtomicUsize::new(0)),
+            last_session: AtomicU64::new(0),
         }
     }
 
@@ -200,6 +277,40 @@ impl WorkspaceNode {
     pub fn workspace(&self) -> &Workspace {
         &self.workspace
     }
+
+    /// Session `id` of `request`; `unknown_session` for an id the request
+    /// does not hold, whoever else may (another request's is never named).
+    fn session(&self, request: &RequestId, id: &str) -> Result<Session, SafeCode> {
+        self.scopes
+            .get(request)
+            .and_then(|scope| scope.extra.get(id))
+            .ok_or(UNKNOWN_SESSION)
+    }
+}
+
+/// A chunk of a session's stream as the wire answers it: its bytes as lossy
+/// UTF-8 text. While more may follow (`more`), a character cut by the
+/// read's end is left for the next read, unless it is all there is.
+fn stream_read(chunk: &Chunk, more: bool) -> StreamRead {
+    let data = &chunk.data;
+    let mut end = data.len();
+    if more {
+        // The last character's lead byte is among the last four.
+        let lead = (data.len().saturating_sub(4)..data.len())
+            .rev()
+            .find(|&i| data[i] & 0xC0 != 0x80);
+        if let Some(i) = lead {
+            if i > 0 && std::str::from_utf8(&data[i..]).is_err_and(|e| e.error_len().is_none()) {
+                end = i;
+            }
+        }
+    }
+    StreamRead {
+        offset: chunk.offset,
+        lost: chunk.lost,
+        bytes: end as u64,
+        text: String::from_utf8_lossy(&data[..end]).into_owned(),
+    }
 }
 
 /// A `&'static str` code as a [`SafeCode`], or `fallback` if it does not
@@ -249,6 +360,16 @@ fn summary(ev: &Evidence) -> ProcessSummary {
         stdout_truncated: ev.stdout.truncated,
         stderr_truncated: ev.stderr.truncated,
         network: ev.network.clone(),
+    }
+}
+
+/// Evidence → how a session settled.
+fn exit(ev: &Evidence) -> SessionExit {
+    SessionExit {
+        exit_code: ev.exit_code,
+        signal: ev.signal,
+        reason: variant_code(&ev.status, "unknown"),
+        descendants: variant_code(&ev.descendants.verdict, "unknown"),
     }
 }
 
@@ -313,11 +434,157 @@ impl NodeWorkspace for WorkspaceNode {
                 ScopeLaunchError::Closed => super::message::codes::REQUEST_CLOSED,
                 ScopeLaunchError::Launch(e) => self.launch_code(&e),
                 // A wire run is never a session: no bound applies to it.
-                ScopeLaunchError::SessionsFull { .. } => SafeCode::new("too_many_sessions"),
+                ScopeLaunchError::SessionsFull { .. } => TOO_MANY_SESSIONS,
             })?;
         drop(allocating);
         let ev = running.settled().await;
         Ok(summary(&ev))
+    }
+
+    async fn start(
+        &self,
+        request: &RequestId,
+        spec: StartSpec,
+    ) -> Result<SessionStarted, SafeCode> {
+        let inv = self.invocation(spec.run)?;
+        // As `run`: decided on the very invocation that launches.
+        self.decide(request, &inv)
+            .map_err(|r| SafeCode::from(&r.code))?;
+        let scope = self
+            .scopes
+            .get(request)
+            .ok_or(super::message::codes::NOT_OPEN)?;
+        // The node's bound first, then the request's (under the scope's
+        // lock, in `launch_bounded`); as the runtime does, a start past
+        // either is refused and nothing running is evicted.
+        let place = SessionPlace::take(&self.live_sessions).ok_or(TOO_MANY_SESSIONS)?;
+        let mut session = SessionOptions::default();
+        if let Some(bytes) = spec.buffer_bytes {
+            let bytes = bytes.clamp(1, MAX_SESSION_BUFFER);
+            session = session.with_buffer(usize::try_from(bytes).unwrap_or(usize::MAX));
+        }
+        if let Some(ms) = spec.idle_timeout_ms {
+            session = session.with_idle_timeout(Duration::from_millis(ms));
+        }
+        let mut options = self.launch.clone();
+        options.session = Some(session);
+        let allocating = match &self.reserve {
+            Some(r) => Some(r.allocating().await),
+            None => None,
+        };
+        let running = scope
+            .launch_bounded(inv, options, || false, MAX_SESSIONS_PER_REQUEST)
+            .map_err(|e| match e {
+                ScopeLaunchError::Closed => super::message::codes::REQUEST_CLOSED,
+                ScopeLaunchError::Launch(e) => self.launch_code(&e),
+                ScopeLaunchError::SessionsFull { .. } => TOO_MANY_SESSIONS,
+            })?;
+        drop(allocating);
+        let session = Session::of(&running).ok_or(codes::LAUNCH_FAILED)?;
+        let watched = running.clone();
+        tokio::spawn(async move {
+            let _ = watched.settled().await;
+            drop(place);
+        });
+        let n = self.last_session.fetch_add(1, Ordering::Relaxed) + 1;
+        let session_id = format!("s{n}");
+        let pid = running.pid();
+        scope.extra.insert(session_id.clone(), session);
+        tracing::info!(request_id = %request, session_id, pid, "session started");
+        Ok(SessionStarted { session_id, pid })
+    }
+
+    async fn read(
+        &self,
+        request: &RequestId,
+        session: &str,
+        from: Offsets,
+        max: usize,
+        wait: Duration,
+    ) -> Result<SessionOutput, SafeCode> {
+        let s = self.session(request, session)?;
+        let out = s.read(from, max, wait).await;
+        let settled = s.running().try_settled();
+        // `out.ended` says the streams ended, not that this read reached
+        // their ends: a stream is done once it did both.
+        let total = s.status().output;
+        let stdout = stream_read(
+            &out.stdout,
+            !(out.ended && out.stdout.next() >= total.stdout),
+        );
+        let stderr = stream_read(
+            &out.stderr,
+            !(out.ended && out.stderr.next() >= total.stderr),
+        );
+        let next = Offsets {
+            stdout: stdout.offset + stdout.bytes,
+            stderr: stderr.offset + stderr.bytes,
+        };
+        Ok(SessionOutput {
+            session_id: session.to_owned(),
+            ended: out.ended && next.stdout >= total.stdout && next.stderr >= total.stderr,
+            next,
+            stdout,
+            stderr,
+            running: settled.is_none(),
+            exit: settled.as_deref().map(exit),
+        })
+    }
+
+    async fn write_stdin(
+        &self,
+        request: &RequestId,
+        session: &str,
+        input: &[u8],
+        close: bool,
+    ) -> Result<u64, SafeCode> {
+        let s = self.session(request, session)?;
+        let written = async {
+            if !input.is_empty() {
+                s.write_stdin(input)
+                    .await
+                    .map_err(|e| safe(e.code(), codes::IO_ERROR))?;
+            }
+            if close {
+                s.close_stdin().await;
+            }
+            Ok(input.len() as u64)
+        };
+        tokio::time::timeout(WRITE_TIMEOUT, written)
+            .await
+            .unwrap_or(Err(super::message::codes::STDIN_BLOCKED))
+    }
+
+    async fn signal(
+        &self,
+        request: &RequestId,
+        session: &str,
+        signal: SessionSignal,
+    ) -> Result<(), SafeCode> {
+        self.session(request, session)?.signal(signal);
+        Ok(())
+    }
+
+    async fn list(&self, request: &RequestId) -> Result<Vec<SessionInfo>, SafeCode> {
+        let Some(scope) = self.scopes.get(request) else {
+            return Ok(Vec::new());
+        };
+        Ok(scope
+            .extra
+            .list()
+            .into_iter()
+            .map(|(session_id, s)| {
+                let st = s.status();
+                SessionInfo {
+                    session_id,
+                    pid: st.pid,
+                    running: st.running,
+                    stdout_bytes: st.output.stdout,
+                    stderr_bytes: st.output.stderr,
+                    bytes_written: st.bytes_written,
+                }
+            })
+            .collect())
     }
 
     async fn cancel(&self, request: &RequestId) -> u32 {
@@ -352,5 +619,37 @@ impl NodeWorkspace for WorkspaceNode {
             CleanupStatus::Reclaimed => CleanupVerdict::Reclaimed,
             _ => CleanupVerdict::Failed(result.safe_code().unwrap_or(codes::WORKSPACE_ERROR)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(data: &[u8]) -> Chunk {
+        Chunk {
+            offset: 10,
+            lost: 0,
+            data: data.to_vec(),
+        }
+    }
+
+    /// A character cut by a read's end is left for the next read while more
+    /// may follow, never when it is all there is or the stream ended; other
+    /// invalid bytes become U+FFFD and are counted.
+    #[test]
+    fn a_read_cuts_before_a_split_character_and_stays_valid_text() {
+        let euro = "€".as_bytes();
+        let split = [b"ab".as_slice(), &euro[..2]].concat();
+        let r = stream_read(&chunk(&split), true);
+        assert_eq!((r.bytes, r.text.as_str()), (2, "ab"));
+        let r = stream_read(&chunk(&split), false);
+        assert_eq!((r.bytes, r.text.as_str()), (4, "ab\u{FFFD}"));
+        let r = stream_read(&chunk(&euro[..2]), true);
+        assert_eq!((r.bytes, r.text.as_str()), (2, "\u{FFFD}"));
+        let r = stream_read(&chunk(b"a\xffb\x01"), true);
+        assert_eq!((r.bytes, r.text.as_str()), (4, "a\u{FFFD}b\u{1}"));
+        let r = stream_read(&chunk(&[b"x".as_slice(), euro].concat()), true);
+        assert_eq!((r.offset, r.bytes, r.text.as_str()), (10, 4, "x€"));
     }
 }
