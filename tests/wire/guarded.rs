@@ -46,6 +46,11 @@ fn race_in_a_private_mount_namespace() {
 }
 
 #[test]
+fn sessions_in_a_private_mount_namespace() {
+    run("sessions::");
+}
+
+#[test]
 fn signals_in_a_private_mount_namespace() {
     run("signals::");
 }

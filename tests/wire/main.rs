@@ -19,6 +19,7 @@ mod race;
 mod read_order;
 #[path = "../support/sandbox.rs"]
 mod sandbox;
+mod sessions;
 mod signals;
 mod spawn;
 mod ssh;
