@@ -1,12 +1,12 @@
-//! `custodian node --policy`: the node decides `run_process` itself, so it
-//! does not have to trust its edge.
+//! `custodian node --policy`: the node decides `run_process` and
+//! `start_process` itself, so it does not have to trust its edge.
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use custodian::coordinator::RequestId;
 use custodian::policy::{Pattern, ProcessTarget, TargetEnvValue};
-use custodian::wire::{RunSpec, WireClient, WireError};
+use custodian::wire::{RunSpec, StartSpec, WireClient, WireError};
 
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");
 
@@ -84,6 +84,17 @@ async fn a_node_with_a_policy_refuses_what_it_denies_or_has_not_approved() {
         timeout_ms: Some(10_000),
         confinement: None,
     };
+    // A session is decided as a run is.
+    match client
+        .start_process(&id, StartSpec::new(spec.clone()))
+        .await
+    {
+        Err(WireError::PolicyRefused { code, reason, .. }) => {
+            assert_eq!(code.as_str(), "policy_denied");
+            assert_eq!(reason.as_str(), "denied_by_rule");
+        }
+        other => panic!("{other:?}"),
+    }
     match client.run_process(&id, spec).await {
         Err(WireError::PolicyRefused {
             code,
@@ -117,6 +128,16 @@ async fn a_node_with_a_policy_refuses_what_it_denies_or_has_not_approved() {
         timeout_ms: Some(10_000),
         confinement: None,
     };
+    match client
+        .start_process(&id, StartSpec::new(spec.clone()))
+        .await
+    {
+        Err(WireError::PolicyRefused { code, target, .. }) => {
+            assert_eq!(code.as_str(), "approval_required");
+            assert_eq!(target.as_deref(), Some(want.as_str()));
+        }
+        other => panic!("{other:?}"),
+    }
     match client.run_process(&id, spec).await {
         Err(WireError::PolicyRefused {
             code,
