@@ -209,6 +209,7 @@ pub mod __bench {
             stderr: err_w.as_fd(),
             new_process_group: true,
             default_sigint: false,
+            terminal: false,
             cgroup,
             confine: None,
             isolate: None,

@@ -1729,6 +1729,7 @@ mod tests {
             stderr: null.as_fd(),
             new_process_group: true,
             default_sigint: false,
+            terminal: false,
             cgroup: Some(cg.as_fd()),
             confine: None,
             isolate: None,

@@ -75,9 +75,22 @@ fn io(e: rustix::io::Errno) -> StartError {
     StartError::Failed(e.into())
 }
 
+/// A session's side of the child's stdio (both `None`: a run, stdin on
+/// `/dev/null`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SessionStdio<'a> {
+    /// The read end of the session's stdin pipe.
+    pub(crate) stdin: Option<BorrowedFd<'a>>,
+    /// A terminal session's pseudo-terminal slave: stdin, stdout and
+    /// stderr, and the controlling terminal.
+    pub(crate) terminal: Option<BorrowedFd<'a>>,
+}
+
 /// Spawns `resolved` with argv `[executable as given, args...]`, the
-/// child's environment, `cwd`, stdin on `/dev/null` and two pipes, as the
-/// leader of a new process group, inside `cgroup`, confined by `confine`
+/// child's environment, `cwd`, stdin on `/dev/null` (or `stdin`) and two
+/// pipes, as the leader of a new process group (or, on a `terminal`: that
+/// terminal as all three, the controlling terminal of a new session it
+/// leads; the pipes then only carry their end-of-file), inside `cgroup`, confined by `confine`
 /// (whose private directory becomes `TMPDIR`). Must run inside the tokio
 /// runtime that will read the pipes.
 pub(crate) fn start(
@@ -87,8 +100,9 @@ pub(crate) fn start(
     resolved: &Path,
     cgroup: Option<&Cgroup>,
     confine: Option<&Prepared>,
-    stdin: Option<BorrowedFd<'_>>,
+    stdio: SessionStdio<'_>,
 ) -> Result<CgroupRoot, StartError> {
+    let SessionStdio { stdin, terminal } = stdio;
     let program = cstring(resolved.as_os_str().as_bytes())?;
     let argv = std::iter::once(invocation.executable().as_bytes())
         .chain(invocation.args().iter().map(|a| a.as_bytes()))
@@ -136,11 +150,12 @@ pub(crate) fn start(
         argv: &argv,
         envp: &envp,
         cwd: Some(&cwd),
-        stdin: stdin.unwrap_or(null.as_fd()),
-        stdout: out_w.as_fd(),
-        stderr: err_w.as_fd(),
+        stdin: terminal.or(stdin).unwrap_or(null.as_fd()),
+        stdout: terminal.unwrap_or(out_w.as_fd()),
+        stderr: terminal.unwrap_or(err_w.as_fd()),
         new_process_group: true,
-        default_sigint: stdin.is_some(),
+        default_sigint: stdin.is_some() || terminal.is_some(),
+        terminal: terminal.is_some(),
         cgroup: cgroup.map(|c| c.as_fd()),
         confine: confine.filter(|c| c.confines()).map(|c| ChildConfine {
             ruleset: c.ruleset(),

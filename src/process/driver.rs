@@ -62,13 +62,17 @@ type PidFd = tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>;
 type PidFd = ();
 
 /// One captured output stream, whichever way the root was spawned.
-type Reader = Box<dyn AsyncRead + Send + Unpin>;
+pub(crate) type Reader = Box<dyn AsyncRead + Send + Unpin>;
 
 /// A session launch's stdin (the pipe's read end, for the child) and its
 /// shared side; both `None` for a plain launch (stdin on `/dev/null`).
 pub(crate) struct Stdin<'a> {
     pub(crate) read: Option<std::os::fd::BorrowedFd<'a>>,
     pub(crate) session: Option<Arc<super::session::SessionShared>>,
+    /// A session with a terminal: the pseudo-terminal's slave (the
+    /// child's stdin, stdout and stderr) and a reader of its master (the
+    /// capture's stdout; stderr then only carries its end-of-file).
+    pub(crate) terminal: Option<(std::os::fd::BorrowedFd<'a>, Reader)>,
 }
 
 /// The process's cgroup (cgroup tier) and the watch on its
@@ -143,6 +147,7 @@ pub(crate) fn spawn(
     // after the spawn fails.
     let identity = InvocationIdentity::new(&invocation, &resolved, env.secrets());
     let confined = confine.is_some();
+    let (tty, master) = stdin.terminal.unzip();
     #[cfg(target_os = "linux")]
     let in_cgroup = |cg, confine| {
         spawn_in_cgroup(
@@ -154,9 +159,15 @@ pub(crate) fn spawn(
             cg,
             confine,
             stdin.read,
+            tty,
         )
     };
     let in_group = |subreaper| {
+        if tty.is_some() {
+            // Only the clone3 spawners make the child a session leader
+            // with a controlling terminal.
+            return Err(ProcessError::TerminalUnavailable);
+        }
         spawn_in_group(
             runtime,
             &invocation,
@@ -177,6 +188,11 @@ pub(crate) fn spawn(
                 Err(Ok(_)) if confined => return unconfinable("no_cgroup_tier"),
                 Err(Ok(why)) if requested == Containment::Auto => {
                     let fb = Selected::fallback(requested, why);
+                    let stdin = Stdin {
+                        read: stdin.read,
+                        session: stdin.session,
+                        terminal: tty.zip(master),
+                    };
                     return spawn(
                         runtime, invocation, env, cwd, resolved, fb, None, None, stdin,
                     );
@@ -227,6 +243,10 @@ pub(crate) fn spawn(
         Plan::Group { subreaper } => in_group(subreaper)?,
     };
     let mut started = started;
+    if let Some(master) = master {
+        // The child's stdout pipe carries nothing but its end-of-file.
+        started.stdout = Some(master);
+    }
     if let (Some(listener), Some((proxy, allow))) = (started.proxy_listener.take(), network) {
         started.network = Some(super::proxy::Served::start(&proxy, listener, allow));
     }
@@ -327,6 +347,7 @@ fn spawn_in_cgroup(
     cg: Option<crate::contain::Cgroup>,
     confine: Option<Prepared>,
     stdin: Option<std::os::fd::BorrowedFd<'_>>,
+    terminal: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<Started, Result<Unavailable, ProcessError>> {
     use super::cgroup_root::{self, StartError};
     let _guard = runtime.enter();
@@ -344,7 +365,7 @@ fn spawn_in_cgroup(
                     resolved,
                     cg.as_ref(),
                     confine.as_ref(),
-                    stdin,
+                    cgroup_root::SessionStdio { stdin, terminal },
                 )
             },
             |root| root.pid,

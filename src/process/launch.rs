@@ -170,12 +170,20 @@ pub enum ProcessError {
     /// kernel cannot enforce a strict one ([`ConfineError::code`]).
     #[error(transparent)]
     Confinement(#[from] ConfineError),
+    /// A session with a terminal
+    /// ([`SessionOptions::with_terminal`](super::session::SessionOptions::with_terminal))
+    /// needs the clone3 spawner (the cgroup or pid-namespace tier); this
+    /// launch would have run in the process-group tier. Nothing was
+    /// launched.
+    #[error("a session with a terminal needs the cgroup or pid-namespace tier")]
+    TerminalUnavailable,
 }
 
 impl ProcessError {
     /// A short, stable code for the error (`not_found`, `not_executable`,
     /// `bad_cwd`, `spawn_failed`, `env`, `no_runtime`, `subreaper`,
-    /// `containment_unavailable`).
+    /// `containment_unavailable`, `terminal_unavailable`, or the
+    /// confinement's code).
     pub fn code(&self) -> &'static str {
         match self {
             ProcessError::Env(_) => "env",
@@ -187,6 +195,7 @@ impl ProcessError {
             ProcessError::Subreaper { .. } => "subreaper",
             ProcessError::ContainmentUnavailable { .. } => "containment_unavailable",
             ProcessError::Confinement(e) => e.code(),
+            ProcessError::TerminalUnavailable => "terminal_unavailable",
         }
     }
 }
@@ -488,23 +497,42 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         }
         _ => None,
     };
-    let session =
-        match options.session {
-            Some(opts) => {
-                let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                    .map_err(|e| ProcessError::Spawn {
+    let spawn_err = |e: rustix::io::Errno| ProcessError::Spawn {
+        path: PathBuf::from(&given),
+        source: e.into(),
+    };
+    // A session: a stdin pipe, or a pseudo-terminal for all three.
+    let mut terminal = None;
+    let session = match options.session {
+        Some(opts) if opts.terminal.is_some() => {
+            let pty = open_terminal(opts.terminal.unwrap_or_default()).map_err(spawn_err)?;
+            let shared = Arc::new(super::session::SessionShared::new(opts));
+            let reader = {
+                let _guard = runtime.enter();
+                tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(pty.reader).map_err(
+                    |source| ProcessError::Spawn {
                         path: PathBuf::from(&given),
-                        source: e.into(),
-                    })?;
-                let shared = Arc::new(super::session::SessionShared::new(opts));
-                Some((read, write, shared))
-            }
-            None => None,
-        };
+                        source,
+                    },
+                )?
+            };
+            shared.set_terminal(pty.master);
+            terminal = Some((pty.slave, Box::new(reader) as driver::Reader));
+            Some((None, pty.writer, shared))
+        }
+        Some(opts) => {
+            let (read, write) =
+                rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(spawn_err)?;
+            let shared = Arc::new(super::session::SessionShared::new(opts));
+            Some((Some(read), write, shared))
+        }
+        None => None,
+    };
     let (stdin, writer, shared) = match session {
-        Some((r, w, s)) => (Some(r), Some(w), Some(s)),
+        Some((r, w, s)) => (r, Some(w), Some(s)),
         None => (None, None, None),
     };
+    let (slave, master_reader) = terminal.unzip();
     let running = driver::spawn(
         &runtime,
         invocation,
@@ -517,6 +545,10 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         driver::Stdin {
             read: stdin.as_ref().map(std::os::fd::AsFd::as_fd),
             session: shared.clone(),
+            terminal: slave
+                .as_ref()
+                .map(std::os::fd::AsFd::as_fd)
+                .zip(master_reader),
         },
     )
     .map_err(|e| match e {
@@ -524,11 +556,18 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         other => other,
     })?;
     // The child has its copy of the read end; ours must go, or a write
-    // after the process closed stdin would block instead of failing.
-    drop(stdin);
+    // after the process closed stdin would block instead of failing. The
+    // same for a terminal's slave: the master reads end-of-file (EIO) only
+    // once no one holds it.
+    drop((stdin, slave));
     if let (Some(w), Some(shared)) = (writer, shared) {
         let _guard = runtime.enter();
-        match tokio::net::unix::pipe::Sender::from_owned_fd(w) {
+        let sender = if shared.options().terminal.is_some() {
+            tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(w)
+        } else {
+            tokio::net::unix::pipe::Sender::from_owned_fd(w)
+        };
+        match sender {
             Ok(sender) => super::session::attach(&running, &shared, sender),
             Err(e) => {
                 // Registering the pipe failed: the session has no stdin.
@@ -537,6 +576,41 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         }
     }
     Ok(running)
+}
+
+/// A session's pseudo-terminal: the master (kept for resizes), a reader
+/// and a writer of it (non-blocking, one open file), and the slave the
+/// child gets as its stdin, stdout, stderr and controlling terminal.
+struct Terminal {
+    master: std::os::fd::OwnedFd,
+    reader: std::os::fd::OwnedFd,
+    writer: std::os::fd::OwnedFd,
+    slave: std::os::fd::OwnedFd,
+}
+
+/// Opens a pseudo-terminal of `size` (`/dev/ptmx`, the slave through
+/// `TIOCGPTPEER`: no path is looked up for it). Neither end becomes this
+/// process's controlling terminal (`O_NOCTTY`).
+fn open_terminal(size: super::session::WindowSize) -> rustix::io::Result<Terminal> {
+    use rustix::pty::OpenptFlags;
+    let master =
+        rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    rustix::pty::unlockpt(&master)?;
+    super::session::set_window(&master, size)?;
+    let slave = rustix::pty::ioctl_tiocgptpeer(
+        &master,
+        OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC,
+    )?;
+    // One open file: the reader and the writer are registered with the
+    // reactor, which needs it non-blocking.
+    rustix::io::ioctl_fionbio(&master, true)?;
+    let dup = |fd: &std::os::fd::OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, 3);
+    Ok(Terminal {
+        reader: dup(&master)?,
+        writer: dup(&master)?,
+        master,
+        slave,
+    })
 }
 
 /// Plans `spec` against the running kernel and builds it (see

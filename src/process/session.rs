@@ -21,6 +21,21 @@
 //! signals asked for, and whether the idle timeout ended the session. Never
 //! what was written: stdin may carry secrets.
 //!
+//! # Terminal
+//!
+//! [`SessionOptions::with_terminal`] runs the session on a pseudo-terminal
+//! instead of pipes: its slave is the process's stdin, stdout, stderr and
+//! the controlling terminal of a new session (the process leads it;
+//! isolated, the sandbox's init leads it and the program runs in its
+//! foreground group). The program sees a terminal (`isatty`, `/dev/tty`),
+//! a prompt on `/dev/tty` is answered through [`Session::write_stdin`],
+//! Ctrl-C written to it is the line discipline's `SIGINT`, and
+//! [`Session::resize`] sets the window size (`SIGWINCH`). The output is one
+//! stream, stdout (with the terminal's `\r\n` and echo); stderr stays
+//! empty. [`Session::close_stdin`] writes the terminal's end-of-file
+//! (Ctrl-D). Only the clone3 spawner can do this: in the group tier a
+//! terminal session is refused ([`ProcessError::TerminalUnavailable`]).
+//!
 //! # Signals
 //!
 //! [`Session::signal`] asks, it does not send:
@@ -85,6 +100,9 @@ pub struct SessionOptions {
     /// this long without a read, a write or a signal; `None`: only the
     /// invocation's timeout bounds it.
     pub idle_timeout: Option<Duration>,
+    /// Run on a pseudo-terminal of this size instead of pipes (see
+    /// *Terminal* in the [module documentation](self)); `None`: pipes.
+    pub terminal: Option<WindowSize>,
 }
 
 impl Default for SessionOptions {
@@ -92,7 +110,34 @@ impl Default for SessionOptions {
         SessionOptions {
             buffer: DEFAULT_BUFFER,
             idle_timeout: None,
+            terminal: None,
         }
+    }
+}
+
+/// A terminal's size in character cells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WindowSize {
+    /// Columns (at least 1).
+    pub cols: u16,
+    /// Rows (at least 1).
+    pub rows: u16,
+}
+
+impl WindowSize {
+    /// `cols` × `rows`, each at least 1.
+    pub fn new(cols: u16, rows: u16) -> Self {
+        WindowSize {
+            cols: cols.max(1),
+            rows: rows.max(1),
+        }
+    }
+}
+
+impl Default for WindowSize {
+    /// 80 × 24.
+    fn default() -> Self {
+        WindowSize::new(80, 24)
     }
 }
 
@@ -108,6 +153,14 @@ impl SessionOptions {
     #[must_use]
     pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = Some(idle);
+        self
+    }
+
+    /// Runs the session on a pseudo-terminal of `size` (see *Terminal* in
+    /// the [module documentation](self)).
+    #[must_use]
+    pub fn with_terminal(mut self, size: WindowSize) -> Self {
+        self.terminal = Some(WindowSize::new(size.cols, size.rows));
         self
     }
 }
@@ -127,6 +180,17 @@ pub struct Interactions {
     pub signals: Vec<SessionSignal>,
     /// Whether [`SessionOptions::idle_timeout`] ended the session.
     pub idle_timeout: bool,
+    /// A terminal session's window size at the end (the last one set);
+    /// `None` for a session on pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<WindowSize>,
+    /// How many times [`Session::resize`] set it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resizes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A signal a caller may ask a session for.
@@ -154,18 +218,23 @@ pub enum SessionError {
     /// The session settled; only its output and evidence remain.
     #[error("the session has ended")]
     Ended,
-    /// Writing to stdin failed otherwise.
+    /// Writing to stdin (or resizing the terminal) failed otherwise.
     #[error("writing to the session's stdin failed: {0}")]
     Io(#[source] std::io::Error),
+    /// [`Session::resize`] of a session without a terminal.
+    #[error("the session has no terminal")]
+    NotATerminal,
 }
 
 impl SessionError {
-    /// A stable code: `stdin_closed`, `session_ended`, `io_error`.
+    /// A stable code: `stdin_closed`, `session_ended`, `io_error`,
+    /// `not_a_terminal`.
     pub fn code(&self) -> &'static str {
         match self {
             SessionError::StdinClosed => "stdin_closed",
             SessionError::Ended => "session_ended",
             SessionError::Io(_) => "io_error",
+            SessionError::NotATerminal => "not_a_terminal",
         }
     }
 }
@@ -320,6 +389,8 @@ pub(crate) struct SessionShared {
     active_ms: AtomicU64,
     epoch: std::time::Instant,
     options: SessionOptions,
+    /// A terminal session: the pseudo-terminal's master, for resizes.
+    terminal: std::sync::OnceLock<std::os::fd::OwnedFd>,
 }
 
 impl fmt::Debug for SessionShared {
@@ -353,7 +424,19 @@ impl SessionShared {
             active_ms: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
             options,
+            terminal: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The options the session was started with.
+    pub(crate) fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// A terminal session's master (kept for resizes).
+    pub(crate) fn set_terminal(&self, master: std::os::fd::OwnedFd) {
+        lock(&self.interactions).terminal = self.options.terminal;
+        let _ = self.terminal.set(master);
     }
 
     /// The driver read (and redacted) `data` from `stream`.
@@ -439,6 +522,8 @@ pub struct SessionStatus {
     /// How long since the last read, write or signal.
     #[serde(serialize_with = "millis")]
     pub idle: Duration,
+    /// Whether it runs on a pseudo-terminal.
+    pub terminal: bool,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -575,11 +660,51 @@ impl Session {
     /// Closes the process's stdin (it reads end-of-file). Idempotent. Waits
     /// for a write in progress (wrap that write in a timeout, or stop the
     /// session, if the process does not read).
+    ///
+    /// A terminal session's stdin is the terminal itself, which stays
+    /// open: this writes the terminal's end-of-file character (Ctrl-D;
+    /// read as end-of-file at the start of a line) and refuses every later
+    /// write.
     pub async fn close_stdin(&self) {
         self.shared.touch();
-        if self.shared.stdin.lock().await.take().is_some() {
+        let mut stdin = self.shared.stdin.lock().await;
+        if let Some(mut pipe) = stdin.take() {
+            if self.shared.terminal.get().is_some() {
+                // Best effort: a terminal that no one reads keeps it.
+                let eof = [4u8];
+                let _ = tokio::time::timeout(Duration::from_secs(1), pipe.write_all(&eof)).await;
+            }
             lock(&self.shared.interactions).stdin_closed = true;
         }
+    }
+
+    /// Sets a terminal session's window size; the kernel tells the
+    /// terminal's foreground process group (`SIGWINCH`).
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::NotATerminal`] for a session on pipes,
+    /// [`SessionError::Ended`] once settled, [`SessionError::Io`] if the
+    /// kernel refuses.
+    pub fn resize(&self, size: WindowSize) -> Result<(), SessionError> {
+        let Some(master) = self.shared.terminal.get() else {
+            return Err(SessionError::NotATerminal);
+        };
+        if self.running.try_settled().is_some() {
+            return Err(SessionError::Ended);
+        }
+        self.shared.touch();
+        let size = WindowSize::new(size.cols, size.rows);
+        set_window(master, size).map_err(|e| SessionError::Io(e.into()))?;
+        let mut i = lock(&self.shared.interactions);
+        i.resizes += 1;
+        i.terminal = Some(size);
+        Ok(())
+    }
+
+    /// Whether the session runs on a pseudo-terminal.
+    pub fn is_terminal(&self) -> bool {
+        self.shared.terminal.get().is_some()
     }
 
     /// Asks for `signal` (see *Signals* in the [module
@@ -609,6 +734,7 @@ impl Session {
             },
             bytes_written: lock(&self.shared.interactions).bytes_written,
             idle: self.shared.idle_for(),
+            terminal: self.is_terminal(),
         }
     }
 
@@ -617,6 +743,22 @@ impl Session {
     pub async fn wait(&self) -> Arc<Evidence> {
         self.running.settled().await
     }
+}
+
+/// `TIOCSWINSZ` on a pseudo-terminal's master.
+pub(crate) fn set_window(
+    master: impl std::os::fd::AsFd,
+    size: WindowSize,
+) -> rustix::io::Result<()> {
+    rustix::termios::tcsetwinsize(
+        master,
+        rustix::termios::Winsize {
+            ws_row: size.rows,
+            ws_col: size.cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )
 }
 
 /// Hands the stdin pipe's write end to the session and starts its idle

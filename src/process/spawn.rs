@@ -148,6 +148,13 @@ pub(crate) struct SpawnSpec<'a> {
     /// `SIGINT` at its default action in the child even if this process
     /// ignores it (a session: an interrupt must mean what Ctrl-C means).
     pub default_sigint: bool,
+    /// Descriptor 0 is a terminal (a session's pseudo-terminal slave) that
+    /// becomes the controlling terminal of a new session the child leads
+    /// (`setsid` instead of `setpgid`, then `TIOCSCTTY`); isolated, the
+    /// sandbox's init leads it and the program runs in its foreground
+    /// process group. Either way the root leads the process group the
+    /// driver signals.
+    pub terminal: bool,
     /// A cgroup v2 directory descriptor the child starts in
     /// (`CLONE_INTO_CGROUP`); `None` keeps the caller's cgroup.
     pub cgroup: Option<BorrowedFd<'a>>,
@@ -576,6 +583,9 @@ mod imp {
         new_process_group: bool,
         /// An ignored `SIGINT` goes back to `SIG_DFL` too.
         default_sigint: bool,
+        /// Descriptor 0 becomes the controlling terminal of a new session
+        /// (see [`SpawnSpec::terminal`]).
+        terminal: bool,
         /// Set `no_new_privs` (any confinement, unless the cloning thread
         /// has it already and the child inherits it).
         no_new_privs: bool,
@@ -1316,7 +1326,7 @@ mod imp {
     /// # Safety
     ///
     /// `i` is the live [`IsolateArgs`] of this child.
-    unsafe fn isolate_early(i: &IsolateArgs) -> Result<(), (Stage, isize)> {
+    unsafe fn isolate_early(i: &IsolateArgs, terminal: bool) -> Result<(), (Stage, isize)> {
         // SAFETY: the pointers and lengths were built by the parent for
         // exactly this and are kept alive until the release.
         unsafe {
@@ -1346,8 +1356,9 @@ mod imp {
                 }
             }
             // Contained only: the run keeps its session (and terminal), in
-            // a process group of its own like the group tier's.
-            let r = if i.contains_only {
+            // a process group of its own like the group tier's; a session
+            // with a terminal of its own leads a new session either way.
+            let r = if i.contains_only && !terminal {
                 raw4(libc::SYS_setpgid as usize, 0, 0, 0, 0)
             } else {
                 raw4(libc::SYS_setsid as usize, 0, 0, 0, 0)
@@ -1761,8 +1772,16 @@ mod imp {
         // can be signalled through it.
         if let Some(i) = iso {
             // SAFETY: `i` is this child's live IsolateArgs.
-            if let Err((stage, r)) = unsafe { isolate_early(i) } {
+            if let Err((stage, r)) = unsafe { isolate_early(i, a.terminal) } {
                 fail(stage, r);
+            }
+        } else if a.terminal {
+            // A new session (which leads a new process group): the one a
+            // terminal can become the controlling terminal of.
+            // SAFETY: setsid takes no argument.
+            let r = unsafe { raw4(libc::SYS_setsid as usize, 0, 0, 0, 0) };
+            if r < 0 {
+                fail(Stage::Session, r);
             }
         } else if a.new_process_group {
             // SAFETY: setpgid takes two integers.
@@ -1790,6 +1809,17 @@ mod imp {
             };
             if r < 0 {
                 fail(stage, r);
+            }
+        }
+        if a.terminal {
+            // The session this child leads (isolated: the init's, which
+            // the program joins as its foreground process group) gets
+            // descriptor 0 as its controlling terminal. No steal (arg 0):
+            // the terminal was opened with O_NOCTTY and is no one's.
+            // SAFETY: ioctl(0, TIOCSCTTY, 0) takes integers.
+            let r = unsafe { raw4(libc::SYS_ioctl as usize, 0, libc::TIOCSCTTY as usize, 0, 0) };
+            if r < 0 {
+                fail(Stage::Session, r);
             }
         }
 
@@ -2740,6 +2770,7 @@ mod imp {
             stdio: lease.as_ref().map_or(fds, Lease::stdio),
             new_process_group: spec.new_process_group,
             default_sigint: spec.default_sigint,
+            terminal: spec.terminal,
             isolate: ptr::null(),
             unshare_below: lease.as_ref().map_or(-1, |l| l.set.below),
             failed_stage: AtomicU32::new(0),
@@ -3083,6 +3114,7 @@ mod imp {
             stdio: lease.as_ref().map_or(parts.stdio, Lease::stdio),
             new_process_group: true,
             default_sigint: spec.default_sigint,
+            terminal: spec.terminal,
             isolate: &raw const isolate,
             unshare_below: lease.as_ref().map_or(-1, |l| l.set.below),
             failed_stage: AtomicU32::new(0),

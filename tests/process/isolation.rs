@@ -694,6 +694,42 @@ fn an_unconfined_daemon_dies_with_its_run_in_the_pid_namespace_tier_as_an_unpriv
     assert_ne!(ev["descendants"]["verdict"], "terminated", "{ev}");
 }
 
+/// The terminal sessions of `super::terminal`, run by a copy of this test
+/// binary as the unprivileged user: the pid-namespace tier (unconfined) and
+/// the isolated view (confined, in a user namespace of its own) both give
+/// the program its controlling terminal, and a prompt on `/dev/tty` is
+/// answered.
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn terminal_sessions_work_as_an_unprivileged_user() {
+    let user = test_user();
+    let ws = scratch(Who::User);
+    let copy = ws.path().join("process-tests");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    let st = Command::new("chown")
+        .arg(&user)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = Command::new("runuser")
+        .args(["-u", &user, "--"])
+        .arg(&copy)
+        .args(["terminal::", "--test-threads", "1"])
+        .current_dir(ws.path())
+        .env("HOME", ws.path())
+        .env("TMPDIR", ws.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("test result: ok. 5 passed"), "{text}");
+}
+
 // --- everyday tools under workspace-write, network off ---------------------
 
 fn everyday_tools(who: Who) {

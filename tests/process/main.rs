@@ -23,3 +23,4 @@ mod panics;
 mod session;
 mod signals;
 mod soundness;
+mod terminal;

@@ -22,7 +22,7 @@ fn start(inv: Invocation, options: &LaunchOptions) -> session::Session {
 
 /// Reads stdout from `from` until it holds `want` or the output ended;
 /// returns everything read and the next offset.
-async fn read_until(s: &session::Session, from: u64, want: &str) -> (String, u64) {
+pub(super) async fn read_until(s: &session::Session, from: u64, want: &str) -> (String, u64) {
     let mut text = String::new();
     let mut next = Offsets {
         stdout: from,

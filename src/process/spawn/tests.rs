@@ -83,6 +83,7 @@ impl Child {
             stderr: stderr.as_fd(),
             new_process_group: self.group,
             default_sigint: false,
+            terminal: false,
             cgroup: cgroup.map(AsFd::as_fd),
             confine: None,
             isolate: None,
