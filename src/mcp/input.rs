@@ -345,6 +345,48 @@ pub struct ProcessStartInput {
     pub invocation: Invocation,
     /// Ends the session after this long without a read, write or signal.
     pub idle_timeout: Duration,
+    /// Run on a pseudo-terminal of this size (`terminal`); `None`: pipes.
+    pub terminal: Option<crate::process::session::WindowSize>,
+}
+
+/// The largest terminal side `process_start` and `process_signal` accept.
+pub const MAX_TERMINAL_SIDE: u64 = 1000;
+
+/// A `{"cols": C, "rows": R}` object under `field`.
+fn window_size(
+    v: &Value,
+    field: &'static str,
+) -> Result<crate::process::session::WindowSize, InputError> {
+    let map = v.as_object().ok_or(InputError::WrongType {
+        field,
+        expected: "an object {\"cols\": C, \"rows\": R}",
+        index: None,
+    })?;
+    let side = |name: &'static str| -> Result<u16, InputError> {
+        let v = map
+            .get(name)
+            .ok_or(InputError::MissingField { field: name })?;
+        let n = integer(v, name, 1, MAX_TERMINAL_SIDE, "1 to 1000")?;
+        Ok(u16::try_from(n).unwrap_or(u16::MAX))
+    };
+    if let Some(other) = map.keys().find(|k| *k != "cols" && *k != "rows") {
+        return Err(InputError::UnknownField {
+            name: other.clone(),
+        });
+    }
+    Ok(crate::process::session::WindowSize::new(
+        side("cols")?,
+        side("rows")?,
+    ))
+}
+
+/// What `process_signal` asks for: a signal, or a terminal's new size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalRequest {
+    /// `interrupt`, `terminate` or `kill`.
+    Signal(crate::process::session::SessionSignal),
+    /// `resize`, with `cols` and `rows`.
+    Resize(crate::process::session::WindowSize),
 }
 
 /// Validates the arguments of `process_start`: those of `process_run`
@@ -368,8 +410,13 @@ pub fn process_start(
             "env",
             "timeout_ms",
             "idle_timeout_ms",
+            "terminal",
         ],
     )?;
+    let terminal = match map.remove("terminal") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(window_size(&v, "terminal")?),
+    };
     let idle_timeout = match map.remove("idle_timeout_ms") {
         None => SESSION_IDLE_TIMEOUT,
         Some(v) => Duration::from_millis(integer(
@@ -387,6 +434,7 @@ pub fn process_start(
     Ok(ProcessStartInput {
         invocation: process_run(Some(&map), &defaults)?.invocation,
         idle_timeout,
+        terminal,
     })
 }
 
@@ -507,32 +555,43 @@ pub fn process_write(args: Option<&Map<String, Value>>) -> Result<ProcessWriteIn
 }
 
 /// Validates the arguments of `process_signal`: the session and one of
-/// `interrupt`, `terminate`, `kill`.
+/// `interrupt`, `terminate`, `kill`, or `resize` with `terminal` (a
+/// terminal session's new size).
 ///
 /// # Errors
 ///
 /// An [`InputError`]; nothing is signalled.
 pub fn process_signal(
     args: Option<&Map<String, Value>>,
-) -> Result<(String, crate::process::session::SessionSignal), InputError> {
+) -> Result<(String, SignalRequest), InputError> {
     use crate::process::session::SessionSignal;
-    let map = object(args, &["session_id", "signal"])?;
+    let map = object(args, &["session_id", "signal", "terminal"])?;
     let signal = match map
         .get("signal")
         .ok_or(InputError::MissingField { field: "signal" })?
         .as_str()
     {
-        Some("interrupt") => SessionSignal::Interrupt,
-        Some("terminate") => SessionSignal::Terminate,
-        Some("kill") => SessionSignal::Kill,
+        Some("interrupt") => SignalRequest::Signal(SessionSignal::Interrupt),
+        Some("terminate") => SignalRequest::Signal(SessionSignal::Terminate),
+        Some("kill") => SignalRequest::Signal(SessionSignal::Kill),
+        Some("resize") => SignalRequest::Resize(window_size(
+            map.get("terminal")
+                .ok_or(InputError::MissingField { field: "terminal" })?,
+            "terminal",
+        )?),
         _ => {
             return Err(InputError::WrongType {
                 field: "signal",
-                expected: "one of \"interrupt\", \"terminate\", \"kill\"",
+                expected: "one of \"interrupt\", \"terminate\", \"kill\", \"resize\"",
                 index: None,
             });
         }
     };
+    if matches!(signal, SignalRequest::Signal(_)) && map.contains_key("terminal") {
+        return Err(InputError::UnknownField {
+            name: "terminal".to_owned(),
+        });
+    }
     Ok((session_id(&map)?, signal))
 }
 
@@ -721,7 +780,31 @@ mod tests {
         .unwrap();
         assert_eq!(start.invocation.timeout(), Duration::from_millis(5));
         assert_eq!(start.idle_timeout, Duration::from_millis(7));
+        assert_eq!(start.terminal, None);
+        let start = process_start(
+            Some(&args(
+                json!({"executable": "python3", "terminal": {"cols": 120, "rows": 40}}),
+            )),
+            &defaults(),
+        )
+        .unwrap();
+        assert_eq!(
+            start.terminal,
+            Some(crate::process::session::WindowSize::new(120, 40))
+        );
         let code = |r: Result<(), InputError>| r.unwrap_err().code();
+        assert_eq!(
+            code(
+                process_start(
+                    Some(&args(
+                        json!({"executable": "cat", "terminal": {"cols": 1001, "rows": 1}})
+                    )),
+                    &defaults()
+                )
+                .map(drop)
+            ),
+            "out_of_range"
+        );
         let start_err = |v| process_start(Some(&args(v)), &defaults()).map(drop);
         assert_eq!(
             code(start_err(
@@ -783,6 +866,41 @@ mod tests {
             code(signal_err(json!({"session_id": "s1", "signal": "hup"}))),
             "wrong_type"
         );
+        let resize = |v| process_signal(Some(&args(v)));
+        assert_eq!(
+            resize(json!({"session_id": "s1", "signal": "resize", "terminal": {"cols": 100, "rows": 30}}))
+                .unwrap()
+                .1,
+            SignalRequest::Resize(crate::process::session::WindowSize::new(100, 30))
+        );
+        for (bad, want) in [
+            (
+                json!({"session_id": "s1", "signal": "resize"}),
+                "missing_field",
+            ),
+            (
+                json!({"session_id": "s1", "signal": "resize", "terminal": {"cols": 0, "rows": 3}}),
+                "out_of_range",
+            ),
+            (
+                json!({"session_id": "s1", "signal": "resize", "terminal": {"cols": 3}}),
+                "missing_field",
+            ),
+            (
+                json!({"session_id": "s1", "signal": "resize", "terminal": {"cols": 3, "rows": 3, "x": 1}}),
+                "unknown_field",
+            ),
+            (
+                json!({"session_id": "s1", "signal": "resize", "terminal": [80, 24]}),
+                "wrong_type",
+            ),
+            (
+                json!({"session_id": "s1", "signal": "kill", "terminal": {"cols": 3, "rows": 3}}),
+                "unknown_field",
+            ),
+        ] {
+            assert_eq!(code(resize(bad.clone()).map(drop)), want, "{bad}");
+        }
         assert_eq!(
             code(signal_err(json!({"session_id": "s1"}))),
             "missing_field"

@@ -65,7 +65,23 @@ pub fn process_start_input() -> Value {
         "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT.as_millis() as u64,
         "description": "Stop the session after this long without a process_read, process_write or process_signal. Default ten minutes."
     });
+    v["properties"]["terminal"] = terminal_size(
+        "Run on a pseudo-terminal of this size instead of pipes: the program sees a terminal (isatty, /dev/tty prompts, Ctrl-C as \\u0003), its output is one stream (stdout, with \\r\\n and the terminal's echo), close_stdin sends Ctrl-D. Omit for pipes.",
+    );
     v
+}
+
+/// A terminal's size: `{"cols": C, "rows": R}`.
+fn terminal_size(description: &str) -> Value {
+    let side =
+        json!({ "type": "integer", "minimum": 1, "maximum": crate::mcp::input::MAX_TERMINAL_SIDE });
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["cols", "rows"],
+        "properties": { "cols": side, "rows": side },
+        "description": description
+    })
 }
 
 fn session_id() -> Value {
@@ -132,9 +148,10 @@ pub fn process_signal_input() -> Value {
         "properties": {
             "session_id": session_id(),
             "signal": {
-                "enum": ["interrupt", "terminate", "kill"],
-                "description": "interrupt: SIGINT to the process group (Ctrl-C; the process may go on); terminate: SIGTERM, the grace, SIGKILL; kill: SIGKILL of the whole tree now."
-            }
+                "enum": ["interrupt", "terminate", "kill", "resize"],
+                "description": "interrupt: SIGINT to the process group (Ctrl-C; the process may go on); terminate: SIGTERM, the grace, SIGKILL; kill: SIGKILL of the whole tree now; resize: a terminal session's new size (give terminal)."
+            },
+            "terminal": terminal_size("With signal resize only: the new size.")
         }
     })
 }
@@ -235,7 +252,8 @@ pub fn process_signal_output() -> Value {
             "required": ["session_id", "signal"],
             "properties": {
                 "session_id": { "type": "string" },
-                "signal": { "enum": ["interrupt", "terminate", "kill"] }
+                "signal": { "enum": ["interrupt", "terminate", "kill", "resize"] },
+                "terminal": terminal_size("The size set (resize).")
             }
         }),
         "The signal asked for",
@@ -255,7 +273,7 @@ pub fn process_list_output() -> Value {
                     "items": {
                         "type": "object",
                         "additionalProperties": false,
-                        "required": ["session_id", "pid", "running", "stdout_bytes", "stderr_bytes", "bytes_written", "idle_ms"],
+                        "required": ["session_id", "pid", "running", "stdout_bytes", "stderr_bytes", "bytes_written", "idle_ms", "terminal"],
                         "properties": {
                             "session_id": { "type": "string" },
                             "pid": { "type": "integer", "minimum": 1 },
@@ -263,7 +281,8 @@ pub fn process_list_output() -> Value {
                             "stdout_bytes": { "type": "integer", "minimum": 0 },
                             "stderr_bytes": { "type": "integer", "minimum": 0 },
                             "bytes_written": { "type": "integer", "minimum": 0 },
-                            "idle_ms": { "type": "integer", "minimum": 0 }
+                            "idle_ms": { "type": "integer", "minimum": 0 },
+                            "terminal": { "type": "boolean", "description": "Runs on a pseudo-terminal." }
                         }
                     }
                 }

@@ -486,7 +486,9 @@ fn tools() -> Vec<Tool> {
              the same way. Returns a session_id for process_read, process_write, \
              process_signal and process_list. The process is stopped, with everything it \
              started, when the MCP session ends, after idle_timeout_ms without a read, \
-             write or signal (default 10 min), or at timeout_ms (default 1 h).",
+             write or signal (default 10 min), or at timeout_ms (default 1 h). With \
+             terminal {cols, rows} it runs on a pseudo-terminal (prompts on /dev/tty \
+             answered through process_write).",
             obj(schema::process_start_input()),
         )
         .with_raw_output_schema(obj(schema::process_start_output()))
@@ -534,7 +536,8 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "process_signal",
             "Interrupt a session (SIGINT, as Ctrl-C: it may go on), terminate it (SIGTERM, \
-             the grace, SIGKILL) or kill it (now); every process it started goes with it.",
+             the grace, SIGKILL) or kill it (now); every process it started goes with it. \
+             resize sets a terminal session's size (SIGWINCH).",
             obj(schema::process_signal_input()),
         )
         .with_raw_output_schema(obj(schema::process_signal_output()))
@@ -869,7 +872,10 @@ impl CustodianServer {
         let Some(s) = sessions.as_mut() else {
             return output::error("internal", "internal", "no sessions request");
         };
-        let options = SessionOptions::default().with_idle_timeout(start.idle_timeout);
+        let mut options = SessionOptions::default().with_idle_timeout(start.idle_timeout);
+        if let Some(size) = start.terminal {
+            options = options.with_terminal(size);
+        }
         let session = match s.request.executor().start(start.invocation, options).await {
             Ok(session) => session,
             Err(e) => {
@@ -976,8 +982,19 @@ impl CustodianServer {
         let Some(session) = self.session(&id).await else {
             return unknown_session();
         };
-        session.signal(signal);
-        output::result(json!({ "session_id": id, "signal": signal }), false)
+        match signal {
+            input::SignalRequest::Signal(signal) => {
+                session.signal(signal);
+                output::result(json!({ "session_id": id, "signal": signal }), false)
+            }
+            input::SignalRequest::Resize(size) => match session.resize(size) {
+                Ok(()) => output::result(
+                    json!({ "session_id": id, "signal": "resize", "terminal": size }),
+                    false,
+                ),
+                Err(e) => output::error("session", e.code(), &e.to_string()),
+            },
+        }
     }
 
     async fn process_list(&self, args: Option<&serde_json::Map<String, Value>>) -> CallToolResult {
@@ -998,6 +1015,7 @@ impl CustodianServer {
                     "stderr_bytes": st.output.stderr,
                     "bytes_written": st.bytes_written,
                     "idle_ms": st.idle.as_millis() as u64,
+                    "terminal": st.terminal,
                 })
             })
             .collect();

@@ -213,6 +213,19 @@ async def t_sessions(env, s):
     check(structured(res)["evidence"]["stdout"]["text"].strip() == "200", "the server answered")
     listed = structured(await s.call_tool("process_list", {}))["sessions"]
     check(len(listed) == 2 and all(x["running"] for x in listed), f"process_list: {listed}")
+    # A terminal session: a prompt on /dev/tty with echo off, answered.
+    prompt = "import getpass; a = getpass.getpass('Password: '); print('got', a[::-1])"
+    res = await s.call_tool("process_start", {
+        "executable": "python3", "argv": ["-c", prompt],
+        "terminal": {"cols": 80, "rows": 24}})
+    check(not res.is_error, f"process_start terminal: {text_of(res)[:300]}")
+    await s.validate_tool_result("process_start", res)
+    tty = structured(res)
+    await read_until(s, tty["session_id"], "Password: ")
+    res = await s.call_tool("process_write", {"session_id": tty["session_id"], "input": "s3cret\n"})
+    check(not res.is_error, text_of(res)[:300])
+    shown = await read_until(s, tty["session_id"], "got terc3s")
+    check("s3cret" not in shown, f"echo was off: {shown!r}")
     env.session_pids = [repl["pid"], srv["pid"]]
 
 

@@ -215,3 +215,75 @@ fn sigterm_stops_every_session_before_the_server_exits() {
         "the session that honours TERM was not given it"
     );
 }
+
+/// A terminal session over MCP: a prompt on `/dev/tty` with echo off
+/// (`getpass`) is answered through `process_write`, a resize reaches the
+/// program, and a resize of a session on pipes is a typed tool error.
+#[test]
+#[ignore = "deletes: run by sessions_in_a_private_mount_namespace"]
+fn a_terminal_session_answers_a_prompt_and_is_resized() {
+    let tmp = sandbox::tempdir();
+    let mut server = Server::start(tmp.path(), &[]);
+    server.initialize();
+    let mut id = 10;
+    let prog = "import getpass, os, signal\n\
+        signal.signal(signal.SIGWINCH, lambda *_: os.write(1, ('size %dx%d\\n' % os.get_terminal_size(0)).encode()))\n\
+        a = getpass.getpass('Password: ')\n\
+        print('got', a[::-1], flush=True)\n\
+        input()\n";
+    let started = call(
+        &mut server,
+        1,
+        "process_start",
+        json!({"executable": "python3", "argv": ["-c", prog], "terminal": {"cols": 80, "rows": 24}}),
+    );
+    let sid = started["session_id"].as_str().unwrap().to_owned();
+    let pid = started["pid"].as_u64().unwrap();
+    let (_, next) = read_until(&mut server, &mut id, &sid, 0, "Password: ");
+    call(
+        &mut server,
+        2,
+        "process_write",
+        json!({"session_id": sid, "input": "s3cret\n"}),
+    );
+    let (text, next) = read_until(&mut server, &mut id, &sid, next, "got terc3s\r\n");
+    assert!(!text.contains("s3cret"), "echo was off: {text:?}");
+    let resized = call(
+        &mut server,
+        3,
+        "process_signal",
+        json!({"session_id": sid, "signal": "resize", "terminal": {"cols": 100, "rows": 30}}),
+    );
+    assert_eq!(
+        resized["terminal"],
+        json!({"cols": 100, "rows": 30}),
+        "{resized}"
+    );
+    read_until(&mut server, &mut id, &sid, next, "size 100x30");
+    let list = call(&mut server, 4, "process_list", json!({}));
+    assert_eq!(list["sessions"][0]["terminal"], true, "{list}");
+
+    let piped = call(
+        &mut server,
+        5,
+        "process_start",
+        json!({"executable": "cat"}),
+    );
+    let r = server.request(
+        json!(6),
+        "tools/call",
+        json!({"name": "process_signal", "arguments": {
+            "session_id": piped["session_id"], "signal": "resize",
+            "terminal": {"cols": 100, "rows": 30}}}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["error"]["code"], "not_a_terminal",
+        "{r}"
+    );
+    let (code, stderr) = server.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        wait_gone(pid),
+        "the terminal session outlived the MCP session"
+    );
+}
