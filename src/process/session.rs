@@ -277,8 +277,10 @@ pub struct Output {
     pub stdout: Chunk,
     /// Stderr from the offset asked for.
     pub stderr: Chunk,
-    /// No more output will come: the process settled and both streams
-    /// were read to their end (or cut).
+    /// No more output will come past this answer: the process settled
+    /// and this answer reaches the end of both streams (a read cut by its
+    /// `max` after the process settled is not the end: read on from
+    /// [`Output::next`]).
     pub ended: bool,
 }
 
@@ -482,10 +484,16 @@ impl SessionShared {
 
     fn snapshot(&self, from: Offsets, max: usize) -> Output {
         let log = lock(&self.log);
+        let stdout = log.streams[0].read(from.stdout, max);
+        let stderr = log.streams[1].read(from.stderr, max);
+        // Ended for this reader only once nothing is left past what it
+        // got: a read cut by `max` after the process settled is not the end.
+        let ended =
+            log.ended && stdout.next() == log.streams[0].end && stderr.next() == log.streams[1].end;
         Output {
-            stdout: log.streams[0].read(from.stdout, max),
-            stderr: log.streams[1].read(from.stderr, max),
-            ended: log.ended,
+            stdout,
+            stderr,
+            ended,
         }
     }
 }

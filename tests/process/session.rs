@@ -152,6 +152,31 @@ async fn a_slow_reader_is_told_what_it_lost_and_memory_stays_bounded() {
     assert_eq!(s.status().output.stdout, total);
 }
 
+/// After the process settled, a read cut by its `max` is not the end: the
+/// reader is told `ended` only by the answer that reaches the end of both
+/// streams, so one that stops at `ended` loses nothing.
+#[tokio::test]
+async fn ended_is_said_only_by_the_read_that_reaches_the_end() {
+    let _quiet = quiet_host();
+    let script =
+        "head -c 20000 /dev/zero | tr '\\0' 'a'; head -c 3000 /dev/zero | tr '\\0' 'b' >&2";
+    let s = start(sh(script, WAIT), &opts());
+    s.wait().await;
+    let (mut out, mut err, mut next, mut reads) = (0, 0, Offsets::default(), 0);
+    loop {
+        let r = s.read(next, 4096, Duration::ZERO).await;
+        out += r.stdout.data.len();
+        err += r.stderr.data.len();
+        next = r.next();
+        reads += 1;
+        if r.ended {
+            break;
+        }
+        assert!(reads < 100, "never ended");
+    }
+    assert_eq!((out, err, reads), (20000, 3000, 5));
+}
+
 /// Prints `ready`, then `intN` at the Nth `SIGINT`; exits 7 at the third.
 pub const COUNT_INTERRUPTS: &str = "\
 import signal, sys, time
