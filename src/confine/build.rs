@@ -47,6 +47,8 @@ pub(crate) struct Prepared {
     access_fs: u64,
     /// See [`Prepared::nest`].
     nest: Option<BorrowedFd<'static>>,
+    /// See [`Prepared::shared_net`].
+    shared_net: Option<std::sync::Arc<OwnedFd>>,
 }
 
 impl Prepared {
@@ -72,6 +74,17 @@ impl Prepared {
     /// The composed view, when isolated.
     pub(crate) fn view(&self) -> Option<&View> {
         self.view.as_ref()
+    }
+
+    /// The network namespace to run in instead of a new one (the
+    /// request's, shared by its isolated launches with the network off).
+    pub(crate) fn shared_net(&self) -> Option<BorrowedFd<'_>> {
+        self.shared_net.as_deref().map(AsFd::as_fd)
+    }
+
+    /// Sets [`Prepared::shared_net`].
+    pub(crate) fn set_shared_net(&mut self, ns: Option<std::sync::Arc<OwnedFd>>) {
+        self.shared_net = ns;
     }
 
     /// The handled Landlock filesystem rights (kernel bits; 0: none).
@@ -118,6 +131,7 @@ impl Prepared {
             )),
             access_fs: 0,
             nest: None,
+            shared_net: None,
         }
     }
 }
@@ -302,6 +316,7 @@ pub(crate) fn prepare(
         view,
         access_fs,
         nest,
+        shared_net: None,
     })
 }
 

@@ -86,6 +86,11 @@ pub(crate) struct Inner {
     /// of the runtime owns them all, made at the first start and ended by
     /// [`Inner::stop`] (the MCP session's end).
     sessions: tokio::sync::Mutex<Option<Sessions>>,
+    /// One network namespace for every request of the MCP session: its
+    /// isolated calls with the network off reach each other on loopback
+    /// (a server `process_start` began answers the next `process_run`),
+    /// and no other MCP session's.
+    network: Arc<crate::process::SharedNetwork>,
 }
 
 /// The request that owns the MCP session's sessions, and their table.
@@ -127,6 +132,7 @@ impl Inner {
             stopping: CancellationToken::new(),
             calls: TaskTracker::new(),
             sessions: tokio::sync::Mutex::new(None),
+            network: Arc::default(),
         }
     }
 
@@ -189,6 +195,7 @@ impl Inner {
                     .start_with(id, limits)
                     .map_err(|e| e.to_string())
             })?;
+        request.share_network(&self.network);
         if let Some(hook) = &self.settings.on_request {
             hook(request.observer());
         }

@@ -166,6 +166,7 @@ pub(crate) fn start(
                 view,
                 access_fs: c.access_fs(),
                 nest: c.nest(),
+                net: c.shared_net(),
             })
         }),
     };

@@ -43,6 +43,37 @@ pub struct LaunchOptions {
     /// Launch as a session (a stdin pipe, output readable while it runs):
     /// set by [`super::session::start`].
     pub(crate) session: Option<super::session::SessionOptions>,
+    /// The request's network namespace, shared by its isolated launches
+    /// with the network off (set by the request's scope); `None`: each
+    /// such launch has its own.
+    pub(crate) network: Option<Arc<SharedNetwork>>,
+}
+
+/// A request's network namespace: made (its loopback up) at the request's
+/// first isolated launch with the network off and entered by each later
+/// one, so that a server one call started is reachable on loopback from
+/// the next call of the same request, and from no other request. Where
+/// this process cannot make a namespace outside a user namespace (not
+/// root), each launch has its own, as without it. Released with the
+/// request's scope and its last process.
+#[derive(Debug, Default)]
+pub(crate) struct SharedNetwork {
+    ns: std::sync::OnceLock<Option<Arc<std::os::fd::OwnedFd>>>,
+}
+
+impl SharedNetwork {
+    /// The namespace, made on the first call.
+    fn get(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
+        self.ns
+            .get_or_init(|| {
+                #[cfg(target_os = "linux")]
+                let made = super::spawn::shared_network_namespace().map(Arc::new);
+                #[cfg(not(target_os = "linux"))]
+                let made = None;
+                made
+            })
+            .clone()
+    }
 }
 
 impl LaunchOptions {
@@ -65,6 +96,7 @@ impl LaunchOptions {
             cgroup_parent: None,
             proxy: None,
             session: None,
+            network: None,
         }
     }
 
@@ -464,13 +496,22 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             name: given.clone(),
         },
     })?;
-    let confine = prepare_confinement(
+    let mut confine = prepare_confinement(
         invocation.confinement(),
         &options.workspace,
         &cwd,
         &resolved,
         env.get("HOME").map(Path::new),
     )?;
+    // Isolated with the network off: the request's namespace, if it has one
+    // (`allow` keeps one of its own: its proxy port is bound inside).
+    if let (Some(shared), Some(c)) = (&options.network, confine.as_mut()) {
+        if c.view()
+            .is_some_and(|v| v.new_net && v.proxy_port.is_none())
+        {
+            c.set_shared_net(shared.get());
+        }
+    }
     // Last, so that no cgroup is created for an invocation refused above.
     #[cfg(target_os = "linux")]
     let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;

@@ -67,6 +67,7 @@ pub(crate) mod sys;
 pub use effects::refused_group_signals;
 pub use evidence::Evidence;
 pub use invocation::{Invocation, InvocationSpec};
+pub(crate) use launch::SharedNetwork;
 pub use launch::{
     ExpectedLaunches, LaunchOptions, ProcessError, Running, enable_subreaper, launch,
     prepare_isolation, run,

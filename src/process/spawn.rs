@@ -178,6 +178,26 @@ pub(crate) struct Isolate<'a> {
     /// so that its domain is nested in the init's (no ptrace-mode access
     /// to the init, which shares this process's memory).
     pub nest: Option<BorrowedFd<'a>>,
+    /// With the network off: a network namespace to run in instead of a
+    /// new one (a request's, shared by its isolated processes: see
+    /// [`shared_network_namespace`]); `None`: one of the launch's own.
+    pub net: Option<BorrowedFd<'a>>,
+}
+
+/// A network namespace with its loopback up, made off the launch's path,
+/// for a request's isolated processes to share (`None` where this process
+/// cannot make one outside a user namespace: not root, see
+/// `spawn::netns`). Owned by the host's user namespace: no sandbox holds a
+/// capability over it.
+pub(crate) fn shared_network_namespace() -> Option<OwnedFd> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        netns::take()
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        None
+    }
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
@@ -3129,13 +3149,17 @@ mod imp {
             } else {
                 NEW_NAMESPACES
             };
-        // The network off: a spare namespace, entered by the spawner thread
-        // for the clone, or one the clone makes (see `super::netns`).
+        // The network off: the request's shared namespace or a spare one,
+        // entered by the spawner thread for the clone, or one the clone
+        // makes (see `super::netns`).
+        let enters = matches!(parts.filtering, Some(w) if w.enters_net) && view.new_net;
+        let shared = iso.net.filter(|_| enters);
         let mut spare = match parts.filtering {
-            Some(worker) if view.new_net && worker.enters_net => super::netns::take(),
+            Some(_) if enters && shared.is_none() => super::netns::take(),
             _ => None,
         };
-        if view.new_net && spare.is_none() {
+        let entered = shared.or(spare.as_ref().map(AsFd::as_fd));
+        if view.new_net && entered.is_none() {
             args.flags |= libc::CLONE_NEWNET as u64;
             isolate.loopback.store(true, Ordering::Relaxed);
         }
@@ -3152,19 +3176,20 @@ mod imp {
         }
         let ret = match parts.filtering {
             Some(worker) => {
-                let mut r = worker.clone3(
-                    &mut args,
-                    &child,
-                    &released,
-                    Some(&pidfd),
-                    spare.as_ref().map(AsFd::as_fd),
-                );
-                if r < 0 && spare.is_some() && pidfd.load(Ordering::Relaxed) < 0 {
+                let mut r = worker.clone3(&mut args, &child, &released, Some(&pidfd), entered);
+                if r < 0 && entered.is_some() && pidfd.load(Ordering::Relaxed) < 0 {
                     // No child, so nothing reads `isolate` or `args`: the
-                    // spare could not be entered (or the clone failed in
-                    // it); once more with a namespace of its own, and no
-                    // spare for any later launch.
-                    super::netns::turn_off();
+                    // spare (or the shared namespace) could not be entered,
+                    // or the clone failed in it; once more with a namespace
+                    // of its own, and no spare for any later launch.
+                    if spare.is_some() {
+                        super::netns::turn_off();
+                    } else {
+                        tracing::warn!(
+                            "the request's network namespace could not be entered; \
+                             this launch has one of its own"
+                        );
+                    }
                     spare = None;
                     args.flags |= libc::CLONE_NEWNET as u64;
                     isolate.loopback.store(true, Ordering::Relaxed);

@@ -7,6 +7,10 @@
 //! either lands in the list the stop cancels or is refused
 //! ([`ScopeLaunchError::Closed`]): nothing launched for a request can miss
 //! its stop. Its spills close the same way when its completion takes them.
+//! Its isolated launches with the network off share one network namespace,
+//! the request's (made at the first; see `process::SharedNetwork`): a
+//! server one call started is reachable on loopback from the next call, and
+//! from no other request.
 //!
 //! [`Scopes`] is the table `RequestId → Scope`. The runtime's hooks (which
 //! the coordinator drives through `machine::request`) and the wire's
@@ -19,7 +23,7 @@ use std::sync::Arc;
 
 use super::{LaunchError, launch_with};
 use crate::id::RequestId;
-use crate::process::{Invocation, LaunchOptions, Running};
+use crate::process::{Invocation, LaunchOptions, Running, SharedNetwork};
 use crate::spill::Locator;
 use crate::sync::shim::{Mutex, lock};
 use crate::workspace::{CleanupResult, Job};
@@ -31,6 +35,10 @@ pub(crate) struct Scope<X = ()> {
     procs: Mutex<Procs>,
     spills: Mutex<Spills>,
     cleanup: Mutex<Option<CleanupResult>>,
+    /// The request's network namespace, shared by its isolated launches
+    /// with the network off (made at the first one; see
+    /// [`Scope::share_network`]).
+    network: Mutex<Arc<SharedNetwork>>,
     /// What the scope's owner records beside (the runtime: its refused
     /// launches).
     pub(crate) extra: X,
@@ -77,6 +85,18 @@ impl<X: Default> Scope<X> {
 }
 
 impl<X> Scope<X> {
+    /// Runs the request's isolated launches with the network off in
+    /// `network` (shared with whoever else holds it: an MCP session's
+    /// calls) instead of a namespace of the request's own. For launches
+    /// after this call.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "only the MCP server shares one")
+    )]
+    pub(crate) fn share_network(&self, network: Arc<SharedNetwork>) {
+        *lock(&self.network) = network;
+    }
+
     /// The request's job, once opened.
     pub(crate) fn job(&self) -> Option<Job> {
         lock(&self.job).clone()
@@ -114,10 +134,11 @@ impl<X> Scope<X> {
     pub(crate) fn launch_bounded(
         &self,
         invocation: Invocation,
-        options: LaunchOptions,
+        mut options: LaunchOptions,
         closed: impl FnOnce() -> bool,
         max_sessions: usize,
     ) -> Result<Running, ScopeLaunchError> {
+        options.network = Some(Arc::clone(&lock(&self.network)));
         let mut procs = lock(&self.procs);
         if procs.closed || closed() {
             return Err(ScopeLaunchError::Closed);

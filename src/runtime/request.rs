@@ -66,6 +66,16 @@ impl Request {
         Request { handle, entry, rt }
     }
 
+    /// Runs this request's isolated launches with the network off in
+    /// `network` (see `request::Scope::share_network`).
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "only the MCP server shares one")
+    )]
+    pub(crate) fn share_network(&self, network: &Arc<crate::process::SharedNetwork>) {
+        self.entry.share_network(Arc::clone(network));
+    }
+
     /// The request's id.
     pub fn id(&self) -> &RequestId {
         self.handle.id()

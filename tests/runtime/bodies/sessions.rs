@@ -34,6 +34,20 @@ async fn read_until(s: &custodian::process::session::Session, want: &str) -> Str
     text
 }
 
+/// Starts a Python HTTP server as a session of `executor`'s request; the
+/// session and its port.
+async fn start_server(executor: &Executor) -> (custodian::process::session::Session, u16) {
+    let server = executor
+        .start(
+            inv("python3", &crate::http::PY_SERVER),
+            SessionOptions::default(),
+        )
+        .await
+        .unwrap();
+    let banner = read_until(&server, "port ").await;
+    (server, crate::http::port_in_banner(&banner))
+}
+
 /// A server started by one call of the request answers the next call; the
 /// request's end stops it, and a daemon it left behind (its own session,
 /// stdio closed, reparented away) with it, before the job is removed.
@@ -46,23 +60,7 @@ async fn a_session_serves_the_requests_next_call_and_dies_with_the_request() {
     executor.open_workspace().await.unwrap();
 
     // Call 1: a server on loopback, left running.
-    let server = executor
-        .start(
-            inv(
-                "python3",
-                &["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"],
-            ),
-            SessionOptions::default(),
-        )
-        .await
-        .unwrap();
-    let banner = read_until(&server, "port ").await;
-    let port: u16 = banner
-        .split("port ")
-        .nth(1)
-        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {banner:?}"));
+    let (server, port) = start_server(&executor).await;
 
     // Call 2: a session whose child daemonizes (its own session, stdio
     // closed); the session's root stays to keep it company.
@@ -256,5 +254,60 @@ async fn the_session_bounds_refuse_a_start_and_free_when_a_session_settles() {
     let freed = freed.unwrap();
     assert!(!a2.status().running, "{:?}", a2.status());
     assert!(!freed.status().running, "{:?}", freed.status());
+    runtime.shutdown().await;
+}
+
+/// Fetches `url` from a call of `executor`; the status, or the error's
+/// name.
+async fn fetch(executor: &Executor, url: &str) -> String {
+    let ev = executor
+        .run(inv("python3", &["-c", crate::http::PY_FETCH, url]))
+        .await
+        .unwrap();
+    format!("{}{}", ev.stdout.text.trim(), ev.stderr.text.trim())
+}
+
+/// Isolated with the network off, the processes of one request share the
+/// request's network namespace: a server one call started answers the next
+/// call of the same request on loopback, and a call of another request
+/// (its own namespace) cannot reach it. Where this process cannot make a
+/// namespace outside a user namespace (not root), each launch has its own:
+/// the test needs root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn isolated_calls_of_one_request_share_its_loopback_and_no_other_request_does() {
+    if custodian::confine::landlock_abi() == 0 || !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs Landlock and root");
+        return;
+    }
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let config = RuntimeConfig::new(&root)
+        .with_limits(limits(Duration::from_secs(60)))
+        .with_spill(spill_in(dir.path()))
+        .with_confinement(custodian::confine::Confinement::workspace_write());
+    let runtime = Runtime::open(config).unwrap();
+    let a = runtime.start(RequestId::new("net-a").unwrap()).unwrap();
+    let b = runtime.start(RequestId::new("net-b").unwrap()).unwrap();
+    a.executor().open_workspace().await.unwrap();
+    b.executor().open_workspace().await.unwrap();
+
+    let (server, port) = start_server(&a.executor()).await;
+    let url = format!("http://127.0.0.1:{port}/");
+    assert_eq!(fetch(&a.executor(), &url).await, "200", "the same request");
+    assert_eq!(
+        fetch(&b.executor(), &url).await,
+        "URLError",
+        "another request's loopback is its own"
+    );
+    // Nor from the host: the namespace is not the host's.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    let ev = server.running().clone();
+    a.executor().succeed();
+    b.executor().succeed();
+    let _ = tokio::time::timeout(PROMPTLY, a.finished()).await.unwrap();
+    let _ = tokio::time::timeout(PROMPTLY, b.finished()).await.unwrap();
+    assert!(ev.try_settled().is_some());
     runtime.shutdown().await;
 }
