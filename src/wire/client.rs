@@ -14,7 +14,7 @@ use tracing::warn;
 use super::codec::{FrameReader, decode_response, encode_request};
 use super::message::{
     CleanupStatus, CleanupSummary, Code, Offsets, Operation, ProcessSummary, Response, RunSpec,
-    SessionInfo, SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText,
+    SessionInfo, SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText, WindowSize,
 };
 use super::transport::{NodeTransport, SpawnError};
 use crate::coordinator::{
@@ -421,7 +421,9 @@ impl WireClient {
     /// # Errors
     ///
     /// As [`WireClient::run_process`]; also [`WireError::Refused`] with
-    /// `too_many_sessions` past the request's or the node's bound.
+    /// `too_many_sessions` past the request's or the node's bound, and for
+    /// a [`StartSpec::terminal`] session `terminal_unavailable` (the node
+    /// could run it only in the group tier) or `invalid_terminal_size`.
     ///
     /// # Examples
     ///
@@ -543,6 +545,33 @@ impl WireClient {
         };
         match self.call(op).await? {
             Response::SignalSent { .. } => Ok(()),
+            other => Err(refused(other)),
+        }
+    }
+
+    /// `resize_terminal`: sets a terminal session's window size (the
+    /// program gets `SIGWINCH`).
+    ///
+    /// # Errors
+    ///
+    /// As [`WireClient::call`], plus [`WireError::Refused`]:
+    /// `not_a_terminal` for a session on pipes, `session_ended` once it
+    /// settled, `invalid_terminal_size` for a side outside
+    /// 1 ..= [`MAX_TERMINAL_SIDE`](super::MAX_TERMINAL_SIDE),
+    /// `unknown_session`, ...
+    pub async fn resize_terminal(
+        &self,
+        request_id: &RequestId,
+        session_id: &str,
+        size: WindowSize,
+    ) -> Result<(), WireError> {
+        let op = Operation::ResizeTerminal {
+            request_id: request_id.clone(),
+            session_id: session_id.to_owned(),
+            terminal: size,
+        };
+        match self.call(op).await? {
+            Response::TerminalResized { .. } => Ok(()),
             other => Err(refused(other)),
         }
     }

@@ -31,7 +31,9 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, FramedRead};
 
-use super::message::{Code, Operation, RequestFrame, Response, ResponseFrame, VERSION, codes};
+use super::message::{
+    Code, Operation, RequestFrame, Response, ResponseFrame, VERSION, codes, terminal_size_ok,
+};
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 
@@ -262,7 +264,7 @@ impl DecodeError {
 }
 
 /// The operations of this version, for classifying a bad frame.
-const KNOWN_OPS: [&str; 10] = [
+const KNOWN_OPS: [&str; 11] = [
     "open_workspace",
     "write_artifact",
     "run_process",
@@ -270,6 +272,7 @@ const KNOWN_OPS: [&str; 10] = [
     "read_output",
     "write_stdin",
     "signal_process",
+    "resize_terminal",
     "list_processes",
     "cancel",
     "cleanup_workspace",
@@ -326,10 +329,33 @@ fn classify(frame: &[u8]) -> DecodeError {
         codes::UNKNOWN_OP
     } else if id.is_some_and(|s| !RequestId::is_valid(s)) {
         codes::INVALID_REQUEST_ID
+    } else if bad_terminal_size(&map) {
+        codes::INVALID_TERMINAL_SIZE
     } else {
         codes::INVALID_MESSAGE
     };
     err
+}
+
+/// Whether the frame's operation takes a terminal size and `terminal` is
+/// there but not one the wire accepts (`null` is no terminal for a
+/// `start_process`).
+fn bad_terminal_size(map: &serde_json::Map<String, Value>) -> bool {
+    let Some(op) = map.get("op").and_then(Value::as_str) else {
+        return false;
+    };
+    let terminal = match (op, map.get("terminal")) {
+        ("start_process" | "resize_terminal", Some(t)) => t,
+        _ => return false,
+    };
+    if op == "start_process" && terminal.is_null() {
+        return false;
+    }
+    let side = |name| terminal.get(name).and_then(Value::as_u64);
+    match (side("cols"), side("rows")) {
+        (Some(cols), Some(rows)) => !terminal_size_ok(cols, rows),
+        _ => true,
+    }
 }
 
 /// A response frame the edge could not decode.
@@ -488,7 +514,7 @@ mod tests {
     #[test]
     fn bad_frames_are_classified_with_what_can_be_salvaged() {
         type Case<'a> = (&'a [u8], &'a str, Option<u64>, Option<&'a str>);
-        let cases: [Case<'_>; 9] = [
+        let cases: [Case<'_>; 15] = [
             (b"not json", "malformed_frame", None, None),
             (b"\xff\xfe", "malformed_frame", None, None),
             (b"[1,2]", "invalid_message", None, None),
@@ -526,6 +552,43 @@ mod tests {
                 br#"{"v":1,"seq":-1,"op":"cancel","request_id":"r"}"#,
                 "invalid_message",
                 None,
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":7,"op":"start_process","request_id":"r","executable":"sh","terminal":{"cols":1001,"rows":24}}"#,
+                "invalid_terminal_size",
+                Some(7),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":8,"op":"resize_terminal","request_id":"r","session_id":"s1","terminal":{"cols":80,"rows":0}}"#,
+                "invalid_terminal_size",
+                Some(8),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":9,"op":"resize_terminal","request_id":"r","session_id":"s1","terminal":{"cols":70000,"rows":24}}"#,
+                "invalid_terminal_size",
+                Some(9),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":10,"op":"resize_terminal","request_id":"r","session_id":"s1","terminal":"80x24"}"#,
+                "invalid_terminal_size",
+                Some(10),
+                Some("r"),
+            ),
+            (
+                br#"{"v":1,"seq":11,"op":"resize_terminal","request_id":"r","session_id":"s1"}"#,
+                "invalid_message",
+                Some(11),
+                Some("r"),
+            ),
+            // A good size does not name a fault elsewhere in the frame.
+            (
+                br#"{"v":1,"seq":12,"op":"start_process","request_id":"r","terminal":{"cols":80,"rows":24}}"#,
+                "invalid_message",
+                Some(12),
                 Some("r"),
             ),
         ];

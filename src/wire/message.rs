@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
-pub use crate::process::session::{Offsets, SessionSignal};
+pub use crate::process::session::{Offsets, SessionSignal, WindowSize};
 pub use crate::workspace::CleanupStatus;
 
 /// The wire version this build speaks. A frame with any other `v` is
@@ -121,6 +121,17 @@ pub enum Operation {
         /// Which signal.
         signal: SessionSignal,
     },
+    /// Set a terminal session's window size (the program gets `SIGWINCH`).
+    ResizeTerminal {
+        /// The request.
+        request_id: RequestId,
+        /// The session.
+        session_id: String,
+        /// The new size, each side 1 ..= [`MAX_TERMINAL_SIDE`] (a frame
+        /// with another is refused `invalid_terminal_size`).
+        #[serde(deserialize_with = "terminal_size")]
+        terminal: WindowSize,
+    },
     /// List the request's sessions.
     ListProcesses {
         /// The request.
@@ -151,6 +162,7 @@ impl Operation {
             | Operation::ReadOutput { request_id, .. }
             | Operation::WriteStdin { request_id, .. }
             | Operation::SignalProcess { request_id, .. }
+            | Operation::ResizeTerminal { request_id, .. }
             | Operation::ListProcesses { request_id }
             | Operation::Cancel { request_id }
             | Operation::CleanupWorkspace { request_id } => request_id,
@@ -167,6 +179,7 @@ impl Operation {
             Operation::ReadOutput { .. } => "read_output",
             Operation::WriteStdin { .. } => "write_stdin",
             Operation::SignalProcess { .. } => "signal_process",
+            Operation::ResizeTerminal { .. } => "resize_terminal",
             Operation::ListProcesses { .. } => "list_processes",
             Operation::Cancel { .. } => "cancel",
             Operation::CleanupWorkspace { .. } => "cleanup_workspace",
@@ -253,6 +266,15 @@ pub struct StartSpec {
     /// (default 256 KiB; clamped to 1 ..= [`MAX_SESSION_BUFFER`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer_bytes: Option<u64>,
+    /// Run on a pseudo-terminal of this size instead of pipes (default:
+    /// pipes), each side 1 ..= [`MAX_TERMINAL_SIDE`]; a frame with another
+    /// size is refused `invalid_terminal_size`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_terminal_size"
+    )]
+    pub terminal: Option<WindowSize>,
 }
 
 impl StartSpec {
@@ -262,7 +284,46 @@ impl StartSpec {
             run,
             idle_timeout_ms: None,
             buffer_bytes: None,
+            terminal: None,
         }
+    }
+
+    /// Runs the session on a pseudo-terminal of `size`.
+    #[must_use]
+    pub fn with_terminal(mut self, size: WindowSize) -> Self {
+        self.terminal = Some(size);
+        self
+    }
+}
+
+/// The largest terminal side (columns or rows) the wire accepts: 1000, as
+/// MCP's `process_start`.
+pub const MAX_TERMINAL_SIDE: u16 = 1000;
+
+/// Whether `cols` × `rows` is a terminal size the wire accepts: each side
+/// 1 ..= [`MAX_TERMINAL_SIDE`].
+pub fn terminal_size_ok(cols: u64, rows: u64) -> bool {
+    let side = 1..=u64::from(MAX_TERMINAL_SIDE);
+    side.contains(&cols) && side.contains(&rows)
+}
+
+/// A terminal size within the wire's bounds, or a decoding error.
+fn terminal_size<'de, D: Deserializer<'de>>(d: D) -> Result<WindowSize, D::Error> {
+    let size = WindowSize::deserialize(d)?;
+    if terminal_size_ok(size.cols.into(), size.rows.into()) {
+        Ok(size)
+    } else {
+        Err(serde::de::Error::custom("terminal size out of range"))
+    }
+}
+
+/// As [`terminal_size`], `null` being no terminal.
+fn optional_terminal_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<WindowSize>, D::Error> {
+    match Option::<WindowSize>::deserialize(d)? {
+        Some(size) if !terminal_size_ok(size.cols.into(), size.rows.into()) => {
+            Err(serde::de::Error::custom("terminal size out of range"))
+        }
+        size => Ok(size),
     }
 }
 
@@ -291,6 +352,11 @@ pub struct SessionStarted {
     pub session_id: String,
     /// The root process's pid.
     pub pid: u32,
+    /// The terminal's size when it runs on one; absent on pipes (and from
+    /// a node that predates terminals, which ignores `terminal` and runs
+    /// the session on pipes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<WindowSize>,
 }
 
 /// Part of one stream, as `read_output` answers it.
@@ -360,6 +426,10 @@ pub struct SessionInfo {
     pub stderr_bytes: u64,
     /// Bytes written to stdin so far (never what they were).
     pub bytes_written: u64,
+    /// Whether it runs on a pseudo-terminal (`false` from a node that
+    /// predates terminals).
+    #[serde(default)]
+    pub terminal: bool,
 }
 
 /// A response frame, node → edge.
@@ -440,6 +510,15 @@ pub enum Response {
         session_id: String,
         /// The signal.
         signal: SessionSignal,
+    },
+    /// A terminal session's window size was set (`resize_terminal`).
+    TerminalResized {
+        /// The request.
+        request_id: RequestId,
+        /// The session.
+        session_id: String,
+        /// The size set.
+        terminal: WindowSize,
     },
     /// The request's sessions (`list_processes`), in the order started.
     Processes {
@@ -690,6 +769,11 @@ pub mod codes {
     pub const STDIN_BLOCKED: SafeCode = SafeCode::new("stdin_blocked");
     /// The node's workspace runs no sessions.
     pub const SESSIONS_UNSUPPORTED: SafeCode = SafeCode::new("sessions_unsupported");
+    /// A `start_process` or `resize_terminal` names a terminal size with a
+    /// side outside 1 ..= [`MAX_TERMINAL_SIDE`](super::MAX_TERMINAL_SIDE)
+    /// (or not a `{"cols", "rows"}` object): the frame is refused like
+    /// any malformed one, nothing started or resized.
+    pub const INVALID_TERMINAL_SIZE: SafeCode = SafeCode::new("invalid_terminal_size");
 }
 
 #[cfg(test)]
@@ -722,6 +806,8 @@ mod tests {
             r#"{"v":1,"seq":10,"op":"read_output","request_id":"req-42","session_id":"s1","stdout_offset":0,"stderr_offset":0,"max_bytes":4096,"wait_ms":5000}"#,
             r#"{"v":1,"seq":11,"op":"signal_process","request_id":"req-42","session_id":"s1","signal":"interrupt"}"#,
             r#"{"v":1,"seq":12,"op":"list_processes","request_id":"req-42"}"#,
+            r#"{"v":1,"seq":14,"op":"start_process","request_id":"req-42","executable":"python3","argv":["-c","import getpass; getpass.getpass()"],"terminal":{"cols":80,"rows":24}}"#,
+            r#"{"v":1,"seq":15,"op":"resize_terminal","request_id":"req-42","session_id":"s2","terminal":{"cols":120,"rows":40}}"#,
         ];
         for line in requests {
             let frame: RequestFrame = serde_json::from_str(line).unwrap();
@@ -733,12 +819,49 @@ mod tests {
             r#"{"v":1,"seq":10,"result":"output","request_id":"req-42","session_id":"s1","stdout":{"offset":0,"lost":0,"bytes":3,"text":"42\n"},"stderr":{"offset":0,"lost":0,"bytes":0,"text":""},"next":{"stdout":3,"stderr":0},"running":true,"ended":false}"#,
             r#"{"v":1,"seq":13,"result":"output","request_id":"req-42","session_id":"s1","stdout":{"offset":3,"lost":0,"bytes":0,"text":""},"stderr":{"offset":0,"lost":0,"bytes":0,"text":""},"next":{"stdout":3,"stderr":0},"running":false,"ended":true,"exit":{"exit_code":0,"signal":null,"reason":"exited","descendants":"terminated"}}"#,
             r#"{"v":1,"seq":11,"result":"signal_sent","request_id":"req-42","session_id":"s1","signal":"interrupt"}"#,
-            r#"{"v":1,"seq":12,"result":"processes","request_id":"req-42","sessions":[{"session_id":"s1","pid":4242,"running":true,"stdout_bytes":3,"stderr_bytes":0,"bytes_written":11}]}"#,
+            r#"{"v":1,"seq":12,"result":"processes","request_id":"req-42","sessions":[{"session_id":"s1","pid":4242,"running":true,"stdout_bytes":3,"stderr_bytes":0,"bytes_written":11,"terminal":false}]}"#,
+            r#"{"v":1,"seq":14,"result":"process_started","request_id":"req-42","session_id":"s2","pid":4343,"terminal":{"cols":80,"rows":24}}"#,
+            r#"{"v":1,"seq":15,"result":"terminal_resized","request_id":"req-42","session_id":"s2","terminal":{"cols":120,"rows":40}}"#,
         ];
         for line in answers {
             let frame: ResponseFrame = serde_json::from_str(line).unwrap();
             assert_eq!(serde_json::to_string(&frame).unwrap(), line);
         }
+        // A node that predates terminals lists no `terminal`: a session on
+        // pipes.
+        let old = r#"{"v":1,"seq":12,"result":"processes","request_id":"req-42","sessions":[{"session_id":"s1","pid":4242,"running":true,"stdout_bytes":3,"stderr_bytes":0,"bytes_written":11}]}"#;
+        let frame: ResponseFrame = serde_json::from_str(old).unwrap();
+        let Response::Processes { sessions, .. } = frame.result else {
+            panic!("{frame:?}");
+        };
+        assert!(!sessions[0].terminal);
+        // `"terminal": null` is no terminal; a side outside 1..=1000 is
+        // refused.
+        let null = r#"{"v":1,"seq":8,"op":"start_process","request_id":"req-42","executable":"cat","terminal":null}"#;
+        let frame: RequestFrame = serde_json::from_str(null).unwrap();
+        let Operation::StartProcess { spec, .. } = frame.op else {
+            panic!("{frame:?}");
+        };
+        assert_eq!(spec.terminal, None);
+        for size in ["[0,24]", "[1001,24]", "[80,0]", "[80,1001]", "[65536,1]"] {
+            let [cols, rows]: [u32; 2] = serde_json::from_str(size).unwrap();
+            let terminal = format!(r#"{{"cols":{cols},"rows":{rows}}}"#);
+            for line in [
+                format!(
+                    r#"{{"v":1,"seq":8,"op":"start_process","request_id":"r","executable":"cat","terminal":{terminal}}}"#
+                ),
+                format!(
+                    r#"{{"v":1,"seq":8,"op":"resize_terminal","request_id":"r","session_id":"s1","terminal":{terminal}}}"#
+                ),
+            ] {
+                assert!(
+                    serde_json::from_str::<RequestFrame>(&line).is_err(),
+                    "{line}"
+                );
+            }
+        }
+        let edge = r#"{"v":1,"seq":8,"op":"resize_terminal","request_id":"r","session_id":"s1","terminal":{"cols":1000,"rows":1}}"#;
+        assert!(serde_json::from_str::<RequestFrame>(edge).is_ok());
         // Stdin text never reaches a log through `Debug`.
         let op = Operation::WriteStdin {
             request_id: RequestId::new("req-42").unwrap(),

@@ -46,8 +46,10 @@
 //! launches a process that outlives the call (through the request's scope,
 //! gated by the node's policy like a run, bounded per request and per
 //! node), `read_output` long-polls its output from byte offsets,
-//! `write_stdin`, `signal_process` and `list_processes` talk to it by the
-//! id the node chose. Every session operation is admitted like a run (only
+//! `write_stdin`, `signal_process`, `resize_terminal` and `list_processes`
+//! talk to it by the id the node chose; with `terminal` it runs on a
+//! pseudo-terminal (a prompt on `/dev/tty` is answered through
+//! `write_stdin`). Every session operation is admitted like a run (only
 //! while the request is open and accepting), an id another request holds
 //! is `unknown_session`, and the request's cancel and cleanup stop its
 //! sessions with its other processes. Stdin text is never logged.
@@ -74,9 +76,10 @@ pub use client::{
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, FrameError, FrameReader, decode_request};
 pub use message::{
     CleanupStatus, CleanupSummary, Code, MAX_READ_BYTES, MAX_READ_WAIT_MS, MAX_SESSION_BUFFER,
-    MAX_SESSIONS_PER_NODE, MAX_SESSIONS_PER_REQUEST, Offsets, Operation, PolicyRefusal,
-    ProcessSummary, RequestFrame, Response, ResponseFrame, RunSpec, SessionExit, SessionInfo,
-    SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText, StreamRead, VERSION,
+    MAX_SESSIONS_PER_NODE, MAX_SESSIONS_PER_REQUEST, MAX_TERMINAL_SIDE, Offsets, Operation,
+    PolicyRefusal, ProcessSummary, RequestFrame, Response, ResponseFrame, RunSpec, SessionExit,
+    SessionInfo, SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText, StreamRead,
+    VERSION, WindowSize,
 };
 pub use node::{
     Admitted, CleanupVerdict, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS,

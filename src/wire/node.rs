@@ -44,7 +44,7 @@ use super::codec::{FrameError, FrameReader, decode_request, encode_line};
 use super::message::{
     CleanupStatus, CleanupSummary, Code, MAX_READ_BYTES, MAX_READ_WAIT_MS, Offsets, Operation,
     PolicyRefusal, ProcessSummary, Response, ResponseFrame, RunSpec, SessionInfo, SessionOutput,
-    SessionSignal, SessionStarted, StartSpec, StdinText, VERSION, codes,
+    SessionSignal, SessionStarted, StartSpec, StdinText, VERSION, WindowSize, codes,
 };
 use crate::coordinator::RequestId;
 use crate::error::SafeCode;
@@ -164,6 +164,23 @@ pub trait NodeWorkspace: Send + Sync + 'static {
         _request: &RequestId,
         _session: &str,
         _signal: SessionSignal,
+    ) -> impl Future<Output = Result<(), SafeCode>> + Send {
+        async { Err(codes::SESSIONS_UNSUPPORTED) }
+    }
+
+    /// Sets a terminal session's window size (the wire has already
+    /// checked its bounds).
+    ///
+    /// # Errors
+    ///
+    /// `unknown_session`, `not_a_terminal` (a session on pipes),
+    /// `session_ended`, `io_error`; the default answers
+    /// `sessions_unsupported`.
+    fn resize(
+        &self,
+        _request: &RequestId,
+        _session: &str,
+        _size: WindowSize,
     ) -> impl Future<Output = Result<(), SafeCode>> + Send {
         async { Err(codes::SESSIONS_UNSUPPORTED) }
     }
@@ -726,6 +743,17 @@ impl<W: NodeWorkspace> Node<W> {
                 session_id,
                 signal,
             } => self.session_call(request_id, SessionCall::Signal { session_id, signal }),
+            Operation::ResizeTerminal {
+                request_id,
+                session_id,
+                terminal,
+            } => self.session_call(
+                request_id,
+                SessionCall::Resize {
+                    session_id,
+                    size: terminal,
+                },
+            ),
             Operation::ListProcesses { request_id } => {
                 self.session_call(request_id, SessionCall::List)
             }
@@ -1174,6 +1202,10 @@ enum SessionCall {
         session_id: String,
         signal: SessionSignal,
     },
+    Resize {
+        session_id: String,
+        size: WindowSize,
+    },
     List,
 }
 
@@ -1184,6 +1216,7 @@ impl SessionCall {
             SessionCall::Read { .. } => "read_output",
             SessionCall::Write { .. } => "write_stdin",
             SessionCall::Signal { .. } => "signal_process",
+            SessionCall::Resize { .. } => "resize_terminal",
             SessionCall::List => "list_processes",
         }
     }
@@ -1317,6 +1350,14 @@ impl<W: NodeWorkspace> Node<W> {
                     request_id: request_id.clone(),
                     session_id,
                     signal,
+                }),
+            SessionCall::Resize { session_id, size } => w
+                .resize(&request_id, &session_id, size)
+                .await
+                .map(|()| Response::TerminalResized {
+                    request_id: request_id.clone(),
+                    session_id,
+                    terminal: size,
                 }),
             SessionCall::List => w
                 .list(&request_id)

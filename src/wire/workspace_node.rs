@@ -11,7 +11,7 @@ use super::message::codes::{TOO_MANY_SESSIONS, UNKNOWN_SESSION};
 use super::message::{
     Code, MAX_SESSION_BUFFER, MAX_SESSIONS_PER_NODE, MAX_SESSIONS_PER_REQUEST, Offsets,
     PolicyRefusal, ProcessSummary, RunSpec, SessionExit, SessionInfo, SessionOutput, SessionSignal,
-    SessionStarted, StartSpec, StreamRead,
+    SessionStarted, StartSpec, StreamRead, WindowSize,
 };
 use super::node::{CleanupVerdict, NodeWorkspace};
 use super::reserve::FdReserve;
@@ -466,6 +466,11 @@ impl NodeWorkspace for WorkspaceNode {
         if let Some(ms) = spec.idle_timeout_ms {
             session = session.with_idle_timeout(Duration::from_millis(ms));
         }
+        if let Some(size) = spec.terminal {
+            // Refused `terminal_unavailable` where only the group tier
+            // could run it (the launcher's code), nothing launched.
+            session = session.with_terminal(size);
+        }
         let mut options = self.launch.clone();
         options.session = Some(session);
         let allocating = match &self.reserve {
@@ -489,9 +494,14 @@ impl NodeWorkspace for WorkspaceNode {
         let n = self.last_session.fetch_add(1, Ordering::Relaxed) + 1;
         let session_id = format!("s{n}");
         let pid = running.pid();
+        let terminal = spec.terminal.filter(|_| session.is_terminal());
         scope.extra.insert(session_id.clone(), session);
-        tracing::info!(request_id = %request, session_id, pid, "session started");
-        Ok(SessionStarted { session_id, pid })
+        tracing::info!(request_id = %request, session_id, pid, terminal = terminal.is_some(), "session started");
+        Ok(SessionStarted {
+            session_id,
+            pid,
+            terminal,
+        })
     }
 
     async fn read(
@@ -565,6 +575,17 @@ impl NodeWorkspace for WorkspaceNode {
         Ok(())
     }
 
+    async fn resize(
+        &self,
+        request: &RequestId,
+        session: &str,
+        size: WindowSize,
+    ) -> Result<(), SafeCode> {
+        self.session(request, session)?
+            .resize(size)
+            .map_err(|e| safe(e.code(), codes::IO_ERROR))
+    }
+
     async fn list(&self, request: &RequestId) -> Result<Vec<SessionInfo>, SafeCode> {
         let Some(scope) = self.scopes.get(request) else {
             return Ok(Vec::new());
@@ -582,6 +603,7 @@ impl NodeWorkspace for WorkspaceNode {
                     stdout_bytes: st.output.stdout,
                     stderr_bytes: st.output.stderr,
                     bytes_written: st.bytes_written,
+                    terminal: st.terminal,
                 }
             })
             .collect())
