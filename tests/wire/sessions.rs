@@ -7,35 +7,45 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use custodian::contain::Containment;
 use custodian::coordinator::RequestId;
 use custodian::process::LaunchOptions;
 use custodian::wire::{
     CleanupStatus, DEFAULT_MAX_FRAME, MAX_READ_BYTES, MAX_SESSIONS_PER_NODE,
     MAX_SESSIONS_PER_REQUEST, Node, NodeConfig, Offsets, Response, ResponseFrame, RunSpec,
-    SessionOutput, SessionSignal, StartSpec, WireClient, WireError, WorkspaceNode,
+    SessionOutput, SessionSignal, StartSpec, WindowSize, WireClient, WireError, WorkspaceNode,
 };
 use custodian::workspace::{Workspace, WorkspaceConfig};
 
 /// A node on a fresh workspace and an edge connected to it.
 struct Harness {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     root: PathBuf,
     client: WireClient,
 }
 
 fn harness() -> Harness {
+    harness_with(|options| options)
+}
+
+/// As [`harness`], the node launching with `launch` applied to its options.
+fn harness_with(launch: impl FnOnce(LaunchOptions) -> LaunchOptions) -> Harness {
     let dir = crate::sandbox::tempdir();
     let root = dir.path().join("ws");
     std::fs::create_dir(&root).unwrap();
     let ws = Workspace::open(&root, WorkspaceConfig::default()).unwrap();
     let node = Node::new(
-        WorkspaceNode::new(ws, LaunchOptions::new(&root), Duration::from_secs(120)),
+        WorkspaceNode::new(
+            ws,
+            launch(LaunchOptions::new(&root)),
+            Duration::from_secs(120),
+        ),
         NodeConfig::default(),
     );
     let (edge, node_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move { node.serve_to_end(node_io).await });
     Harness {
-        _dir: dir,
+        dir,
         root,
         client: WireClient::new(edge, DEFAULT_MAX_FRAME),
     }
@@ -467,4 +477,141 @@ async fn a_big_output_is_read_in_bounded_frames() {
         }
     );
     c.cleanup_workspace(&req).await.unwrap();
+}
+
+/// A terminal session of 80 × 24.
+fn terminal(program: &str) -> StartSpec {
+    spec("python3", &["-c", program]).with_terminal(WindowSize::new(80, 24))
+}
+
+/// A harness's client with request `name` open.
+async fn opened<'h>(h: &'h Harness, name: &str) -> (&'h WireClient, RequestId) {
+    let req = id(name);
+    h.client.open_workspace(&req).await.unwrap();
+    (&h.client, req)
+}
+
+/// Cleans up `req` and checks that it was cleaned.
+async fn cleaned(c: &WireClient, req: &RequestId) {
+    let report = c.cleanup_workspace(req).await.unwrap();
+    assert_eq!(report.status, CleanupStatus::Cleaned, "{report:?}");
+}
+
+/// A program that prompts on `/dev/tty` with echo off (`getpass`, as
+/// `sudo`, `ssh` and credential helpers do) is answered through
+/// `write_stdin` over the wire, and the answer never shows in its output;
+/// the start and the list say the session runs on a terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::sessions_in_a_private_mount_namespace"]
+async fn a_terminal_session_answers_a_dev_tty_prompt_with_echo_off() {
+    let h = harness();
+    let (c, req) = opened(&h, "prompt").await;
+    let program = "import getpass; a = getpass.getpass('Password: '); print('got', a[::-1])";
+    let s = c.start_process(&req, terminal(program)).await.unwrap();
+    assert_eq!(s.terminal, Some(WindowSize::new(80, 24)), "{s:?}");
+    let sid = s.session_id.as_str();
+    read_until(c, &req, sid, "Password: ").await;
+    c.write_stdin(&req, sid, "s3cret\n", false).await.unwrap();
+    read_until(c, &req, sid, "got terc3s").await;
+    let end = read_to_end(c, &req, sid).await;
+    assert_eq!(end.exit.expect("settled").exit_code, Some(0));
+    // Echo was off while the prompt read: the answer never showed, in
+    // the whole output (a terminal is one stream: stderr stays empty).
+    let whole = c
+        .read_output(
+            &req,
+            sid,
+            Offsets::default(),
+            MAX_READ_BYTES,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    assert!(whole.stdout.text.contains("got terc3s"), "{whole:?}");
+    assert!(!whole.stdout.text.contains("s3cret"), "echoed: {whole:?}");
+    assert_eq!(whole.stderr.bytes, 0, "{whole:?}");
+
+    let listed = c.list_processes(&req).await.unwrap();
+    assert!(listed[0].terminal, "{listed:?}");
+    assert_eq!(listed[0].bytes_written, 7);
+    cleaned(c, &req).await;
+}
+
+/// `resize_terminal` reaches the program: its `SIGWINCH` handler sees the
+/// new size. Once the session settled a resize is `session_ended`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::sessions_in_a_private_mount_namespace"]
+async fn a_resize_reaches_the_program() {
+    let h = harness();
+    let (c, req) = opened(&h, "resize").await;
+    // The handler writes with `os.write`: `print` in a signal handler can
+    // raise a reentrancy error.
+    let program = "import os, signal\n\
+        signal.signal(signal.SIGWINCH, lambda *_: os.write(1, ('size %dx%d\\n' % os.get_terminal_size(0)).encode()))\n\
+        print('ready %dx%d' % os.get_terminal_size(0), flush=True)\n\
+        input()\n";
+    let s = c.start_process(&req, terminal(program)).await.unwrap();
+    let sid = s.session_id.as_str();
+    read_until(c, &req, sid, "ready 80x24").await;
+    for (cols, rows) in [(100, 30), (1000, 1)] {
+        let size = WindowSize::new(cols, rows);
+        c.resize_terminal(&req, sid, size).await.unwrap();
+        read_until(c, &req, sid, &format!("size {cols}x{rows}")).await;
+    }
+    c.write_stdin(&req, sid, "\n", false).await.unwrap();
+    let end = read_to_end(c, &req, sid).await;
+    assert_eq!(end.exit.expect("settled").exit_code, Some(0));
+    let late = c.resize_terminal(&req, sid, WindowSize::new(90, 20)).await;
+    assert_eq!(refused_code(late.unwrap_err()), "session_ended");
+    cleaned(c, &req).await;
+}
+
+/// A resize of a session on pipes is `not_a_terminal`, of an id the request
+/// does not hold `unknown_session`, and a size beyond the wire's bounds
+/// (at start or resize) `invalid_terminal_size`, nothing started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::sessions_in_a_private_mount_namespace"]
+async fn resizing_a_piped_session_or_out_of_bounds_is_refused() {
+    let h = harness();
+    let (c, req) = opened(&h, "piped").await;
+    let cat = c.start_process(&req, spec("cat", &[])).await.unwrap();
+    assert_eq!(cat.terminal, None);
+    let sid = cat.session_id.as_str();
+    for (session, cols, want) in [
+        (sid, 100, "not_a_terminal"),
+        ("s999", 100, "unknown_session"),
+        (sid, 1001, "invalid_terminal_size"),
+    ] {
+        let r = c
+            .resize_terminal(&req, session, WindowSize::new(cols, 30))
+            .await;
+        assert_eq!(refused_code(r.unwrap_err()), want, "{session} {cols}");
+    }
+    let too_tall = spec("cat", &[]).with_terminal(WindowSize::new(80, 1001));
+    let r = c.start_process(&req, too_tall).await;
+    assert_eq!(refused_code(r.unwrap_err()), "invalid_terminal_size");
+    let listed = c.list_processes(&req).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(!listed[0].terminal && listed[0].running, "{listed:?}");
+    cleaned(c, &req).await;
+    assert!(!alive(cat.pid));
+}
+
+/// A node whose launches run in the group tier refuses a terminal session
+/// `terminal_unavailable` before anything runs; a session on pipes still
+/// starts there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "deletes: run by guarded::sessions_in_a_private_mount_namespace"]
+async fn the_group_tier_refuses_a_terminal_session() {
+    let h = harness_with(|o| o.with_containment(Containment::Group));
+    let (c, req) = opened(&h, "group").await;
+    let marker = h.dir.path().join("ran");
+    let touch = spec("touch", &[marker.to_str().unwrap()]).with_terminal(WindowSize::new(80, 24));
+    let r = c.start_process(&req, touch).await;
+    assert_eq!(refused_code(r.unwrap_err()), "terminal_unavailable");
+    assert!(!marker.exists(), "nothing ran");
+    assert!(c.list_processes(&req).await.unwrap().is_empty());
+    let cat = c.start_process(&req, spec("cat", &[])).await.unwrap();
+    assert!(alive(cat.pid));
+    cleaned(c, &req).await;
 }
