@@ -160,7 +160,7 @@ async fn a_repl_is_driven_over_the_wire_and_dies_with_the_cleanup() {
     c.write_stdin(&req, &repl.session_id, "print(x*7)\n", false)
         .await
         .unwrap();
-    let (stdout, out) = read_until(c, &req, &repl.session_id, "42").await;
+    let (stdout, out) = read_until(c, &req, &repl.session_id, "42\n").await;
     assert!(stdout.starts_with("42"), "{stdout:?}");
     assert!(out.running && out.exit.is_none(), "{out:?}");
 
