@@ -42,7 +42,7 @@ use crate::id::RequestId;
 use crate::machine::request::RequestStatus;
 use crate::policy::{Context, Decision, PolicyConfig, Provenance, Registry, StateMode, Verdict};
 use crate::process::governed::{Gate, decide_invocation};
-use crate::process::session::{Session, SessionOptions};
+use crate::process::session::{Offsets, Output, Session, SessionOptions};
 use crate::process::{Evidence, Invocation, Running};
 use crate::runtime::{Executor, Request, Runtime};
 use crate::spill::{Locator, SpillStore, StoreError};
@@ -258,11 +258,17 @@ impl Inner {
             Err(message) => return output::error("launch_failed", "request_refused", &message),
         };
         let executor = request.executor();
+        // A client that gave a progress token sees the output as it comes:
+        // a streamed run (a run in every other way).
         let launched = match executor.open_workspace().await {
-            Ok(_) => executor.launch(invocation).await,
+            Ok(_) if progress.token.is_some() => executor
+                .launch_streamed(invocation)
+                .await
+                .map(|s| (s.running().clone(), Some(s))),
+            Ok(_) => executor.launch(invocation).await.map(|r| (r, None)),
             Err(e) => Err(e),
         };
-        let running = match launched {
+        let (running, streamed) = match launched {
             Ok(r) => r,
             Err(e) => {
                 // Nothing runs. The request still ends through the machine:
@@ -286,9 +292,18 @@ impl Inner {
         tick.tick().await;
         let mut cancelled = false;
         let mut stopped = false;
+        let mut seen = Offsets::default();
+        let mut last_output = started;
         let evidence = loop {
             tokio::select! {
                 ev = running.settled() => break ev,
+                // New output: reported at once, at most every
+                // `OUTPUT_PROGRESS_GAP` (a chatty process is coalesced).
+                out = next_output(streamed.as_ref(), seen, last_output), if !cancelled => {
+                    last_output = Instant::now();
+                    seen = out.next();
+                    progress.notify(&running, started, Some(&out)).await;
+                }
                 // The request's cancel: the coordinator stops the process
                 // (`SIGTERM`, its grace, `SIGKILL`) and then cleans up.
                 () = cancel.cancelled(), if !cancelled => {
@@ -306,7 +321,7 @@ impl Inner {
                 }
                 // No progress for a cancelled call: the client has
                 // forgotten its token.
-                _ = tick.tick(), if !cancelled => progress.notify(&running, started).await,
+                _ = tick.tick(), if !cancelled => progress.notify(&running, started, None).await,
             }
         };
         // A call that ran to its end spills its output through its request
@@ -419,6 +434,55 @@ impl Refusal {
 /// launcher's own code is not a safe code.
 const CODE_LAUNCH_REFUSED: SafeCode = SafeCode::new("launch_refused");
 
+/// The most output bytes per stream one progress notification carries
+/// (the newest ones; what a notification skipped is counted).
+pub(crate) const OUTPUT_PROGRESS_MAX: usize = 4096;
+
+/// The least time between two progress notifications for output.
+const OUTPUT_PROGRESS_GAP: Duration = Duration::from_millis(5);
+
+/// A streamed run's output past `seen` (the newest
+/// [`OUTPUT_PROGRESS_MAX`] bytes of each stream), once there is some and
+/// [`OUTPUT_PROGRESS_GAP`] passed since `last`; never for a plain run or
+/// once the output ended.
+async fn next_output(streamed: Option<&Session>, seen: Offsets, last: Instant) -> Output {
+    let Some(session) = streamed else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until((last + OUTPUT_PROGRESS_GAP).into()).await;
+    loop {
+        // Skip to the newest bytes: a notification is a glimpse, the
+        // evidence (and its spill) has the whole output.
+        let ends = session.status().output;
+        let from = Offsets {
+            stdout: seen
+                .stdout
+                .max(ends.stdout.saturating_sub(OUTPUT_PROGRESS_MAX as u64)),
+            stderr: seen
+                .stderr
+                .max(ends.stderr.saturating_sub(OUTPUT_PROGRESS_MAX as u64)),
+        };
+        let out = session
+            .read(from, OUTPUT_PROGRESS_MAX, Duration::from_secs(3600))
+            .await;
+        let fresh = !out.stdout.data.is_empty() || !out.stderr.data.is_empty();
+        if fresh {
+            return skipped_from(out, seen);
+        }
+        if out.ended {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// `out`, with each chunk's `lost` counting every byte between `seen` and
+/// the chunk (skipped here or lost by the buffer).
+fn skipped_from(mut out: Output, seen: Offsets) -> Output {
+    out.stdout.lost = out.stdout.offset.saturating_sub(seen.stdout);
+    out.stderr.lost = out.stderr.offset.saturating_sub(seen.stderr);
+    out
+}
+
 /// Where a call's progress notifications go: its client, if the call
 /// carried a progress token.
 struct ProgressSink {
@@ -428,19 +492,41 @@ struct ProgressSink {
 
 impl ProgressSink {
     /// `progress` is the elapsed time in milliseconds (always increasing);
-    /// the message counts the bytes captured so far (after redaction).
-    async fn notify(&self, running: &Running, started: Instant) {
+    /// the message counts the bytes captured so far (after redaction) and,
+    /// for `output` (a streamed run's new output), shows it after a
+    /// newline per stream, which `_meta["custodian/output"]` also carries
+    /// with offsets.
+    async fn notify(&self, running: &Running, started: Instant, output: Option<&Output>) {
         let Some(token) = self.token.clone() else {
             return;
         };
         let (stdout_bytes, stderr_bytes) = running.bytes_captured();
         let elapsed = started.elapsed();
-        let param = ProgressNotificationParam::new(token, elapsed.as_millis() as f64).with_message(
-            format!(
-                "stdout {stdout_bytes} bytes, stderr {stderr_bytes} bytes, {:.1}s elapsed",
-                elapsed.as_secs_f64()
-            ),
+        let mut message = format!(
+            "stdout {stdout_bytes} bytes, stderr {stderr_bytes} bytes, {:.1}s elapsed",
+            elapsed.as_secs_f64()
         );
+        let mut meta = serde_json::Map::new();
+        if let Some(out) = output {
+            for (name, chunk) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+                if chunk.data.is_empty() {
+                    continue;
+                }
+                let text = String::from_utf8_lossy(&chunk.data);
+                message.push_str(&format!("\n[{name}] {text}"));
+                meta.insert(
+                    name.to_owned(),
+                    json!({ "offset": chunk.offset, "skipped": chunk.lost, "text": text }),
+                );
+            }
+        }
+        let mut param =
+            ProgressNotificationParam::new(token, elapsed.as_millis() as f64).with_message(message);
+        if !meta.is_empty() {
+            let mut m = rmcp::model::Meta::new();
+            m.insert("custodian/output".to_owned(), Value::Object(meta));
+            param.meta = Some(m);
+        }
         if let Err(e) = self.peer.notify_progress(param).await {
             tracing::debug!(error = %e, "progress notification not sent");
         }

@@ -1542,7 +1542,12 @@ impl Driver {
             confinement: self.confinement.clone(),
             network: self.network.take().map(super::proxy::Served::finish),
             cancel_cause: None,
-            interactions: self.session.as_ref().map(|s| s.interactions()),
+            // A streamed run is no session: nothing was written to it.
+            interactions: self
+                .session
+                .as_ref()
+                .filter(|s| s.options().stdin)
+                .map(|s| s.interactions()),
         }
     }
 

@@ -559,18 +559,25 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             };
             shared.set_terminal(pty.master);
             terminal = Some((pty.slave, Box::new(reader) as driver::Reader));
-            Some((None, pty.writer, shared))
+            Some((None, Some(pty.writer), shared))
         }
-        Some(opts) => {
+        Some(opts) if opts.stdin => {
             let (read, write) =
                 rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(spawn_err)?;
             let shared = Arc::new(super::session::SessionShared::new(opts));
-            Some((Some(read), write, shared))
+            Some((Some(read), Some(write), shared))
         }
+        // A streamed run: its output is kept for readers, stdin is
+        // `/dev/null` as for any run.
+        Some(opts) => Some((
+            None,
+            None,
+            Arc::new(super::session::SessionShared::new(opts)),
+        )),
         None => None,
     };
     let (stdin, writer, shared) = match session {
-        Some((r, w, s)) => (r, Some(w), Some(s)),
+        Some((r, w, s)) => (r, w, Some(s)),
         None => (None, None, None),
     };
     let (slave, master_reader) = terminal.unzip();
@@ -824,7 +831,10 @@ impl Running {
     /// Whether the process was launched as a session
     /// ([`crate::process::session`]).
     pub fn is_session(&self) -> bool {
-        self.shared.session.is_some()
+        self.shared
+            .session
+            .as_ref()
+            .is_some_and(|s| s.options().stdin)
     }
 
     /// The session's side, when launched as one.

@@ -103,6 +103,10 @@ pub struct SessionOptions {
     /// Run on a pseudo-terminal of this size instead of pipes (see
     /// *Terminal* in the [module documentation](self)); `None`: pipes.
     pub terminal: Option<WindowSize>,
+    /// A session proper (a stdin pipe, counted in the session bounds,
+    /// interactions in its evidence); `false`: a streamed run (stdin on
+    /// `/dev/null`, only its output readable while it runs).
+    pub(crate) stdin: bool,
 }
 
 impl Default for SessionOptions {
@@ -111,6 +115,7 @@ impl Default for SessionOptions {
             buffer: DEFAULT_BUFFER,
             idle_timeout: None,
             terminal: None,
+            stdin: true,
         }
     }
 }
@@ -154,6 +159,16 @@ impl SessionOptions {
     pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = Some(idle);
         self
+    }
+
+    /// A streamed run: a plain run (stdin on `/dev/null`, not a session
+    /// for any bound, no interactions in its evidence) whose output is
+    /// readable while it runs.
+    pub(crate) fn streamed_run() -> Self {
+        SessionOptions {
+            stdin: false,
+            ..SessionOptions::default()
+        }
     }
 
     /// Runs the session on a pseudo-terminal of `size` (see *Terminal* in

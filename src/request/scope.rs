@@ -143,7 +143,7 @@ impl<X> Scope<X> {
         if procs.closed || closed() {
             return Err(ScopeLaunchError::Closed);
         }
-        if options.session.is_some() {
+        if options.session.is_some_and(|s| s.stdin) {
             let live = procs
                 .list
                 .iter()

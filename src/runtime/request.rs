@@ -268,6 +268,24 @@ impl Executor {
         self.launch_as(invocation, None).await
     }
 
+    /// [`Executor::launch`], with the process's output readable while it
+    /// runs: a **streamed run**, for progress. It is a run in every other
+    /// way (stdin on `/dev/null`, `SIGINT` as the embedder left it, not
+    /// counted in [`SessionLimits`](super::SessionLimits), no
+    /// `interactions` in its evidence); the [`Session`] returned reads its
+    /// output ([`Session::read`], [`Session::output`]) and waits for it,
+    /// and its [`Session::write_stdin`] fails `stdin_closed`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Executor::launch`].
+    pub async fn launch_streamed(&self, invocation: Invocation) -> Result<Session, RuntimeError> {
+        let running = self
+            .launch_as(invocation, Some(SessionOptions::streamed_run()))
+            .await?;
+        Ok(Session::of(&running).expect("launched with an output log"))
+    }
+
     /// Starts `invocation` as a session of this request: a process that
     /// outlives the call that started it, with a stdin pipe and its output
     /// readable while it runs ([`Session`]; see

@@ -351,6 +351,8 @@ async def t_cancel(env, s):
     check(os.path.exists(pidfile), "process started")
     pgid = int(open(pidfile).read())
     check(progress and "stdout 8 bytes" in progress[-1], f"progress: {progress}")
+    # A call with a progress token streams its output in the messages.
+    check(any("\n[stdout] started\n" in m for m in progress), f"output in progress: {progress}")
     # The server kills the group and cleans the job; allow the grace (2s).
     deadline = time.monotonic() + 10
     alive = True

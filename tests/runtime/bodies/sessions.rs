@@ -210,8 +210,11 @@ async fn the_session_bounds_refuse_a_start_and_free_when_a_session_settles() {
         }
         other => panic!("third session of a request: {other:?}"),
     }
-    // A plain launch is not a session: not bounded by them.
+    // A plain launch is not a session: not bounded by them; nor is a
+    // streamed run.
     assert!(ea.run(inv("true", &[])).await.is_ok());
+    let streamed = ea.launch_streamed(inv("true", &[])).await.unwrap();
+    assert_eq!(streamed.wait().await.exit_code, Some(0));
     let _b1 = start_retrying(&eb).await;
     match eb.start(cat(), SessionOptions::default()).await {
         Err(RuntimeError::TooManySessions { limit: 3, per, .. }) => {
@@ -310,4 +313,47 @@ async fn isolated_calls_of_one_request_share_its_loopback_and_no_other_request_d
     let _ = tokio::time::timeout(PROMPTLY, b.finished()).await.unwrap();
     assert!(ev.try_settled().is_some());
     runtime.shutdown().await;
+}
+
+/// A streamed run (`Executor::launch_streamed`): its output is read while
+/// it runs, and it is a run in every other way: stdin is `/dev/null`
+/// (writes are refused), no interactions in its evidence, one of the
+/// request's processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_streamed_run_is_read_while_it_runs_and_is_a_run_otherwise() {
+    let fx = fixture(limits(Duration::from_secs(60)));
+    let request = fx
+        .runtime
+        .start(RequestId::new("streamed").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    let script = "echo one; while [ ! -e go ]; do sleep 0.01; done; read x; echo \"read:$?\"";
+    let run = executor
+        .launch_streamed(inv("sh", &["-c", script]))
+        .await
+        .unwrap();
+    let first = read_until(&run, "one\n").await;
+    assert_eq!(first, "one\n");
+    assert!(run.status().running, "read while it runs");
+    assert!(!run.running().is_session());
+    assert!(matches!(
+        run.write_stdin(b"x\n").await,
+        Err(custodian::process::session::SessionError::StdinClosed)
+    ));
+    // The process runs in the workspace root: `<root>/<internal>/job/<id>`
+    // is the job directory.
+    let job = job_dir(&fx.runtime, "streamed");
+    let root = job.ancestors().nth(3).unwrap();
+    std::fs::write(root.join("go"), b"").unwrap();
+    let ev = run.wait().await;
+    assert_eq!(ev.stdout.text, "one\nread:1\n", "stdin is /dev/null");
+    assert!(ev.interactions.is_none(), "a run, not a session");
+    executor.succeed();
+    let c = tokio::time::timeout(PROMPTLY, request.finished())
+        .await
+        .unwrap();
+    assert!(c.cleanup.expect("cleaned").is_clean());
+    fx.runtime.shutdown().await;
 }
