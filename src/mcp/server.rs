@@ -324,6 +324,14 @@ impl Inner {
                 _ = tick.tick(), if !cancelled => progress.notify(&running, started, None).await,
             }
         };
+        // What the process wrote last (after the previous glimpse, before it
+        // settled) goes out too, before the result.
+        if let (Some(session), false) = (streamed.as_ref(), cancelled) {
+            let out = newest_output(session, seen, Duration::ZERO).await;
+            if has_data(&out) {
+                progress.notify(&running, started, Some(&out)).await;
+            }
+        }
         // A call that ran to its end spills its output through its request
         // before reporting, so the request's completion lists every spill.
         // A request already ending (cancelled, timed out) may complete
@@ -451,28 +459,35 @@ async fn next_output(streamed: Option<&Session>, seen: Offsets, last: Instant) -
     };
     tokio::time::sleep_until((last + OUTPUT_PROGRESS_GAP).into()).await;
     loop {
-        // Skip to the newest bytes: a notification is a glimpse, the
-        // evidence (and its spill) has the whole output.
-        let ends = session.status().output;
-        let from = Offsets {
-            stdout: seen
-                .stdout
-                .max(ends.stdout.saturating_sub(OUTPUT_PROGRESS_MAX as u64)),
-            stderr: seen
-                .stderr
-                .max(ends.stderr.saturating_sub(OUTPUT_PROGRESS_MAX as u64)),
-        };
-        let out = session
-            .read(from, OUTPUT_PROGRESS_MAX, Duration::from_secs(3600))
-            .await;
-        let fresh = !out.stdout.data.is_empty() || !out.stderr.data.is_empty();
-        if fresh {
-            return skipped_from(out, seen);
+        let out = newest_output(session, seen, Duration::from_secs(3600)).await;
+        if has_data(&out) {
+            return out;
         }
         if out.ended {
             return std::future::pending().await;
         }
     }
+}
+
+fn has_data(out: &Output) -> bool {
+    !out.stdout.data.is_empty() || !out.stderr.data.is_empty()
+}
+
+/// The newest [`OUTPUT_PROGRESS_MAX`] bytes of each stream past `seen`,
+/// waiting at most `wait` for some: a notification is a glimpse, the
+/// evidence (and its spill) has the whole output.
+async fn newest_output(session: &Session, seen: Offsets, wait: Duration) -> Output {
+    let ends = session.status().output;
+    let from = Offsets {
+        stdout: seen
+            .stdout
+            .max(ends.stdout.saturating_sub(OUTPUT_PROGRESS_MAX as u64)),
+        stderr: seen
+            .stderr
+            .max(ends.stderr.saturating_sub(OUTPUT_PROGRESS_MAX as u64)),
+    };
+    let out = session.read(from, OUTPUT_PROGRESS_MAX, wait).await;
+    skipped_from(out, seen)
 }
 
 /// `out`, with each chunk's `lost` counting every byte between `seen` and
