@@ -349,8 +349,7 @@ pub struct ProcessStartInput {
     pub terminal: Option<crate::process::session::WindowSize>,
 }
 
-/// The largest terminal side `process_start` and `process_signal` accept.
-pub const MAX_TERMINAL_SIDE: u64 = 1000;
+use crate::process::session::MAX_TERMINAL_SIDE;
 
 /// A `{"cols": C, "rows": R}` object under `field`.
 fn window_size(
@@ -366,7 +365,7 @@ fn window_size(
         let v = map
             .get(name)
             .ok_or(InputError::MissingField { field: name })?;
-        let n = integer(v, name, 1, MAX_TERMINAL_SIDE, "1 to 1000")?;
+        let n = integer(v, name, 1, u64::from(MAX_TERMINAL_SIDE), "1 to 1000")?;
         Ok(u16::try_from(n).unwrap_or(u16::MAX))
     };
     if let Some(other) = map.keys().find(|k| *k != "cols" && *k != "rows") {

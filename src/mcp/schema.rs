@@ -73,8 +73,7 @@ pub fn process_start_input() -> Value {
 
 /// A terminal's size: `{"cols": C, "rows": R}`.
 fn terminal_size(description: &str) -> Value {
-    let side =
-        json!({ "type": "integer", "minimum": 1, "maximum": crate::mcp::input::MAX_TERMINAL_SIDE });
+    let side = json!({ "type": "integer", "minimum": 1, "maximum": crate::process::session::MAX_TERMINAL_SIDE });
     json!({
         "type": "object",
         "additionalProperties": false,

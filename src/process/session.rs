@@ -120,6 +120,10 @@ impl Default for SessionOptions {
     }
 }
 
+/// The largest terminal side (columns or rows) the edges accept (the MCP
+/// tools, the wire): 1000.
+pub const MAX_TERMINAL_SIDE: u16 = 1000;
+
 /// A terminal's size in character cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WindowSize {

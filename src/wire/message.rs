@@ -296,9 +296,7 @@ impl StartSpec {
     }
 }
 
-/// The largest terminal side (columns or rows) the wire accepts: 1000, as
-/// MCP's `process_start`.
-pub const MAX_TERMINAL_SIDE: u16 = 1000;
+pub use crate::process::session::MAX_TERMINAL_SIDE;
 
 /// Whether `cols` × `rows` is a terminal size the wire accepts: each side
 /// 1 ..= [`MAX_TERMINAL_SIDE`].
