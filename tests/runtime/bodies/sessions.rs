@@ -79,6 +79,28 @@ async fn a_session_serves_the_requests_next_call_and_dies_with_the_request() {
         .unwrap();
     let daemon_pid: u32 = read_until(&daemonizer, "\n").await.trim().parse().unwrap();
     assert!(alive(daemon_pid), "the daemon runs on after its call");
+    // And a terminal session whose child leaves for a session of its own
+    // and keeps the terminal open (the master then never reads its end).
+    let tty_daemonizer = executor
+        .start(
+            inv(
+                "sh",
+                &[
+                    "-c",
+                    "setsid sh -c 'exec sleep 300' & echo $!; exec sleep 300",
+                ],
+            ),
+            SessionOptions::default()
+                .with_terminal(custodian::process::session::WindowSize::default()),
+        )
+        .await
+        .unwrap();
+    let tty_daemon_pid: u32 = read_until(&tty_daemonizer, "\n")
+        .await
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(tty_daemon_pid), "the terminal's daemon runs on");
 
     // Call 3: the next call of the same request reaches the server.
     let url = format!("http://127.0.0.1:{port}/");
@@ -119,6 +141,11 @@ async fn a_session_serves_the_requests_next_call_and_dies_with_the_request() {
     assert_eq!(ev.status, ProcessStatus::Cancelled);
     assert!(!alive(server_pid), "the server outlived its request");
     assert!(!alive(daemon_pid), "the daemon outlived its request");
+    assert!(
+        !alive(tty_daemon_pid),
+        "the terminal's daemon outlived its request"
+    );
+    assert!(tty_daemonizer.running().try_settled().is_some());
     fx.runtime.shutdown().await;
 }
 
@@ -306,6 +333,30 @@ async fn isolated_calls_of_one_request_share_its_loopback_and_no_other_request_d
     );
     // Nor from the host: the namespace is not the host's.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    // A tool of the request cannot reconfigure the namespace it shares
+    // with the request's other calls (it belongs to the host's user
+    // namespace; the tool holds no capability): its loopback stays up.
+    let down = a
+        .executor()
+        .run(inv(
+            "python3",
+            &[
+                "-c",
+                // SIOCSIFFLAGS on `lo` with no flag set: `ip link set lo down`.
+                "import fcntl, socket, struct\n\
+                 s = socket.socket()\n\
+                 fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 0))",
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_ne!(down.exit_code, Some(0), "{:?}", down.stderr.text);
+    assert!(
+        down.stderr.text.contains("PermissionError"),
+        "refused for want of a capability: {:?}",
+        down.stderr.text
+    );
+    assert_eq!(fetch(&a.executor(), &url).await, "200", "still up");
     let ev = server.running().clone();
     a.executor().succeed();
     b.executor().succeed();
