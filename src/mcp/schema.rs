@@ -187,6 +187,7 @@ pub fn process_start_output() -> Value {
 
 /// The output schema of `process_read`.
 pub fn process_read_output() -> Value {
+    let (evidence, spill, defs) = evidence_and_spill();
     let chunk = json!({
         "type": "object",
         "additionalProperties": false,
@@ -198,7 +199,7 @@ pub fn process_read_output() -> Value {
             "text": { "type": "string" }
         }
     });
-    or_error(
+    let mut out = or_error(
         json!({
             "type": "object",
             "additionalProperties": false,
@@ -218,11 +219,21 @@ pub fn process_read_output() -> Value {
                 "running": { "type": "boolean" },
                 "status": { "type": "string", "description": "Once settled: the evidence's status." },
                 "exit_code": { "anyOf": [{ "type": "integer" }, { "type": "null" }] },
-                "signal": { "anyOf": [{ "type": "integer" }, { "type": "null" }] }
+                "signal": { "anyOf": [{ "type": "integer" }, { "type": "null" }] },
+                "evidence": {
+                    "description": "Once settled and this answer reached the end of both streams: the process's evidence, as process_run answers it (fitted to the inline budget).",
+                    "allOf": [evidence]
+                },
+                "spill": {
+                    "description": "With evidence: the streams too large to inline, spilled whole (read with spill_read).",
+                    "allOf": [spill]
+                }
             }
         }),
         "The output past the offsets",
-    )
+    );
+    out["$defs"] = defs;
+    out
 }
 
 /// The output schema of `process_write`.
@@ -291,8 +302,9 @@ pub fn process_list_output() -> Value {
     )
 }
 
-/// The output schema of `process_run`.
-pub fn process_run_output() -> Value {
+/// The evidence's schema (without its `$defs`, which the caller puts at
+/// its own root), the schema of a run's `spill`, and the `$defs`.
+fn evidence_and_spill() -> (Value, Value, Value) {
     let mut evidence: Value = serde_json::from_str(EVIDENCE).unwrap_or_else(|_| json!({}));
     let defs = evidence
         .as_object_mut()
@@ -320,6 +332,17 @@ pub fn process_run_output() -> Value {
             }
         ]
     });
+    let spill = json!({
+        "type": "object", "additionalProperties": false,
+        "required": ["stdout", "stderr"],
+        "properties": { "stdout": spilled.clone(), "stderr": spilled }
+    });
+    (evidence, spill, defs)
+}
+
+/// The output schema of `process_run`.
+pub fn process_run_output() -> Value {
+    let (evidence, spill, defs) = evidence_and_spill();
     let success = json!({
         "type": "object",
         "additionalProperties": false,
@@ -328,11 +351,7 @@ pub fn process_run_output() -> Value {
             "request_id": { "type": "string", "description": "The job namespace the process ran in (removed by now)." },
             "cancelled": { "type": "boolean" },
             "evidence": evidence,
-            "spill": {
-                "type": "object", "additionalProperties": false,
-                "required": ["stdout", "stderr"],
-                "properties": { "stdout": spilled.clone(), "stderr": spilled }
-            },
+            "spill": spill,
             "cleanup": {
                 "type": "object",
                 "required": ["status"],

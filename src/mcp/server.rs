@@ -98,6 +98,10 @@ struct Sessions {
     request: Request,
     table: BTreeMap<String, Session>,
     next: u64,
+    /// A settled session's evidence fitted to the inline budget and its
+    /// spills (through the sessions' request), made at the first read that
+    /// reached the end, so that a read repeated spills nothing twice.
+    fitted: BTreeMap<String, (Value, Value)>,
 }
 
 /// How long the request owning the sessions may live: a day, after which
@@ -934,6 +938,21 @@ impl CustodianServer {
         sessions.as_ref()?.table.get(id).cloned()
     }
 
+    /// Session `id`'s settled evidence `ev`, fitted and spilled through the
+    /// sessions' request once (later calls answer the same).
+    async fn fitted(&self, id: &str, ev: &Evidence) -> Option<(Value, Value)> {
+        let mut sessions = self.inner.sessions.lock().await;
+        let s = sessions.as_mut()?;
+        if let Some(done) = s.fitted.get(id) {
+            return Some(done.clone());
+        }
+        let executor = s.request.executor();
+        let (evidence, spill) = self.inner.fit(ev, Some(&executor)).await;
+        let done = (json!(evidence), spill);
+        s.fitted.insert(id.to_owned(), done.clone());
+        Some(done)
+    }
+
     async fn process_start(
         &self,
         args: Option<&serde_json::Map<String, Value>>,
@@ -975,6 +994,7 @@ impl CustodianServer {
                 request,
                 table: BTreeMap::new(),
                 next: 1,
+                fitted: BTreeMap::new(),
             });
         }
         let Some(s) = sessions.as_mut() else {
@@ -1039,6 +1059,14 @@ impl CustodianServer {
             answer["status"] = json!(ev.status);
             answer["exit_code"] = json!(ev.exit_code);
             answer["signal"] = json!(ev.signal);
+            if out.ended {
+                // The whole evidence, as process_run answers it: fitted to
+                // the inline budget, larger streams spilled whole.
+                if let Some((evidence, spill)) = self.fitted(&req.session_id, &ev).await {
+                    answer["evidence"] = evidence;
+                    answer["spill"] = spill;
+                }
+            }
         }
         output::result(answer, false)
     }

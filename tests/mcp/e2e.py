@@ -226,6 +226,19 @@ async def t_sessions(env, s):
     check(not res.is_error, text_of(res)[:300])
     shown = await read_until(s, tty["session_id"], "got terc3s")
     check("s3cret" not in shown, f"echo was off: {shown!r}")
+    # The read that reaches the end carries the evidence, valid against the
+    # declared output schema.
+    offset = 0
+    for _ in range(20):
+        res = await s.call_tool("process_read", {"session_id": tty["session_id"],
+                                                 "stdout_offset": offset, "wait_ms": 1000})
+        r = structured(res)
+        offset = r["next"]["stdout"]
+        if r["ended"]:
+            break
+    check(r["ended"] and r["evidence"]["status"] == "exited", f"ended with evidence: {r}")
+    check(r["evidence"]["interactions"]["terminal"] == {"cols": 80, "rows": 24}, str(r["evidence"]))
+    await s.validate_tool_result("process_read", res)
     env.session_pids = [repl["pid"], srv["pid"]]
 
 
