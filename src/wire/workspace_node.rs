@@ -515,8 +515,9 @@ impl NodeWorkspace for WorkspaceNode {
         let s = self.session(request, session)?;
         let out = s.read(from, max, wait).await;
         let settled = s.running().try_settled();
-        // `out.ended` says the streams ended, not that this read reached
-        // their ends: a stream is done once it did both.
+        // `out.ended`: this read reached the end of both streams of a
+        // settled process; a stream cut here before a split character
+        // (below) is not at its end after all.
         let total = s.status().output;
         let stdout = stream_read(
             &out.stdout,
