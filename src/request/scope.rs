@@ -357,4 +357,56 @@ mod tests {
         assert!(scopes.get(&id).is_none());
         assert!(scopes.insert(&id, Scope::default()).is_some());
     }
+
+    /// A scope's isolated launches with the network off share one network
+    /// namespace: its own, or the one [`Scope::share_network`] gave it (an
+    /// MCP session's, shared by the scopes of its calls); a scope given
+    /// none has another. The launches need root (a namespace made outside
+    /// a user namespace) and Landlock (the confinement that turns the
+    /// network off), and a spare namespace from the pool: where the pool is
+    /// off (another test of this process turns it off) or had none ready,
+    /// each launch has its own and only the first assertion is checked.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn scopes_given_one_network_share_its_namespace_and_no_other_scope_does() {
+        let shared = Arc::new(SharedNetwork::default());
+        let (a, b, other): (Scope, Scope, Scope) = Default::default();
+        a.share_network(Arc::clone(&shared));
+        b.share_network(Arc::clone(&shared));
+        for scope in [&a, &b] {
+            assert!(Arc::ptr_eq(&lock(&scope.network), &shared));
+        }
+        assert!(!Arc::ptr_eq(&lock(&other.network), &shared));
+        if crate::confine::landlock_abi() == 0 || !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs Landlock and root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let options = LaunchOptions::new(dir.path());
+        let net = |scope: &Scope| {
+            let inv = Invocation::validate(
+                InvocationSpec::new("/bin/sh")
+                    .with_args(["-c", "readlink /proc/self/ns/net"])
+                    .with_confinement(crate::confine::Confinement::workspace_write()),
+            )
+            .unwrap();
+            let running = scope.launch(inv, options.clone(), || false).unwrap();
+            async move {
+                let ev = running.settled().await;
+                assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+                ev.stdout.text.trim().to_owned()
+            }
+        };
+        let (in_a, in_a_again) = (net(&a).await, net(&a).await);
+        let (in_other, in_other_again) = (net(&other).await, net(&other).await);
+        if in_a != in_a_again || in_other != in_other_again {
+            eprintln!("skipped: no spare network namespace (the pool is off or was empty)");
+            return;
+        }
+        let in_b = net(&b).await;
+        let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+        assert!(in_a.starts_with("net:[") && in_a != host.to_str().unwrap());
+        assert_eq!(in_a, in_b, "one network given to both scopes");
+        assert_ne!(in_a, in_other, "another scope's network is its own");
+    }
 }

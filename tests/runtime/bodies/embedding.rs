@@ -470,3 +470,25 @@ async fn the_completion_lists_every_spill_and_a_later_spill_is_refused() {
     assert!(serde_json::to_value(&c).unwrap().get("spills").is_none());
     runtime.shutdown().await;
 }
+
+/// The completion's cleanup detail is the one the request's cleanup filed
+/// in its scope: it does not depend on the workspace still keeping the
+/// result for duplicate callers (here it keeps none).
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn the_cleanup_detail_is_the_requests_own_even_when_the_workspace_keeps_none() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config = RuntimeConfig::new(dir.path())
+        .with_workspace(WorkspaceConfig::default().with_result_cache(0));
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime.start(RequestId::new("detail-1").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    executor.write_artifact("a.txt", b"x").await.unwrap();
+    executor.succeed();
+    let c = request.finished().await;
+    let cleanup = c.cleanup.expect("the request's cleanup detail");
+    assert_eq!(cleanup.status, CleanupStatus::Cleaned, "{cleanup:?}");
+    assert_eq!(cleanup.counts.files_removed, 1, "{cleanup:?}");
+    runtime.shutdown().await;
+}
