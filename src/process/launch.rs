@@ -49,9 +49,9 @@ pub struct LaunchOptions {
     pub(crate) network: Option<Arc<SharedNetwork>>,
 }
 
-/// A request's network namespace: made (its loopback up) at the request's
-/// first isolated launch with the network off and entered by each later
-/// one, so that a server one call started is reachable on loopback from
+/// A request's network namespace: taken from the spares (or, none ready,
+/// made then) with its loopback up at the request's first isolated launch
+/// with the network off, and entered by each later one, so that a server one call started is reachable on loopback from
 /// the next call of the same request, and from no other request. Where
 /// this process cannot make a namespace outside a user namespace (not
 /// root), each launch has its own, as without it. Released with the

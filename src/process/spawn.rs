@@ -192,7 +192,7 @@ pub(crate) struct Isolate<'a> {
 pub(crate) fn shared_network_namespace() -> Option<OwnedFd> {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        netns::take()
+        netns::shared()
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {

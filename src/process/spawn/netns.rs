@@ -162,6 +162,44 @@ pub(super) fn take() -> Option<OwnedFd> {
     }
 }
 
+/// A namespace for a request to share (`process::SharedNetwork`): a spare
+/// if one is ready, else one made now on a thread of its own, so that a
+/// burst that emptied the pool does not leave the request without one;
+/// `None` only where this process may not make one (the pool was refused
+/// or turned off: not root, or a spare could not be entered).
+pub(super) fn shared() -> Option<OwnedFd> {
+    if let Some(fd) = take() {
+        return Some(fd);
+    }
+    if lock().off {
+        return None;
+    }
+    made_now()
+}
+
+/// One namespace with its loopback up, made now on a scratch thread.
+fn made_now() -> Option<OwnedFd> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("custodian-netns-1".into())
+            .stack_size(64 * 1024)
+            .spawn_scoped(s, || {
+                // Back in the host's namespace before it returns `Ok`; an
+                // `Err` leaves only this thread, which ends here, elsewhere.
+                let host = this_threads_net().ok()?;
+                make(&host)
+                    .inspect_err(
+                        |e| tracing::debug!(error = %e, "no network namespace for the request"),
+                    )
+                    .ok()
+            })
+            .ok()?
+            .join()
+            .ok()
+            .flatten()
+    })
+}
+
 /// Turns the pool off for good (a launch could not enter a spare): later
 /// launches clone their network namespace.
 pub(super) fn turn_off() {
@@ -290,6 +328,26 @@ mod tests {
         })
         .join()
         .unwrap()
+    }
+
+    /// A request whose first isolated launch finds no spare ready (a
+    /// burst emptied the pool) still gets a namespace of its own to share:
+    /// made now, new, its loopback up.
+    #[test]
+    fn a_namespace_made_now_is_new_with_its_loopback_up() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: a network namespace is made outside a user namespace as root only");
+            return;
+        }
+        let host = this_threads_net().unwrap();
+        let made = made_now().expect("made as root");
+        assert_ne!(inode(&made), inode(&host), "the host's namespace");
+        assert!(loopback_answers_in(&made), "its loopback is down");
+        assert_eq!(
+            inode(&this_threads_net().unwrap()),
+            inode(&host),
+            "this thread never left the host's namespace"
+        );
     }
 
     #[test]
