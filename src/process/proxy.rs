@@ -197,10 +197,13 @@ pub struct HostAccess {
     pub bytes_down: u64,
 }
 
+/// A host's entry in a launch's summary: allowed or not, host, port.
+type HostKey = (bool, String, u16);
+
 /// A launch's counters, shared by its connections.
 #[derive(Default)]
 struct Stats {
-    hosts: Mutex<BTreeMap<(bool, String, u16), HostAccess>>,
+    hosts: Mutex<BTreeMap<HostKey, HostAccess>>,
     dropped: AtomicU64,
     allowed: AtomicU64,
     refused: AtomicU64,
@@ -208,7 +211,7 @@ struct Stats {
 
 impl Stats {
     /// Counts one request; the entry to add bytes to, when one is kept.
-    fn request(&self, allowed: bool, host: &str, port: u16) -> Option<(bool, String, u16)> {
+    fn request(&self, allowed: bool, host: &str, port: u16) -> Option<HostKey> {
         (if allowed {
             &self.allowed
         } else {
@@ -231,7 +234,7 @@ impl Stats {
         Some(key)
     }
 
-    fn bytes(&self, key: Option<&(bool, String, u16)>, up: u64, down: u64) {
+    fn bytes(&self, key: Option<&HostKey>, up: u64, down: u64) {
         if let Some(key) = key {
             if let Some(e) = lock_std(&self.hosts).get_mut(key) {
                 e.bytes_up += up;
@@ -240,8 +243,22 @@ impl Stats {
         }
     }
 
-    fn summary(&self, allow: &AllowList, up: u64, down: u64) -> NetworkAccess {
-        let hosts = lock_std(&self.hosts);
+    /// The summary, with `live` (connections still open: their key and
+    /// bytes so far) counted in.
+    fn summary(
+        &self,
+        allow: &AllowList,
+        up: u64,
+        down: u64,
+        live: &[(Option<&HostKey>, u64, u64)],
+    ) -> NetworkAccess {
+        let mut hosts = lock_std(&self.hosts).clone();
+        for (key, u, d) in live {
+            if let Some(e) = key.and_then(|k| hosts.get_mut(k)) {
+                e.bytes_up += u;
+                e.bytes_down += d;
+            }
+        }
         let pick = |allowed: bool| {
             hosts
                 .iter()
@@ -274,6 +291,59 @@ struct Launch {
     stop: watch::Receiver<bool>,
     /// [`MAX_CONNECTIONS_PER_LAUNCH`].
     slots: Arc<Semaphore>,
+    /// Connections still open, whose bytes the summary counts live (a
+    /// tunnel still open when the launch settles is in its evidence).
+    live: Mutex<Vec<LiveConn>>,
+}
+
+/// An open connection's counters.
+struct LiveConn {
+    key: Option<HostKey>,
+    up: Arc<AtomicU64>,
+    down: Arc<AtomicU64>,
+}
+
+impl Launch {
+    /// Counts a connection's bytes from now on, live.
+    fn track(&self, key: Option<HostKey>, up: &Arc<AtomicU64>, down: &Arc<AtomicU64>) {
+        lock_std(&self.live).push(LiveConn {
+            key,
+            up: Arc::clone(up),
+            down: Arc::clone(down),
+        });
+    }
+
+    /// The connection counting into `up` ended: its bytes move into the
+    /// totals, under the lock the summary takes (counted once, either way).
+    fn untrack(&self, up: &Arc<AtomicU64>) {
+        let mut live = lock_std(&self.live);
+        if let Some(i) = live.iter().position(|c| Arc::ptr_eq(&c.up, up)) {
+            let c = live.swap_remove(i);
+            let (u, d) = (c.up.load(Ordering::Relaxed), c.down.load(Ordering::Relaxed));
+            self.up.fetch_add(u, Ordering::Relaxed);
+            self.down.fetch_add(d, Ordering::Relaxed);
+            self.stats.bytes(c.key.as_ref(), u, d);
+        }
+    }
+
+    /// The launch's summary: the ended connections' bytes and the open
+    /// ones' so far.
+    fn summary(&self) -> NetworkAccess {
+        let live = lock_std(&self.live);
+        let now: Vec<_> = live
+            .iter()
+            .map(|c| {
+                (
+                    c.key.as_ref(),
+                    c.up.load(Ordering::Relaxed),
+                    c.down.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        let up = self.up.load(Ordering::Relaxed) + now.iter().map(|n| n.1).sum::<u64>();
+        let down = self.down.load(Ordering::Relaxed) + now.iter().map(|n| n.2).sum::<u64>();
+        self.stats.summary(&self.allow, up, down, &now)
+    }
 }
 
 /// A connection's place: one of its launch's and one of the proxy's.
@@ -366,6 +436,7 @@ impl NetworkProxy {
             down: AtomicU64::new(0),
             stop: stop_rx,
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_LAUNCH)),
+            live: Mutex::new(Vec::new()),
         });
         let std_listener = std::net::TcpListener::from(listener);
         let listener = {
@@ -403,12 +474,7 @@ impl Attachment {
     /// Stops serving the launch and returns its summary.
     pub(crate) fn finish(mut self) -> NetworkAccess {
         self.end();
-        let l = &self.launch;
-        l.stats.summary(
-            &l.allow,
-            l.up.load(Ordering::Relaxed),
-            l.down.load(Ordering::Relaxed),
-        )
+        self.launch.summary()
     }
 
     fn end(&mut self) {
@@ -453,7 +519,7 @@ impl Served {
             Served::Attached(a) => a.finish(),
             Served::Unavailable(allow) => NetworkAccess {
                 proxy: "unavailable".into(),
-                ..Stats::default().summary(&allow, 0, 0)
+                ..Stats::default().summary(&allow, 0, 0, &[])
             },
         }
     }
@@ -597,6 +663,7 @@ async fn serve(
         tokio::spawn(async move {
             let _slot = permit;
             let (up, down) = (Arc::clone(&upstream.up), Arc::clone(&upstream.down));
+            launch.track(key, &up, &down);
             let mut stop = launch.stop.clone();
             let mut upstream = upstream;
             tokio::select! {
@@ -610,10 +677,7 @@ async fn serve(
                 }
                 _ = stopped(&mut stop) => {}
             }
-            let (u, d) = (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed));
-            launch.up.fetch_add(u, Ordering::Relaxed);
-            launch.down.fetch_add(d, Ordering::Relaxed);
-            launch.stats.bytes(key.as_ref(), u, d);
+            launch.untrack(&up);
         });
         return Ok(Response::new(
             http_body_util::Empty::new()
@@ -838,15 +902,13 @@ async fn forward(
     };
     let mut stop = launch.stop.clone();
     let l = Arc::clone(&launch);
+    l.track(key, &up, &down);
     tokio::spawn(async move {
         tokio::select! {
             _ = conn => {}
             _ = stopped(&mut stop) => {}
         }
-        let (u, d) = (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed));
-        l.up.fetch_add(u, Ordering::Relaxed);
-        l.down.fetch_add(d, Ordering::Relaxed);
-        l.stats.bytes(key.as_ref(), u, d);
+        l.untrack(&up);
     });
     match sender.send_request(req).await {
         Ok(resp) => resp.map(BodyExt::boxed),
@@ -984,6 +1046,62 @@ mod tests {
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
+    }
+
+    /// A tunnel still open when the launch settles is in its summary with
+    /// the bytes it moved so far (its task adds them only once it ends,
+    /// after the summary was taken: a test saw `bytes_down: 0` for a page
+    /// `curl` had read whole).
+    #[test]
+    fn a_tunnel_still_open_at_the_settlement_counts_its_bytes() {
+        let l = StdListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind upstream");
+        let up = l.local_addr().expect("addr").port();
+        let (held_tx, held) = mpsc::channel();
+        thread::spawn(move || {
+            let (mut s, _) = l.accept().expect("accept");
+            s.write_all(b"0123456789").expect("greet");
+            let mut got = [0u8; 5];
+            s.read_exact(&mut got).expect("read");
+            // Keeps the connection open until the test ends.
+            let _ = held_tx.send(s);
+        });
+        let (a, addr) = attached(&[format!("allowed.test:{up}")]);
+        let mut s = StdStream::connect(addr).expect("connect to the proxy");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "CONNECT allowed.test:{up} HTTP/1.1\r\nHost: allowed.test:{up}\r\n\r\n"
+        )
+        .expect("connect");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !seen.ends_with(b"0123456789") {
+            let n = s.read(&mut buf).expect("read");
+            assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            seen.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&seen)
+        );
+        s.write_all(b"abcde").expect("send");
+        let _conn = held
+            .recv_timeout(Duration::from_secs(10))
+            .expect("upstream read it");
+        let summary = a.finish();
+        assert_eq!(summary.allowed.len(), 1, "{summary:?}");
+        assert_eq!(
+            (summary.allowed[0].bytes_down, summary.allowed[0].bytes_up),
+            (10, 5),
+            "{summary:?}"
+        );
+        assert_eq!(
+            (summary.bytes_down, summary.bytes_up),
+            (10, 5),
+            "{summary:?}"
+        );
     }
 
     #[test]
@@ -1298,7 +1416,7 @@ mod tests {
             stats.request(false, &format!("h{i}.test"), 443);
         }
         stats.request(false, "h0.test", 443);
-        let s = stats.summary(&AllowList::parse(&["a.test"]).expect("list"), 0, 0);
+        let s = stats.summary(&AllowList::parse(&["a.test"]).expect("list"), 0, 0, &[]);
         assert_eq!(s.refused.len(), MAX_SUMMARY_HOSTS);
         assert_eq!(s.hosts_dropped, 5);
         assert_eq!(s.requests_refused, MAX_SUMMARY_HOSTS as u64 + 6);
