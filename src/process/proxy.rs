@@ -1090,6 +1090,13 @@ mod tests {
         let _conn = held
             .recv_timeout(Duration::from_secs(10))
             .expect("upstream read it");
+        // The proxy counts a chunk just after the kernel delivered it:
+        // wait for the live count (what `finish` reads) to show it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let counted = |n: &NetworkAccess| n.bytes_up >= 5 && n.bytes_down >= 10;
+        while !counted(&a.launch.summary()) && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         let summary = a.finish();
         assert_eq!(summary.allowed.len(), 1, "{summary:?}");
         assert_eq!(
