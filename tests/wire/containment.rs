@@ -16,7 +16,8 @@ use custodian::workspace::{Workspace, WorkspaceConfig};
 
 const INNER: &str = "containment::node_cleans_a_request_whose_setsid_writer_is_dead_first_inner";
 
-fn alive(pid: u32) -> bool {
+/// Whether `pid` is a live (non-zombie) process.
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !matches!(
             s.rfind(')')

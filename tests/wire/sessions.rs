@@ -66,16 +66,7 @@ fn spec(executable: &str, argv: &[&str]) -> StartSpec {
     })
 }
 
-/// Whether `pid` is a live (non-zombie) process.
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !matches!(
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].trim_start().chars().next()),
-            Some('Z' | 'X') | None
-        )
-    })
-}
+use crate::containment::alive;
 
 fn refused_code(e: WireError) -> String {
     match e {
