@@ -48,7 +48,19 @@ pub(crate) struct Prepared {
     /// See [`Prepared::nest`].
     nest: Option<BorrowedFd<'static>>,
     /// See [`Prepared::shared_net`].
-    shared_net: Option<std::sync::Arc<OwnedFd>>,
+    shared_net: Option<std::sync::Arc<SharedNet>>,
+}
+
+/// A network namespace a request's isolated launches share (made by
+/// `process::spawn::shared_network_namespace`), with the user namespace
+/// that owns it where that is not the host's.
+#[derive(Debug)]
+pub(crate) struct SharedNet {
+    /// The network namespace, its loopback up.
+    pub(crate) net: OwnedFd,
+    /// The user namespace that owns it, which a launch enters before it
+    /// (an unprivileged process's: made with it); `None`: the host's.
+    pub(crate) user: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -78,12 +90,15 @@ impl Prepared {
 
     /// The network namespace to run in instead of a new one (the
     /// request's, shared by its isolated launches with the network off).
-    pub(crate) fn shared_net(&self) -> Option<BorrowedFd<'_>> {
-        self.shared_net.as_deref().map(AsFd::as_fd)
+    /// With the user namespace that owns it, where that is not the host's.
+    pub(crate) fn shared_net(&self) -> Option<(BorrowedFd<'_>, Option<BorrowedFd<'_>>)> {
+        self.shared_net
+            .as_deref()
+            .map(|n| (n.net.as_fd(), n.user.as_ref().map(AsFd::as_fd)))
     }
 
     /// Sets [`Prepared::shared_net`].
-    pub(crate) fn set_shared_net(&mut self, ns: Option<std::sync::Arc<OwnedFd>>) {
+    pub(crate) fn set_shared_net(&mut self, ns: Option<std::sync::Arc<SharedNet>>) {
         self.shared_net = ns;
     }
 

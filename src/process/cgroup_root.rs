@@ -166,7 +166,8 @@ pub(crate) fn start(
                 view,
                 access_fs: c.access_fs(),
                 nest: c.nest(),
-                net: c.shared_net(),
+                net: c.shared_net().map(|(net, _)| net),
+                net_user: c.shared_net().and_then(|(_, user)| user),
             })
         }),
     };

@@ -49,21 +49,24 @@ pub struct LaunchOptions {
     pub(crate) network: Option<Arc<SharedNetwork>>,
 }
 
-/// A request's network namespace: taken from the spares (or, none ready,
-/// made then) with its loopback up at the request's first isolated launch
-/// with the network off, and entered by each later one, so that a server one call started is reachable on loopback from
-/// the next call of the same request, and from no other request. Where
-/// this process cannot make a namespace outside a user namespace (not
-/// root), each launch has its own, as without it. Released with the
-/// request's scope and its last process.
+/// A request's network namespace: made (as root, taken from the spares)
+/// with its loopback up at the request's first isolated launch with the
+/// network off, and entered by each later one, so that a server one call
+/// started is reachable on loopback from the next call of the same
+/// request, and from no other request. As root it belongs to the host's
+/// user namespace; an unprivileged process makes it in a user namespace of
+/// its own, which each launch enters first (`process::spawn`, *A request's
+/// network namespace*). Where neither can be made, each launch has its
+/// own, as without it. Released with the request's scope and its last
+/// process.
 #[derive(Debug, Default)]
 pub(crate) struct SharedNetwork {
-    ns: std::sync::OnceLock<Option<Arc<std::os::fd::OwnedFd>>>,
+    ns: std::sync::OnceLock<Option<Arc<crate::confine::build::SharedNet>>>,
 }
 
 impl SharedNetwork {
     /// The namespace, made on the first call.
-    fn get(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
+    fn get(&self) -> Option<Arc<crate::confine::build::SharedNet>> {
         self.ns
             .get_or_init(|| {
                 #[cfg(target_os = "linux")]
@@ -73,6 +76,18 @@ impl SharedNetwork {
                 made
             })
             .clone()
+    }
+}
+
+#[cfg(test)]
+impl SharedNetwork {
+    /// One whose namespace is `ns` (`None`: each launch has its own).
+    pub(crate) fn with(ns: Option<crate::confine::build::SharedNet>) -> Self {
+        let made = SharedNetwork::default();
+        made.ns
+            .set(ns.map(Arc::new))
+            .expect("a new SharedNetwork is unset");
+        made
     }
 }
 

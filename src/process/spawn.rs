@@ -86,6 +86,34 @@
 //! came from a large table), uses the plain copy. Measured by
 //! `benches/process_fd_table.rs`.
 //!
+//! ## A request's network namespace
+//!
+//! The isolated launches of one request with the network off share one
+//! network namespace (`process::SharedNetwork`). As root it is owned by
+//! the host's user namespace: the spawner thread enters it for the
+//! `clone3`, which makes every other namespace (`spawn::netns`). An
+//! unprivileged process cannot enter a namespace it holds no capability
+//! over, and a thread of a process with several threads cannot enter a
+//! user namespace at all (`setns(2)`), so the request's network namespace
+//! is made together with a user namespace of its own (the *request's user
+//! namespace*, mapping this process's ids to themselves), by a child that
+//! opens both for this process and exits. A launch then goes through a
+//! *pre-init*: cloned with no namespace flag and `CLONE_FILES`, it enters
+//! the request's user namespace and its network namespace (a single
+//! threaded process with a filesystem context of its own may), unshares
+//! the mount, ipc, uts and pid namespaces (the last for its children:
+//! they are owned by the request's user namespace, in which it holds every
+//! capability), and clones the sandbox's init with `CLONE_PARENT` (the
+//! init is this process's child, as without it), `CLONE_PIDFD` (into this
+//! process's table, which it shares, and the caller's slot) and the
+//! init's stack; then it exits, and the caller reaps it. The init needs no
+//! id maps (the user namespace has them) and goes on as any other. A pre-
+//! init that cannot enter or unshare reports it before any init exists:
+//! the launch then clones a network namespace of its own, as without one.
+//! What the sandboxes of one request share is that user namespace, in
+//! which their programs hold no capability, and its loopback; each has
+//! its own pid, mount, ipc and uts namespaces.
+//!
 //! # Caveats
 //!
 //! - x86-64 Linux only (the clone trampoline is assembly); elsewhere
@@ -182,22 +210,54 @@ pub(crate) struct Isolate<'a> {
     /// new one (a request's, shared by its isolated processes: see
     /// [`shared_network_namespace`]); `None`: one of the launch's own.
     pub net: Option<BorrowedFd<'a>>,
+    /// The user namespace that owns `net`, where that is not the host's:
+    /// the launch enters both before it makes the others (module docs,
+    /// *A request's network namespace*).
+    pub net_user: Option<BorrowedFd<'a>>,
 }
 
-/// A network namespace with its loopback up, made off the launch's path,
-/// for a request's isolated processes to share (`None` where this process
-/// cannot make one outside a user namespace: not root, see
-/// `spawn::netns`). Owned by the host's user namespace: no sandbox holds a
-/// capability over it.
-pub(crate) fn shared_network_namespace() -> Option<OwnedFd> {
+/// A network namespace with its loopback up for a request's isolated
+/// processes to share. As root it is made outside any user namespace (a
+/// spare, or one made now; see `spawn::netns`): owned by the host's user
+/// namespace, no sandbox holds a capability over it. Otherwise (an
+/// unprivileged process) it is made together with a user namespace of its
+/// own, which owns it and which every launch of the request enters first;
+/// no sandbox holds a capability in that one either (the program drops
+/// every capability). `None` where neither can be made.
+pub(crate) fn shared_network_namespace() -> Option<crate::confine::build::SharedNet> {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        netns::shared()
+        use crate::confine::build::SharedNet;
+        if let Some(net) = netns::shared() {
+            return Some(SharedNet { net, user: None });
+        }
+        imp::user_network_namespace()
+            .inspect_err(|e| {
+                tracing::debug!(
+                    error = %e,
+                    "no network namespace for the request; each launch has its own"
+                );
+            })
+            .ok()
+            .map(|(user, net)| SharedNet {
+                net,
+                user: Some(user),
+            })
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
         None
     }
+}
+
+/// The kind of [`shared_network_namespace`] an unprivileged process makes
+/// (a user namespace of its own owns it), made whoever runs (tests).
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) fn user_network_namespace() -> Result<crate::confine::build::SharedNet, Errno> {
+    imp::user_network_namespace().map(|(user, net)| crate::confine::build::SharedNet {
+        net,
+        user: Some(user),
+    })
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
@@ -326,10 +386,18 @@ pub(crate) enum Stage {
     Fork,
     /// The sandbox's init died before it reported (isolated child).
     InitDied,
+    /// Entering the request's user and network namespaces, or making the
+    /// others beneath them (the pre-init of a launch that shares the
+    /// request's network namespace).
+    JoinNetwork,
+    /// Cloning the sandbox's init from the pre-init.
+    InitClone,
 }
 
 impl Stage {
-    const CHILD: [Stage; 19] = [
+    const CHILD: [Stage; 21] = [
+        Stage::JoinNetwork,
+        Stage::InitClone,
         Stage::ProxyListener,
         Stage::IdMap,
         Stage::Session,
@@ -373,6 +441,8 @@ impl Stage {
             Stage::Fork => 17,
             Stage::InitDied => 18,
             Stage::ProxyListener => 19,
+            Stage::JoinNetwork => 20,
+            Stage::InitClone => 21,
             Stage::Stack | Stage::StdioDup | Stage::Clone | Stage::ConfineDup => 0,
         }
     }
@@ -408,6 +478,8 @@ impl fmt::Display for Stage {
             Stage::Capabilities => "capability drop",
             Stage::Fork => "clone3 of the program",
             Stage::InitDied => "init died",
+            Stage::JoinNetwork => "entering the request's network namespace",
+            Stage::InitClone => "clone3 of the init",
         })
     }
 }
@@ -964,6 +1036,22 @@ mod imp {
         proxy_channel: c_int,
         /// The loopback port the proxy's listener binds.
         proxy_port: u16,
+        /// The request's user namespace and network namespace, which the
+        /// pre-init enters (module docs, *A request's network
+        /// namespace*), or -1 each.
+        join_user: c_int,
+        join_net: c_int,
+        /// This attempt goes through the pre-init (set by the caller
+        /// before each clone attempt, as `loopback`): the init writes no
+        /// id maps.
+        joined: AtomicBool,
+        /// The init's stack, for the pre-init's clone of it.
+        init_stack: (u64, u64),
+        /// The caller's pidfd slot, where the pre-init's clone stores the
+        /// init's pidfd (`CLONE_PIDFD`), and where it stores its pid
+        /// (`CLONE_PARENT_SETTID`).
+        init_pidfd: *const AtomicI32,
+        init_pid: AtomicI32,
     }
 
     /// `struct landlock_path_beneath_attr` (packed, as the kernel's).
@@ -1350,17 +1438,20 @@ mod imp {
         // SAFETY: the pointers and lengths were built by the parent for
         // exactly this and are kept alive until the release.
         unsafe {
-            let r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
-            if r < 0 && r != -(libc::ENOENT as isize) {
-                return Err((Stage::IdMap, r));
-            }
-            let r = write_file(c"/proc/self/uid_map", i.uid_map, i.uid_map_len);
-            if r < 0 {
-                return Err((Stage::IdMap, r));
-            }
-            let r = write_file(c"/proc/self/gid_map", i.gid_map, i.gid_map_len);
-            if r < 0 {
-                return Err((Stage::IdMap, r));
+            // Joined: the request's user namespace has its maps already.
+            if !i.joined.load(Ordering::Relaxed) {
+                let r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
+                if r < 0 && r != -(libc::ENOENT as isize) {
+                    return Err((Stage::IdMap, r));
+                }
+                let r = write_file(c"/proc/self/uid_map", i.uid_map, i.uid_map_len);
+                if r < 0 {
+                    return Err((Stage::IdMap, r));
+                }
+                let r = write_file(c"/proc/self/gid_map", i.gid_map, i.gid_map_len);
+                if r < 0 {
+                    return Err((Stage::IdMap, r));
+                }
             }
             if i.death_signal {
                 let r = raw5(
@@ -1685,6 +1776,171 @@ mod imp {
                 exit_127()
             }
         }
+    }
+
+    /// The pre-init of a launch that shares the request's network
+    /// namespace (module docs, *A request's network namespace*): enters
+    /// the request's user and network namespaces, unshares the others (the
+    /// pid namespace for its children), clones the init into them as the
+    /// caller's child, and exits. A failure before the init exists is
+    /// stored and releases the caller. Only raw system calls, as
+    /// [`child_main`].
+    ///
+    /// # Safety
+    ///
+    /// As [`child_main`], for a `ChildArgs` with live `IsolateArgs`
+    /// whose `join_user` and `join_net` are open; cloned with
+    /// `CLONE_FILES` and no namespace flag.
+    unsafe extern "C" fn pre_init_main(args: *const ChildArgs) -> ! {
+        // SAFETY: the caller keeps `*args` and its `IsolateArgs` alive
+        // until the release, which only the init (or this process's
+        // failure, below) makes.
+        let a = unsafe { &*args };
+        // SAFETY: as above; non-NULL for a joined launch.
+        let i = unsafe { &*a.isolate };
+        let fail = |stage: Stage, ret: isize| -> ! {
+            a.failed_errno
+                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
+            a.failed_stage.store(stage.code(), Ordering::Relaxed);
+            // SAFETY: the caller waits on the word.
+            unsafe { release(i.released) };
+            exit_127()
+        };
+        // SAFETY: setns and unshare take integers.
+        unsafe {
+            let r = raw4(
+                libc::SYS_setns as usize,
+                i.join_user as usize,
+                libc::CLONE_NEWUSER as usize,
+                0,
+                0,
+            );
+            if r < 0 {
+                fail(Stage::JoinNetwork, r);
+            }
+            let r = raw4(
+                libc::SYS_setns as usize,
+                i.join_net as usize,
+                libc::CLONE_NEWNET as usize,
+                0,
+                0,
+            );
+            if r < 0 {
+                fail(Stage::JoinNetwork, r);
+            }
+            let r = raw4(
+                libc::SYS_unshare as usize,
+                (NEW_NAMESPACES & !(libc::CLONE_NEWUSER as u64)) as usize,
+                0,
+                0,
+                0,
+            );
+            if r < 0 {
+                fail(Stage::JoinNetwork, r);
+            }
+        }
+        let mut init = zeroed_args();
+        init.flags =
+            (libc::CLONE_VM | libc::CLONE_PARENT | libc::CLONE_PIDFD | libc::CLONE_PARENT_SETTID)
+                as u64;
+        init.pidfd = i.init_pidfd as u64;
+        init.parent_tid = i.init_pid.as_ptr() as u64;
+        (init.stack, init.stack_size) = i.init_stack;
+        // SAFETY: the init runs on its own stack (the caller keeps it until
+        // the init is reaped), reads `a` (alive until the release) and
+        // never returns.
+        let r = unsafe { clone3(&mut init, child_main, args) };
+        if r < 0 {
+            fail(Stage::InitClone, r);
+        }
+        exit_127()
+    }
+
+    /// A user namespace mapping this process's ids to themselves and a
+    /// network namespace it owns, its loopback up: (user, network), made by
+    /// a child that opens both into this process's descriptor table
+    /// (`CLONE_FILES`) and exits (module docs, *A request's network
+    /// namespace*).
+    pub(crate) fn user_network_namespace() -> Result<(OwnedFd, OwnedFd), Errno> {
+        let (uid_map, gid_map) = own_id_maps();
+        let made = MadeNamespaces {
+            uid: uid_map.as_bytes(),
+            gid: gid_map.as_bytes(),
+            user: AtomicI32::new(-1),
+            net: AtomicI32::new(-1),
+            errno: AtomicI32::new(0),
+        };
+        let flags = libc::CLONE_FILES | libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
+        // SAFETY: the child reads and writes `made`, which outlives the
+        // call, and exits.
+        unsafe {
+            run_vforked(
+                flags as u64,
+                user_network_namespace_child,
+                ptr::from_ref(&made).cast(),
+            )?;
+        }
+        // SAFETY: each is -1 or a descriptor the child opened in this
+        // process's table (CLONE_FILES), owned by nobody else.
+        let own = |fd: &AtomicI32| {
+            let fd = fd.load(Ordering::Relaxed);
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        let (user, net) = (own(&made.user), own(&made.net));
+        match (made.errno.load(Ordering::Relaxed), user, net) {
+            (0, Some(user), Some(net)) => Ok((user, net)),
+            (0, _, _) => Err(Errno::BADF),
+            (e, _, _) => Err(Errno::from_raw_os_error(e)),
+        }
+    }
+
+    /// What the child of [`user_network_namespace`] reads and fills.
+    struct MadeNamespaces<'a> {
+        uid: &'a [u8],
+        gid: &'a [u8],
+        user: AtomicI32,
+        net: AtomicI32,
+        errno: AtomicI32,
+    }
+
+    unsafe extern "C" fn user_network_namespace_child(arg: *const ChildArgs) -> ! {
+        // SAFETY: `arg` is the parent's live MadeNamespaces (CLONE_VFORK).
+        let m = unsafe { &*arg.cast::<MadeNamespaces<'_>>() };
+        let open = |path: &CStr| {
+            // SAFETY: openat with a NUL-terminated path.
+            unsafe {
+                raw4(
+                    libc::SYS_openat as usize,
+                    AT_FDCWD as usize,
+                    path.as_ptr() as usize,
+                    (libc::O_RDONLY | libc::O_CLOEXEC) as usize,
+                    0,
+                )
+            }
+        };
+        // SAFETY: raw system calls on the parent's live buffers.
+        let r = unsafe {
+            let mut r = map_ids(m.uid, m.gid);
+            if r == 0 {
+                r = loopback_up().min(0);
+            }
+            r
+        };
+        let r = if r == 0 {
+            let user = open(c"/proc/self/ns/user");
+            if user >= 0 {
+                m.user.store(user as i32, Ordering::Relaxed);
+            }
+            let net = open(c"/proc/self/ns/net");
+            if net >= 0 {
+                m.net.store(net as i32, Ordering::Relaxed);
+            }
+            user.min(net).min(0)
+        } else {
+            r
+        };
+        m.errno.store((r as i32).wrapping_neg(), Ordering::Relaxed);
+        exit_127()
     }
 
     /// The child: runs on its own stack, shares the parent's memory while
@@ -2095,35 +2351,60 @@ mod imp {
     /// The probe behind [`isolation_supported`] (and, with `new_net`,
     /// [`net_namespace_supported`]).
     fn probe_isolation(new_net: bool) -> Result<(), Errno> {
-        let uid_map = format!("{0} {0} 1\n", rustix::process::geteuid().as_raw());
-        let gid_map = format!("{0} {0} 1\n", rustix::process::getegid().as_raw());
-        let stack = Stack::new(PAGE * 4)?;
-        let (lo, size) = stack.region();
+        let (uid_map, gid_map) = own_id_maps();
         let maps = ProbeMaps {
             uid: uid_map.as_bytes(),
             gid: gid_map.as_bytes(),
             errno: AtomicI32::new(0),
         };
-        let mut args = zeroed_args();
-        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | NEW_NAMESPACES;
+        let mut flags = NEW_NAMESPACES;
         if new_net {
-            args.flags |= libc::CLONE_NEWNET as u64;
+            flags |= libc::CLONE_NEWNET as u64;
         }
+        // SAFETY: the child reads `maps`, which outlives the call, and
+        // exits.
+        unsafe { run_vforked(flags, probe_isolation_child, ptr::from_ref(&maps).cast())? };
+        match maps.errno.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            e => Err(Errno::from_raw_os_error(e)),
+        }
+    }
+
+    /// The one-line id maps of a user namespace that maps this process's
+    /// effective uid and gid to themselves: (uid_map, gid_map).
+    fn own_id_maps() -> (String, String) {
+        (
+            format!("{0} {0} 1\n", rustix::process::geteuid().as_raw()),
+            format!("{0} {0} 1\n", rustix::process::getegid().as_raw()),
+        )
+    }
+
+    /// Runs `child(arg)` in a `CLONE_VM | CLONE_VFORK` clone with `flags`
+    /// added, on a stack of its own, every signal blocked, and reaps it;
+    /// `Err` carries a failed `clone3`'s answer.
+    ///
+    /// # Safety
+    ///
+    /// `child(arg)` must be sound to run in such a child (raw system calls
+    /// only, on what `arg` points to, which outlives the call) and exit.
+    unsafe fn run_vforked(
+        flags: u64,
+        child: unsafe extern "C" fn(*const ChildArgs) -> !,
+        arg: *const ChildArgs,
+    ) -> Result<(), Errno> {
+        let stack = Stack::new(PAGE * 4)?;
+        let (lo, size) = stack.region();
+        let mut args = zeroed_args();
+        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | flags;
         args.exit_signal = libc::SIGCHLD as u64;
         args.stack = lo;
         args.stack_size = size;
         let r = {
             let _blocked = BlockAll::new();
-            // SAFETY: the child runs on `stack`, reads `maps` (alive: the
-            // call returns only once the child exited, CLONE_VFORK) and
-            // exits.
-            unsafe {
-                clone3(
-                    &mut args,
-                    probe_isolation_child,
-                    ptr::from_ref(&maps).cast(),
-                )
-            }
+            // SAFETY: the child runs on `stack`, which outlives it (the call
+            // returns only once it exited, CLONE_VFORK); the caller vouches
+            // for `child(arg)`.
+            unsafe { clone3(&mut args, child, arg) }
         };
         if r < 0 {
             return Err(Errno::from_raw_os_error(-(r as i32)));
@@ -2132,9 +2413,30 @@ mod imp {
             rustix::process::Pid::from_raw(r as i32),
             rustix::process::WaitOptions::empty(),
         );
-        match maps.errno.load(Ordering::Relaxed) {
-            0 => Ok(()),
-            e => Err(Errno::from_raw_os_error(e)),
+        Ok(())
+    }
+
+    /// Writes `deny` to `setgroups` (absent before Linux 3.19: skipped),
+    /// then the one-line `uid` and `gid` maps of this process's new user
+    /// namespace; 0 or `-errno`.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls only, on `uid` and `gid`.
+    unsafe fn map_ids(uid: &[u8], gid: &[u8]) -> isize {
+        // SAFETY: open/write/close on the live buffers.
+        unsafe {
+            let mut r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
+            if r == -(libc::ENOENT as isize) {
+                r = 0;
+            }
+            if r == 0 {
+                r = write_file(c"/proc/self/uid_map", uid.as_ptr(), uid.len());
+            }
+            if r == 0 {
+                r = write_file(c"/proc/self/gid_map", gid.as_ptr(), gid.len());
+            }
+            r
         }
     }
 
@@ -2150,16 +2452,7 @@ mod imp {
         let m = unsafe { &*arg.cast::<ProbeMaps<'_>>() };
         // SAFETY: raw system calls on the parent's live buffers.
         let r = unsafe {
-            let mut r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
-            if r == -(libc::ENOENT as isize) {
-                r = 0;
-            }
-            if r == 0 {
-                r = write_file(c"/proc/self/uid_map", m.uid.as_ptr(), m.uid.len());
-            }
-            if r == 0 {
-                r = write_file(c"/proc/self/gid_map", m.gid.as_ptr(), m.gid.len());
-            }
+            let mut r = map_ids(m.uid, m.gid);
             if r == 0 {
                 r = sys5(
                     libc::SYS_mount,
@@ -2197,6 +2490,8 @@ mod imp {
     /// of a caller that waits until `released` is 0.
     struct Job {
         args: *mut libc::clone_args,
+        /// What the child runs: `child_main`, or `pre_init_main`.
+        entry: unsafe extern "C" fn(*const ChildArgs) -> !,
         child: *const ChildArgs,
         /// Where the spawner thread writes a failed clone's `-errno`.
         ret: *const AtomicIsize,
@@ -2307,13 +2602,18 @@ mod imp {
         /// An isolated child never execs (it becomes the sandbox's init):
         /// with `watch` (its pidfd slot) the kernel does not release the
         /// caller; the init does itself once the program exec'ed, and the
-        /// caller also watches for the init dying first.
+        /// caller also watches for the init dying first (and, with `pre`,
+        /// the pre-init's pidfd slot, for the pre-init dying before it
+        /// made the init: `entry` is then `pre_init_main`).
+        #[allow(clippy::too_many_arguments, reason = "one clone's parts, all borrowed")]
         fn clone3(
             &self,
             args: &mut libc::clone_args,
+            entry: unsafe extern "C" fn(*const ChildArgs) -> !,
             child: &ChildArgs,
             released: &AtomicU32,
             watch: Option<&AtomicI32>,
+            pre: Option<&AtomicI32>,
             netns: Option<BorrowedFd<'_>>,
         ) -> isize {
             let ret = AtomicIsize::new(0);
@@ -2327,6 +2627,7 @@ mod imp {
             args.parent_tid = (&raw mut pid) as u64;
             let job = Job {
                 args: ptr::from_mut(args),
+                entry,
                 child: ptr::from_ref(child),
                 ret: &raw const ret,
                 released: ptr::from_ref(released),
@@ -2337,7 +2638,7 @@ mod imp {
                 // runs): nothing was cloned.
                 return -(libc::EAGAIN as isize);
             }
-            if !wait_released(released, watch) {
+            if !wait_released(released, watch, pre) {
                 // The init died before it released: report it as a failed
                 // child (the caller reaps it through its pidfd).
                 return -(libc::ECHILD as isize);
@@ -2413,7 +2714,7 @@ mod imp {
                     // for as long as the child uses them; this thread
                     // touches none of them after the clone. `child_main`
                     // never returns.
-                    let r = unsafe { clone3(&mut *job.args, child_main, job.child) };
+                    let r = unsafe { clone3(&mut *job.args, job.entry, job.child) };
                     if spare >= 0 {
                         // Back at once: the spare is the sandbox's alone.
                         away = enter_net(-1, host, &mut away).is_err();
@@ -2818,7 +3119,7 @@ mod imp {
         let ret = match filtering {
             Some(worker) => {
                 let released = AtomicU32::new(WAITING);
-                worker.clone3(&mut args, &child, &released, None, None)
+                worker.clone3(&mut args, child_main, &child, &released, None, None, None)
             }
             None => {
                 let _blocked = BlockAll::new();
@@ -2990,7 +3291,11 @@ mod imp {
     /// Sleeps until `released` is 0. With `watch` (the init's pidfd, once
     /// the kernel stored it), wakes every few milliseconds to see whether
     /// the child exited without releasing (killed): `false` then.
-    fn wait_released(released: &AtomicU32, watch: Option<&AtomicI32>) -> bool {
+    fn wait_released(
+        released: &AtomicU32,
+        watch: Option<&AtomicI32>,
+        pre: Option<&AtomicI32>,
+    ) -> bool {
         use rustix::process::{WaitId, WaitIdOptions, waitid};
         let tick = libc::timespec {
             tv_sec: 0,
@@ -3014,7 +3319,28 @@ mod imp {
             let Some(fd) = watch.map(|w| w.load(Ordering::Relaxed)) else {
                 continue;
             };
-            if fd < 0 || released.load(Ordering::Acquire) == 0 {
+            if fd < 0 {
+                // No init yet: a pre-init that is gone without one (and
+                // without a release) never makes it.
+                let pre = pre.map_or(-1, |p| p.load(Ordering::Relaxed));
+                if pre >= 0 && released.load(Ordering::Acquire) != 0 {
+                    // SAFETY: the kernel stored a pidfd owned by the caller
+                    // there.
+                    let pidfd = unsafe { BorrowedFd::borrow_raw(pre) };
+                    let exited = waitid(
+                        WaitId::PidFd(pidfd),
+                        WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+                    );
+                    if matches!(exited, Ok(Some(_)))
+                        && watch.is_some_and(|w| w.load(Ordering::Relaxed) < 0)
+                        && released.load(Ordering::Acquire) != 0
+                    {
+                        return false;
+                    }
+                }
+                continue;
+            }
+            if released.load(Ordering::Acquire) == 0 {
                 continue;
             }
             // SAFETY: the kernel stored a pidfd owned by the caller there.
@@ -3028,6 +3354,85 @@ mod imp {
             }
         }
         true
+    }
+
+    /// The clone of a joined launch (module docs, *A request's network
+    /// namespace*): the pre-init, cloned with `normal`'s cgroup on a stack
+    /// of its own, makes the init; the pre-init is reaped before this
+    /// returns. `Some(r)`: as a clone's answer, `r > 0` when the init exists
+    /// (its pid is in `IsolateArgs::init_pid`, its pidfd in `pidfd`; the
+    /// init may have failed a later step, as after any clone), `-errno`
+    /// when none was made. `None`: the pre-init could not enter the
+    /// request's namespaces (no init exists, `child`'s failure slots hold
+    /// why).
+    fn clone_joined(
+        normal: &libc::clone_args,
+        filtering: Option<&FilteringSpawner>,
+        child: &ChildArgs,
+        released: &AtomicU32,
+        pidfd: &AtomicI32,
+    ) -> Result<Option<isize>, SpawnError> {
+        let stack = Stack::take().map_err(|errno| SpawnError::Failed {
+            stage: Stage::Stack,
+            errno,
+        })?;
+        let pre = AtomicI32::new(-1);
+        let mut args = zeroed_args();
+        args.flags = (libc::CLONE_VM | libc::CLONE_PIDFD | libc::CLONE_FILES) as u64
+            | (normal.flags & CLONE_INTO_CGROUP);
+        args.cgroup = normal.cgroup;
+        args.pidfd = pre.as_ptr() as u64;
+        args.exit_signal = libc::SIGCHLD as u64;
+        (args.stack, args.stack_size) = stack.region();
+        let r = match filtering {
+            Some(worker) => worker.clone3(
+                &mut args,
+                pre_init_main,
+                child,
+                released,
+                Some(pidfd),
+                Some(&pre),
+                None,
+            ),
+            None => {
+                let r = {
+                    let _blocked = BlockAll::new();
+                    // SAFETY: the pre-init runs on `stack` until it exits,
+                    // which the reap below waits for; `child` and what it
+                    // points to outlive the release, which
+                    // `wait_released` waits for.
+                    unsafe { clone3(&mut args, pre_init_main, child) }
+                };
+                if r > 0 && !wait_released(released, Some(pidfd), Some(&pre)) {
+                    -(libc::ECHILD as isize)
+                } else {
+                    r
+                }
+            }
+        };
+        let pre = pre.load(Ordering::Relaxed);
+        if pre >= 0 {
+            // SAFETY: with CLONE_PIDFD a successful clone3 stored a new
+            // descriptor, owned by nobody else, in `pre`.
+            let pre = unsafe { OwnedFd::from_raw_fd(pre) };
+            // It exits right after it cloned the init (or failed).
+            reap(&pre);
+        }
+        // Nothing runs on the pre-init's stack any more.
+        stack.give_back();
+        if pidfd.load(Ordering::Relaxed) >= 0 {
+            // The init exists: as a clone that made it (or it died before
+            // it released: `-ECHILD`, reaped by the caller).
+            return Ok(Some(if r < 0 { r } else { 1 }));
+        }
+        let failed = Stage::from_code(child.failed_stage.load(Ordering::Relaxed));
+        let errno = -(child.failed_errno.load(Ordering::Relaxed) as isize);
+        Ok(match failed {
+            Some(Stage::JoinNetwork) => None,
+            Some(Stage::InitClone) => Some(errno),
+            // The pre-init's own clone failed (`r < 0`), or it died.
+            _ => Some(if r < 0 { r } else { -(libc::ECHILD as isize) }),
+        })
     }
 
     /// The isolated path of [`spawn`] (module docs, *Isolation*).
@@ -3097,6 +3502,14 @@ mod imp {
         } else {
             None
         };
+        // With the network off in a request's namespace owned by a user
+        // namespace of its own: through a pre-init (module docs, *A
+        // request's network namespace*).
+        let joined = match (iso.net, iso.net_user) {
+            (Some(net), Some(user)) if view.new_net && !view.contains_only => Some((user, net)),
+            _ => None,
+        };
+        let pidfd = AtomicI32::new(-1);
         let isolate = IsolateArgs {
             nest: lease.as_ref().map_or(nest, |l| l.nest(nest)),
             steps: steps.as_ptr(),
@@ -3119,6 +3532,12 @@ mod imp {
             failed_step: AtomicU32::new(u32::MAX),
             proxy_channel: proxy_pair.as_ref().map_or(-1, |(_, c)| c.as_raw_fd()),
             proxy_port: view.proxy_port.unwrap_or(0),
+            join_user: joined.map_or(-1, |(user, _)| user.as_raw_fd()),
+            join_net: joined.map_or(-1, |(_, net)| net.as_raw_fd()),
+            joined: AtomicBool::new(false),
+            init_stack: init_stack.region(),
+            init_pidfd: &raw const pidfd,
+            init_pid: AtomicI32::new(0),
         };
         let child = ChildArgs {
             // An unconfined launch keeps setuid programs working.
@@ -3141,7 +3560,6 @@ mod imp {
             failed_errno: AtomicI32::new(0),
         };
         let (lo, size) = init_stack.region();
-        let pidfd = AtomicI32::new(-1);
         let mut args = zeroed_args();
         args.flags = (libc::CLONE_VM | libc::CLONE_PIDFD) as u64
             | if view.contains_only {
@@ -3152,7 +3570,9 @@ mod imp {
         // The network off: the request's shared namespace or a spare one,
         // entered by the spawner thread for the clone, or one the clone
         // makes (see `super::netns`).
-        let enters = matches!(parts.filtering, Some(w) if w.enters_net) && view.new_net;
+        let enters = matches!(parts.filtering, Some(w) if w.enters_net)
+            && view.new_net
+            && iso.net_user.is_none();
         let shared = iso.net.filter(|_| enters);
         let mut spare = match parts.filtering {
             Some(_) if enters && shared.is_none() => super::netns::take(),
@@ -3174,9 +3594,49 @@ mod imp {
             args.flags |= CLONE_INTO_CGROUP;
             args.cgroup = cg.as_raw_fd() as u64;
         }
-        let ret = match parts.filtering {
-            Some(worker) => {
-                let mut r = worker.clone3(&mut args, &child, &released, Some(&pidfd), entered);
+        // Joined: the pre-init makes the init; `None` where it could not
+        // enter the request's namespaces (no init exists), and the launch
+        // makes its own below (`args` has `CLONE_NEWNET`: `entered` is
+        // `None` for it).
+        let joined_ret = match joined {
+            Some(_) => {
+                // Its loopback is up already.
+                let loopback = isolate.loopback.swap(false, Ordering::Relaxed);
+                isolate.joined.store(true, Ordering::Relaxed);
+                let r = clone_joined(&args, parts.filtering, &child, &released, &pidfd)?;
+                if r.is_none() {
+                    tracing::warn!(
+                        "the request's network namespace could not be entered; \
+                         this launch has one of its own"
+                    );
+                    isolate.joined.store(false, Ordering::Relaxed);
+                    isolate.loopback.store(loopback, Ordering::Relaxed);
+                    child.failed_stage.store(0, Ordering::Relaxed);
+                    child.failed_errno.store(0, Ordering::Relaxed);
+                    released.store(WAITING, Ordering::Relaxed);
+                }
+                r.map(|pid| {
+                    if pid > 0 {
+                        isolate.init_pid.load(Ordering::Relaxed) as isize
+                    } else {
+                        pid
+                    }
+                })
+            }
+            None => None,
+        };
+        let ret = match (joined_ret, parts.filtering) {
+            (Some(r), _) => r,
+            (None, Some(worker)) => {
+                let mut r = worker.clone3(
+                    &mut args,
+                    child_main,
+                    &child,
+                    &released,
+                    Some(&pidfd),
+                    None,
+                    entered,
+                );
                 if r < 0 && entered.is_some() && pidfd.load(Ordering::Relaxed) < 0 {
                     // No child, so nothing reads `isolate` or `args`: the
                     // spare (or the shared namespace) could not be entered,
@@ -3194,11 +3654,19 @@ mod imp {
                     args.flags |= libc::CLONE_NEWNET as u64;
                     isolate.loopback.store(true, Ordering::Relaxed);
                     released.store(WAITING, Ordering::Relaxed);
-                    r = worker.clone3(&mut args, &child, &released, Some(&pidfd), None);
+                    r = worker.clone3(
+                        &mut args,
+                        child_main,
+                        &child,
+                        &released,
+                        Some(&pidfd),
+                        None,
+                        None,
+                    );
                 }
                 r
             }
-            None => {
+            (None, None) => {
                 let r = {
                     let _blocked = BlockAll::new();
                     // SAFETY: `init_stack` and `program_stack` outlive the
@@ -3209,7 +3677,7 @@ mod imp {
                     // release, which `wait_released` waits for.
                     unsafe { clone3(&mut args, child_main, &raw const child) }
                 };
-                if r > 0 && !wait_released(&released, Some(&pidfd)) {
+                if r > 0 && !wait_released(&released, Some(&pidfd), None) {
                     -(libc::ECHILD as isize)
                 } else {
                     r

@@ -361,11 +361,9 @@ mod tests {
     /// A scope's isolated launches with the network off share one network
     /// namespace: its own, or the one [`Scope::share_network`] gave it (an
     /// MCP session's, shared by the scopes of its calls); a scope given
-    /// none has another. The launches need root (a namespace made outside
-    /// a user namespace) and Landlock (the confinement that turns the
-    /// network off), and a spare namespace from the pool: where the pool is
-    /// off (another test of this process turns it off) or had none ready,
-    /// each launch has its own and only the first assertion is checked.
+    /// none has another. The launches need Landlock (the confinement that
+    /// turns the network off); as root the namespaces are the host's user
+    /// namespace's, otherwise each of a user namespace of its own.
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn scopes_given_one_network_share_its_namespace_and_no_other_scope_does() {
@@ -377,13 +375,32 @@ mod tests {
             assert!(Arc::ptr_eq(&lock(&scope.network), &shared));
         }
         assert!(!Arc::ptr_eq(&lock(&other.network), &shared));
-        if crate::confine::landlock_abi() == 0 || !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: needs Landlock and root");
+        if crate::confine::landlock_abi() == 0 {
+            eprintln!("skipped: needs Landlock");
             return;
         }
         let dir = tempfile::tempdir().unwrap();
         let options = LaunchOptions::new(dir.path());
-        let net = |scope: &Scope| {
+        let net = net_of(&options);
+        let (in_a, in_a_again) = (net(&a).await, net(&a).await);
+        let (in_other, in_other_again) = (net(&other).await, net(&other).await);
+        assert_eq!(in_a, in_a_again, "one scope, one network");
+        assert_eq!(in_other, in_other_again, "one scope, one network");
+        let in_b = net(&b).await;
+        let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+        assert!(in_a.starts_with("net:[") && in_a != host.to_str().unwrap());
+        assert_eq!(in_a, in_b, "one network given to both scopes");
+        assert_ne!(in_a, in_other, "another scope's network is its own");
+    }
+
+    /// `readlink /proc/self/ns/net` of an isolated launch of a scope, with
+    /// the network off.
+    #[cfg(target_os = "linux")]
+    fn net_of(
+        options: &LaunchOptions,
+    ) -> impl Fn(&Scope) -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>> + '_
+    {
+        move |scope: &Scope| {
             let inv = Invocation::validate(
                 InvocationSpec::new("/bin/sh")
                     .with_args(["-c", "readlink /proc/self/ns/net"])
@@ -391,22 +408,83 @@ mod tests {
             )
             .unwrap();
             let running = scope.launch(inv, options.clone(), || false).unwrap();
-            async move {
+            Box::pin(async move {
                 let ev = running.settled().await;
                 assert_eq!(ev.exit_code, Some(0), "{ev:?}");
                 ev.stdout.text.trim().to_owned()
-            }
-        };
-        let (in_a, in_a_again) = (net(&a).await, net(&a).await);
-        let (in_other, in_other_again) = (net(&other).await, net(&other).await);
-        if in_a != in_a_again || in_other != in_other_again {
-            eprintln!("skipped: no spare network namespace (the pool is off or was empty)");
+            })
+        }
+    }
+
+    /// A request's network namespace owned by a user namespace of the
+    /// request's (what an unprivileged process makes; made here whoever
+    /// runs the test) is entered by each launch through the pre-init, its
+    /// loopback up; one whose user namespace cannot be entered (here: not
+    /// a namespace at all) leaves each launch a namespace of its own, never
+    /// the host's.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[tokio::test]
+    async fn a_network_owned_by_a_user_namespace_of_the_requests_is_entered_by_each_launch() {
+        use std::os::fd::AsFd;
+        if crate::confine::landlock_abi() == 0 {
+            eprintln!("skipped: needs Landlock");
             return;
         }
-        let in_b = net(&b).await;
+        let ns = crate::process::spawn::user_network_namespace().unwrap();
+        let inode = rustix::fs::fstat(ns.net.as_fd()).unwrap().st_ino;
+        let (a, b, broken): (Scope, Scope, Scope) = Default::default();
+        let shared = Arc::new(SharedNetwork::with(Some(ns)));
+        a.share_network(Arc::clone(&shared));
+        b.share_network(Arc::clone(&shared));
+        let host_net = rustix::fs::open(
+            "/proc/self/ns/net",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let not_a_namespace = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        broken.share_network(Arc::new(SharedNetwork::with(Some(
+            crate::confine::build::SharedNet {
+                net: host_net,
+                user: Some(not_a_namespace),
+            },
+        ))));
+        let dir = tempfile::tempdir().unwrap();
+        let options = LaunchOptions::new(dir.path());
+        let net = net_of(&options);
+        let want = format!("net:[{inode}]");
+        assert_eq!(net(&a).await, want);
+        assert_eq!(net(&b).await, want);
+        assert_eq!(net(&a).await, want);
+        // Its loopback is up: a server and a client in one launch.
+        let inv = Invocation::validate(
+            InvocationSpec::new("/usr/bin/python3")
+                .with_args([
+                    "-c",
+                    "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+                     socket.create_connection(s.getsockname(), timeout=2); print('LOOPBACK')",
+                ])
+                .with_confinement(crate::confine::Confinement::workspace_write()),
+        )
+        .unwrap();
+        let ev = a
+            .launch(inv, options.clone(), || false)
+            .unwrap()
+            .settled()
+            .await;
+        assert_eq!(ev.stdout.text.trim(), "LOOPBACK", "{ev:?}");
         let host = std::fs::read_link("/proc/self/ns/net").unwrap();
-        assert!(in_a.starts_with("net:[") && in_a != host.to_str().unwrap());
-        assert_eq!(in_a, in_b, "one network given to both scopes");
-        assert_ne!(in_a, in_other, "another scope's network is its own");
+        let (own, own_again) = (net(&broken).await, net(&broken).await);
+        assert!(
+            own.starts_with("net:[") && own != host.to_str().unwrap(),
+            "{own}"
+        );
+        assert_ne!(own, want);
+        assert_ne!(own, own_again, "each launch its own");
     }
 }

@@ -39,6 +39,18 @@ fn run_keeping_cgroups(module: &str) {
     }
 }
 
+/// The body that checks an MCP session's shared loopback, run by a copy of
+/// this test binary as the unprivileged `CUSTODIAN_TEST_USER`: the server
+/// (`custodian mcp`, as that user) makes the session's network namespace in
+/// a user namespace of its own, which each call's launch enters first.
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn an_mcp_sessions_calls_share_its_loopback_as_an_unprivileged_user() {
+    sandbox::run_as_user(
+        "sessions::confined_calls_of_one_mcp_session_share_its_loopback_and_no_other_does",
+    );
+}
+
 #[test]
 fn session_in_a_private_mount_namespace() {
     run_keeping_cgroups("session::");

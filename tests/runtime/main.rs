@@ -18,6 +18,19 @@ mod ids;
 mod root;
 mod tracing_events;
 
+/// The body that checks a request's shared loopback, run by a copy of this
+/// test binary as the unprivileged `CUSTODIAN_TEST_USER` (whose deletions
+/// cannot hurt the machine: no guard needed): such a process cannot make a
+/// network namespace outside a user namespace, so the request's is made in
+/// a user namespace of its own, which each launch enters first.
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn a_requests_calls_share_its_loopback_as_an_unprivileged_user() {
+    sandbox::run_as_user(
+        "bodies::sessions::isolated_calls_of_one_request_share_its_loopback_and_no_other_request_does",
+    );
+}
+
 /// Runs every body of `bodies::` in the namespace.
 #[test]
 fn runtime_bodies_in_a_private_mount_namespace() {

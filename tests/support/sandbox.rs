@@ -50,6 +50,51 @@ pub fn run_guarded(inner: &str, base: &Path) -> Option<String> {
     run_guarded_keeping(inner, base, None)
 }
 
+/// Runs the `#[ignore]`d body `inner` (its full path) of this test binary
+/// as the unprivileged user named by `CUSTODIAN_TEST_USER` (`runuser`),
+/// from a copy of the binary in a directory the user owns, which is also
+/// its `HOME`, `TMPDIR` and the body's scratch: an unprivileged body
+/// deletes only what its user may, so it needs no namespace. The body must
+/// not answer "skipped".
+///
+/// # Panics
+///
+/// Without `CUSTODIAN_TEST_USER`, or if the body fails or did not run.
+pub fn run_as_user(inner: &str) -> String {
+    let user = std::env::var("CUSTODIAN_TEST_USER").expect("CUSTODIAN_TEST_USER");
+    let dir = tempfile::Builder::new()
+        .prefix("custodian-user-")
+        .tempdir_in("/var/tmp")
+        .expect("scratch dir");
+    let copy = dir.path().join("tests");
+    std::fs::copy(std::env::current_exe().expect("test binary"), &copy).expect("copy");
+    let st = Command::new("chown")
+        .args(["-R", &user])
+        .arg(dir.path())
+        .status()
+        .expect("chown");
+    assert!(st.success());
+    let out = Command::new("runuser")
+        .args(["-u", &user, "--"])
+        .arg(&copy)
+        .args(["--exact", inner, "--ignored", "--nocapture"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("TMPDIR", dir.path())
+        .env(SCRATCH_ENV, dir.path())
+        .output()
+        .expect("runuser");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("test result: ok. 1 passed"), "{text}");
+    assert!(!text.contains("skipped"), "{text}");
+    text
+}
+
 /// [`run_guarded`], also keeping the mount at `keep` writable (the body
 /// checks with [`scratch_keeping`]).
 ///
