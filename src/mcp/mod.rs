@@ -284,6 +284,10 @@ where
         .with_workspace(ws_config)
         .with_containment(config.containment)
         .with_spill(spill_config)
+        // A session's whole output is recorded where `spill_read` reads.
+        .with_session_record(
+            crate::runtime::SessionRecord::new().with_spill_session(output::SPILL_SESSION),
+        )
         .with_secrets(Arc::new(Blocking(Arc::clone(&config.secrets))));
     runtime_config.proxy.clone_from(&config.proxy);
     let runtime = Runtime::open(runtime_config).map_err(|e| match e {

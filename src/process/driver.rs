@@ -1548,6 +1548,12 @@ impl Driver {
                 .as_ref()
                 .filter(|s| s.options().stdin)
                 .map(|s| s.interactions()),
+            // Absent when nothing was recorded (no record, or no output).
+            recorded: self
+                .session
+                .as_ref()
+                .and_then(|s| s.recorded())
+                .filter(|r| r.stdout.is_some() || r.stderr.is_some()),
         }
     }
 

@@ -75,6 +75,11 @@ pub struct Evidence {
     /// was written. Absent for a process that was not a session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interactions: Option<super::session::Interactions>,
+    /// Where a session's whole output was recorded, and how much of it
+    /// (see *Record* in [`crate::process::session`]). Absent without a
+    /// record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<super::session::Recorded>,
 }
 
 /// Why a run was cancelled (the evidence's `cancel_cause`).
@@ -514,6 +519,7 @@ impl Evidence {
             network: None,
             cancel_cause: None,
             interactions: None,
+            recorded: None,
         }
     }
 
@@ -684,6 +690,7 @@ mod tests {
             network: None,
             cancel_cause: None,
             interactions: None,
+            recorded: None,
         }
     }
 
@@ -1053,6 +1060,22 @@ mod tests {
         with_stdin["interactions"]["stdin"] = "hunter2".into();
         let mut bad_signal = session.clone();
         bad_signal["interactions"]["signals"] = serde_json::json!(["hup"]);
+        // A record says where a stream went and how much: nothing else
+        // (no path).
+        let mut recorded = session.clone();
+        let record = crate::process::session::Recorded {
+            stdout: Some(crate::process::session::RecordedStream::new("spill:v1:x")),
+            stderr: None,
+        };
+        recorded["recorded"] = serde_json::to_value(record).unwrap();
+        assert!(v.is_valid(&recorded), "{recorded}");
+        let mut with_path = recorded.clone();
+        with_path["recorded"]["stdout"]["path"] = "/tmp/spill/mcp/x".into();
+        let mut no_count = recorded.clone();
+        no_count["recorded"]["stdout"]
+            .as_object_mut()
+            .unwrap()
+            .remove("dropped");
         for bad in [
             with_env,
             wrong_version,
@@ -1060,6 +1083,8 @@ mod tests {
             no_verdict,
             with_stdin,
             bad_signal,
+            with_path,
+            no_count,
         ] {
             assert!(!v.is_valid(&bad), "{bad}");
         }

@@ -43,6 +43,8 @@ pub struct LaunchOptions {
     /// Launch as a session (a stdin pipe, output readable while it runs):
     /// set by [`super::session::start`].
     pub(crate) session: Option<super::session::SessionOptions>,
+    /// A session's record of its whole output (set by the runtime).
+    pub(crate) record: Option<Arc<dyn super::session::OutputRecord>>,
     /// The request's network namespace, shared by its isolated launches
     /// with the network off (set by the request's scope); `None`: each
     /// such launch has its own.
@@ -111,6 +113,7 @@ impl LaunchOptions {
             cgroup_parent: None,
             proxy: None,
             session: None,
+            record: None,
             network: None,
         }
     }
@@ -562,7 +565,10 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     let session = match options.session {
         Some(opts) if opts.terminal.is_some() => {
             let pty = open_terminal(opts.terminal.unwrap_or_default()).map_err(spawn_err)?;
-            let shared = Arc::new(super::session::SessionShared::new(opts));
+            let shared = Arc::new(super::session::SessionShared::new(
+                opts,
+                options.record.clone(),
+            ));
             let reader = {
                 let _guard = runtime.enter();
                 tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(pty.reader).map_err(
@@ -579,7 +585,10 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         Some(opts) if opts.stdin => {
             let (read, write) =
                 rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(spawn_err)?;
-            let shared = Arc::new(super::session::SessionShared::new(opts));
+            let shared = Arc::new(super::session::SessionShared::new(
+                opts,
+                options.record.clone(),
+            ));
             Some((Some(read), Some(write), shared))
         }
         // A streamed run: its output is kept for readers, stdin is
@@ -587,7 +596,10 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         Some(opts) => Some((
             None,
             None,
-            Arc::new(super::session::SessionShared::new(opts)),
+            Arc::new(super::session::SessionShared::new(
+                opts,
+                options.record.clone(),
+            )),
         )),
         None => None,
     };

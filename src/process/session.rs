@@ -53,6 +53,16 @@
 //! trap it. In the group tier (`posix_spawn`) an ignored `SIGINT` stays
 //! ignored, as for any exec.
 //!
+//! # Record
+//!
+//! The buffer keeps the newest bytes for readers and the evidence the head
+//! and tail; the **whole** output can be recorded too, as it arrives, by
+//! an [`OutputRecord`] the embedder's layer supplies (the runtime's, with
+//! a spill store: each stream written to a spilled result of the request,
+//! up to a cap; see `runtime::RuntimeConfig::with_session_record`). The
+//! evidence then says where each stream went and how much of it
+//! ([`Recorded`]).
+//!
 //! # Lifetime
 //!
 //! A session ends like any governed process: on its own, at its timeout
@@ -210,6 +220,58 @@ pub struct Interactions {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Where a session's whole output goes as it arrives, besides its buffer:
+/// each chunk of a stream (redacted, as everywhere else) in order, then,
+/// once the output ended, what was recorded (for the evidence). Called
+/// from the task that reads the process's output: `append` must not
+/// block for long (a write to a local file).
+pub trait OutputRecord: Send + Sync + fmt::Debug {
+    /// `data` arrived on `stream`, after everything appended before.
+    fn append(&self, stream: Stream, data: &[u8]);
+    /// The output ended: what each stream's record holds. Called once.
+    fn finish(&self) -> Recorded;
+}
+
+/// What a session's [`OutputRecord`] holds, as the evidence reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Recorded {
+    /// Standard output's record; `None`: it wrote nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<RecordedStream>,
+    /// Standard error's record; `None`: it wrote nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<RecordedStream>,
+}
+
+/// One stream's record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RecordedStream {
+    /// Where it is (the runtime's record: a spill locator, read with the
+    /// spill store's `read`, or MCP's `spill_read`); empty when the record
+    /// could not be made (`error` says why).
+    pub locator: String,
+    /// Bytes recorded: the stream's first ones, up to the cap.
+    pub bytes: u64,
+    /// Bytes the stream wrote past the cap, not recorded.
+    pub dropped: u64,
+    /// Recording stopped at a write error (its kind, e.g. `"StorageFull"`;
+    /// never a path): what is recorded is what was written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl RecordedStream {
+    /// A record at `locator`, nothing in it yet.
+    pub fn new(locator: impl Into<String>) -> Self {
+        RecordedStream {
+            locator: locator.into(),
+            ..RecordedStream::default()
+        }
+    }
 }
 
 /// A signal a caller may ask a session for.
@@ -412,6 +474,10 @@ pub(crate) struct SessionShared {
     options: SessionOptions,
     /// A terminal session: the pseudo-terminal's master, for resizes.
     terminal: std::sync::OnceLock<std::os::fd::OwnedFd>,
+    /// Where the whole output goes too, if anywhere.
+    record: Option<Arc<dyn OutputRecord>>,
+    /// What it held at the end.
+    recorded: std::sync::OnceLock<Recorded>,
 }
 
 impl fmt::Debug for SessionShared {
@@ -430,7 +496,7 @@ fn slot(stream: Stream) -> usize {
 }
 
 impl SessionShared {
-    pub(crate) fn new(options: SessionOptions) -> Self {
+    pub(crate) fn new(options: SessionOptions, record: Option<Arc<dyn OutputRecord>>) -> Self {
         let cap = options.buffer.clamp(1, MAX_BUFFER);
         SessionShared {
             log: std::sync::Mutex::new(Log {
@@ -446,6 +512,8 @@ impl SessionShared {
             epoch: std::time::Instant::now(),
             options,
             terminal: std::sync::OnceLock::new(),
+            record,
+            recorded: std::sync::OnceLock::new(),
         }
     }
 
@@ -465,8 +533,18 @@ impl SessionShared {
         if data.is_empty() {
             return;
         }
+        if let Some(record) = &self.record {
+            record.append(stream, data);
+        }
         lock(&self.log).streams[slot(stream)].push(data);
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// What the record held at the end (`None`: no record); finishes it
+    /// on the first call.
+    pub(crate) fn recorded(&self) -> Option<Recorded> {
+        let record = self.record.as_ref()?;
+        Some(self.recorded.get_or_init(|| record.finish()).clone())
     }
 
     /// No more output: the driver settled. Our end of stdin goes too, so

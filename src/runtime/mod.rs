@@ -68,6 +68,7 @@
 //! ```
 
 mod hooks;
+mod record;
 mod request;
 
 use std::path::PathBuf;
@@ -85,6 +86,7 @@ use crate::spill::{Locator, ServiceError, ServiceOptions, SpillConfig, SpillServ
 use crate::workspace::{CleanupResult, Workspace, WorkspaceConfig, WorkspaceError};
 
 pub use crate::coordinator::{Completion, ProcessVerdict};
+pub use record::SessionRecord;
 pub use request::{Executor, Request};
 
 use hooks::Hooks;
@@ -178,6 +180,9 @@ pub struct RuntimeConfig {
     pub proxy: Option<NetworkProxy>,
     /// How many sessions ([`Executor::start`]) may run at once.
     pub sessions: SessionLimits,
+    /// How much of a session's output is recorded whole, with a spill
+    /// store (see [`SessionRecord`]).
+    pub session_record: SessionRecord,
 }
 
 /// How many sessions ([`Executor::start`]) may run at once, per request and
@@ -243,7 +248,20 @@ impl RuntimeConfig {
             secrets: Arc::new(Blocking(Arc::new(NoSecrets))),
             proxy: None,
             sessions: SessionLimits::new(),
+            session_record: SessionRecord::new(),
         }
+    }
+
+    /// Replaces how sessions' output is recorded: with a spill store, each
+    /// stream of a session ([`Executor::start`]) is written, as it
+    /// arrives, to a spilled result of its request (listed in the
+    /// request's spills and its completion), up to `record.cap` bytes; the
+    /// evidence's `recorded` names each one and says how much was dropped
+    /// past the cap. Without a spill store nothing is recorded.
+    #[must_use]
+    pub fn with_session_record(mut self, record: SessionRecord) -> Self {
+        self.session_record = record;
+        self
     }
 
     /// Replaces the session bounds.
@@ -481,6 +499,7 @@ struct Inner {
     confinement: Confinement,
     secrets: Arc<dyn AsyncSecretResolver>,
     sessions: SessionLimits,
+    session_record: SessionRecord,
     /// Sessions running now, all requests together.
     live_sessions: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -500,6 +519,8 @@ impl Runtime {
     /// cannot.
     pub fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.confinement.validate()?;
+        crate::spill::validate_session(&config.session_record.spill_session)
+            .map_err(StoreError::from)?;
         // A confined default: the isolation's once-per-process work and
         // the spare network namespaces start now, beside the caller.
         crate::process::prepare_isolation(
@@ -540,6 +561,7 @@ impl Runtime {
                 confinement: config.confinement.clone(),
                 secrets: Arc::clone(&config.secrets),
                 sessions: config.sessions,
+                session_record: config.session_record.clone(),
                 live_sessions: Arc::default(),
             }),
         })

@@ -265,7 +265,7 @@ impl Executor {
     /// [`RuntimeError::Process`] / [`RuntimeError::Workspace`] if the
     /// launch is refused. Nothing was started in each case.
     pub async fn launch(&self, invocation: Invocation) -> Result<Running, RuntimeError> {
-        self.launch_as(invocation, None).await
+        self.launch_as(invocation, None, None).await
     }
 
     /// [`Executor::launch`], with the process's output readable while it
@@ -281,7 +281,7 @@ impl Executor {
     /// As [`Executor::launch`].
     pub async fn launch_streamed(&self, invocation: Invocation) -> Result<Session, RuntimeError> {
         let running = self
-            .launch_as(invocation, Some(SessionOptions::streamed_run()))
+            .launch_as(invocation, Some(SessionOptions::streamed_run()), None)
             .await?;
         Ok(Session::of(&running).expect("launched with an output log"))
     }
@@ -341,7 +341,20 @@ impl Executor {
                 per: "in the runtime",
             });
         }
-        let running = match self.launch_as(invocation, Some(options)).await {
+        // Its whole output, recorded in the request's spills (with a
+        // store and a cap).
+        let record = match &self.rt.spill_store {
+            Some(store) if self.rt.session_record.cap > 0 => {
+                Some(Arc::new(super::record::SpillRecord::new(
+                    Arc::clone(store),
+                    &self.rt.session_record,
+                    Arc::clone(&self.entry),
+                ))
+                    as Arc<dyn crate::process::session::OutputRecord>)
+            }
+            _ => None,
+        };
+        let running = match self.launch_as(invocation, Some(options), record).await {
             Ok(running) => running,
             Err(e) => {
                 live.fetch_sub(1, Ordering::SeqCst);
@@ -361,6 +374,7 @@ impl Executor {
         &self,
         invocation: Invocation,
         session: Option<SessionOptions>,
+        record: Option<Arc<dyn crate::process::session::OutputRecord>>,
     ) -> Result<Running, RuntimeError> {
         // First: the policy decides on the confinement the process runs
         // under. The default was validated when the runtime opened.
@@ -370,6 +384,7 @@ impl Executor {
         let mut options = self.rt.launch.clone();
         options.secrets = Arc::new(secrets);
         options.session = session;
+        options.record = record;
         let span = info_span!(parent: self.handle.span(), "process", pid = tracing::field::Empty);
         let running = {
             let _entered = span.enter();

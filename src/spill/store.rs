@@ -367,6 +367,31 @@ impl SpillStore {
     /// point or untrusted, [`StoreError::Io`] if writing fails (the partial
     /// file is removed).
     pub fn write(&self, session: &str, bytes: &[u8]) -> Result<Locator, StoreError> {
+        let (loc, mut file) = self.create(session)?;
+        if let Err(source) = file.write_all(bytes) {
+            drop(file);
+            self.remove_own(&loc);
+            return Err(StoreError::Io {
+                path: self.path.clone(),
+                op: "write spill file",
+                source,
+            });
+        }
+        Ok(loc)
+    }
+
+    /// Creates an empty spilled result of `session`, to be written as it
+    /// arrives (a session's output, recorded while it runs): its locator
+    /// and the file, open for writing. Created as by [`SpillStore::write`]
+    /// (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode `0600`, safe against a
+    /// concurrent sweep); once created it is a spilled result like any
+    /// other, readable by its locator at any time (what was written so
+    /// far) and expired by the sweep by its age (its last write).
+    ///
+    /// # Errors
+    ///
+    /// As [`SpillStore::write`].
+    pub fn create(&self, session: &str) -> Result<(Locator, std::fs::File), StoreError> {
         locator::validate_session(session)?;
         let csession = CString::new(session).map_err(|_| LocatorError::BadSession("NUL"))?;
         for attempt in 0..WRITE_ATTEMPTS as u64 {
@@ -399,18 +424,24 @@ impl SpillStore {
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(io_err(&self.path, "create spill file", e)),
             };
-            let mut file = std::fs::File::from(fd);
-            if let Err(source) = file.write_all(bytes) {
-                let _ = fs::unlink_at(dir.as_fd(), &fname);
-                return Err(StoreError::Io {
-                    path: self.path.clone(),
-                    op: "write spill file",
-                    source,
-                });
-            }
-            return Ok(loc);
+            return Ok((loc, std::fs::File::from(fd)));
         }
         Err(io_err(&self.path, "create spill file", Errno::NOENT))
+    }
+
+    /// Removes the spilled result this store just created at `loc` (a
+    /// write that failed), by name in its session directory, never
+    /// following a link; a failure is ignored (the sweep expires it).
+    fn remove_own(&self, loc: &Locator) {
+        let Ok(session) = CString::new(loc.session()) else {
+            return;
+        };
+        let Ok(fname) = CString::new(loc.file_name()) else {
+            return;
+        };
+        if let Ok(dir) = self.session_dir(&session, false) {
+            let _ = fs::unlink_at(dir.as_fd(), &fname);
+        }
     }
 
     /// Reads the spilled result behind `locator`.

@@ -34,6 +34,42 @@ fn layout_and_modes() {
     assert_eq!(parsed, loc);
 }
 
+/// A result created empty and written as it arrives (a session's record):
+/// made like a written one (mode, exclusive), readable at any time with
+/// what was written so far, and never through a symlinked session.
+#[test]
+#[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
+fn a_created_result_is_read_with_what_was_written_so_far() {
+    use std::io::Write;
+    let fx = Fx::new();
+    let store = SpillStore::open(&fx.path().join("root")).unwrap();
+    let (loc, mut file) = store.create("rec").unwrap();
+    assert_eq!(store.read(&loc).unwrap(), b"");
+    let mode = fs::metadata(store.root().join("rec"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o1700);
+    file.write_all(b"first ").unwrap();
+    assert_eq!(store.read(&loc).unwrap(), b"first ");
+    file.write_all(b"second").unwrap();
+    drop(file);
+    assert_eq!(store.read(&loc).unwrap(), b"first second");
+    let (other, _) = store.create("rec").unwrap();
+    assert_ne!(other, loc, "each creation is a new result");
+    let files: Vec<_> = fs::read_dir(store.root().join("rec"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.metadata().unwrap().permissions().mode() & 0o7777)
+        .collect();
+    assert_eq!(files, [0o1600, 0o1600]);
+    let victim = fx.mkdir("victim");
+    symlink(&victim, store.root().join("s")).unwrap();
+    let err = store.create("s").unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }), "{err}");
+    assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+}
+
 #[test]
 #[ignore = "deletes: run by guarded::store_in_a_private_mount_namespace"]
 fn write_never_goes_through_a_symlinked_session() {

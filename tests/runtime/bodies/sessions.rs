@@ -7,9 +7,19 @@ use std::time::Duration;
 use custodian::prelude::*;
 use custodian::process::evidence::ProcessStatus;
 use custodian::process::session::{Offsets, SessionOptions};
-use custodian::runtime::SessionLimits;
+use custodian::runtime::{SessionLimits, SessionRecord};
 
 use super::{PROMPTLY, fixture, inv, job_dir, limits, scratch, spill_in};
+
+/// A runtime's configuration in `dir`: its workspace `dir/ws` (made),
+/// its spill store beside it, a 60 s request timeout.
+fn config_in(dir: &std::path::Path) -> RuntimeConfig {
+    let root = dir.join("ws");
+    std::fs::create_dir(&root).unwrap();
+    RuntimeConfig::new(&root)
+        .with_limits(limits(Duration::from_secs(60)))
+        .with_spill(spill_in(dir))
+}
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -218,11 +228,7 @@ async fn start_retrying(executor: &Executor) -> custodian::process::session::Ses
 #[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
 async fn the_session_bounds_refuse_a_start_and_free_when_a_session_settles() {
     let dir = tempfile::tempdir_in(scratch()).unwrap();
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root).unwrap();
-    let config = RuntimeConfig::new(&root)
-        .with_spill(spill_in(dir.path()))
-        .with_limits(limits(Duration::from_secs(60)))
+    let config = config_in(dir.path())
         .with_session_limits(SessionLimits::new().with_per_request(2).with_per_runtime(3));
     let runtime = Runtime::open(config).unwrap();
     let a = runtime.start(RequestId::new("bound-a").unwrap()).unwrap();
@@ -312,12 +318,8 @@ async fn isolated_calls_of_one_request_share_its_loopback_and_no_other_request_d
         return;
     }
     let dir = tempfile::tempdir_in(scratch()).unwrap();
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root).unwrap();
-    let config = RuntimeConfig::new(&root)
-        .with_limits(limits(Duration::from_secs(60)))
-        .with_spill(spill_in(dir.path()))
-        .with_confinement(custodian::confine::Confinement::workspace_write());
+    let config =
+        config_in(dir.path()).with_confinement(custodian::confine::Confinement::workspace_write());
     let runtime = Runtime::open(config).unwrap();
     let a = runtime.start(RequestId::new("net-a").unwrap()).unwrap();
     let b = runtime.start(RequestId::new("net-b").unwrap()).unwrap();
@@ -365,6 +367,81 @@ async fn isolated_calls_of_one_request_share_its_loopback_and_no_other_request_d
     let _ = tokio::time::timeout(PROMPTLY, a.finished()).await.unwrap();
     let _ = tokio::time::timeout(PROMPTLY, b.finished()).await.unwrap();
     assert!(ev.try_settled().is_some());
+    runtime.shutdown().await;
+}
+
+/// A session's whole output is recorded in its request's spills as it
+/// arrives, up to the cap: the evidence names each stream's record and
+/// what the stream wrote past the cap; the records are listed among the
+/// request's spills and in its completion and read back as the stream's
+/// first bytes, whole (where the evidence keeps a head and a tail, and the
+/// buffer the newest bytes); a session that wrote nothing records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_sessions_whole_output_is_recorded_in_its_requests_spills_up_to_the_cap() {
+    const CAP: u64 = 1 << 20;
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config = config_in(dir.path()).with_session_record(SessionRecord::new().with_cap(CAP));
+    let runtime = Runtime::open(config).unwrap();
+    let request = runtime.start(RequestId::new("record").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    // 3,000,000 bytes of numbered lines on stdout: more than the buffer,
+    // the capture and the cap.
+    let script = "import sys\n\
+                  for i in range(300000): sys.stdout.write('%09d\\n' % i)\n\
+                  sys.stdout.flush(); sys.stderr.write('done\\n')";
+    let session = executor
+        .start(inv("python3", &["-c", script]), SessionOptions::default())
+        .await
+        .unwrap();
+    session.close_stdin().await;
+    let ev = session.wait().await;
+    assert_eq!(ev.exit_code, Some(0), "{:?}", ev.stderr.text);
+    assert!(ev.stdout.truncated, "the capture keeps a head and a tail");
+    let recorded = ev.recorded.clone().expect("a record");
+    let out = recorded.stdout.clone().expect("stdout recorded");
+    assert_eq!(
+        (out.bytes, out.dropped, out.error.as_deref()),
+        (CAP, 3_000_000 - CAP, None)
+    );
+    let whole: String = (0..300_000).map(|i| format!("{i:09}\n")).collect();
+    let read = |locator: &str| {
+        let locator = custodian::spill::Locator::parse(locator).unwrap();
+        let executor = executor.clone();
+        async move { executor.read_spill(&locator).await.unwrap() }
+    };
+    assert!(
+        read(&out.locator).await == whole.as_bytes()[..CAP as usize],
+        "the record is the stream's first MiB"
+    );
+    let err = recorded.stderr.clone().expect("stderr recorded");
+    assert_eq!((err.bytes, err.dropped), (5, 0));
+    assert_eq!(read(&err.locator).await, b"done\n");
+    let listed: Vec<String> = executor.spills().iter().map(ToString::to_string).collect();
+    assert!(
+        listed.contains(&out.locator) && listed.contains(&err.locator),
+        "{listed:?}"
+    );
+
+    let quiet = executor
+        .start(inv("true", &[]), SessionOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        quiet.wait().await.recorded.is_none(),
+        "nothing written, nothing recorded"
+    );
+
+    executor.succeed();
+    let completion = tokio::time::timeout(PROMPTLY, request.finished())
+        .await
+        .unwrap();
+    let spills: Vec<String> = completion.spills.iter().map(ToString::to_string).collect();
+    assert!(
+        spills.contains(&out.locator) && spills.contains(&err.locator),
+        "{spills:?}"
+    );
     runtime.shutdown().await;
 }
 
