@@ -445,6 +445,56 @@ async fn a_sessions_whole_output_is_recorded_in_its_requests_spills_up_to_the_ca
     runtime.shutdown().await;
 }
 
+/// A record that cannot be made where it should (the spill session is a
+/// symlink to a directory elsewhere) is refused, nothing is written through
+/// the link, and the evidence says so: no locator, the kind of refusal,
+/// every byte counted as dropped. The session itself runs as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_record_through_a_symlinked_spill_session_is_refused_and_reported() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let config =
+        config_in(dir.path()).with_session_record(SessionRecord::new().with_spill_session("trap"));
+    let runtime = Runtime::open(config).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("spill").join("trap")).unwrap();
+    let request = runtime.start(RequestId::new("trap").unwrap()).unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    let session = executor
+        .start(inv("echo", &["twelve bytes"]), SessionOptions::default())
+        .await
+        .unwrap();
+    let ev = session.wait().await;
+    assert_eq!(ev.stdout.text, "twelve bytes\n");
+    let out = ev
+        .recorded
+        .clone()
+        .and_then(|r| r.stdout)
+        .expect("reported");
+    assert_eq!(
+        (
+            out.locator.as_str(),
+            out.bytes,
+            out.dropped,
+            out.error.as_deref()
+        ),
+        ("", 0, 13, Some("Refused"))
+    );
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing through the link"
+    );
+    assert!(executor.spills().is_empty());
+    executor.succeed();
+    let _ = tokio::time::timeout(PROMPTLY, request.finished())
+        .await
+        .unwrap();
+    runtime.shutdown().await;
+}
+
 /// A streamed run (`Executor::launch_streamed`): its output is read while
 /// it runs, and it is a run in every other way: stdin is `/dev/null`
 /// (writes are refused), no interactions in its evidence, one of the
