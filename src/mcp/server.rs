@@ -1211,3 +1211,81 @@ impl CustodianServer {
         output::result(range, false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::InvocationSpec;
+    use crate::runtime::RuntimeConfig;
+
+    /// A server over a runtime on `dir`, with no policy, no spill store and
+    /// no request hook.
+    fn server(dir: &std::path::Path, cleanup_bound: Duration) -> CustodianServer {
+        let runtime = Runtime::open(RuntimeConfig::new(dir)).unwrap();
+        let settings = Settings {
+            policy: None,
+            provenance: Provenance::Untrusted,
+            store: None,
+            defaults: RunDefaults {
+                timeout: Duration::from_secs(30),
+                capture: 1024,
+                confinement: crate::confine::Confinement::default(),
+            },
+            inline_budget: 1024,
+            progress_every: Duration::from_secs(1),
+            shutdown_grace: Duration::from_millis(500),
+            cleanup_bound,
+            on_request: None,
+        };
+        CustodianServer {
+            inner: Arc::new(Inner::new(runtime, settings)),
+        }
+    }
+
+    /// A call's request outlives its process's whole `TERM → grace →
+    /// KILL` ladder by the launch allowance, however long the call's
+    /// timeout (a 10-minute call is not cut at the default 300 s request
+    /// timeout), and its cleanup may wait the server's cleanup bound on
+    /// top of the default grace.
+    #[tokio::test]
+    async fn a_calls_request_outlives_its_process_and_its_cleanup_may_wait_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), Duration::from_secs(45));
+        let inv = Invocation::validate(
+            InvocationSpec::new("true").with_timeout(Duration::from_secs(600)),
+        )
+        .unwrap();
+        let limits = s.inner.limits(&inv);
+        assert_eq!(
+            limits.request_timeout,
+            inv.hard_deadline() + LAUNCH_ALLOWANCE,
+            "{limits:?}"
+        );
+        assert!(
+            limits.request_timeout > Duration::from_secs(600),
+            "{limits:?}"
+        );
+        assert_eq!(
+            limits.cleanup_grace,
+            RequestLimits::new().cleanup_grace + Duration::from_secs(45),
+            "{limits:?}"
+        );
+        s.inner.runtime.shutdown().await;
+    }
+
+    /// What a log shows of a server: its request-id prefix and whether it
+    /// is stopping.
+    #[tokio::test]
+    async fn debug_shows_the_prefix_and_whether_the_server_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), Duration::from_secs(1));
+        let prefix = format!("prefix: \"mcp-{}-", std::process::id());
+        let shown = format!("{s:?}");
+        assert!(shown.contains(&prefix), "{shown}");
+        assert!(shown.contains("stopping: false"), "{shown}");
+        s.inner.stop().await;
+        let shown = format!("{s:?}");
+        assert!(shown.contains("stopping: true"), "{shown}");
+        s.inner.runtime.shutdown().await;
+    }
+}
