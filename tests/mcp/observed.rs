@@ -415,6 +415,35 @@ fn a_spilled_output_is_listed_in_its_requests_completion() {
             read["result"]["structuredContent"]["text"], "1\n2\n3\n4\n5\n",
             "{read}"
         );
+        // A locator of this root naming no spill is `not_found`; one of
+        // another root (its tag changed) is `foreign_root`, not read.
+        let fields: Vec<&str> = locator.split(':').collect();
+        let changed = |i: usize| {
+            let mut f: Vec<String> = fields.iter().map(|s| (*s).to_owned()).collect();
+            f[i] = f[i]
+                .chars()
+                .map(|c| if c == '0' { '1' } else { '0' })
+                .collect();
+            f.join(":")
+        };
+        for (id, (other, code)) in [(changed(4), "not_found"), (changed(2), "foreign_root")]
+            .into_iter()
+            .enumerate()
+        {
+            let id = 3 + id as i64;
+            served
+                .client
+                .send(json!({
+                    "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "spill_read", "arguments": {"locator": other}}
+                }))
+                .await;
+            let read = served.client.response(id).await;
+            assert_eq!(
+                read["result"]["structuredContent"]["error"]["code"], code,
+                "{read}"
+            );
+        }
         no_job_left(ws);
         assert_eq!(served.close().await, Ended::InputClosed);
     });
@@ -567,6 +596,26 @@ fn assert_refused(request: &RequestObserver, denied: DeniedLaunch) {
     );
 }
 
+/// Call `id`, the `n`th request, answered the typed error `code`: refused
+/// by the policy's default decision (an approval), and its completion
+/// lists the refusal; see [`assert_refused`].
+async fn assert_refused_by_default(served: &mut Served, id: i64, n: usize, code: SafeCode) {
+    let r = served.client.response(id).await;
+    assert_eq!(
+        r["result"]["structuredContent"]["error"]["code"],
+        code.as_str(),
+        "{r}"
+    );
+    assert_refused(
+        &served.nth(n).await,
+        DeniedLaunch {
+            code,
+            reason: SafeCode::new("default_decision"),
+            rule: None,
+        },
+    );
+}
+
 /// The issue's demand (issue 26): denied launches are in the completion,
 /// from the MCP edge too. A call the policy denies, one whose approval the
 /// user declines, one needing an approval a client cannot give, and one
@@ -610,19 +659,7 @@ fn a_refused_call_is_a_request_whose_completion_lists_the_refusal() {
             .client
             .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "decline"}}))
             .await;
-        let r = served.client.response(2).await;
-        assert_eq!(
-            r["result"]["structuredContent"]["error"]["code"], "approval_declined",
-            "{r}"
-        );
-        assert_refused(
-            &served.nth(1).await,
-            DeniedLaunch {
-                code: CODE_APPROVAL_DECLINED,
-                reason: SafeCode::new("default_decision"),
-                rule: None,
-            },
-        );
+        assert_refused_by_default(&mut served, 2, 1, CODE_APPROVAL_DECLINED).await;
 
         served.client.call_run(3, "true", &[]).await;
         served.client.server_request("elicitation/create").await;
@@ -639,19 +676,58 @@ fn a_refused_call_is_a_request_whose_completion_lists_the_refusal() {
         config.provenance = custodian::policy::Provenance::Trusted;
         let mut served = Served::start_with(config, json!({})).await;
         served.client.call_run(1, "true", &[]).await;
+        assert_refused_by_default(&mut served, 1, 0, CODE_APPROVAL_REQUIRED).await;
+        assert_eq!(served.close().await, Ended::InputClosed);
+        no_job_left(ws);
+    });
+}
+
+/// An approval is the user's `accept` with `approve: true`; the policy then
+/// decides again holding exactly that approval, and the call runs as one
+/// request that succeeded with nothing denied. An `accept` whose form says
+/// `approve: false` approves nothing: declined, and nothing runs.
+#[test]
+#[ignore = "deletes: run by observed_in_a_private_mount_namespace"]
+fn only_an_accept_that_approves_runs_the_call() {
+    let tmp = sandbox::tempdir();
+    let ws = tmp.path();
+    block_on(async {
+        let mut config = McpConfig::new(ws);
+        config.policy =
+            Some(custodian::policy::PolicyConfig::from_toml_str(crate::early::POLICY).unwrap());
+        config.provenance = custodian::policy::Provenance::Trusted;
+        let mut served = Served::start_with(config, json!({"elicitation": {}})).await;
+
+        // `echo` needs an approval (the policy's default decision).
+        served.client.call_run(1, "echo", &["approved"]).await;
+        let ask = served.client.server_request("elicitation/create").await;
+        served
+            .client
+            .send(json!({"jsonrpc": "2.0", "id": ask["id"],
+                "result": {"action": "accept", "content": {"approve": true}}}))
+            .await;
         let r = served.client.response(1).await;
-        assert_eq!(
-            r["result"]["structuredContent"]["error"]["code"], "approval_required",
-            "{r}"
-        );
-        assert_refused(
-            &served.nth(0).await,
-            DeniedLaunch {
-                code: CODE_APPROVAL_REQUIRED,
-                reason: SafeCode::new("default_decision"),
-                rule: None,
-            },
-        );
+        let content = &r["result"]["structuredContent"];
+        assert_eq!(content["evidence"]["stdout"]["text"], "approved\n", "{r}");
+        let request = served.nth(0).await;
+        let completion = request
+            .try_finished()
+            .expect("the call answered before its request completed");
+        assert_eq!(completion.result.status(), RequestStatus::Succeeded);
+        assert!(completion.denied.is_empty(), "{completion:?}");
+        assert_eq!(completion.processes.len(), 1, "{completion:?}");
+
+        served
+            .client
+            .call_run(2, "echo", &["accepted, not approved"])
+            .await;
+        let ask = served.client.server_request("elicitation/create").await;
+        served
+            .client
+            .send(json!({"jsonrpc": "2.0", "id": ask["id"],
+                "result": {"action": "accept", "content": {"approve": false}}}))
+            .await;
+        assert_refused_by_default(&mut served, 2, 1, CODE_APPROVAL_DECLINED).await;
         assert_eq!(served.close().await, Ended::InputClosed);
         no_job_left(ws);
     });

@@ -378,7 +378,10 @@ fn a_run_with_a_progress_token_streams_its_output_in_progress() {
         "params": {
             "name": "process_run",
             "arguments": {"executable": "sh", "argv": ["-c",
-                "echo first; while [ ! -e go ]; do sleep 0.01; done; echo second >&2"]},
+                // After its output it lives on a little, its streams
+                // closed: nothing more to glimpse.
+                "echo first; while [ ! -e go ]; do sleep 0.01; done; echo second >&2; \
+                 exec >&- 2>&-; sleep 0.2"]},
             "_meta": {"progressToken": "tok"}
         }
     }));
@@ -406,7 +409,13 @@ fn a_run_with_a_progress_token_streams_its_output_in_progress() {
         if msg["id"] == 1 {
             break msg;
         }
+        // Progress is reported every 60 s: within this run every
+        // notification is a glimpse of new output, never an empty one.
         let out = &msg["params"]["_meta"]["custodian/output"];
+        assert!(
+            out.as_object().is_some_and(|o| !o.is_empty()),
+            "a notification without output: {msg}"
+        );
         if out["stderr"]["text"] == "second\n" {
             assert_eq!(out["stderr"]["offset"], 0, "{msg}");
             stderr_seen = true;
