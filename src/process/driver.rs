@@ -49,8 +49,11 @@ use crate::machine::process::{
     StreamEnd, Summary, Tier, Timer,
 };
 
-/// Size of one pipe read.
-const READ_CHUNK: usize = 64 * 1024;
+/// Size of one pipe read: a streamed launch's whole pipe
+/// (`cgroup_root::STREAMED_PIPE`); a run's 64 KiB pipe fills a quarter of
+/// it (the buffer is spare capacity, never zeroed or touched beyond a
+/// read).
+const READ_CHUNK: usize = 256 * 1024;
 /// Longest time a probe keeps rescanning an occupied group before
 /// answering `Occupied` (further capped at half the grace): long enough for
 /// a member that was just sent KILL to finish exiting on a loaded machine.
@@ -158,8 +161,11 @@ pub(crate) fn spawn(
             &resolved,
             cg,
             confine,
-            stdin.read,
-            tty,
+            super::cgroup_root::SessionStdio {
+                stdin: stdin.read,
+                terminal: tty,
+                streamed: stdin.session.is_some(),
+            },
         )
     };
     let in_group = |subreaper| {
@@ -346,8 +352,7 @@ fn spawn_in_cgroup(
     resolved: &std::path::Path,
     cg: Option<crate::contain::Cgroup>,
     confine: Option<Prepared>,
-    stdin: Option<std::os::fd::BorrowedFd<'_>>,
-    terminal: Option<std::os::fd::BorrowedFd<'_>>,
+    stdio: super::cgroup_root::SessionStdio<'_>,
 ) -> Result<Started, Result<Unavailable, ProcessError>> {
     use super::cgroup_root::{self, StartError};
     let _guard = runtime.enter();
@@ -365,7 +370,7 @@ fn spawn_in_cgroup(
                     resolved,
                     cg.as_ref(),
                     confine.as_ref(),
-                    cgroup_root::SessionStdio { stdin, terminal },
+                    stdio,
                 )
             },
             |root| root.pid,
