@@ -1808,25 +1808,16 @@ mod imp {
         };
         // SAFETY: setns and unshare take integers.
         unsafe {
-            let r = raw4(
-                libc::SYS_setns as usize,
-                i.join_user as usize,
-                libc::CLONE_NEWUSER as usize,
-                0,
-                0,
-            );
-            if r < 0 {
-                fail(Stage::JoinNetwork, r);
-            }
-            let r = raw4(
-                libc::SYS_setns as usize,
-                i.join_net as usize,
-                libc::CLONE_NEWNET as usize,
-                0,
-                0,
-            );
-            if r < 0 {
-                fail(Stage::JoinNetwork, r);
+            // The user namespace first: it grants the capability over the
+            // network namespace it owns.
+            for (fd, kind) in [
+                (i.join_user, libc::CLONE_NEWUSER),
+                (i.join_net, libc::CLONE_NEWNET),
+            ] {
+                let r = raw4(libc::SYS_setns as usize, fd as usize, kind as usize, 0, 0);
+                if r < 0 {
+                    fail(Stage::JoinNetwork, r);
+                }
             }
             let r = raw4(
                 libc::SYS_unshare as usize,
