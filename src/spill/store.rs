@@ -383,10 +383,11 @@ impl SpillStore {
     /// Creates an empty spilled result of `session`, to be written as it
     /// arrives (a session's output, recorded while it runs): its locator
     /// and the file, open for writing. Created as by [`SpillStore::write`]
-    /// (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode `0600`, safe against a
-    /// concurrent sweep); once created it is a spilled result like any
-    /// other, readable by its locator at any time (what was written so
-    /// far) and expired by the sweep by its age (its last write).
+    /// (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode `0600` with the store's mark,
+    /// safe against a concurrent sweep); once created it is a spilled
+    /// result like any other, readable by its locator at any time (what
+    /// was written so far) and expired by the sweep by its age (its last
+    /// write).
     ///
     /// # Errors
     ///
