@@ -23,12 +23,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use custodian::coordinator::{
+use custodian::error::SafeCode;
+use custodian::machine::request::{Candidate, FinalResult};
+use custodian::request::{
     Coordinator, ProcessControl, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
     WorkspaceLifecycle,
 };
-use custodian::error::SafeCode;
-use custodian::machine::request::{Candidate, FinalResult};
 use custodian::wire::{
     CleanupVerdict, Node, NodeConfig, NodeWorkspace, ProcessSummary, RunSpec, WireClient,
 };

@@ -16,8 +16,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use custodian::coordinator::RequestId;
 use custodian::process::LaunchOptions;
+use custodian::request::RequestId;
 use custodian::wire::{NodeWorkspace, WorkspaceNode};
 use custodian::workspace::{Workspace, WorkspaceConfig};
 

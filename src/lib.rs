@@ -17,7 +17,7 @@
 //!    the child leads its own process group, `TERM → grace → KILL`, bounded
 //!    capture, and one honest JSON evidence object. Every process settles
 //!    exactly once.
-//! 2. **Request-owned cleanup** ([`workspace`], [`coordinator`]): everything a
+//! 2. **Request-owned cleanup** ([`workspace`], [`request`]): everything a
 //!    request creates lives under its own job namespace and is registered in
 //!    an ownership inventory. When the request ends, exactly one cleanup runs,
 //!    removes only what the inventory proves the request owns, fails closed on
@@ -35,14 +35,14 @@
 //! Dependencies point one way, down: `machine`, `sync` and `policy` depend
 //! on nothing in the crate but its vocabulary (`error`, `id`); `fs`,
 //! `contain` and `confine` are the OS layer; `process`, `spill` and
-//! `workspace` build on both; `coordinator` drives a request end to end;
+//! `workspace` build on both; [`request`] owns a request and drives it end
+//! to end;
 //! [`runtime`] puts a request's job, processes, spills and finish behind one
 //! facade; `wire`, `mcp` and the CLI sit on top. `scripts/check-layers`
 //! enforces it, with its documented exception, from `docs/architecture.md`.
 
 pub mod confine;
 pub mod contain;
-pub mod coordinator;
 pub mod error;
 mod fs;
 pub mod id;
@@ -58,18 +58,18 @@ pub mod sync;
 pub mod wire;
 pub mod workspace;
 
-pub use coordinator::{Completion, ProcessVerdict};
 pub use id::{RequestId, RequestIdError};
+pub use request::{Completion, ProcessVerdict};
 pub use runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
 
 /// What an embedder touches, in one import: `use custodian::prelude::*;`.
 pub mod prelude {
     pub use crate::contain::Containment;
-    pub use crate::coordinator::{Completion, ProcessVerdict, RequestLimits};
     pub use crate::id::{RequestId, RequestIdError};
     pub use crate::machine::request::{Delivery, RequestStatus};
     pub use crate::process::evidence::ProcessStatus;
     pub use crate::process::{Evidence, Invocation, InvocationSpec};
+    pub use crate::request::{Completion, ProcessVerdict, RequestLimits};
     pub use crate::runtime::{Executor, Request, RunPolicy, Runtime, RuntimeConfig, RuntimeError};
     pub use crate::spill::{Locator, SpillConfig};
     pub use crate::workspace::{CleanupResult, CleanupStatus, WorkspaceConfig};

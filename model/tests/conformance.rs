@@ -27,8 +27,8 @@ mod scenarios;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
-use custodian::coordinator::TransitionRecord;
 use custodian::machine::request::{Event, State};
+use custodian::request::TransitionRecord;
 use custodian_model::request::{Act, Real, RequestModel, Sys};
 use stateright::{Expectation, Model};
 

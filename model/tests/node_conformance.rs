@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use custodian::__bench::NodeStep;
-use custodian::coordinator::RequestId;
 use custodian::machine::node::{self, Input};
+use custodian::request::RequestId;
 use custodian::wire::{Node, NodeConfig, Operation};
 use custodian_model::actor::{Msg, Party, St, Timer, Variant};
 use fake_node::FakeNode;

@@ -22,12 +22,12 @@ use custodian::process::{
     Running,
 };
 
-use custodian::coordinator::{
+use custodian::error::SafeCode;
+use custodian::machine::request::Candidate;
+use custodian::request::{
     Acknowledge, Coordinator, NoWorkspace, ProcessControl, ProcessVerdict, RequestHandle,
     RequestId, RequestLimits,
 };
-use custodian::error::SafeCode;
-use custodian::machine::request::Candidate;
 
 use super::stop::{self, StopSignals};
 use super::units::{parse_duration, parse_size};

@@ -62,10 +62,10 @@ pub use output::SPILL_SESSION;
 pub use server::CustodianServer;
 
 use crate::contain::Containment;
-use crate::coordinator::RequestObserver;
 use crate::policy::{PolicyConfig, Provenance};
 use crate::process::env::{Blocking, NoSecrets, SecretResolver};
 use crate::process::invocation::MAX_STREAM_BUDGET;
+use crate::request::RequestObserver;
 use crate::runtime::{Runtime, RuntimeConfig, RuntimeError};
 use crate::spill::SpillConfig;
 use crate::workspace::{WorkspaceConfig, WorkspaceError};

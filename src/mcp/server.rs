@@ -33,10 +33,6 @@ use tokio_util::task::TaskTracker;
 use super::input::{self, InputError, RunDefaults};
 use super::output;
 use super::schema;
-use crate::coordinator::{
-    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, DeniedLaunch,
-    RequestLimits, RequestObserver,
-};
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::RequestStatus;
@@ -44,6 +40,10 @@ use crate::policy::{Context, Decision, PolicyConfig, Provenance, Registry, State
 use crate::process::governed::{Gate, decide_invocation};
 use crate::process::session::{Offsets, Output, Session, SessionOptions};
 use crate::process::{Evidence, Invocation, Running};
+use crate::request::{
+    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, DeniedLaunch,
+    RequestLimits, RequestObserver,
+};
 use crate::runtime::{Executor, Request, Runtime};
 use crate::spill::{Locator, SpillStore, StoreError};
 use crate::workspace::{CleanupCode, CleanupResult};

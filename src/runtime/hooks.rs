@@ -8,11 +8,11 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::RuntimeError;
-use crate::coordinator::{DeniedLaunch, ProcessControl, ProcessVerdict, WorkspaceLifecycle};
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::CleanupVerdict;
 use crate::request::scope::{Scope, Scopes};
+use crate::request::{DeniedLaunch, ProcessControl, ProcessVerdict, WorkspaceLifecycle};
 use crate::spill::Locator;
 use crate::sync::shim::{Mutex, lock};
 use crate::workspace::{CleanupResult, Workspace};
@@ -92,7 +92,7 @@ impl WorkspaceLifecycle for Hooks {
         info!("cleanup started");
         let result = match self.workspace.cleanup(request.as_str()).await {
             Ok(r) => r,
-            Err(e) => return CleanupVerdict::Failed(crate::coordinator::cleanup_error_code(&e)),
+            Err(e) => return CleanupVerdict::Failed(crate::request::cleanup_error_code(&e)),
         };
         let c = &result.counts;
         let code = result.safe_code();

@@ -76,16 +76,16 @@ use std::sync::{Arc, Mutex};
 
 use crate::confine::{Confinement, InvalidConfinement};
 use crate::contain::Containment;
-use crate::coordinator::{Acknowledge, Coordinator, RequestLimits};
 use crate::id::RequestId;
 use crate::policy::{PolicyConfig, Provenance, Registry};
 use crate::process::env::{AsyncSecretResolver, Baseline, Blocking, EnvError, NoSecrets};
 use crate::process::governed::ApprovalRequired;
 use crate::process::{NetworkProxy, ProcessError};
+use crate::request::{Acknowledge, Coordinator, RequestLimits};
 use crate::spill::{Locator, ServiceError, ServiceOptions, SpillConfig, SpillService, StoreError};
 use crate::workspace::{CleanupResult, Workspace, WorkspaceConfig, WorkspaceError};
 
-pub use crate::coordinator::{Completion, ProcessVerdict};
+pub use crate::request::{Completion, ProcessVerdict};
 pub use record::SessionRecord;
 pub use request::{Executor, Request};
 
@@ -144,7 +144,7 @@ impl RunPolicy {
 /// None is written as a struct literal outside this crate:
 ///
 /// ```compile_fail
-/// let limits = custodian::coordinator::RequestLimits {
+/// let limits = custodian::request::RequestLimits {
 ///     request_timeout: std::time::Duration::from_secs(1),
 ///     ..Default::default()
 /// };

@@ -9,10 +9,6 @@ use tracing::{Instrument, info, info_span};
 
 use super::hooks::Entry;
 use super::{Inner, RuntimeError};
-use crate::coordinator::{
-    CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch, ExecutorHandle,
-    RequestHandle, RequestObserver,
-};
 use crate::error::SafeCode;
 use crate::id::RequestId;
 use crate::machine::request::Candidate;
@@ -22,6 +18,10 @@ use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
 use crate::process::session::{Session, SessionOptions};
 use crate::process::{Evidence, Invocation, Running};
 use crate::request::scope::ScopeLaunchError;
+use crate::request::{
+    CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch, ExecutorHandle,
+    RequestHandle, RequestObserver,
+};
 use crate::spill::{Locator, MAX_SESSION_LEN};
 use crate::sync::shim::lock;
 use crate::workspace::{Job, WorkspaceError};
@@ -499,7 +499,7 @@ impl Executor {
     /// Spills `bytes` (an oversized result) to the runtime's spill store on
     /// tokio's blocking pool, under the request's id as the session (its
     /// first 64 bytes), and returns the locator. The request's
-    /// [`Completion::spills`](crate::coordinator::Completion::spills) lists
+    /// [`Completion::spills`](crate::request::Completion::spills) lists
     /// it. Spills outlive the request: the store's retention sweep expires
     /// them.
     ///

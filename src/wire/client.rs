@@ -17,11 +17,9 @@ use super::message::{
     SessionInfo, SessionOutput, SessionSignal, SessionStarted, StartSpec, StdinText, WindowSize,
 };
 use super::transport::{NodeTransport, SpawnError};
-use crate::coordinator::{
-    OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle,
-};
 use crate::error::SafeCode;
 use crate::machine::request::CleanupVerdict;
+use crate::request::{OpenRefused, ProcessControl, RequestHandle, RequestId, WorkspaceLifecycle};
 
 /// Why a wire call failed.
 #[derive(Debug, thiserror::Error)]
@@ -244,7 +242,7 @@ impl WireClient {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use custodian::coordinator::RequestId;
+    /// use custodian::request::RequestId;
     /// use custodian::wire::{CleanupStatus, DEFAULT_MAX_FRAME, WireClient};
     ///
     /// let (client, transport) = WireClient::spawn_node(

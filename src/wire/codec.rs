@@ -34,8 +34,8 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, Fram
 use super::message::{
     Code, Operation, RequestFrame, Response, ResponseFrame, VERSION, codes, terminal_size_ok,
 };
-use crate::coordinator::RequestId;
 use crate::error::SafeCode;
+use crate::request::RequestId;
 
 /// The default maximum frame size: 1 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;

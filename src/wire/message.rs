@@ -11,9 +11,9 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 pub use crate::process::session::{Offsets, SessionSignal, WindowSize};
+use crate::request::RequestId;
 pub use crate::workspace::CleanupStatus;
 
 /// The wire version this build speaks. A frame with any other `v` is

@@ -18,7 +18,7 @@
 //! typed error response; the node never panics on input and keeps serving.
 //!
 //! The edge ([`WireClient`]) implements the coordinator's
-//! [`WorkspaceLifecycle`](crate::coordinator::WorkspaceLifecycle), so a
+//! [`WorkspaceLifecycle`](crate::request::WorkspaceLifecycle), so a
 //! request driven by the coordinator cleans up its remote workspace through
 //! exactly one `cleanup_workspace` message. The executor opens through
 //! [`WireClient::open_announced`]: the request learns of the workspace

@@ -46,10 +46,10 @@ use super::message::{
     PolicyRefusal, ProcessSummary, Response, ResponseFrame, RunSpec, SessionInfo, SessionOutput,
     SessionSignal, SessionStarted, StartSpec, StdinText, VERSION, WindowSize, codes,
 };
-use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 pub use crate::machine::node::CleanupVerdict;
 use crate::machine::node::{self as decide, Action, Input, Refusal, Reply};
+use crate::request::RequestId;
 use crate::sync::{Abandoned, Applied, Elected, OwnerGuard, SlotEffect, SlotStep, Slots, Waiter};
 
 #[cfg(unix)]

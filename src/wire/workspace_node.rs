@@ -15,7 +15,6 @@ use super::message::{
 };
 use super::node::{CleanupVerdict, NodeWorkspace};
 use super::reserve::FdReserve;
-use crate::coordinator::RequestId;
 use crate::error::SafeCode;
 use crate::policy::{Context, Registry, StateMode, Verdict};
 use crate::process::evidence::Evidence;
@@ -23,6 +22,7 @@ use crate::process::governed::{Gate, decide_invocation};
 use crate::process::invocation::EnvValue;
 use crate::process::session::{Chunk, Session, SessionOptions};
 use crate::process::{Invocation, InvocationSpec, LaunchOptions};
+use crate::request::RequestId;
 use crate::request::scope::{Scope, ScopeLaunchError, Scopes};
 use crate::runtime::RunPolicy;
 use crate::workspace::{CleanupStatus, Workspace, WorkspaceError};

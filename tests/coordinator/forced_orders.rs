@@ -3,8 +3,8 @@
 //! the cancel, the cleanup and the terminal write) is applied one at a time
 //! on paused time, letting the actor settle between stimuli.
 
-use custodian::coordinator::RequestObserver;
 use custodian::machine::request::{Candidate, RequestStatus};
+use custodian::request::RequestObserver;
 
 use crate::scenarios::{
     family_a, family_b, family_d, family_e, family_f, family_g, family_h, family_i, fresh,

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use custodian::coordinator::RequestLimits;
 use custodian::machine::request::{Candidate, CleanupReport, Delivery, RequestStatus};
+use custodian::request::RequestLimits;
 
 use crate::support::{Gate, SYMLINK_IN_JOB, coordinator, finish, id, settle};
 
@@ -186,7 +186,7 @@ async fn a_cleanup_past_the_frozen_deadline_fails_the_success() {
     assert_eq!(
         c.result.cleanup(),
         CleanupReport::Failed {
-            code: custodian::coordinator::CODE_CLEANUP_DEADLINE_EXCEEDED
+            code: custodian::request::CODE_CLEANUP_DEADLINE_EXCEEDED
         }
     );
     finish(&h, "slow").await;
@@ -266,21 +266,21 @@ impl Panicking {
     }
 }
 
-impl custodian::coordinator::WorkspaceLifecycle for Panicking {
+impl custodian::request::WorkspaceLifecycle for Panicking {
     async fn cleanup_workspace(
         &self,
-        _: &custodian::coordinator::RequestId,
+        _: &custodian::request::RequestId,
     ) -> custodian::machine::request::CleanupVerdict {
         self.panic("cleanup hook").await
     }
 }
 
-impl custodian::coordinator::TerminalSink for Panicking {
+impl custodian::request::TerminalSink for Panicking {
     async fn write_terminal(
         &self,
-        _: &custodian::coordinator::RequestId,
+        _: &custodian::request::RequestId,
         _: &custodian::machine::request::FinalResult,
-    ) -> Result<(), custodian::coordinator::TerminalWriteError> {
+    ) -> Result<(), custodian::request::TerminalWriteError> {
         self.panic("sink").await
     }
 }
@@ -288,7 +288,7 @@ impl custodian::coordinator::TerminalSink for Panicking {
 /// A success whose cleanup and terminal write both panic still completes,
 /// as a failure with typed answers.
 async fn panicking_hooks_give_typed_answers(after_a_yield: bool, name: &str) {
-    let co = custodian::coordinator::Coordinator::new(
+    let co = custodian::request::Coordinator::new(
         std::sync::Arc::new(Panicking { after_a_yield }),
         crate::support::Processes::new(Gate::open_always()),
         std::sync::Arc::new(Panicking { after_a_yield }),
@@ -302,7 +302,7 @@ async fn panicking_hooks_give_typed_answers(after_a_yield: bool, name: &str) {
     assert_eq!(
         c.result.cleanup(),
         CleanupReport::Failed {
-            code: custodian::coordinator::CODE_CLEANUP_ABORTED
+            code: custodian::request::CODE_CLEANUP_ABORTED
         }
     );
     assert_eq!(c.delivery, Delivery::WriteFailed);
@@ -451,15 +451,15 @@ async fn a_cancel_hook_past_the_deadline_still_cleans_and_says_so() {
     assert_eq!(c.result.status(), RequestStatus::Cancelled);
     assert_eq!(
         c.stop_unconfirmed,
-        Some(custodian::coordinator::CODE_CANCEL_DEADLINE_EXCEEDED)
+        Some(custodian::request::CODE_CANCEL_DEADLINE_EXCEEDED)
     );
     finish(&h, "hung-cancel").await;
 }
 
 struct PanickingCancel;
 
-impl custodian::coordinator::ProcessControl for PanickingCancel {
-    async fn cancel_processes(&self, _: &custodian::coordinator::RequestId) {
+impl custodian::request::ProcessControl for PanickingCancel {
+    async fn cancel_processes(&self, _: &custodian::request::RequestId) {
         tokio::task::yield_now().await;
         panic!("cancel hook bug")
     }
@@ -470,7 +470,7 @@ impl custodian::coordinator::ProcessControl for PanickingCancel {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_cancel_hook_still_cleans_and_says_so() {
     let lifecycle = crate::support::Lifecycle::new(Gate::open_always());
-    let co = custodian::coordinator::Coordinator::new(
+    let co = custodian::request::Coordinator::new(
         std::sync::Arc::clone(&lifecycle),
         std::sync::Arc::new(PanickingCancel),
         crate::support::Sink::new(Gate::open_always()),
@@ -484,7 +484,7 @@ async fn a_panicking_cancel_hook_still_cleans_and_says_so() {
     assert_eq!(c.result.cleanup(), CleanupReport::Cleaned);
     assert_eq!(
         c.stop_unconfirmed,
-        Some(custodian::coordinator::CODE_CANCEL_ABORTED)
+        Some(custodian::request::CODE_CANCEL_ABORTED)
     );
     finish(&h, "panicking-cancel").await;
 }

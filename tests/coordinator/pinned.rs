@@ -5,8 +5,8 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use custodian::coordinator::{OpenRefused, RequestLimits};
 use custodian::machine::request::{Candidate, CleanupReport};
+use custodian::request::{OpenRefused, RequestLimits};
 
 use crate::support::{Gate, coordinator, finish, id};
 

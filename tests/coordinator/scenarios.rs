@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{RequestLimits, TransitionRecord};
 use custodian::machine::request::{Candidate, CleanupReport, Delivery, RequestStatus};
+use custodian::request::{RequestLimits, TransitionRecord};
 
 use crate::support::{Fakes, Gate, check_log, coordinator, id, settle};
 

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use custodian::coordinator::{
+use custodian::error::SafeCode;
+use custodian::machine::request::{Action, CleanupVerdict, Event, FinalResult, Phase, step};
+use custodian::request::{
     Coordinator, ProcessControl, RequestHandle, RequestId, RequestLimits, TerminalSink,
     TerminalWriteError, TransitionRecord, WorkspaceLifecycle,
 };
-use custodian::error::SafeCode;
-use custodian::machine::request::{Action, CleanupVerdict, Event, FinalResult, Phase, step};
 use tokio::sync::Semaphore;
 
 pub const SYMLINK_IN_JOB: SafeCode = SafeCode::new("symlink_in_job");

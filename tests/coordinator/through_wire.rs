@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{Coordinator, RequestId, RequestLimits};
 use custodian::machine::request::{Candidate, CleanupReport, RequestStatus};
+use custodian::request::{Coordinator, RequestId, RequestLimits};
 use custodian::wire::{CODE_NODE_UNREACHABLE, Node, NodeConfig, WireClient};
 
 use crate::fake_node::FakeNode;
@@ -31,7 +31,7 @@ fn setup(fake: FakeNode) -> (Arc<Node<FakeNode>>, WireClient, WireCoordinator) {
 
 /// The executor's side: announce the workspace to the coordinator, then
 /// open it on the node.
-async fn open(client: &WireClient, h: &custodian::coordinator::RequestHandle) {
+async fn open(client: &WireClient, h: &custodian::request::RequestHandle) {
     h.workspace_opening().await.unwrap();
     client.open_workspace(h.id()).await.unwrap();
 }

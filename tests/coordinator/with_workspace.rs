@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use custodian::coordinator::{Coordinator, RequestLimits};
 use custodian::machine::request::{Candidate, CleanupReport, RequestStatus};
+use custodian::request::{Coordinator, RequestLimits};
 use custodian::workspace::{Workspace, WorkspaceConfig};
 
 use crate::support::{Gate, Processes, Sink, check_log, id};

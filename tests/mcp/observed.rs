@@ -13,15 +13,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use custodian::coordinator::{
-    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch,
-    RequestObserver, TransitionRecord,
-};
 use custodian::error::SafeCode;
 use custodian::machine::request::{
     Action, Candidate, CleanupReport, CleanupVerdict, Event, Phase, RequestStatus,
 };
 use custodian::mcp::{Ended, McpConfig};
+use custodian::request::{
+    CODE_APPROVAL_DECLINED, CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch,
+    RequestObserver, TransitionRecord,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
 use tokio::sync::oneshot;

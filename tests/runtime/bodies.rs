@@ -79,7 +79,7 @@ fn group_members(pgid: u32) -> Vec<u32> {
     out
 }
 
-async fn finished(observer: &custodian::coordinator::RequestObserver) -> Completion {
+async fn finished(observer: &custodian::request::RequestObserver) -> Completion {
     tokio::time::timeout(PROMPTLY, observer.finished())
         .await
         .expect("the request completed promptly")

@@ -9,7 +9,7 @@ use custodian::{RequestId, RequestIdError};
 #[test]
 fn every_layer_names_the_same_request_id_type() {
     let root = TypeId::of::<RequestId>();
-    assert_eq!(root, TypeId::of::<custodian::coordinator::RequestId>());
+    assert_eq!(root, TypeId::of::<custodian::request::RequestId>());
     assert_eq!(root, TypeId::of::<custodian::workspace::RequestId>());
     assert_eq!(root, TypeId::of::<custodian::id::RequestId>());
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use custodian::coordinator::RequestId;
 use custodian::error::SafeCode;
+use custodian::request::RequestId;
 use custodian::wire::{CleanupVerdict, NodeWorkspace, ProcessSummary, RunSpec};
 use tokio::sync::Semaphore;
 

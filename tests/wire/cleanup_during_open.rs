@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use custodian::coordinator::RequestId;
+use custodian::request::RequestId;
 use custodian::wire::{CleanupStatus, Node, NodeConfig, Operation, Response};
 
 use crate::fake_node::FakeNode;

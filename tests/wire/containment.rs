@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use custodian::contain::{Hierarchy, request_cgroup};
-use custodian::coordinator::RequestId;
 use custodian::process::LaunchOptions;
+use custodian::request::RequestId;
 use custodian::wire::{CleanupVerdict, NodeWorkspace, RunSpec, WorkspaceNode};
 use custodian::workspace::{Workspace, WorkspaceConfig};
 

@@ -20,7 +20,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use custodian::contain::{Hierarchy, request_cgroup};
-use custodian::coordinator::RequestId;
+use custodian::request::RequestId;
 use custodian::wire::{CleanupStatus, RunSpec, WireClient};
 use custodian::workspace::journal;
 

@@ -7,10 +7,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use custodian::coordinator::{
-    Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
-};
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
+use custodian::request::{Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError};
 use custodian::wire::{CleanupStatus, RunSpec, WireClient};
 
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use custodian::coordinator::RequestId;
+use custodian::request::RequestId;
 use custodian::wire::{
     CleanupStatus, Node, NodeConfig, Response, ResponseFrame, RunSpec, WireClient, WireError,
     decode_request,

@@ -4,8 +4,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use custodian::coordinator::RequestId;
 use custodian::policy::{Pattern, ProcessTarget, TargetEnvValue};
+use custodian::request::RequestId;
 use custodian::wire::{RunSpec, StartSpec, WireClient, WireError};
 
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");

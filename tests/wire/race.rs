@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use custodian::coordinator::{
-    Completion, Coordinator, RequestHandle, RequestId, RequestLimits, TerminalSink,
-    TerminalWriteError,
-};
 use custodian::error::SafeCode;
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
 use custodian::process::LaunchOptions;
+use custodian::request::{
+    Completion, Coordinator, RequestHandle, RequestId, RequestLimits, TerminalSink,
+    TerminalWriteError,
+};
 use custodian::wire::{
     CleanupVerdict, Node, NodeConfig, NodeWorkspace, OpenError, ProcessSummary, RunSpec,
     WireClient, WorkspaceNode,

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use custodian::coordinator::RequestId;
+use custodian::request::RequestId;
 use custodian::wire::{Node, NodeConfig, Response, ResponseFrame};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 

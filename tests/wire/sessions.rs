@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use custodian::contain::Containment;
-use custodian::coordinator::RequestId;
 use custodian::process::LaunchOptions;
+use custodian::request::RequestId;
 use custodian::wire::{
     CleanupStatus, DEFAULT_MAX_FRAME, MAX_READ_BYTES, MAX_SESSIONS_PER_NODE,
     MAX_SESSIONS_PER_REQUEST, Node, NodeConfig, Offsets, Response, ResponseFrame, RunSpec,

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use custodian::coordinator::RequestId;
+use custodian::request::RequestId;
 use custodian::wire::{RunSpec, WireClient};
 use rustix::process::{Pid, Signal, kill_process};
 

@@ -6,7 +6,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use custodian::coordinator::RequestId;
+use custodian::request::RequestId;
 use custodian::wire::{SpawnError, WireClient, WireError, transport::EXIT_GRACE};
 
 #[tokio::test]

@@ -26,10 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use custodian::contain::Hierarchy;
-use custodian::coordinator::{
-    Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError,
-};
 use custodian::machine::request::{Candidate, CleanupReport, FinalResult};
+use custodian::request::{Coordinator, RequestId, RequestLimits, TerminalSink, TerminalWriteError};
 use custodian::wire::{
     CleanupStatus, NodeTransport, ProcessSummary, RunSpec, WireClient, WireError,
 };

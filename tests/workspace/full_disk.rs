@@ -322,8 +322,8 @@ async fn a_restart_reclaims_a_request_whose_cleanup_could_not_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "deletes and mounts: run by guarded::full_disk_in_a_private_mount_namespace"]
 async fn through_the_node_a_cleanup_that_could_not_run_is_run_again() {
-    use custodian::coordinator::RequestId;
     use custodian::process::LaunchOptions;
+    use custodian::request::RequestId;
     use custodian::wire::{
         CleanupStatus as WireStatus, Node, NodeConfig, WireClient, WorkspaceNode,
     };

@@ -38,7 +38,7 @@ pub const CODE_CANCEL_ABORTED: SafeCode = SafeCode::new("cancel_aborted");
 ///
 /// ```
 /// use std::time::Duration;
-/// use custodian::coordinator::RequestLimits;
+/// use custodian::request::RequestLimits;
 ///
 /// let limits = RequestLimits::new().with_request_timeout(Duration::from_secs(5));
 /// assert_eq!(limits.cleanup_grace, RequestLimits::default().cleanup_grace);
@@ -504,7 +504,7 @@ impl ExecutorHandle {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use custodian::RequestId;
-/// use custodian::coordinator::{
+/// use custodian::request::{
 ///     Coordinator, NoProcesses, RequestLimits, TerminalSink, TerminalWriteError,
 /// };
 /// use custodian::machine::request::{Candidate, Delivery, FinalResult, RequestStatus};
