@@ -262,6 +262,11 @@ impl Inner {
             Err(message) => return output::error("launch_failed", "request_refused", &message),
         };
         let executor = request.executor();
+        // The request's stop waits for this hold, so that what the call
+        // spills once its process settled is the request's (listed in its
+        // completion), also when it was cancelled. Taken before the launch:
+        // a cancel may come at any time.
+        let hold = executor.hold_stop();
         // A client that gave a progress token sees the output as it comes:
         // a streamed run (a run in every other way).
         let launched = match executor.open_workspace().await {
@@ -278,6 +283,7 @@ impl Inner {
                 // Nothing runs. The request still ends through the machine:
                 // the job it announced is cleaned before the answer.
                 let code = output::launch_code(&e);
+                drop(hold);
                 executor.fail(SafeCode::parse(code).unwrap_or(CODE_LAUNCH_REFUSED));
                 let completion = request.finished().await;
                 tracing::info!(
@@ -336,17 +342,11 @@ impl Inner {
                 progress.notify(&running, started, Some(&out)).await;
             }
         }
-        // A call that ran to its end spills its output through its request
-        // before reporting, so the request's completion lists every spill.
-        // A request already ending (cancelled, timed out) may complete
-        // before a spill is written: its output is spilled after it, as no
-        // request's.
-        let in_request = !cancelled && !executor.is_cancelled();
-        let fitted = if in_request {
-            Some(self.fit(&evidence, Some(&executor)).await)
-        } else {
-            None
-        };
+        // The output is spilled through the call's request before the hold
+        // is released: the request's stop, cleanup and completion come
+        // after it, so its completion lists every spill, cancelled or not.
+        let (evidence, spill) = self.fit(&evidence, &executor).await;
+        drop(hold);
         if !cancelled {
             // The executor's own outcome: the process ran (a non-zero exit,
             // a timeout or a signal is in its evidence, not a failure).
@@ -360,10 +360,6 @@ impl Inner {
             CleanupResult::failed(CleanupCode::Abandoned, Default::default(), None)
         });
         let cancelled = completion.result.status() == RequestStatus::Cancelled;
-        let (evidence, spill) = match fitted {
-            Some(fitted) => fitted,
-            None => self.fit(&evidence, None).await,
-        };
         tracing::info!(
             request_id = %completion.request_id,
             status = ?evidence.status,
@@ -387,27 +383,25 @@ impl Inner {
 
 impl Inner {
     /// `evidence` fitted to the inline budget, each larger stream spilled
-    /// whole under [`output::SPILL_SESSION`]: through `executor` (the
-    /// request lists the spill), or, without one or once its request
-    /// completed, straight into the runtime's store.
-    async fn fit(&self, evidence: &Evidence, executor: Option<&Executor>) -> (Evidence, Value) {
-        let store = self.settings.store.clone();
-        let spill = |bytes: Vec<u8>| {
-            let store = store.clone();
-            async move {
-                let session = output::SPILL_SESSION.to_owned();
-                let written = match (executor, store) {
-                    (Some(executor), _) => executor
-                        .spill_in(session, bytes)
-                        .await
-                        .map(|(locator, _listed)| locator)
-                        .map_err(drop),
-                    (None, Some(store)) => crate::spill::write_on_pool(store, session, bytes)
-                        .await
-                        .map_err(drop),
-                    (None, None) => Err(()),
-                };
-                written.map_err(|()| "spill_write_failed")
+    /// whole under [`output::SPILL_SESSION`] through `executor`: the
+    /// request lists the spill, unless it completed first (its stop
+    /// outran a hold: the spill is still written and answered).
+    async fn fit(&self, evidence: &Evidence, executor: &Executor) -> (Evidence, Value) {
+        let spill = |bytes: Vec<u8>| async move {
+            match executor
+                .spill_in(output::SPILL_SESSION.to_owned(), bytes)
+                .await
+            {
+                Ok((locator, listed)) => {
+                    if !listed {
+                        tracing::warn!(
+                            request_id = %executor.id(),
+                            "an output was spilled after its request completed; it is not listed"
+                        );
+                    }
+                    Ok(locator)
+                }
+                Err(_) => Err("spill_write_failed"),
             }
         };
         let spill = self.settings.store.is_some().then_some(spill);
@@ -947,7 +941,7 @@ impl CustodianServer {
             return Some(done.clone());
         }
         let executor = s.request.executor();
-        let (evidence, spill) = self.inner.fit(ev, Some(&executor)).await;
+        let (evidence, spill) = self.inner.fit(ev, &executor).await;
         let done = (json!(evidence), spill);
         s.fitted.insert(id.to_owned(), done.clone());
         Some(done)

@@ -98,6 +98,8 @@ mod driver;
 mod hooks;
 pub(crate) mod scope;
 
+pub use scope::StopHold;
+
 pub use crate::id::{RequestId, RequestIdError};
 pub use driver::{
     CODE_CANCEL_ABORTED, CODE_CANCEL_DEADLINE_EXCEEDED, CODE_CLEANUP_ABORTED,

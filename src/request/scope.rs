@@ -6,7 +6,10 @@
 //! detail. Its launches and its stop take the same lock, so a launch
 //! either lands in the list the stop cancels or is refused
 //! ([`ScopeLaunchError::Closed`]): nothing launched for a request can miss
-//! its stop. Its spills close the same way when its completion takes them.
+//! its stop. Its spills close the same way when its completion takes them;
+//! an executor that turns a process's output into spills once it settled
+//! holds the stop open meanwhile ([`Scope::hold_stop`]), so that what it
+//! spills is listed even when the request was cancelled.
 //! Its isolated launches with the network off share one network namespace,
 //! the request's (made at the first; see `process::SharedNetwork`): a
 //! server one call started is reachable on loopback from the next call, and
@@ -20,6 +23,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use tokio::sync::watch;
 
 use super::{LaunchError, launch_with};
 use crate::id::RequestId;
@@ -39,6 +44,9 @@ pub(crate) struct Scope<X = ()> {
     /// with the network off (made at the first one; see
     /// [`Scope::share_network`]).
     network: Mutex<Arc<SharedNetwork>>,
+    /// Holds of the stop ([`Scope::hold_stop`]): [`Scope::stop`] returns
+    /// once none is left.
+    holds: Holds,
     /// What the scope's owner records beside (the runtime: its refused
     /// launches).
     pub(crate) extra: X,
@@ -58,6 +66,30 @@ struct Procs {
 struct Spills {
     closed: bool,
     list: Vec<Locator>,
+}
+
+/// The count of the stop's holds, watched by the stop.
+#[derive(Debug)]
+struct Holds(Arc<watch::Sender<usize>>);
+
+impl Default for Holds {
+    fn default() -> Self {
+        Holds(Arc::new(watch::channel(0).0))
+    }
+}
+
+/// A hold of a request's stop: until it is dropped, the stop of the
+/// request's processes (its `CancelProcesses`) does not finish, so its
+/// cleanup and completion wait too. Taken with
+/// [`Executor::hold_stop`](crate::runtime::Executor::hold_stop).
+#[derive(Debug)]
+#[must_use = "the hold is released when dropped"]
+pub struct StopHold(Arc<watch::Sender<usize>>);
+
+impl Drop for StopHold {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 /// Why [`Scope::launch`] started nothing.
@@ -166,8 +198,9 @@ impl<X> Scope<X> {
 
     /// Stops the request's processes: no launch is accepted from now on,
     /// each process is cancelled (`TERM`, its grace, `KILL` of its group or
-    /// cgroup), and this returns once every one settled. Returns how many
-    /// had not settled when the stop began.
+    /// cgroup), and this returns once every one settled and every hold of
+    /// the stop ([`Scope::hold_stop`]) was released. Returns how many had
+    /// not settled when the stop began.
     pub(crate) async fn stop(&self) -> u32 {
         let list = {
             let mut procs = lock(&self.procs);
@@ -184,7 +217,20 @@ impl<X> Scope<X> {
         for p in &list {
             let _ = p.settled().await;
         }
+        // The sender lives in `self`: the wait ends only when the count does.
+        let _ = self.holds.0.subscribe().wait_for(|n| *n == 0).await;
         active
+    }
+
+    /// Keeps [`Scope::stop`] from returning until the hold is dropped:
+    /// for an executor that files what a process left (its output, as
+    /// spills) once it settled, so that the request's cleanup and
+    /// completion, which follow the stop, come after it. A hold taken once
+    /// the stop returned holds nothing. The stop is bounded by its caller
+    /// (the coordinator's cancel deadline), not by the hold.
+    pub(crate) fn hold_stop(&self) -> StopHold {
+        self.holds.0.send_modify(|n| *n += 1);
+        StopHold(Arc::clone(&self.holds.0))
     }
 
     /// Every process launched for the request, in launch order.
@@ -327,6 +373,39 @@ mod tests {
         assert_eq!(scope.processes().len(), 2);
         // A second stop finds nothing running.
         assert_eq!(scope.stop().await, 0);
+    }
+
+    /// The stop returns only once its processes settled and every hold was
+    /// released.
+    #[tokio::test]
+    async fn a_stop_waits_for_every_hold_after_its_processes_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let scope: Arc<Scope> = Arc::new(Scope::default());
+        let running = scope
+            .launch(sleeper("30"), LaunchOptions::new(dir.path()), || false)
+            .unwrap();
+        let first = scope.hold_stop();
+        let second = scope.hold_stop();
+        let stop = tokio::spawn({
+            let scope = Arc::clone(&scope);
+            async move { scope.stop().await }
+        });
+        // The process settles (cancelled); the stop still waits.
+        let ev = tokio::time::timeout(std::time::Duration::from_secs(20), running.settled())
+            .await
+            .expect("the stop did not cancel the process");
+        assert_eq!(ev.status, crate::machine::process::ProcessStatus::Cancelled);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!stop.is_finished(), "the stop returned with two holds");
+        drop(first);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!stop.is_finished(), "the stop returned with one hold");
+        drop(second);
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(5), stop)
+            .await
+            .expect("the stop did not return once every hold was released")
+            .unwrap();
+        assert_eq!(stopped, 1);
     }
 
     #[test]

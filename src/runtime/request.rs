@@ -17,6 +17,7 @@ use crate::process::env::resolve_overlay;
 use crate::process::governed::{ApprovalRequired, Gate, decide_invocation};
 use crate::process::session::{Session, SessionOptions};
 use crate::process::{Evidence, Invocation, Running};
+use crate::request::StopHold;
 use crate::request::scope::ScopeLaunchError;
 use crate::request::{
     CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, Completion, DeniedLaunch, ExecutorHandle,
@@ -525,6 +526,26 @@ impl Executor {
             (locator, true) => Ok(locator),
             (_, false) => Err(completed()),
         }
+    }
+
+    /// Holds the request's stop open until the returned guard is dropped.
+    /// The stop of the request's processes (on a cancel, a timeout, a
+    /// disconnect, or the executor's own outcome) waits for it once every
+    /// process settled, and the request's cleanup and completion follow
+    /// the stop. Take it before launching, and drop it once what the
+    /// processes left is filed, typically their output through
+    /// [`Executor::spill`]: a request that is cancelled then still lists
+    /// those spills in its
+    /// [`Completion::spills`](crate::request::Completion::spills).
+    ///
+    /// Never await the request's end ([`Request::finished`]) while holding
+    /// it: the stop would wait until the request's cleanup deadline
+    /// ([`RequestLimits::cleanup_grace`](crate::request::RequestLimits::cleanup_grace)
+    /// past its timeout), and the completion would say the stop was not
+    /// confirmed (`stop_unconfirmed`). A hold taken once the stop finished
+    /// holds nothing.
+    pub fn hold_stop(&self) -> StopHold {
+        self.entry.hold_stop()
     }
 
     /// Writes `bytes` to the runtime's spill store under `session` (the MCP

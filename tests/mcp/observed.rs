@@ -449,6 +449,51 @@ fn a_spilled_output_is_listed_in_its_requests_completion() {
     });
 }
 
+/// A call cancelled by its client, or stopped with the server, after its
+/// process wrote more than the inline budget still spills that output
+/// through its request: the request's completion lists the spill (before,
+/// a cancelled call's output was spilled after its request completed, and
+/// no request named it).
+#[test]
+#[ignore = "deletes: run by observed_in_a_private_mount_namespace"]
+fn a_cancelled_calls_spilled_output_is_listed_in_its_requests_completion() {
+    let tmp = sandbox::tempdir();
+    let ws = tmp.path();
+    block_on(async {
+        let mut config = McpConfig::new(ws);
+        config.inline_budget = 64;
+        let mut served = Served::start_with(config, json!({})).await;
+        let chatty = ["-c", "seq 1 2000; exec sleep 30"];
+
+        served.client.call_run(1, "sh", &chatty).await;
+        let request = served.announced(0).await;
+        // Let `seq` write before the cancel.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        served.client.cancel(1, "the user gave up").await;
+        let (completion, _) = cancelled(&request).await;
+        assert_eq!(completion.spills.len(), 1, "{completion:?}");
+
+        served.client.call_run(2, "sh", &chatty).await;
+        let request = served.announced(1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        served.stop();
+        let r = served.client.response(2).await;
+        let content = &r["result"]["structuredContent"];
+        assert_eq!(content["cancelled"], true, "{r}");
+        let locator = content["spill"]["stdout"]["locator"]
+            .as_str()
+            .unwrap_or_else(|| panic!("stdout was not spilled: {r}"));
+        let completion = request
+            .try_finished()
+            .expect("the call answered before its request completed");
+        assert_caller_cancel(&completion, &request.log());
+        let listed: Vec<String> = completion.spills.iter().map(ToString::to_string).collect();
+        assert_eq!(listed, [locator], "{completion:?}");
+        assert_eq!(served.close().await, Ended::Stopped(()));
+        no_job_left(ws);
+    });
+}
+
 /// `notifications/cancelled` is the request's caller cancel; the launcher's
 /// refusal after the job was opened is the executor's error, and the job
 /// is still cleaned through the machine.

@@ -471,6 +471,45 @@ async fn the_completion_lists_every_spill_and_a_later_spill_is_refused() {
     runtime.shutdown().await;
 }
 
+/// An executor that holds the request's stop files a cancelled process's
+/// output as the request's: the stop, and so the cleanup and the
+/// completion, wait for the hold, and the completion lists the spill.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_hold_of_the_stop_lets_a_cancelled_requests_output_be_its_spill() {
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let runtime =
+        Runtime::open(RuntimeConfig::new(dir.path()).with_spill(spill_in(dir.path()))).unwrap();
+    let request = runtime.start(RequestId::new("held-1").unwrap()).unwrap();
+    let executor = request.executor();
+    let hold = executor.hold_stop();
+    executor.open_workspace().await.unwrap();
+    let running = executor
+        .launch(inv("sh", &["-c", "echo partial; exec sleep 30"]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    request.cancel();
+    let evidence = tokio::time::timeout(Duration::from_secs(20), running.settled())
+        .await
+        .expect("the cancel did not stop the process");
+    assert_eq!(evidence.status, ProcessStatus::Cancelled, "{evidence:?}");
+    // Settled, but the hold keeps the stop, and so the completion, waiting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(request.try_finished().is_none(), "completed under a hold");
+    let locator = executor
+        .spill(evidence.stdout.text.clone().into_bytes())
+        .await
+        .unwrap();
+    drop(hold);
+    let c = request.finished().await;
+    assert_eq!(c.result.status(), RequestStatus::Cancelled);
+    assert_eq!(c.spills, std::slice::from_ref(&locator));
+    assert_eq!(c.stop_unconfirmed, None);
+    assert_eq!(runtime.read_spill(&locator).await.unwrap(), b"partial\n");
+    runtime.shutdown().await;
+}
+
 /// The completion's cleanup detail is the one the request's cleanup filed
 /// in its scope: it does not depend on the workspace still keeping the
 /// result for duplicate callers (here it keeps none).
