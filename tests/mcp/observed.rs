@@ -228,6 +228,14 @@ impl Served {
         }
     }
 
+    /// Serves `ws` with an inline budget of 64 bytes: a longer output is
+    /// spilled.
+    async fn spilling(ws: &Path) -> Served {
+        let mut config = McpConfig::new(ws);
+        config.inline_budget = 64;
+        Served::start_with(config, json!({})).await
+    }
+
     /// Every request observer handed out so far, in call order.
     fn observers(&self) -> Vec<RequestObserver> {
         self.seen.lock().unwrap().clone()
@@ -279,6 +287,19 @@ impl Served {
             .expect("the server did not end")
             .unwrap()
     }
+}
+
+/// The locator of the stdout spill answer `r` gives.
+fn spilled_stdout(r: &Value) -> &str {
+    r["result"]["structuredContent"]["spill"]["stdout"]["locator"]
+        .as_str()
+        .unwrap_or_else(|| panic!("stdout was not spilled: {r}"))
+}
+
+/// `completion` lists exactly the spill `locator`.
+fn assert_lists(completion: &Completion, locator: &str) {
+    let listed: Vec<String> = completion.spills.iter().map(ToString::to_string).collect();
+    assert_eq!(listed, [locator], "{completion:?}");
 }
 
 fn no_job_left(ws: &Path) {
@@ -382,25 +403,20 @@ fn a_spilled_output_is_listed_in_its_requests_completion() {
     let tmp = sandbox::tempdir();
     let ws = tmp.path();
     block_on(async {
-        let mut config = McpConfig::new(ws);
-        config.inline_budget = 64;
-        let mut served = Served::start_with(config, json!({})).await;
+        let mut served = Served::spilling(ws).await;
         served
             .client
             .call_run(1, "sh", &["-c", "seq 1 2000; echo short >&2"])
             .await;
         let r = served.client.response(1).await;
         let content = &r["result"]["structuredContent"];
-        let locator = content["spill"]["stdout"]["locator"]
-            .as_str()
-            .unwrap_or_else(|| panic!("stdout was not spilled: {r}"));
+        let locator = spilled_stdout(&r);
         assert_eq!(content["spill"]["stderr"], Value::Null, "{r}");
         let request = served.nth(0).await;
         let completion = request
             .try_finished()
             .expect("the call answered before its request completed");
-        let listed: Vec<String> = completion.spills.iter().map(ToString::to_string).collect();
-        assert_eq!(listed, [locator], "{completion:?}");
+        assert_lists(&completion, locator);
         assert_eq!(completion.result.status(), RequestStatus::Succeeded);
         // The spill is the one `spill_read` serves.
         served
@@ -460,9 +476,7 @@ fn a_cancelled_calls_spilled_output_is_listed_in_its_requests_completion() {
     let tmp = sandbox::tempdir();
     let ws = tmp.path();
     block_on(async {
-        let mut config = McpConfig::new(ws);
-        config.inline_budget = 64;
-        let mut served = Served::start_with(config, json!({})).await;
+        let mut served = Served::spilling(ws).await;
         let chatty = ["-c", "seq 1 2000; exec sleep 30"];
 
         served.client.call_run(1, "sh", &chatty).await;
@@ -480,15 +494,12 @@ fn a_cancelled_calls_spilled_output_is_listed_in_its_requests_completion() {
         let r = served.client.response(2).await;
         let content = &r["result"]["structuredContent"];
         assert_eq!(content["cancelled"], true, "{r}");
-        let locator = content["spill"]["stdout"]["locator"]
-            .as_str()
-            .unwrap_or_else(|| panic!("stdout was not spilled: {r}"));
+        let locator = spilled_stdout(&r);
         let completion = request
             .try_finished()
             .expect("the call answered before its request completed");
         assert_caller_cancel(&completion, &request.log());
-        let listed: Vec<String> = completion.spills.iter().map(ToString::to_string).collect();
-        assert_eq!(listed, [locator], "{completion:?}");
+        assert_lists(&completion, locator);
         assert_eq!(served.close().await, Ended::Stopped(()));
         no_job_left(ws);
     });
