@@ -18,9 +18,13 @@
 //! turned off (`custodian::__bench::set_netns_spares`): each launch's
 //! `clone3` then makes its network namespace, as it does without root;
 //! `workspace-write` with the network allow-list (the proxy's listener);
-//! and `workspace-write` with the sandbox's mount namespace not held past
+//! `workspace-write` with the sandbox's mount namespace not held past
 //! its init's exit (`custodian::__bench::set_hold_mount_ns`): the view is
-//! then torn down on the exit the driver waits for.
+//! then torn down on the exit the driver waits for; and `workspace-write`
+//! in one network namespace shared by all its launches
+//! (`custodian::__bench::share_one_network`), as a request's launches are:
+//! the namespace is made once and entered by each launch, none is made per
+//! launch, not even off its path.
 
 use std::time::{Duration, Instant};
 
@@ -65,60 +69,77 @@ fn main() {
         .unwrap();
     let ws = std::env::temp_dir();
     let opts = LaunchOptions::new(&ws);
+    let mut in_request = opts.clone();
+    custodian::__bench::share_one_network(&mut in_request);
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     let ssh = std::path::Path::new(&home).join(".ssh");
     // (name, confinement, spare network namespaces on, the sandbox's mount
-    // namespace held past its init's exit)
-    let variants: [(&str, Confinement, bool, bool); 9] = [
-        ("unconfined", Confinement::none(), true, true),
+    // namespace held past its init's exit, one network namespace shared by
+    // every launch)
+    let variants: [(&str, Confinement, bool, bool, bool); 10] = [
+        ("unconfined", Confinement::none(), true, true, false),
         (
             "network off",
             Confinement::none().with_network(Network::Off),
             true,
             true,
+            false,
         ),
         (
             "read-only, network on",
             Confinement::read_only().with_network(Network::On),
             true,
             true,
+            false,
         ),
-        ("read-only", Confinement::read_only(), true, true),
+        ("read-only", Confinement::read_only(), true, true, false),
         (
             "workspace-write",
             Confinement::workspace_write(),
             true,
             true,
+            false,
         ),
         (
             "workspace-write + deny $HOME/.ssh",
             Confinement::workspace_write().with_deny_read(ssh),
             true,
             true,
+            false,
         ),
         (
             "workspace-write, no spare netns",
             Confinement::workspace_write(),
             false,
             true,
+            false,
         ),
         (
             "workspace-write, network allow",
             Confinement::workspace_write().with_allow_host("pypi.org"),
             true,
             true,
+            false,
         ),
         (
             "workspace-write, view torn down at exit",
             Confinement::workspace_write(),
             true,
             false,
+            false,
+        ),
+        (
+            "workspace-write, the request's network",
+            Confinement::workspace_write(),
+            true,
+            true,
+            true,
         ),
     ];
-    let once = |(_, c, spares, hold): &(&str, Confinement, bool, bool)| {
+    let once = |(_, c, spares, hold, shared): &(&str, Confinement, bool, bool, bool)| {
         custodian::__bench::set_netns_spares(*spares);
         custodian::__bench::set_hold_mount_ns(*hold);
-        once(&rt, &opts, c)
+        once(&rt, if *shared { &in_request } else { &opts }, c)
     };
     if let Some(k) = std::env::var("CONFINE_ONLY")
         .ok()
@@ -160,7 +181,7 @@ fn main() {
     let mut base_p50 = samples[0].clone();
     base_p50.sort();
     let base_p50 = base_p50[n / 2].as_secs_f64();
-    for (((name, _, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
+    for (((name, _, _, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
         s.sort();
         sp.sort();
         println!(

@@ -102,6 +102,14 @@ pub mod __bench {
         crate::process::spawn::set_handoff(on);
     }
 
+    /// Gives `options` one network namespace, shared by every isolated
+    /// launch with the network off made with them or a clone of them: what
+    /// a request's scope gives its launches, for the benchmark of a
+    /// request's launches (made at the first, entered by each later one).
+    pub fn share_one_network(options: &mut crate::process::LaunchOptions) {
+        options.network = Some(Default::default());
+    }
+
     pub use crate::process::effects::{Effect, KillTarget, RecordedRun};
 
     /// Turns the recording of process runs on or off: while on, every run
