@@ -327,7 +327,7 @@ pub fn node_slot_step(
         SlotEffect::StartCleanup
     } else if actions.contains(&Action::AwaitCleanup) {
         SlotEffect::AwaitCleanup
-    } else if forgettable_now(input, &next, &actions) {
+    } else if forgettable_now(input, before.is_some(), &next, &actions) {
         SlotEffect::Retire
     } else {
         SlotEffect::None
@@ -425,18 +425,28 @@ fn record_step(
 
 /// Whether this step ended the request on the node without a cleanup to
 /// run: a cleanup answered at once (nothing was ever opened here), or a
-/// cancel that fenced a request with no job.
-fn forgettable_now(input: Input, next: &decide::State, actions: &[Action]) -> bool {
+/// cancel that fenced a request with no job. `held`: the table held the
+/// request before the step.
+///
+/// A cancelled request whose job is unknown is forgettable only if the
+/// table did not hold it (an id of an earlier run of the node, whose
+/// leftovers the journal reclaim at a node's start removes). One it held
+/// is unknown because an open of this node failed part-way: its job may
+/// exist, the node's shutdown must still clean it
+/// ([`State::held_open`](decide::State::held_open)), so it is kept until its
+/// cleanup, never evicted by another request's result.
+fn forgettable_now(input: Input, held: bool, next: &decide::State, actions: &[Action]) -> bool {
     match input {
         Input::Cleanup => actions
             .iter()
             .any(|a| matches!(a, Action::Reply(Reply::Cleanup { cached: false, .. }))),
         Input::Cancel => {
             next.fence() == decide::Fence::Cancelled
-                && matches!(
-                    next.job(),
-                    decide::JobState::Absent | decide::JobState::Unknown
-                )
+                && match next.job() {
+                    decide::JobState::Absent => true,
+                    decide::JobState::Unknown => !held,
+                    decide::JobState::Opening | decide::JobState::Present => false,
+                }
         }
         Input::Open
         | Input::OpenFinished { .. }

@@ -17,6 +17,26 @@ fn id(s: &str) -> RequestId {
     RequestId::new(s).unwrap()
 }
 
+/// A node on a fresh fake whose table remembers `results` finished
+/// requests.
+fn start_remembering(results: usize) -> (Arc<Node<FakeNode>>, WireClient) {
+    let config = NodeConfig {
+        cleanup_cache: results,
+        ..NodeConfig::default()
+    };
+    start(FakeNode::new(), config)
+}
+
+/// `node`'s shutdown cleans `r`, its one open request, once.
+async fn assert_close_cleans_only(node: &Arc<Node<FakeNode>>, r: &RequestId) {
+    assert_eq!(node.open_requests(), std::slice::from_ref(r));
+    let closed = node.close().await;
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].status, CleanupStatus::Cleaned, "{closed:?}");
+    assert_eq!(node.workspace().calls(r).cleanup, 1);
+    assert!(node.open_requests().is_empty());
+}
+
 fn start(fake: FakeNode, config: NodeConfig) -> (Arc<Node<FakeNode>>, WireClient) {
     let node = Node::new(fake, config);
     let (edge, node_io) = tokio::io::duplex(64 * 1024);
@@ -186,11 +206,7 @@ async fn open_is_idempotent_and_closed_requests_accept_no_work() {
 
 #[tokio::test]
 async fn cleanup_cache_is_bounded_and_eviction_only_asks_the_workspace_again() {
-    let config = NodeConfig {
-        cleanup_cache: 2,
-        ..NodeConfig::default()
-    };
-    let (node, client) = start(FakeNode::new(), config);
+    let (node, client) = start_remembering(2);
     let ids: Vec<_> = (0..3).map(|i| id(&format!("c{i}"))).collect();
     for r in &ids {
         client.open_workspace(r).await.unwrap();
@@ -618,10 +634,27 @@ async fn a_node_shutting_down_cleans_what_a_failed_open_left() {
     let (node, client) = start(FakeNode::new(), NodeConfig::default());
     let r = id("openfail-1");
     assert!(client.open_workspace(&r).await.is_err());
-    assert_eq!(node.open_requests(), vec![r.clone()]);
-    let closed = node.close().await;
-    assert_eq!(closed.len(), 1, "{closed:?}");
-    assert_eq!(closed[0].status, CleanupStatus::Cleaned, "{closed:?}");
-    assert_eq!(node.workspace().calls(&r).cleanup, 1);
-    assert!(node.open_requests().is_empty());
+    assert_close_cleans_only(&node, &r).await;
+}
+
+/// The same after a cancel, with another request's result filed in a
+/// table that remembers one: the cancel of a request whose open failed
+/// part-way keeps it in the table (its job may exist), so no eviction can
+/// make the node's shutdown forget it. Found by the composition model's
+/// 2-request configuration: a cancelled request whose job was unknown was
+/// forgettable at once, the other request's result evicted it, and `close`
+/// exited leaving the partial job on disk (until the next start's journal
+/// reclaim).
+#[tokio::test]
+async fn a_cancelled_failed_open_is_not_forgotten_before_the_nodes_shutdown_cleans_it() {
+    let (node, client) = start_remembering(1);
+    let r = id("openfail-2");
+    assert!(client.open_workspace(&r).await.is_err());
+    client.cancel(&r).await.unwrap();
+    // Another request opens and is cleaned: its result is the one the
+    // table remembers.
+    let other = id("other-2");
+    client.open_workspace(&other).await.unwrap();
+    client.cleanup_workspace(&other).await.unwrap();
+    assert_close_cleans_only(&node, &r).await;
 }
