@@ -66,6 +66,8 @@
 //! [`Variant::ReplayAcrossRestart`] delivers old messages to the new
 //! incarnation, and is caught.
 
+pub mod pair;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::time::Instant;
@@ -130,6 +132,12 @@ pub enum Timer {
     Reclaim,
     /// The node is shut down (`SIGTERM`, or its stdin closed).
     Shutdown,
+    /// The 2-request node ([`pair`]): request `k`'s open finishes.
+    OpenDoneOf(u8),
+    /// The 2-request node: request `k`'s open fails instead.
+    OpenFailsOf(u8),
+    /// The 2-request node: a cleanup of request `k` finishes.
+    CleanupDoneOf(u8),
 }
 
 /// What survives a node crash: the disk.
@@ -218,6 +226,8 @@ pub enum St {
     Edge(EdgeState),
     /// A waiter.
     Waiter(WaiterState),
+    /// The node of the 2-request configuration ([`pair`]).
+    PairNode(pair::PairNode),
 }
 
 /// Deliberate breakages of the composition, each caught by a property.
@@ -253,6 +263,15 @@ pub enum Variant {
     /// completes, so nothing completes wrongly); the progress check
     /// ([`crate::progress`]) finds the trap.
     ForgetsAnEarlyCleanupAnswer,
+    /// The 2-request node's table, broken: it evicts the oldest finished
+    /// request even while a cleanup of it is in flight.
+    EvictsInFlight,
+    /// The 2-request node's table, altered: it evicts the newest finished
+    /// request (the one just filed) instead of the oldest. It breaks no
+    /// property: on the ordered wire nothing asks for a request after its
+    /// cleanup's answer, so which finished request is forgotten cannot be
+    /// seen ([`pair`]).
+    EvictsNewest,
 }
 
 impl Variant {
@@ -273,6 +292,8 @@ impl Variant {
             Variant::ForgetsAnEarlyCleanupAnswer => {
                 "composition/broken/forgets-an-early-cleanup-answer"
             }
+            Variant::EvictsInFlight => "composition/broken/evicts-in-flight",
+            Variant::EvictsNewest => "composition/broken/evicts-newest",
         }
     }
 
@@ -289,6 +310,9 @@ impl Variant {
             Variant::OpenDuringCleanup => Some(OPENED_IS_CLEANED),
             Variant::ShutdownWithoutCleanup => Some(SHUTDOWN_CLEANS),
             Variant::ForgetsAnEarlyCleanupAnswer => Some(COMPLETES_AND_CLEANS),
+            Variant::EvictsInFlight => Some(pair::IN_FLIGHT_HELD),
+            // Harmless on the ordered wire: see `pair`.
+            Variant::EvictsNewest => None,
         }
     }
 }
@@ -344,6 +368,8 @@ pub enum Party {
     Edge(Variant, Instant),
     /// A waiter.
     Waiter,
+    /// The node of the 2-request configuration ([`pair`]).
+    PairNode(Variant),
 }
 
 fn node_step(v: Variant, s: &node::State, input: Input) -> node::Transition {
@@ -598,6 +624,10 @@ impl Actor for Party {
                     disconnected: false,
                 })
             }
+            Party::PairNode(_) => {
+                o.set_timer(Timer::Shutdown, model_timeout());
+                St::PairNode(pair::PairNode::new())
+            }
             Party::Waiter => {
                 o.send(Id::from(EDGE), Msg::Wait);
                 St::Waiter(WaiterState {
@@ -611,6 +641,7 @@ impl Actor for Party {
     fn on_msg(&self, id: Id, state: &mut Cow<St>, _src: Id, msg: Msg, o: &mut Out<Self>) {
         let mut s = state.as_ref().clone();
         match (self, &mut s, msg) {
+            (Party::PairNode(v), St::PairNode(n), msg) => self.pair_on_msg(*v, n, _src, msg, o),
             (Party::Node(_), St::Node(n), _) if n.exited => return,
             (Party::Node(v), St::Node(n), msg) => {
                 let (input, sent_to) = match msg {
@@ -715,6 +746,7 @@ impl Actor for Party {
     fn on_timeout(&self, _id: Id, state: &mut Cow<St>, timer: &Timer, o: &mut Out<Self>) {
         let mut s = state.as_ref().clone();
         match (self, &mut s) {
+            (Party::PairNode(v), St::PairNode(n)) => self.pair_on_timeout(*v, n, timer, o),
             (Party::Node(v), St::Node(n))
                 if *timer == Timer::OpenDone || *timer == Timer::OpenFails =>
             {
@@ -806,7 +838,10 @@ impl Actor for Party {
                 | Timer::OpenFails
                 | Timer::CleanupDone
                 | Timer::Reclaim
-                | Timer::Shutdown => {}
+                | Timer::Shutdown
+                | Timer::OpenDoneOf(_)
+                | Timer::OpenFailsOf(_)
+                | Timer::CleanupDoneOf(_) => {}
             },
             _ => {}
         }
@@ -817,7 +852,7 @@ impl Actor for Party {
 
     fn name(&self) -> String {
         match self {
-            Party::Node(_) => "node".into(),
+            Party::Node(_) | Party::PairNode(_) => "node".into(),
             Party::Edge(..) => "edge".into(),
             Party::Waiter => "waiter".into(),
         }

@@ -26,10 +26,11 @@ pub trait Visit {
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 25] = [
+pub const NAMES: [&str; 27] = [
     "request",
     "process",
     "composition",
+    "composition/2-requests",
     "request/broken/double-cleanup",
     "request/broken/complete-before-cleanup",
     "request/broken/success-despite-cleanup-failure",
@@ -52,6 +53,7 @@ pub const NAMES: [&str; 25] = [
     "composition/broken/cleanup-never-started",
     "composition/broken/open-during-cleanup",
     "composition/broken/shutdown-without-cleanup",
+    "composition/broken/evicts-in-flight",
 ];
 
 /// Calls `v` with the model called `name` (`waiters` waiters for a request
@@ -75,6 +77,11 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
     Some(match name {
         "request" => req(request::Real, waiters, v),
         "composition" => com(actor::Variant::Real, waiters, v),
+        "composition/2-requests" => v.visit(actor::pair::model(actor::Variant::Real), None),
+        "composition/broken/evicts-in-flight" => v.visit(
+            actor::pair::model(actor::Variant::EvictsInFlight),
+            actor::Variant::EvictsInFlight.breaks(),
+        ),
         "composition/broken/open-before-announce" => {
             com(actor::Variant::OpenBeforeAnnounce, waiters, v)
         }

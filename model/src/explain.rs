@@ -492,7 +492,7 @@ impl<S: ProcessStep> Narrate for ProcessModel<S> {
 
 fn party(a: &crate::actor::Party) -> &'static str {
     match a {
-        crate::actor::Party::Node(_) => "node",
+        crate::actor::Party::Node(_) | crate::actor::Party::PairNode(_) => "node",
         crate::actor::Party::Edge(..) => "edge",
         crate::actor::Party::Waiter => "waiter",
     }
@@ -507,7 +507,9 @@ impl Narrate for stateright::actor::ActorModel<crate::actor::Party> {
                 p.push((
                     id,
                     match a {
-                        crate::actor::Party::Node(_) => "node (node::step)",
+                        crate::actor::Party::Node(_) | crate::actor::Party::PairNode(_) => {
+                            "node (node::step)"
+                        }
                         crate::actor::Party::Edge(..) => "edge (request::step)",
                         crate::actor::Party::Waiter => "waiters",
                     },
