@@ -200,27 +200,26 @@ fn edge_id(k: usize) -> Id {
     Id::from(1 + k)
 }
 
-/// The real `node_slot_step`, with the node mutants of [`super::node_step`]
-/// applied to its decision (and the table's effect following the altered
-/// decision).
+/// The real `node_slot_step`, with the node mutant
+/// [`Variant::CleanupNeverStarted`] applied to its decision (and the
+/// table's effect following the altered decision). The other node mutant,
+/// [`Variant::OpenDuringCleanup`], is not applied here: its precondition,
+/// an open of a request arriving while that request's cleanup runs, cannot
+/// occur in this configuration (a request's cleanup is its edge's last
+/// frame, and the node's own cleanup comes with its shutdown, after which
+/// it reads nothing).
 fn slot_step(
     v: Variant,
     before: Option<&node::State>,
     input: Input,
 ) -> custodian::sync::SlotStep<node::State, Vec<node::Action>> {
     let mut t = node_slot_step(before, input);
-    let from = before.copied().unwrap_or_else(node::State::after_restart);
     if v == Variant::CleanupNeverStarted
         && matches!(input, Input::OpenFinished { .. })
         && t.decision.contains(&node::Action::StartCleanup)
     {
         t.decision.retain(|a| *a != node::Action::StartCleanup);
         t.effect = SlotEffect::AwaitCleanup;
-    }
-    if v == Variant::OpenDuringCleanup && input == Input::Open && from.cleanup_running() {
-        t.next = Some(from);
-        t.decision = vec![node::Action::Open];
-        t.effect = SlotEffect::None;
     }
     t
 }
