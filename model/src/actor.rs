@@ -5,6 +5,10 @@
 //! [`custodian::machine::node::step`]. Waiters are actors too: they ask the
 //! edge for the result over the same network.
 //!
+//! This is the 1-request configuration. The 2-request configuration
+//! ([`pair`]) puts two of these edges, one request each, before one node
+//! whose table remembers one finished request, over the ordered network.
+//!
 //! # The actors
 //!
 //! - **Edge** (one request). Its executor, the caller and the clock are

@@ -73,6 +73,14 @@ impl Report {
         }
     }
 
+    /// The known violations this run found.
+    fn known_violated(&self) -> usize {
+        self.verdicts
+            .iter()
+            .filter(|v| v.holds == Some(false) && self.known.contains(&v.name))
+            .count()
+    }
+
     /// The verdict on `name`.
     pub fn verdict(&self, name: &str) -> Option<&Verdict> {
         self.verdicts.iter().find(|v| v.name == name)
@@ -100,7 +108,10 @@ impl fmt::Display for Report {
                         self.pinned.unwrap_or_default()
                     )
                 }
-                (None, true) => "all properties hold".to_string(),
+                (None, true) => match self.known_violated() {
+                    0 => "all properties hold".to_string(),
+                    n => format!("all properties hold but {n} known violation(s)"),
+                },
                 (None, false) => "VIOLATED".to_string(),
                 (Some(p), true) => format!("broken as expected: counterexample for \"{p}\""),
                 (Some(p), false) => format!("NOT CAUGHT: no counterexample for \"{p}\""),
