@@ -490,28 +490,36 @@ impl<S: ProcessStep> Narrate for ProcessModel<S> {
     }
 }
 
-fn party(a: &crate::actor::Party) -> &'static str {
-    match a {
-        crate::actor::Party::Node(_) | crate::actor::Party::PairNode(_) => "node",
-        crate::actor::Party::Edge(..) => "edge",
-        crate::actor::Party::Waiter => "waiter",
+/// The participant actor `i` of `actors` is: the 2-request configuration's
+/// two edges are told apart (`edge1`, `edge2`).
+fn party(actors: &[crate::actor::Party], i: usize) -> &'static str {
+    use crate::actor::Party;
+    let pair = matches!(actors.first(), Some(Party::PairNode(_)));
+    match actors.get(i) {
+        Some(Party::Node(_) | Party::PairNode(_)) => "node",
+        Some(Party::Edge(..)) if pair && i == 1 => "edge1",
+        Some(Party::Edge(..)) if pair => "edge2",
+        Some(Party::Edge(..)) | None => "edge",
+        Some(Party::Waiter) => "waiter",
     }
 }
 
 impl Narrate for stateright::actor::ActorModel<crate::actor::Party> {
     fn participants(&self) -> Vec<(&'static str, &'static str)> {
         let mut p: Vec<(&'static str, &'static str)> = Vec::new();
-        for a in &self.actors {
-            let id = party(a);
-            if !p.iter().any(|(i, _)| *i == id) {
+        for (i, a) in self.actors.iter().enumerate() {
+            let id = party(&self.actors, i);
+            if !p.iter().any(|(x, _)| *x == id) {
                 p.push((
                     id,
-                    match a {
-                        crate::actor::Party::Node(_) | crate::actor::Party::PairNode(_) => {
+                    match (a, id) {
+                        (crate::actor::Party::Node(_) | crate::actor::Party::PairNode(_), _) => {
                             "node (node::step)"
                         }
-                        crate::actor::Party::Edge(..) => "edge (request::step)",
-                        crate::actor::Party::Waiter => "waiters",
+                        (crate::actor::Party::Edge(..), "edge1") => "edge 1 (request::step)",
+                        (crate::actor::Party::Edge(..), "edge2") => "edge 2 (request::step)",
+                        (crate::actor::Party::Edge(..), _) => "edge (request::step)",
+                        (crate::actor::Party::Waiter, _) => "waiters",
                     },
                 ));
             }
@@ -527,8 +535,7 @@ impl Narrate for stateright::actor::ActorModel<crate::actor::Party> {
         out: &mut Vec<Line>,
     ) {
         use stateright::actor::ActorModelAction as A;
-        let name =
-            |id: stateright::actor::Id| self.actors.get(usize::from(id)).map_or("edge", party);
+        let name = |id: stateright::actor::Id| party(&self.actors, usize::from(id));
         match act {
             A::Deliver { src, dst, msg: m } => {
                 out.push(msg(name(*src), name(*dst), format!("{m:?}")))
@@ -539,15 +546,16 @@ impl Narrate for stateright::actor::ActorModel<crate::actor::Party> {
             A::Recover(id) => out.push(note(&[name(*id)], "restart")),
             A::SelectRandom { .. } => {}
         }
-        let phase = |s: &Self::State| {
-            s.actor_states.iter().find_map(|a| match &**a {
-                crate::actor::St::Edge(e) => Some(request_phase(e.req.phase())),
-                _ => None,
-            })
+        // Each edge's request phase, when it changed.
+        let phase = |s: &Self::State, i: usize| match s.actor_states.get(i).map(|a| &**a) {
+            Some(crate::actor::St::Edge(e)) => Some(request_phase(e.req.phase())),
+            _ => None,
         };
-        if let (Some(b), Some(a)) = (phase(before), phase(after)) {
-            if a != b {
-                out.push(note(&["edge"], a));
+        for i in 0..self.actors.len() {
+            if let (Some(b), Some(a)) = (phase(before, i), phase(after, i)) {
+                if a != b {
+                    out.push(note(&[party(&self.actors, i)], a));
+                }
             }
         }
     }
