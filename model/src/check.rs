@@ -424,7 +424,8 @@ pub const PROGRESS_CAP: usize = 2_000_000;
 
 /// Every progress check: the real composition without and with a node
 /// restart, the variant broken for progress only, the node mutant that
-/// leaves a cleanup waiting forever, and the 2-request configuration (whose
+/// leaves a cleanup waiting forever, and the 2-request configuration with
+/// the edge that completes without waiting for its cleanup's answer (its
 /// node mutant is no trap: the node's shutdown ends every edge's wait with
 /// `node_unreachable`, which the goal accepts). Without waiters: a waiter
 /// only asks for and reads the published result, so it enables no step of
@@ -440,6 +441,7 @@ pub fn all_progress(threads: usize) -> Vec<crate::progress::Progress> {
         // is never started is a trap for the liveness property as well.
         composition_progress(actor::Variant::CleanupNeverStarted, 0, 0, threads),
         composition_pair_progress(actor::Variant::Real, threads),
+        composition_pair_progress(actor::Variant::CompleteBeforeCleanupAnswer, threads),
     ]
 }
 

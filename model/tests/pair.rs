@@ -107,3 +107,13 @@ fn both_requests_can_always_still_complete_and_clean() {
     assert_eq!(p.states, check::PINNED_PAIR_STATES);
     assert!(p.as_expected());
 }
+
+/// The progress check can fail on this configuration: an edge that
+/// completes the moment it decides its cleanup (it never sends it) leaves
+/// the request's job to the node's shutdown, and once its table forgot the
+/// request nothing can clean it or report it.
+#[test]
+fn completing_before_the_cleanups_answer_is_a_trap() {
+    let p = check::composition_pair_progress(Variant::CompleteBeforeCleanupAnswer, 2);
+    assert!(p.traps > 0 && p.as_expected(), "{p:?}");
+}

@@ -18,6 +18,14 @@
 //! variants [`Variant::EvictsInFlight`] and [`Variant::EvictsNewest`] alter
 //! that filing.
 //!
+//! As in the 1-request configuration, the node's open finishes later or
+//! fails (part of its directory made), and its cleanup is started and
+//! finishes later; the other request's messages arrive in between (a
+//! request's own cannot: its cleanup is its edge's last frame). The node's
+//! shutdown cleans every request its table holds that
+//! [`node::State::held_open`] says it must, then exits once no open or
+//! cleanup runs.
+//!
 //! # What this configuration narrows, and why that is sound
 //!
 //! The network is stateright's ordered one: per pair of actors, messages
@@ -484,12 +492,12 @@ pub const BOTH_COMPLETE_AND_CLEAN: &str =
 
 /// The 2-request configuration: one node with a table of memory one, two
 /// edges, one request each, over the ordered network; `variant` alters the
-/// node.
+/// node or the edges.
 pub fn model(variant: Variant) -> ActorModel<Party> {
     let now = Instant::now();
     let mut m = ActorModel::new((), ()).actor(Party::PairNode(variant));
     for _ in 0..REQUESTS {
-        m = m.actor(Party::Edge(Variant::Real, now));
+        m = m.actor(Party::Edge(variant, now));
     }
     m.init_network(Network::new_ordered([]))
         .lossy_network(LossyNetwork::No)
