@@ -79,8 +79,8 @@ enum Successor<M: Model> {
     New(u32, M::Action, u64, M::State, bool),
 }
 
-/// The successors of `part`'s states within the boundary, as
-/// representatives.
+/// The successors of `part`'s states within the boundary, each numbered by
+/// its representative.
 fn expand<M>(
     model: &M,
     representative: fn(&M::State) -> M::State,
@@ -105,8 +105,11 @@ where
             if !model.within_boundary(&next) {
                 continue;
             }
-            let next = representative(&next);
-            let fp = fingerprint(&next);
+            // Numbered by its representative, kept as reached: the path to
+            // a trap then reads in one frame (a representative may, e.g.,
+            // swap two requests, and the next action would name the
+            // swapped ones).
+            let fp = fingerprint(&representative(&next));
             out.push(match index.get(&fp) {
                 Some(&j) => Successor::Known(*i, j),
                 None => {
@@ -151,8 +154,7 @@ where
     let mut edges: Vec<(u32, u32)> = Vec::new();
     let mut frontier: Vec<(u32, M::State)> = Vec::new();
     for s in model.init_states() {
-        let s = representative(&s);
-        let fp = fingerprint(&s);
+        let fp = fingerprint(&representative(&s));
         if index.contains_key(&fp) {
             continue;
         }
