@@ -276,6 +276,16 @@ pub enum Variant {
     /// cleanup's answer, so which finished request is forgotten cannot be
     /// seen ([`pair`]).
     EvictsNewest,
+    /// The 2-request node's table, broken as the real node was until
+    /// 2026-12-04 (`wire::node`'s `forgettable_now`): a cancel retires a
+    /// request whose open failed part-way (its job `Unknown`), so the other
+    /// request's result can evict it before the node's shutdown cleans it.
+    ForgetsACancelledFailedOpen,
+    /// The edge, broken for progress only: the end of its connection fails
+    /// nothing that waits (a client that leaves its pending calls waiting at
+    /// end of file), so a request whose node was shut down before it
+    /// answered the request's cleanup waits for an answer that never comes.
+    IgnoresTheEndOfItsConnection,
 }
 
 impl Variant {
@@ -298,6 +308,12 @@ impl Variant {
             }
             Variant::EvictsInFlight => "composition/broken/evicts-in-flight",
             Variant::EvictsNewest => "composition/broken/evicts-newest",
+            Variant::ForgetsACancelledFailedOpen => {
+                "composition/broken/forgets-a-cancelled-failed-open"
+            }
+            Variant::IgnoresTheEndOfItsConnection => {
+                "composition/broken/ignores-the-end-of-its-connection"
+            }
         }
     }
 
@@ -317,6 +333,8 @@ impl Variant {
             Variant::EvictsInFlight => Some(pair::IN_FLIGHT_HELD),
             // Harmless on the ordered wire: see `pair`.
             Variant::EvictsNewest => None,
+            Variant::ForgetsACancelledFailedOpen => Some(SHUTDOWN_CLEANS),
+            Variant::IgnoresTheEndOfItsConnection => Some(pair::BOTH_COMPLETE_AND_CLEAN),
         }
     }
 }
@@ -673,6 +691,9 @@ impl Actor for Party {
                         return;
                     }
                     e.disconnected = true;
+                    if *v == Variant::IgnoresTheEndOfItsConnection {
+                        return;
+                    }
                     // Every call still waiting fails `Disconnected`: an
                     // unanswered open is the executor's error, a cleanup
                     // `Failed(node_unreachable)`.

@@ -26,7 +26,7 @@ pub trait Visit {
 }
 
 /// The names [`with`] knows, real models first.
-pub const NAMES: [&str; 27] = [
+pub const NAMES: [&str; 28] = [
     "request",
     "process",
     "composition",
@@ -54,6 +54,7 @@ pub const NAMES: [&str; 27] = [
     "composition/broken/open-during-cleanup",
     "composition/broken/shutdown-without-cleanup",
     "composition/broken/evicts-in-flight",
+    "composition/broken/forgets-a-cancelled-failed-open",
 ];
 
 /// Calls `v` with the model called `name` (`waiters` waiters for a request
@@ -81,6 +82,10 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         "composition/broken/evicts-in-flight" => v.visit(
             actor::pair::model(actor::Variant::EvictsInFlight),
             actor::Variant::EvictsInFlight.breaks(),
+        ),
+        "composition/broken/forgets-a-cancelled-failed-open" => v.visit(
+            actor::pair::model(actor::Variant::ForgetsACancelledFailedOpen),
+            actor::Variant::ForgetsACancelledFailedOpen.breaks(),
         ),
         "composition/broken/open-before-announce" => {
             com(actor::Variant::OpenBeforeAnnounce, waiters, v)

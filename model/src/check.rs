@@ -323,29 +323,15 @@ pub fn composition_pair(variant: actor::Variant, threads: usize) -> Report {
         actor::pair::representative,
         threads,
     );
-    if breaks.is_none() {
-        if variant == actor::Variant::Real {
-            r.pinned = Some(PINNED_PAIR_STATES);
-        }
-        r.known = KNOWN_PAIR_VIOLATIONS;
+    if variant == actor::Variant::Real {
+        r.pinned = Some(PINNED_PAIR_STATES);
     }
     r
 }
 
 /// The pinned unique state count of the real 2-request configuration (see
 /// `model/tests/pair.rs`).
-pub const PINNED_PAIR_STATES: usize = 255_461;
-
-/// Properties the real 2-request configuration is known to violate, until
-/// fixed. *A node that exited after its shutdown left no job directory*:
-/// an open fails part-way (its job `Unknown`), the edge cancels, and the
-/// node's table retires the request (`wire::node`'s `forgettable_now`: a
-/// cancelled request whose job is absent or unknown may be forgotten); the
-/// other request's result evicts it; the node is shut down, and `close`,
-/// which cleans what `held_open` says the table holds, no longer holds it:
-/// the node exits with the partial job directory on disk (the next start's
-/// journal reclaim removes it; the edge reports `node_unreachable`).
-pub const KNOWN_PAIR_VIOLATIONS: &[&str] = &[actor::SHUTDOWN_CLEANS];
+pub const PINNED_PAIR_STATES: usize = 215_320;
 
 /// The progress check of the 2-request configuration with `variant`.
 pub fn composition_pair_progress(
@@ -441,7 +427,7 @@ pub fn all_progress(threads: usize) -> Vec<crate::progress::Progress> {
         // is never started is a trap for the liveness property as well.
         composition_progress(actor::Variant::CleanupNeverStarted, 0, 0, threads),
         composition_pair_progress(actor::Variant::Real, threads),
-        composition_pair_progress(actor::Variant::CompleteBeforeCleanupAnswer, threads),
+        composition_pair_progress(actor::Variant::IgnoresTheEndOfItsConnection, threads),
     ]
 }
 
@@ -515,6 +501,7 @@ pub fn all(threads: usize) -> Vec<Report> {
         composition_pair(actor::Variant::Real, threads),
         composition_pair(actor::Variant::EvictsInFlight, threads),
         composition_pair(actor::Variant::CleanupNeverStarted, threads),
+        composition_pair(actor::Variant::ForgetsACancelledFailedOpen, threads),
     ]
 }
 

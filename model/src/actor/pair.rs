@@ -210,7 +210,10 @@ fn edge_id(k: usize) -> Id {
 
 /// The real `node_slot_step`, with the node mutant
 /// [`Variant::CleanupNeverStarted`] applied to its decision (and the
-/// table's effect following the altered decision). The other node mutant,
+/// table's effect following the altered decision), and the table's old
+/// retirement [`Variant::ForgetsACancelledFailedOpen`] applied to its
+/// effect (a cancel retires a request whose job is unknown, held or not).
+/// The other node mutant,
 /// [`Variant::OpenDuringCleanup`], is not applied here: its precondition,
 /// an open of a request arriving while that request's cleanup runs, cannot
 /// occur in this configuration (a request's cleanup is its edge's last
@@ -228,6 +231,15 @@ fn slot_step(
     {
         t.decision.retain(|a| *a != node::Action::StartCleanup);
         t.effect = SlotEffect::AwaitCleanup;
+    }
+    if v == Variant::ForgetsACancelledFailedOpen
+        && input == Input::Cancel
+        && t.effect == SlotEffect::None
+        && t.next.is_some_and(|s| {
+            s.fence() == node::Fence::Cancelled && s.job() == node::JobState::Unknown
+        })
+    {
+        t.effect = SlotEffect::Retire;
     }
     t
 }
