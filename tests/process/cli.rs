@@ -585,7 +585,7 @@ fn from_a_large_inherited_descriptor_table_the_child_sees_only_its_stdio() {
 #[test]
 fn a_run_is_one_request_of_the_request_machine() {
     let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
-        .env("CUSTODIAN_LOG", "custodian::coordinator=debug")
+        .env("CUSTODIAN_LOG", "custodian::request=debug")
         .args(["run", "--", "sh", "-c", "echo ran"])
         .output()
         .unwrap();
@@ -602,7 +602,7 @@ fn a_run_is_one_request_of_the_request_machine() {
     // A launch that does not start still ends its request, as the
     // executor's error.
     let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
-        .env("CUSTODIAN_LOG", "custodian::coordinator=debug")
+        .env("CUSTODIAN_LOG", "custodian::request=debug")
         .args(["run", "--", "/nonexistent/program"])
         .output()
         .unwrap();

@@ -82,7 +82,7 @@ impl Run {
         let marker = Marker::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
             // The request machine's transitions, on stderr.
-            .env("CUSTODIAN_LOG", "custodian::coordinator=debug")
+            .env("CUSTODIAN_LOG", "custodian::request=debug")
             .arg("run")
             .args(args)
             .args(["--", "sh", "-c", script, "sh", &marker.0])
