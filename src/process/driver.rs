@@ -1968,3 +1968,6 @@ async fn root_exit(pidfd: Option<&PidFd>, child: Option<&mut Child>) -> Option<E
     }
     Some(ExitStatus::Code(status.code().unwrap_or(-1)))
 }
+
+#[cfg(test)]
+mod tests;

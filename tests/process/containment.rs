@@ -459,6 +459,93 @@ fn an_unavailable_explicit_cgroup_is_a_typed_launch_error_and_auto_falls_back() 
     assert_eq!(ev["descendants"]["cgroup_removal"], serde_json::Value::Null);
 }
 
+/// `custodian run ARGS -- sh -c SCRIPT` with the cgroup hierarchy hidden
+/// (as above), where this host allows a mount namespace, user namespaces
+/// and Landlock; `None` (with the reason printed) elsewhere.
+fn run_without_cgroups(args: &[&str], script: &str) -> Option<Output> {
+    let Ok(h) = Hierarchy::discover() else {
+        eprintln!("skipped: no cgroup v2 mounted");
+        return None;
+    };
+    let can = |args: &[&str]| {
+        Command::new("unshare")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !can(&["-m", "--propagation", "private", "true"]) || !can(&["-U", "-p", "--fork", "true"]) {
+        eprintln!("skipped: no mount namespace or no user and pid namespaces here");
+        return None;
+    }
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: no Landlock here");
+        return None;
+    }
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let mut run = vec![env!("CARGO_BIN_EXE_custodian"), "run"];
+    run.extend_from_slice(args);
+    run.extend(["--", "sh", "-c", script]);
+    let run: Vec<String> = run.iter().map(|a| quote(a)).collect();
+    let script = format!(
+        "mount -t tmpfs none '{}' && exec {}",
+        h.mount.display(),
+        run.join(" ")
+    );
+    Some(
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .output()
+            .unwrap(),
+    )
+}
+
+/// Without a cgroup, `auto` contains a confined run by its pid namespace:
+/// isolated, tier `pid_namespace`, never refused for want of a cgroup (the
+/// group tier would have to refuse it: only the `clone3` spawner
+/// confines). A member that ignores `TERM` outlives the grace and is
+/// killed with the namespace: one `KILL` to the namespace's init,
+/// delivered, and the verdict `terminated`.
+#[test]
+fn without_a_cgroup_auto_confines_a_run_in_its_pid_namespace_and_kills_it_there() {
+    let script = "trap '' TERM; echo up; sleep 30 & wait";
+    let Some(out) = run_without_cgroups(
+        &[
+            "--confine",
+            "read-only",
+            "--timeout",
+            "500ms",
+            "--grace",
+            "300ms",
+        ],
+        script,
+    ) else {
+        return;
+    };
+    let ev = json(&out);
+    assert_eq!(ev["status"], "timed_out", "{ev}");
+    assert_eq!(ev["stdout"]["text"], "up\n", "{ev}");
+    assert_eq!(
+        ev["confinement"]["isolation"]["host_read_only"], true,
+        "{ev}"
+    );
+    assert_eq!(ev["descendants"]["tier"], "pid_namespace", "{ev}");
+    assert_eq!(ev["descendants"]["verdict"], "terminated", "{ev}");
+    assert_eq!(ev["descendants"]["fallback_reason"], "no_cgroup2", "{ev}");
+    let kills: Vec<(&str, &str)> = ev["escalation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["action"] == "kill")
+        .map(|s| {
+            (
+                s["target"].as_str().unwrap(),
+                s["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kills, [("pid_namespace", "delivered")], "{ev}");
+}
+
 const ESCAPE_INNER: &str =
     "containment::a_member_that_writes_itself_into_another_cgroup_is_never_terminated_inner";
 

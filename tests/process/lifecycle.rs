@@ -179,6 +179,31 @@ async fn silent_double_fork_left_in_the_group_is_stopped_and_confirmed() {
     assert_no_leftovers(r.pgid());
 }
 
+/// A probe that finds the group occupied rescans for at most half the
+/// grace (under 250 ms) before answering: with a 120 ms grace, the `TERM`
+/// to a silent member left in the group follows the root's exit by about
+/// 60 ms, never the 240 ms of twice the grace.
+#[tokio::test]
+async fn a_probe_of_an_occupied_group_answers_within_half_the_grace() {
+    use custodian::process::invocation::Tunables;
+    let _quiet = quiet_host();
+    let script = "(sleep 30 >/dev/null 2>&1 &); echo done";
+    let inv = custodian::process::Invocation::validate(spec("sh", &["-c", script]).with_tunables(
+        Tunables {
+            grace: Duration::from_millis(120),
+            ..TUN
+        },
+    ))
+    .unwrap();
+    let r = launch(inv, &group_opts()).unwrap();
+    let ev = r.settled().await;
+    assert_eq!(ev.escalation[0].reason, EscalationReason::GroupCleanup);
+    let t = &ev.timings;
+    let (exited, term) = (t.root_exit_us.unwrap(), t.term_sent_us.unwrap());
+    assert!(term - exited < 240_000, "{}", ev.to_json());
+    assert_no_leftovers(r.pgid());
+}
+
 #[tokio::test]
 async fn clean_exit_with_a_code_is_a_completed_result() {
     let _quiet = quiet_host();

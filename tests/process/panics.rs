@@ -67,6 +67,53 @@ async fn a_panic_right_after_the_spawn() {
     assert_no_leftovers(root);
 }
 
+/// Right after the spawn, in the cgroup tier (where this host has one) and
+/// in the group tier (not yet pinned: the driver pins it): the evidence
+/// names the tier, and the guard's one step is a `KILL` for the internal
+/// error, aimed at the cgroup or at the process group, and delivered (the
+/// root and its member are alive then).
+#[tokio::test]
+async fn a_panic_right_after_the_spawn_kills_the_cgroup_or_the_group() {
+    use custodian::process::evidence::{
+        ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
+    };
+    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
+    let mut tiers = vec![(
+        group_opts(),
+        ContainmentTier::ProcessGroup,
+        SignalTarget::ProcessGroup,
+    )];
+    if cgroups {
+        tiers.push((opts(), ContainmentTier::Cgroup, SignalTarget::Cgroup));
+    } else {
+        eprintln!("note: no writable cgroup v2 here; the group tier only");
+    }
+    for (opts, tier, target) in tiers {
+        let r = launch(faulty("sleep 30 & wait", FaultPoint::AfterSpawn), &opts).unwrap();
+        let root = r.pid();
+        let ev = settled_in_time(&r).await;
+        assert_internal_error(&ev, true);
+        assert_eq!(ev.descendants.tier, tier, "{ev:?}");
+        let steps: Vec<_> = ev
+            .escalation
+            .iter()
+            .map(|s| (s.action, s.reason, s.target, s.outcome))
+            .collect();
+        assert_eq!(
+            steps,
+            [(
+                EscalationAction::Kill,
+                EscalationReason::InternalError,
+                Some(target),
+                StepOutcome::Delivered
+            )],
+            "{ev:?}"
+        );
+        assert!(eventually(|| members(root).is_empty()).await);
+        assert_no_leftovers(root);
+    }
+}
+
 /// In the driver, at the first event: the root already exited and left a
 /// silent member; the member is killed.
 #[tokio::test]

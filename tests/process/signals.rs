@@ -564,6 +564,61 @@ async fn cancel_within_shortens_a_ladder_already_climbing() {
     }
 }
 
+/// `cancel_within` only ever shortens: a grace longer than the
+/// invocation's leaves the invocation's (300 ms here). On a ladder already
+/// climbing, the short grace counts from the `TERM`: asked 1 s for soon
+/// after the `TERM`, the `KILL` comes a second after it, not at once, and
+/// the hard deadline keeps its whole margin after that `KILL`, so the
+/// streams close on their own (nothing cut, no `close_streams` step).
+#[tokio::test]
+async fn cancel_within_never_lengthens_the_grace_and_counts_from_the_term() {
+    use custodian::process::capture::StreamEnd;
+    use custodian::process::evidence::{EscalationAction, ProcessStatus, StepOutcome};
+    let _quiet = crate::common::quiet_host();
+    let script = "trap '' TERM; while :; do sleep 0.05; done";
+    let r = custodian::process::launch(
+        crate::common::sh(script, Duration::from_secs(60)),
+        &crate::common::group_opts(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    r.cancel_within(Duration::from_secs(60));
+    let ev = tokio::time::timeout(GENEROUS, r.settled())
+        .await
+        .expect("settled after the invocation's grace, not the 60 s asked for");
+    assert_eq!(ev.status, ProcessStatus::Cancelled, "{}", ev.to_json());
+    assert!(grace_ms(&ev) < 10_000, "{}", ev.to_json());
+    crate::common::assert_no_leftovers(r.pgid());
+
+    let r = custodian::process::launch(
+        long_grace(script, Duration::from_secs(60)),
+        &crate::common::group_opts(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    r.cancel();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    r.cancel_within(Duration::from_secs(1));
+    let ev = tokio::time::timeout(GENEROUS, r.settled())
+        .await
+        .expect("settled long before the invocation's 30 s grace");
+    assert_eq!(ev.status, ProcessStatus::Cancelled, "{}", ev.to_json());
+    assert_eq!(ev.signal, Some(9), "{}", ev.to_json());
+    let grace = grace_ms(&ev);
+    assert!((1000..10_000).contains(&grace), "{}", ev.to_json());
+    assert_eq!(ev.stdout.state, StreamEnd::Closed, "{}", ev.to_json());
+    assert_eq!(ev.stderr.state, StreamEnd::Closed, "{}", ev.to_json());
+    assert!(
+        ev.escalation
+            .iter()
+            .all(|s| s.action != EscalationAction::CloseStreams
+                && s.outcome != StepOutcome::Failed),
+        "{}",
+        ev.to_json()
+    );
+    crate::common::assert_no_leftovers(r.pgid());
+}
+
 /// A confined run's private `TMPDIR` is removed before custodian exits on a
 /// stop signal, like its cgroup.
 #[test]

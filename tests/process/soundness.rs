@@ -372,6 +372,51 @@ fn a_restricted_proc_is_never_read_as_empty() {
     }
 }
 
+/// A restricted `/proc` weakens only what an empty scan proves: a member
+/// that is seen is seen. A silent member left behind by the root is found
+/// by the first probe and stopped with the group (the cause `leftover`:
+/// `TERM` for a group cleanup) in both tiers, and only then does the
+/// restriction make the verdict unconfirmed. Read as restricted instead of
+/// occupied, the run would settle at once and leave the member running.
+#[test]
+fn under_a_restricted_proc_a_member_seen_is_still_stopped() {
+    let _quiet = quiet_host();
+    for tier in [["--containment", "group"], ["--containment", "subreaper"]] {
+        let mut args: Vec<&str> = tier.to_vec();
+        args.extend([
+            "--",
+            "sh",
+            "-c",
+            "sleep 30 </dev/null >/dev/null 2>&1 & echo $!",
+        ]);
+        let Some(out) = custodian_under_proc("hidepid=2", &args) else {
+            return;
+        };
+        let ev = json(&out);
+        let member: u32 = ev["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let survived = running(member);
+        kill_pid(member);
+        assert!(
+            !survived,
+            "{tier:?}: the member {member} was left running: {ev}"
+        );
+        assert_eq!(ev["escalation"][0]["action"], "term", "{tier:?}: {ev}");
+        assert_eq!(
+            ev["escalation"][0]["reason"], "group_cleanup",
+            "{tier:?}: {ev}"
+        );
+        assert_eq!(
+            ev["descendants"]["verdict"], "unconfirmed_or_escaped",
+            "{tier:?}: {ev}"
+        );
+    }
+}
+
 /// A control for the test above: the same run under a plain private proc
 /// is `terminated` in the subreaper tier, so the restriction (not the
 /// namespace) is what the verdict reacts to.
