@@ -259,10 +259,16 @@ pub(crate) fn spawn(
     let pid = started.pid;
     let (started_at, started_wall) = (started.started, started.started_wall);
     let report = started.confined.as_ref().map(|c| c.0.clone());
+    // The tier as the settled run's evidence names it (`descendants`): an
+    // isolated launch without a cgroup is the pid-namespace tier. The root
+    // is pinned only later, by the driver: here a group is a plain group.
     let tier = match started.tier {
+        Tier::Cgroup if started.isolation.is_some() && started.cgroup.is_none() => {
+            evidence::ContainmentTier::PidNamespace
+        }
         Tier::Cgroup => evidence::ContainmentTier::Cgroup,
         Tier::DirectChild => evidence::ContainmentTier::DirectChild,
-        _ => evidence::ContainmentTier::ProcessGroup,
+        Tier::PinnedGroup | Tier::Group => evidence::ContainmentTier::ProcessGroup,
     };
     // From the instant the spawn returned, a guard owns the root until the
     // driver takes it over: whatever panics in between, the group (and the

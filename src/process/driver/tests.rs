@@ -155,6 +155,9 @@ async fn the_pid_namespace_tier_kills_its_namespace_at_the_grace_and_after_a_pan
     let faulty = sh("sleep 30").with_fault(FaultPoint::AfterSpawn);
     let r = launch_without_a_cgroup(faulty, dir.path()).unwrap();
     let ev = settled(&r).await;
+    // The minimal evidence of a launch that failed after its spawn names
+    // the tier the run had, as a settled run's does.
+    assert_eq!(ev.descendants.tier, ContainmentTier::PidNamespace, "{ev:?}");
     assert_eq!(
         steps(&ev),
         [(
