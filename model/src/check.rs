@@ -310,11 +310,7 @@ pub fn composition(
 /// ([`actor::pair`]: two edges, one request each, one node whose table
 /// remembers one finished request) for `variant`.
 pub fn composition_pair(variant: actor::Variant, threads: usize) -> Report {
-    let name = format!(
-        "{} (the 2-request configuration: 2 edges, 1 node remembering {} finished request, ordered network)",
-        variant.name(),
-        actor::pair::MEMORY
-    );
+    let name = pair_name(variant);
     let breaks = variant.breaks();
     let mut r = run(
         name,
@@ -338,11 +334,7 @@ pub fn composition_pair_progress(
     variant: actor::Variant,
     threads: usize,
 ) -> crate::progress::Progress {
-    let name = format!(
-        "{} (the 2-request configuration: 2 edges, 1 node remembering {} finished request, ordered network)",
-        variant.name(),
-        actor::pair::MEMORY
-    );
+    let name = pair_name(variant);
     let expect_trap = variant != actor::Variant::Real;
     crate::progress::check(
         name.clone(),
@@ -356,16 +348,7 @@ pub fn composition_pair_progress(
         PROGRESS_CAP,
         threads,
     )
-    .unwrap_or_else(|e| crate::progress::Progress {
-        name,
-        property: actor::pair::BOTH_COMPLETE_AND_CLEAN,
-        expect_trap,
-        states: PROGRESS_CAP,
-        edges: 0,
-        traps: usize::from(!expect_trap),
-        trap_path: Some(e),
-        seconds: 0.0,
-    })
+    .unwrap_or_else(|e| over_cap(name, actor::pair::BOTH_COMPLETE_AND_CLEAN, expect_trap, e))
 }
 
 /// The progress check ([`crate::progress`]) of the composition with
@@ -393,16 +376,36 @@ pub fn composition_progress(
         PROGRESS_CAP,
         threads,
     )
-    .unwrap_or_else(|e| crate::progress::Progress {
+    .unwrap_or_else(|e| over_cap(name, actor::COMPLETES_AND_CLEANS, expect_trap, e))
+}
+
+/// The report name of the 2-request configuration with `variant`.
+fn pair_name(variant: actor::Variant) -> String {
+    format!(
+        "{} (the 2-request configuration: 2 edges, 1 node remembering {} finished request, ordered network)",
+        variant.name(),
+        actor::pair::MEMORY
+    )
+}
+
+/// A progress check that stopped at [`PROGRESS_CAP`] (`why`): it fails,
+/// as expected or not.
+fn over_cap(
+    name: String,
+    property: &'static str,
+    expect_trap: bool,
+    why: String,
+) -> crate::progress::Progress {
+    crate::progress::Progress {
         name,
-        property: actor::COMPLETES_AND_CLEANS,
+        property,
         expect_trap,
         states: PROGRESS_CAP,
         edges: 0,
         traps: usize::from(!expect_trap),
-        trap_path: Some(e),
+        trap_path: Some(why),
         seconds: 0.0,
-    })
+    }
 }
 
 /// The most states a progress check explores (the graph is held whole).
