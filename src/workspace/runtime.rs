@@ -114,9 +114,11 @@ struct Inner {
     /// the next cleanups (no directory created and removed per cleanup).
     spare_quarantines: Mutex<Vec<remove::SpareQuarantine>>,
     /// Keeps emptied request cgroups for the next requests while the
-    /// workspace is open, even between requests.
+    /// workspace is open, even between requests; taken by
+    /// [`Workspace::close`], so that the spares (and the base, if nothing
+    /// else uses it) go then, not when the last handle happens to drop.
     #[cfg(target_os = "linux")]
-    _cgroup_spares: crate::contain::SpareKeeper,
+    cgroup_spares: Mutex<Option<crate::contain::SpareKeeper>>,
 }
 
 impl Inner {
@@ -496,7 +498,7 @@ impl Workspace {
                 next_spare: AtomicU64::new(0),
                 spare_quarantines: Mutex::new(Vec::new()),
                 #[cfg(target_os = "linux")]
-                _cgroup_spares: crate::contain::SpareKeeper::new(),
+                cgroup_spares: Mutex::new(Some(crate::contain::SpareKeeper::new())),
             }),
         })
     }
@@ -1143,7 +1145,9 @@ impl Workspace {
     /// cached ([`WorkspaceError::Closed`]) and a reclaim (nothing
     /// reclaimed), so the next owner's namespace is never touched from here.
     /// A request whose cleanup could not run ([`CleanupResult::is_transient`])
-    /// is left to the next owner's reclaim.
+    /// is left to the next owner's reclaim. The empty request cgroups kept
+    /// for the next requests are removed before it returns (and the
+    /// process's base cgroup with them, once nothing else uses it).
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.drop_spares();
@@ -1167,6 +1171,11 @@ impl Workspace {
         self.inner.released.store(true, Ordering::SeqCst);
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        // Every cleanup has released its request cgroup: the spares go now.
+        // A process exits right after its close (a node), often before the
+        // last clone of this handle is dropped by its runtime's shutdown.
+        #[cfg(target_os = "linux")]
+        drop(lock(&self.inner.cgroup_spares).take());
         if let Err(e) = fs::flock(self.inner.owner.as_fd(), FlockOperation::Unlock) {
             tracing::warn!(error = %e, "releasing the workspace lock failed; it is released when the last handle goes");
         }

@@ -218,17 +218,25 @@ async fn a_cleaned_requests_cgroup_serves_the_next_request_a_failed_ones_does_no
         "a killed request cgroup served again"
     );
     assert_eq!(f.cleanup().await.status, CleanupStatus::Cleaned);
-    drop((e, f));
 
-    // Closing the workspace removes what it kept, and the base with it.
-    drop((a, b, c, d));
-    drop(fx);
-    let base = &d1[..d1[1..].find('/').unwrap() + 1];
+    // Closing the workspace removes what it kept, and the base with it,
+    // while every handle of it still lives (a node exits right after its
+    // close, before its runtime drops the last clone).
+    let base = &f1[..f1[1..].find('/').unwrap() + 1];
+    assert!(exists(parent_of(&f1)), "the spare is kept while open: {f1}");
+    let held = fx.ws.clone();
+    fx.ws.close().await;
     assert!(
-        !exists(parent_of(&d1)),
-        "a spare outlived the workspace: {d1}"
+        !exists(parent_of(&f1)),
+        "a spare outlived the workspace's close: {f1}"
     );
-    assert!(!exists(base), "the base outlived the workspace: {base}");
+    assert!(
+        !exists(base),
+        "the base outlived the workspace's close: {base}"
+    );
+    drop((a, b, c, d, e, f, held));
+    drop(fx);
+    assert!(!exists(base), "the base came back: {base}");
 }
 
 /// Runs `sh -c script args…` in `job` (unconfined: it may write cgroupfs as
