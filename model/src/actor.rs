@@ -97,6 +97,12 @@ pub enum Msg {
     OpenAnswer(u8, Reply),
     /// Edge → node: cancel the request (sent to incarnation `n`).
     Cancel(u8),
+    /// Node → edge: the answer to `Cancel` (from incarnation `n`). The
+    /// real client matches each answer to its call, so this one ends the
+    /// cancel's call and is never taken for the open's answer; nothing
+    /// waits on it (the request machine's stop is confirmed by
+    /// `Stopped`).
+    CancelAnswer(u8, Reply),
     /// Edge → node: clean the request's workspace (idempotent; sent to
     /// incarnation `n`).
     Cleanup(u8),
@@ -451,6 +457,8 @@ impl Party {
                         let inc = n.disk.restarts;
                         let msg = match r {
                             Reply::Cleanup { verdict, .. } => Msg::Cleaned(inc, verdict),
+                            // The cancel's own call is answered.
+                            r if input == Input::Cancel => Msg::CancelAnswer(inc, r),
                             r => {
                                 if r == Reply::Refused(node::Refusal::Closed) || r == Reply::Closed
                                 {

@@ -327,7 +327,7 @@ pub fn composition_pair(variant: actor::Variant, threads: usize) -> Report {
 
 /// The pinned unique state count of the real 2-request configuration (see
 /// `model/tests/pair.rs`).
-pub const PINNED_PAIR_STATES: usize = 215_320;
+pub const PINNED_PAIR_STATES: usize = 185_916;
 
 /// The progress check of the 2-request configuration with `variant`.
 pub fn composition_pair_progress(
@@ -438,9 +438,9 @@ pub fn all_progress(threads: usize) -> Vec<crate::progress::Progress> {
 /// (see `model/tests/actor.rs`).
 pub const fn pinned_composition_states(waiters: usize, restarts: usize) -> Option<usize> {
     match (waiters, restarts) {
-        (1, 0) => Some(76_685),
-        (0, 1) => Some(96_822),
-        (1, 1) => Some(236_286),
+        (1, 0) => Some(71_181),
+        (0, 1) => Some(90_158),
+        (1, 1) => Some(220_118),
         _ => None,
     }
 }

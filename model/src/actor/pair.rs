@@ -300,6 +300,10 @@ impl Party {
                 node::Action::Reply(Reply::Cleanup { verdict, .. }) => {
                     o.send(edge_id(k), Msg::Cleaned(0, verdict));
                 }
+                // The cancel's own call is answered.
+                node::Action::Reply(reply) if input == Input::Cancel => {
+                    o.send(edge_id(k), Msg::CancelAnswer(0, reply));
+                }
                 node::Action::Reply(reply) => {
                     if reply == Reply::Refused(node::Refusal::Closed) || reply == Reply::Closed {
                         r.refused_closed = true;
