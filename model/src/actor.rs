@@ -267,6 +267,11 @@ pub enum Variant {
     /// The node's shutdown, broken: it exits at once, without cleaning the
     /// request it holds open.
     ShutdownWithoutCleanup,
+    /// The answers, broken as this model sent them until 2026-12-05: the
+    /// node's answer to a cancel reaches the edge as an open's answer, which
+    /// an edge still waiting for its open takes for the open's (and drops
+    /// the real one). The real client matches each answer to its call.
+    AnswersACancelAsAnOpen,
     /// The edge, broken for progress only: a cleanup answer that arrives
     /// before the open's answer makes it forget the cleanup it sent, so the
     /// request can never complete. Every safety property holds (nothing
@@ -309,6 +314,7 @@ impl Variant {
             Variant::CleanupNeverStarted => "composition/broken/cleanup-never-started",
             Variant::OpenDuringCleanup => "composition/broken/open-during-cleanup",
             Variant::ShutdownWithoutCleanup => "composition/broken/shutdown-without-cleanup",
+            Variant::AnswersACancelAsAnOpen => "composition/broken/answers-a-cancel-as-an-open",
             Variant::ForgetsAnEarlyCleanupAnswer => {
                 "composition/broken/forgets-an-early-cleanup-answer"
             }
@@ -335,6 +341,7 @@ impl Variant {
             Variant::CleanupNeverStarted => Some(NODE_CLEANUP_PROGRESSES),
             Variant::OpenDuringCleanup => Some(OPENED_IS_CLEANED),
             Variant::ShutdownWithoutCleanup => Some(SHUTDOWN_CLEANS),
+            Variant::AnswersACancelAsAnOpen => Some(OPEN_ANSWERED_BY_AN_OPEN),
             Variant::ForgetsAnEarlyCleanupAnswer => Some(COMPLETES_AND_CLEANS),
             Variant::EvictsInFlight => Some(pair::IN_FLIGHT_HELD),
             // Harmless on the ordered wire: see `pair`.
@@ -379,6 +386,12 @@ pub const ONE_CLEANUP_PER_NODE: &str = "at most one cleanup per request per node
 /// the node answered its cleanup.
 pub const COMPLETES_AFTER_CLEANUP_ANSWER: &str =
     "a request completes only after its cleanup answer";
+/// Property: what the edge holds as its open's answer is an answer to an
+/// open (`Opened`, `OpenFailed`, a refusal, `Closed`), never the answer to
+/// another call: the real client matches each answer to its call by its
+/// sequence number.
+pub const OPEN_ANSWERED_BY_AN_OPEN: &str =
+    "the edge's open is answered only by an answer to an open";
 /// Property: every waiter sees the published result.
 pub const WAITERS_SEE_PUBLISHED: &str = "the result every waiter sees is the one published";
 /// Property: a cleanup the node was asked for is running, or waits for a
@@ -458,7 +471,9 @@ impl Party {
                         let msg = match r {
                             Reply::Cleanup { verdict, .. } => Msg::Cleaned(inc, verdict),
                             // The cancel's own call is answered.
-                            r if input == Input::Cancel => Msg::CancelAnswer(inc, r),
+                            r if input == Input::Cancel && v != Variant::AnswersACancelAsAnOpen => {
+                                Msg::CancelAnswer(inc, r)
+                            }
                             r => {
                                 if r == Reply::Refused(node::Refusal::Closed) || r == Reply::Closed
                                 {
@@ -991,6 +1006,19 @@ pub fn model(variant: Variant, waiters: usize, max_crashes: usize) -> ActorModel
                     .is_none_or(|e| !e.completed || !e.announced || e.cleanup_answer.is_some())
             },
         )
+        .property(Expectation::Always, OPEN_ANSWERED_BY_AN_OPEN, |_, s| {
+            edge_of(s).is_none_or(|e| {
+                e.open_answer.is_none_or(|r| {
+                    matches!(
+                        r,
+                        Reply::Opened { .. }
+                            | Reply::OpenFailed
+                            | Reply::Refused(_)
+                            | Reply::Closed
+                    )
+                })
+            })
+        })
         .property(Expectation::Always, WAITERS_SEE_PUBLISHED, |_, s| {
             let published = edge_of(s).and_then(|e| e.published);
             waiters_of(s).all(|w| !w.conflicting && (w.seen.is_none() || w.seen == published))

@@ -109,6 +109,9 @@ pub fn with<V: Visit>(name: &str, waiters: usize, v: V) -> Option<V::Out> {
         "composition/broken/shutdown-without-cleanup" => {
             com(actor::Variant::ShutdownWithoutCleanup, waiters, v)
         }
+        "composition/broken/answers-a-cancel-as-an-open" => {
+            com(actor::Variant::AnswersACancelAsAnOpen, waiters, v)
+        }
         "process" => pro(process::Real, v),
         "request/broken/double-cleanup" => req(rb::DoubleCleanup, waiters, v),
         "request/broken/complete-before-cleanup" => req(rb::CompleteBeforeCleanup, waiters, v),

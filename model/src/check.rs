@@ -501,6 +501,7 @@ pub fn all(threads: usize) -> Vec<Report> {
         composition(actor::Variant::CleanupNeverStarted, 1, 0, threads),
         composition(actor::Variant::OpenDuringCleanup, 1, 0, threads),
         composition(actor::Variant::ShutdownWithoutCleanup, 1, 0, threads),
+        composition(actor::Variant::AnswersACancelAsAnOpen, 1, 0, threads),
         composition_pair(actor::Variant::Real, threads),
         composition_pair(actor::Variant::EvictsInFlight, threads),
         composition_pair(actor::Variant::CleanupNeverStarted, threads),

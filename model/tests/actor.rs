@@ -150,3 +150,15 @@ fn an_open_during_a_cleanup_is_caught() {
 fn a_shutdown_without_cleanup_is_caught() {
     assert_caught(Variant::ShutdownWithoutCleanup);
 }
+
+/// The node's answer to a cancel sent as an open's answer (as this model
+/// did until 2026-12-05): an edge still waiting for its open takes it for
+/// the open's. The real client matches answers to calls by sequence number.
+#[test]
+fn a_cancels_answer_taken_for_the_opens_is_caught() {
+    assert_caught(Variant::AnswersACancelAsAnOpen);
+    assert_eq!(
+        Variant::AnswersACancelAsAnOpen.breaks(),
+        Some(actor::OPEN_ANSWERED_BY_AN_OPEN)
+    );
+}
