@@ -177,6 +177,80 @@ fn subreaper_tier_adopts_and_stops_a_silent_setsid_escapee() {
         .map(|s| s["target"].as_str().unwrap())
         .collect();
     assert!(targets.contains(&"adopted_descendants"), "{ev}");
+    // The escapee was alive and ours (adopted, unreaped) when signalled.
+    for step in ev["escalation"].as_array().unwrap() {
+        if step["target"] == "adopted_descendants" {
+            assert_eq!(step["outcome"], "delivered", "{ev}");
+        }
+    }
+}
+
+/// Subreaper tier: a pipe held by a process outside the tree (the test
+/// itself, which opens the root's stdout through `/proc` before letting
+/// the root exit) is cut at the drain bound although no descendant is
+/// alive: the verdict says whoever held it may have left the group, not
+/// only that the stream was held.
+#[test]
+fn subreaper_a_pipe_held_outside_the_tree_may_have_left_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, go) = (dir.path().join("pid"), dir.path().join("go"));
+    let script = format!(
+        "echo $$ > {}; while [ ! -e {} ]; do sleep 0.01; done; echo bye",
+        pid_file.display(),
+        go.display()
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .args(["run", "--subreaper", "--drain", "100ms", "--", "sh", "-c"])
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no pid"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let holder = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/fd/1"))
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(holder);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev = json(&out);
+    assert_eq!(ev["status"], "exited", "{ev}");
+    assert_eq!(ev["stdout"]["text"], "bye\n", "{ev}");
+    assert_eq!(ev["stdout"]["state"], "held_open", "{ev}");
+    assert_eq!(ev["descendants"]["tier"], "subreaper", "{ev}");
+    assert_eq!(
+        ev["descendants"]["verdict"], "unconfirmed_or_escaped",
+        "{ev}"
+    );
+    assert_eq!(
+        ev["descendants"]["reasons"],
+        serde_json::json!(["stdio_held_open", "may_have_left_group"]),
+        "{ev}"
+    );
+    // The pipe was cut at the drain bound after the `KILL`, not at the hard
+    // deadline: no `close_streams` step (that step is the deadline's).
+    let actions: Vec<&str> = ev["escalation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["action"].as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"kill"), "{ev}");
+    assert!(!actions.contains(&"close_streams"), "{ev}");
 }
 
 /// No input makes `custodian run` panic (exit 101) or leave a process

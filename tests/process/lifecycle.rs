@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use custodian::process::evidence::{
-    DescendantVerdict, EscalationAction, EscalationReason, ProcessStatus, VerdictReason,
+    DescendantVerdict, EscalationAction, EscalationReason, ProcessStatus, SignalTarget,
+    VerdictReason,
 };
 use custodian::process::{launch, run};
 
@@ -79,8 +80,12 @@ async fn grandchild_holding_stdout_and_ignoring_term_is_killed() {
 #[tokio::test]
 async fn background_sleep_holding_stdout_returns_within_the_drain_bound() {
     let t0 = Instant::now();
+    // The sleep holds stdout only: stderr closes with the root.
     let r = launch(
-        sh("echo partial; sleep 30 &", Duration::from_secs(20)),
+        sh(
+            "echo partial; sleep 30 2>/dev/null &",
+            Duration::from_secs(20),
+        ),
         &group_opts(),
     )
     .unwrap();
@@ -97,13 +102,27 @@ async fn background_sleep_holding_stdout_returns_within_the_drain_bound() {
         serde_json::json!("held_open")
     );
     assert_eq!(
+        serde_json::to_value(ev.stderr.state).unwrap(),
+        serde_json::json!("closed")
+    );
+    assert_eq!(
         ev.descendants.verdict,
         DescendantVerdict::UnconfirmedOrEscaped
     );
+    // One stream held is enough to say so.
     assert!(
         ev.descendants
             .reasons
-            .contains(&VerdictReason::StdioHeldOpen)
+            .contains(&VerdictReason::StdioHeldOpen),
+        "{ev:?}"
+    );
+    // At the drain bound the held pipe starts the ladder: one `TERM` to
+    // the group, which ends the sleep and closes the pipe (nothing cut).
+    let steps: Vec<_> = ev.escalation.iter().map(|s| (s.action, s.reason)).collect();
+    assert_eq!(
+        steps,
+        [(EscalationAction::Term, EscalationReason::GroupCleanup)],
+        "{ev:?}"
     );
     assert_no_leftovers(r.pgid());
 }
@@ -198,6 +217,12 @@ async fn a_probe_of_an_occupied_group_answers_within_half_the_grace() {
     let r = launch(inv, &group_opts()).unwrap();
     let ev = r.settled().await;
     assert_eq!(ev.escalation[0].reason, EscalationReason::GroupCleanup);
+    // The root had exited: its unreaped zombie pins the group signalled.
+    assert_eq!(
+        ev.escalation[0].target,
+        Some(SignalTarget::PinnedProcessGroup),
+        "{ev:?}"
+    );
     let t = &ev.timings;
     let (exited, term) = (t.root_exit_us.unwrap(), t.term_sent_us.unwrap());
     assert!(term - exited < 240_000, "{}", ev.to_json());

@@ -137,6 +137,56 @@ async fn a_panic_while_capturing() {
     assert_no_leftovers(root);
 }
 
+/// In the driver, after the root exited (its member writes only once the
+/// root is a zombie), in the group tier (pinned by the unreaped root) and
+/// in the cgroup tier (where this host has one): the driver's `KILL` for
+/// the internal error is aimed at the pinned group, or at the cgroup
+/// through `cgroup.kill`, and delivered; the root is reaped and its member
+/// killed.
+#[tokio::test]
+async fn a_panic_in_the_driver_kills_the_pinned_group_or_the_cgroup() {
+    use custodian::process::evidence::{
+        ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
+    };
+    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
+    let mut tiers = vec![(
+        group_opts(),
+        ContainmentTier::PinnedProcessGroup,
+        SignalTarget::PinnedProcessGroup,
+    )];
+    if cgroups {
+        tiers.push((opts(), ContainmentTier::Cgroup, SignalTarget::Cgroup));
+    } else {
+        eprintln!("note: no writable cgroup v2 here; the group tier only");
+    }
+    for (opts, tier, target) in tiers {
+        let script = "sh -c 'while [ \"$(cut -d\" \" -f3 /proc/$1/stat)\" != Z ]; \
+                      do sleep 0.01; done; echo x; sleep 30' member $$ & exit 0";
+        let r = launch(faulty(script, FaultPoint::Capture), &opts).unwrap();
+        let root = r.pid();
+        let ev = settled_in_time(&r).await;
+        assert_internal_error(&ev, true);
+        assert_eq!(ev.descendants.tier, tier, "{ev:?}");
+        let steps: Vec<_> = ev
+            .escalation
+            .iter()
+            .map(|s| (s.action, s.reason, s.target, s.outcome))
+            .collect();
+        assert_eq!(
+            steps,
+            [(
+                EscalationAction::Kill,
+                EscalationReason::InternalError,
+                Some(target),
+                StepOutcome::Delivered
+            )],
+            "{ev:?}"
+        );
+        assert!(eventually(|| members(root).is_empty()).await);
+        assert_no_leftovers(root);
+    }
+}
+
 /// While building the evidence: a minimal evidence is published instead.
 #[tokio::test]
 async fn a_panic_while_building_the_evidence() {

@@ -170,3 +170,51 @@ async fn the_pid_namespace_tier_kills_its_namespace_at_the_grace_and_after_a_pan
     );
     assert!(!registered(r.pid()));
 }
+
+/// A panic in the driver while the init runs, in the pid-namespace tier:
+/// the driver's `KILL` for the internal error goes to the init (the whole
+/// namespace dies with it), delivered, and the root leaves the registry.
+#[tokio::test]
+async fn a_panic_in_the_driver_kills_the_pid_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let faulty = sh("echo x; sleep 30 & wait").with_fault(FaultPoint::Capture);
+    let Some(r) = launch_without_a_cgroup(faulty, dir.path()) else {
+        return;
+    };
+    let ev = settled(&r).await;
+    assert_eq!(
+        ev.status,
+        crate::process::evidence::ProcessStatus::InternalError,
+        "{ev:?}"
+    );
+    assert_eq!(ev.descendants.tier, ContainmentTier::PidNamespace, "{ev:?}");
+    assert_eq!(
+        steps(&ev),
+        [(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(SignalTarget::PidNamespace),
+            StepOutcome::Delivered
+        )],
+        "{ev:?}"
+    );
+    assert!(!registered(r.pid()));
+}
+
+/// The pid-namespace tier reports the program's own end, which its init
+/// recorded (the init itself exits with the program's code and cannot die
+/// of the program's signal): an exit code, or the signal that killed it.
+#[tokio::test]
+async fn the_pid_namespace_tier_reports_the_programs_code_or_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(r) = launch_without_a_cgroup(sh("exit 3"), dir.path()) else {
+        return;
+    };
+    let ev = settled(&r).await;
+    assert_eq!(ev.descendants.tier, ContainmentTier::PidNamespace, "{ev:?}");
+    assert_eq!((ev.exit_code, ev.signal), (Some(3), None), "{ev:?}");
+    let r = launch_without_a_cgroup(sh("kill -TERM $$; sleep 30"), dir.path()).unwrap();
+    let ev = settled(&r).await;
+    assert_eq!((ev.exit_code, ev.signal), (None, Some(15)), "{ev:?}");
+    assert!(ev.escalation.is_empty(), "{ev:?}");
+}
