@@ -1477,6 +1477,7 @@ impl Driver {
         if self.settled {
             return;
         }
+        fault::hit(self.fault, FaultPoint::Settle);
         #[cfg(target_os = "linux")]
         if summary.tier == Tier::Cgroup && summary.descendants == DescendantVerdict::Terminated {
             self.left_cgroup = group_outlives_cgroup(self.pid);

@@ -14,6 +14,10 @@ pub enum FaultPoint {
     Step,
     /// In the driver, while captured output is stored.
     Capture,
+    /// At settlement, once the machine has settled and before the evidence
+    /// is published: where the cgroup's check and removal and the effects'
+    /// end run.
+    Settle,
     /// While the evidence is built at settlement.
     Evidence,
 }

@@ -114,6 +114,61 @@ async fn a_panic_right_after_the_spawn_kills_the_cgroup_or_the_group() {
     }
 }
 
+/// Right after the spawn of an isolated (confined) launch in the cgroup
+/// tier: its pid namespace lives in the run's cgroup, so the tier is the
+/// cgroup's (not the pid namespace's, which is the tier of an isolated
+/// launch without a cgroup) and the guard's `KILL` goes to the cgroup.
+#[tokio::test]
+async fn a_panic_right_after_an_isolated_spawn_in_a_cgroup_names_the_cgroup_tier() {
+    use custodian::confine::Confinement;
+    use custodian::process::evidence::{
+        ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
+    };
+    if !custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok()) {
+        eprintln!("skipped: no writable cgroup v2 here");
+        return;
+    }
+    if custodian::confine::landlock_abi() == 0 {
+        eprintln!("skipped: the kernel has no Landlock");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let invocation = Invocation::validate(
+        custodian::process::InvocationSpec::new("sh")
+            .with_args(["-c", "sleep 30 & wait"])
+            .with_timeout(Duration::from_secs(20))
+            .with_confinement(Confinement::workspace_write()),
+    )
+    .unwrap()
+    .with_fault(FaultPoint::AfterSpawn);
+    let options = custodian::process::LaunchOptions::new(dir.path());
+    let r = match launch(invocation, &options) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: no isolated launch here ({e})");
+            return;
+        }
+    };
+    let ev = settled_in_time(&r).await;
+    assert_internal_error(&ev, true);
+    assert_eq!(ev.descendants.tier, ContainmentTier::Cgroup, "{ev:?}");
+    let steps: Vec<_> = ev
+        .escalation
+        .iter()
+        .map(|s| (s.action, s.reason, s.target, s.outcome))
+        .collect();
+    assert_eq!(
+        steps,
+        [(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(SignalTarget::Cgroup),
+            StepOutcome::Delivered
+        )],
+        "{ev:?}"
+    );
+}
+
 /// In the driver, at the first event: the root already exited and left a
 /// silent member; the member is killed.
 #[tokio::test]
@@ -195,6 +250,51 @@ async fn a_panic_while_building_the_evidence() {
     assert_internal_error(&ev, false);
     assert_eq!(ev.stdout.text, "", "the minimal evidence claims nothing");
     assert_no_leftovers(root);
+}
+
+/// At settlement, before the evidence is published (the cgroup's check
+/// and removal, the effects' end): the machine has settled, so the driver
+/// publishes the minimal evidence once, naming the run's tier, and still
+/// removes the cgroup. Both tiers where this host has a cgroup.
+#[tokio::test]
+async fn a_panic_while_settling_publishes_the_minimal_evidence_once_and_removes_the_cgroup() {
+    use custodian::process::evidence::{CgroupRemoval, ContainmentTier};
+    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
+    let mut tiers = vec![(group_opts(), ContainmentTier::PinnedProcessGroup, None)];
+    if cgroups {
+        tiers.push((
+            opts(),
+            ContainmentTier::Cgroup,
+            Some(CgroupRemoval::Removed),
+        ));
+    } else {
+        eprintln!("note: no writable cgroup v2 here; the group tier only");
+    }
+    for (opts, tier, removal) in tiers {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cg");
+        let script = format!(
+            "sed -n 's/^0:://p' /proc/self/cgroup > '{}'; echo hi",
+            file.display()
+        );
+        let r = launch(faulty(&script, FaultPoint::Settle), &opts).unwrap();
+        let root = r.pid();
+        let ev = settled_in_time(&r).await;
+        assert_internal_error(&ev, false);
+        assert_eq!(ev.descendants.tier, tier, "{ev:?}");
+        assert_eq!(ev.descendants.cgroup_removal, removal, "{ev:?}");
+        assert_eq!(ev.stdout.text, "", "the minimal evidence claims nothing");
+        let other = settled_in_time(&r).await;
+        assert!(std::sync::Arc::ptr_eq(&ev, &other), "one evidence");
+        assert_no_leftovers(root);
+        if removal.is_some() {
+            let rel = std::fs::read_to_string(&file).unwrap();
+            let h = custodian::contain::Hierarchy::discover().expect("cgroup v2 mounted");
+            let cg = h.mount.join(rel.trim().trim_start_matches('/'));
+            assert!(rel.trim().len() > 1, "the run's cgroup: {rel:?}");
+            assert!(!cg.exists(), "the run's cgroup {} is left", cg.display());
+        }
+    }
 }
 
 /// The live members of group `pgid`.
