@@ -801,6 +801,11 @@ struct ProbeRun {
     next: Instant,
     delay: Duration,
     give_up: Instant,
+    /// The scans after the first (the one that answers included), for
+    /// the debug log of the answer: a few dozen at most in the `/proc`
+    /// tiers (a window of at most [`PROBE_WINDOW`], rescanned at most every
+    /// 10 ms), a few in the cgroup tier (woken by `cgroup.events`).
+    rescans: u32,
 }
 
 struct Driver {
@@ -1134,7 +1139,8 @@ impl Driver {
     }
 
     fn rescan(&mut self, now: Instant) -> Option<Event> {
-        let run = self.probe?;
+        let mut run = self.probe?;
+        run.rescans += 1;
         match self.view() {
             // Members just sent a signal need a moment to exit, and a busy
             // host a quieter moment to scan in: look again shortly.
@@ -1144,10 +1150,14 @@ impl Driver {
                     next: self.next_scan(now + delay, run.give_up),
                     delay,
                     give_up: run.give_up,
+                    rescans: run.rescans,
                 });
                 None
             }
-            v => Some(self.probe_answer(v)),
+            v => {
+                self.probe = Some(run);
+                Some(self.probe_answer(v))
+            }
         }
     }
 
@@ -1164,7 +1174,9 @@ impl Driver {
     }
 
     fn probe_answer(&mut self, v: View) -> Event {
-        self.probe = None;
+        if let Some(run) = self.probe.take() {
+            tracing::debug!(rescans = run.rescans, view = ?v, "group probed");
+        }
         self.last_view = Some(v);
         Event::GroupProbed(v.probe())
     }
@@ -1218,6 +1230,7 @@ impl Driver {
                             next: self.next_scan(now + delay, give_up),
                             delay,
                             give_up,
+                            rescans: 0,
                         });
                     }
                     v => follow.push(self.probe_answer(v)),

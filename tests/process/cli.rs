@@ -693,3 +693,51 @@ fn a_run_is_one_request_of_the_request_machine() {
         "{t:?}"
     );
 }
+
+/// The probe of an occupied group never spins: it rescans after 1, 2, 4, 8
+/// and then every 10 ms in the `/proc` tiers, and in the cgroup tier only
+/// when `cgroup.events` changes or its window ends. Counted from the
+/// driver's debug log (`group probed`, `rescans=N`) for a root that exits
+/// and leaves a member alive past the probe's window (so a probe runs it
+/// to its end, and another follows the `TERM`): each probe's rescans stay
+/// within what its window allows, where a spinning probe makes thousands.
+#[test]
+fn a_probe_of_an_occupied_group_rescans_at_a_bounded_rate() {
+    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
+    // The window is at most 250 ms: at most 25 rescans 10 ms apart after
+    // the 15 ms of the first four; a late timer only makes fewer.
+    let mut tiers = vec![("group", 40), ("subreaper", 40)];
+    if cgroups {
+        tiers.push(("cgroup", 8));
+    } else {
+        eprintln!("note: no writable cgroup v2 here; the /proc tiers only");
+    }
+    for (tier, most) in tiers {
+        let out = Command::new(env!("CARGO_BIN_EXE_custodian"))
+            .env("CUSTODIAN_LOG", "custodian::process=debug")
+            .args(["run", "--containment", tier, "--", "sh", "-c"])
+            .arg("sleep 0.6 >/dev/null 2>&1 & exit 0")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{tier}: {out:?}");
+        let log = String::from_utf8_lossy(&out.stderr);
+        let rescans: Vec<u32> = log
+            .lines()
+            .filter(|l| l.contains("group probed"))
+            .filter_map(|l| {
+                let at = l.find("rescans=")? + "rescans=".len();
+                l[at..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert!(!rescans.is_empty(), "{tier}: no probe ran a window: {log}");
+        // A probe that did not answer at its first scan answers at a rescan.
+        assert!(
+            rescans.iter().all(|&n| (1..=most).contains(&n)),
+            "{tier}: a probe with no rescan or more than {most}: {rescans:?}"
+        );
+    }
+}
