@@ -41,6 +41,10 @@
 //! facade; `wire`, `mcp` and the CLI sit on top. `scripts/check-layers`
 //! enforces it, with its documented exception, from `docs/architecture.md`.
 
+#[cfg(test)]
+#[macro_use]
+#[path = "../tests/support/skip.rs"]
+mod test_skip;
 pub mod confine;
 pub mod contain;
 pub mod error;

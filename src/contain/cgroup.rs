@@ -1685,7 +1685,7 @@ mod tests {
         let cg = match process_cgroup() {
             Ok(cg) => cg,
             Err(e) => {
-                eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+                skipped!("no writable cgroup v2 here ({})", e.code());
                 return;
             }
         };
@@ -1711,7 +1711,7 @@ mod tests {
         let cg = match process_cgroup() {
             Ok(cg) if supported() => cg,
             _ => {
-                eprintln!("skipped: no writable cgroup v2 or no clone3 here");
+                skipped!("no writable cgroup v2 or no clone3 here");
                 return;
             }
         };
@@ -1759,7 +1759,7 @@ mod tests {
         let request = match request_cgroup() {
             Ok(cg) => cg,
             Err(e) => {
-                eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+                skipped!("no writable cgroup v2 here ({})", e.code());
                 return;
             }
         };
@@ -1828,7 +1828,7 @@ mod tests {
         let request = match request_cgroup() {
             Ok(cg) => cg,
             Err(e) => {
-                eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+                skipped!("no writable cgroup v2 here ({})", e.code());
                 return;
             }
         };

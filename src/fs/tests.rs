@@ -65,7 +65,7 @@ fn against_real_filesystems_body() {
     if sandbox::is_root() {
         mounts_are_fenced(&scratch);
     } else {
-        eprintln!("skipped mount fencing: mounting needs root");
+        skipped!("mount fencing: mounting needs root");
     }
 }
 

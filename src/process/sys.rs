@@ -812,7 +812,7 @@ mod tests {
     fn a_plain_proc_is_complete_and_a_foreign_pid_is_a_sign() {
         let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         if mountinfo_restricts_proc(&info) {
-            eprintln!("skipped: this host's /proc is mounted with hidepid/subset");
+            skipped!("this host's /proc is mounted with hidepid/subset");
             return;
         }
         assert!(super::fork_witness().is_some());
@@ -844,7 +844,7 @@ mod tests {
             .and_then(|s| parse_stat(&s))
             .is_some_and(|st| st.pgrp == 0);
         if !visible {
-            eprintln!("skipped: no kernel threads visible in /proc (pid namespace)");
+            skipped!("no kernel threads visible in /proc (pid namespace)");
             return;
         }
         assert_eq!(super::scan_group(0, 0), super::GroupScan::Occupied);

@@ -455,7 +455,7 @@ mod tests {
         }
         assert!(!Arc::ptr_eq(&lock(&other.network), &shared));
         if crate::confine::landlock_abi() == 0 {
-            eprintln!("skipped: needs Landlock");
+            skipped!("needs Landlock");
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -506,7 +506,7 @@ mod tests {
     async fn a_network_owned_by_a_user_namespace_of_the_requests_is_entered_by_each_launch() {
         use std::os::fd::AsFd;
         if crate::confine::landlock_abi() == 0 {
-            eprintln!("skipped: needs Landlock");
+            skipped!("needs Landlock");
             return;
         }
         let ns = crate::process::spawn::user_network_namespace().unwrap();

@@ -3,6 +3,9 @@
 //! plus a seeded stress run. Every test checks the request's event log
 //! against the pure step function (see `support::check_log`).
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 #[path = "../support/fake_node.rs"]
 mod fake_node;
 

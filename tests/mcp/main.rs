@@ -9,6 +9,9 @@
 //! (TypeScript), run by `.ci/run`. `observed.rs` serves in this process
 //! and watches each call's request in the request machine.
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 mod client;
 mod early;
 #[path = "../support/http.rs"]

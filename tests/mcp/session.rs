@@ -163,7 +163,7 @@ fn spills_read_back_exactly_and_survive_a_restart() {
 #[ignore = "deletes: run by session_in_a_private_mount_namespace"]
 fn an_operators_allow_list_lets_a_call_reach_its_hosts_only() {
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let port = crate::http::http_server("fetched-over-mcp");
@@ -200,7 +200,7 @@ fn an_operators_allow_list_lets_a_call_reach_its_hosts_only() {
                 || text.contains("confinement_isolation_unavailable"),
             "{r}"
         );
-        eprintln!("skipped: this host cannot confine ({text})");
+        skipped!("this host cannot confine ({text})");
         return;
     }
     assert_eq!(ev["stdout"]["text"], "fetched-over-mcp\ndenied=403", "{r}");

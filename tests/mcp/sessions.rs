@@ -326,7 +326,7 @@ fn a_terminal_session_answers_a_prompt_and_is_resized() {
 #[ignore = "deletes: run by sessions_in_a_private_mount_namespace"]
 fn confined_calls_of_one_mcp_session_share_its_loopback_and_no_other_does() {
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: needs Landlock");
+        skipped!("needs Landlock");
         return;
     }
     let tmp = sandbox::tempdir();

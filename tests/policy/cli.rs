@@ -401,7 +401,7 @@ fn policy_file_must_be_a_bounded_regular_utf8_file() {
     let fifo = dir.path().join("policy.fifo");
     let made = Command::new("mkfifo").arg(&fifo).status();
     if !made.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: mkfifo is not available here");
+        skipped!("mkfifo is not available here");
         return;
     }
     // A FIFO with no writer: a blocking open or read would hang forever.
@@ -572,7 +572,7 @@ fn explain_and_run_hold_a_process_to_the_confinement_the_policy_requires() {
         && (stdout.contains("confinement_spawner_unavailable")
             || stdout.contains("confinement_unsupported"))
     {
-        eprintln!("skipped the confined run: this host cannot confine ({stdout})");
+        skipped!("the confined run: this host cannot confine ({stdout})");
         return;
     }
     assert_eq!(ran.status.code(), Some(0), "{ran:?}");

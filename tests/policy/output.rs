@@ -108,7 +108,7 @@ fn a_full_stdout_is_exit_74_and_the_process_is_reaped() {
     let made = dir.path().join("ran");
     let made = made.to_str().unwrap();
     let Some(out) = to_full_stdout(&["run", "--workspace", ws, "--", "touch", made]) else {
-        eprintln!("skipped: no /dev/full here");
+        skipped!("no /dev/full here");
         return;
     };
     // The run completed (the file exists, the process was reaped before

@@ -413,7 +413,7 @@ fn a_closed_stdout_is_reported_not_a_panic() {
 fn confine_flags_deny_a_write_outside_and_a_connect_and_say_so() {
     let _quiet = crate::common::quiet_host();
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -435,7 +435,7 @@ fn confine_flags_deny_a_write_outside_and_a_connect_and_say_so() {
     };
     let out = write("workspace-write", outside.to_str().unwrap());
     if out.status.code() == Some(71) {
-        eprintln!("skipped: no confining spawner here: {out:?}");
+        skipped!("no confining spawner here: {out:?}");
         return;
     }
     let ev = json(&out);
@@ -466,7 +466,7 @@ fn confine_flags_deny_a_write_outside_and_a_connect_and_say_so() {
     assert!(outside.is_file());
 
     if !std::path::Path::new("/bin/bash").exists() {
-        eprintln!("skipped: no bash for /dev/tcp");
+        skipped!("no bash for /dev/tcp");
         return;
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -592,7 +592,7 @@ fn every_subcommand_help_states_its_output_and_exit_codes() {
 fn confined_tmpdir_is_the_views_private_tmp_and_leaves_nothing_on_the_host() {
     let _quiet = crate::common::quiet_host();
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let chosen = tempfile::tempdir().unwrap();

@@ -16,7 +16,7 @@ use crate::common::{TUN, quiet_host, spec};
 /// Whether this host can confine (Landlock present); prints why not.
 fn can_confine() -> bool {
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return false;
     }
     true
@@ -38,7 +38,7 @@ async fn run_in(workspace: &Path, sh: &str, confinement: Confinement) -> Option<
     match run(script(sh, confinement), &LaunchOptions::new(workspace)).await {
         Ok(ev) => Some(ev),
         Err(ProcessError::Confinement(ConfineError::SpawnerUnavailable { reason })) => {
-            eprintln!("skipped: no confining spawner here ({reason})");
+            skipped!("no confining spawner here ({reason})");
             None
         }
         Err(e) => panic!("launch failed: {e}"),
@@ -148,7 +148,7 @@ async fn network_off_denies_a_tcp_connect_and_a_udp_socket() {
         return;
     }
     if !Path::new("/bin/bash").exists() {
-        eprintln!("skipped: no bash for /dev/tcp");
+        skipped!("no bash for /dev/tcp");
         return;
     }
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -212,7 +212,7 @@ async fn every_launch_with_the_network_off_has_a_new_network_namespace_with_its_
         return;
     }
     if !Path::new("/usr/bin/python3").exists() {
-        eprintln!("skipped: no python3 for the loopback check");
+        skipped!("no python3 for the loopback check");
         return;
     }
     let ws = Confinement::workspace_write();
@@ -281,7 +281,7 @@ async fn a_confined_process_cannot_signal_outside_its_sandbox_but_can_inside() {
         return;
     }
     if custodian::confine::landlock_abi() < 6 {
-        eprintln!("skipped: signal scoping needs Landlock ABI 6");
+        skipped!("signal scoping needs Landlock ABI 6");
         return;
     }
     let mut outside = std::process::Command::new("sleep")
@@ -327,7 +327,7 @@ async fn the_kill_ladder_still_stops_a_confined_process() {
     let ev = match run(i, &LaunchOptions::new(dir.path())).await {
         Ok(ev) => ev,
         Err(ProcessError::Confinement(ConfineError::SpawnerUnavailable { reason })) => {
-            eprintln!("skipped: no confining spawner here ({reason})");
+            skipped!("no confining spawner here ({reason})");
             return;
         }
         Err(e) => panic!("{e}"),
@@ -454,11 +454,11 @@ async fn a_confined_process_cannot_reach_an_abstract_unix_socket_outside_its_san
         return;
     }
     if custodian::confine::landlock_abi() < 6 {
-        eprintln!("skipped: abstract unix socket scoping needs Landlock ABI 6");
+        skipped!("abstract unix socket scoping needs Landlock ABI 6");
         return;
     }
     if !Path::new("/usr/bin/python3").exists() {
-        eprintln!("skipped: no /usr/bin/python3 to connect with");
+        skipped!("no /usr/bin/python3 to connect with");
         return;
     }
     let name = format!("custodian-confine-test-{}", std::process::id());
@@ -522,7 +522,7 @@ async fn an_isolated_views_mount_namespace_is_released_after_the_settlement() {
     let running = match custodian::process::launch(inv, &LaunchOptions::new(ws.path())) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: no isolated launch here: {e}");
+            skipped!("no isolated launch here: {e}");
             return;
         }
     };

@@ -30,7 +30,7 @@ fn cgroups() -> bool {
             true
         }
         Err(e) => {
-            eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+            skipped!("no writable cgroup v2 here ({})", e.code());
             false
         }
     }
@@ -271,7 +271,7 @@ async fn a_process_whose_leader_thread_exited_is_alive_until_killed() {
         return;
     }
     let Some((_dir, exe)) = zombie_leader_program() else {
-        eprintln!("skipped: no C compiler (cc) to build the zombie-leader program");
+        skipped!("no C compiler (cc) to build the zombie-leader program");
         return;
     };
     let script = traced(&format!(
@@ -404,14 +404,14 @@ async fn a_held_pipe_is_reported_and_the_empty_cgroup_still_terminated() {
 #[test]
 fn an_unavailable_explicit_cgroup_is_a_typed_launch_error_and_auto_falls_back() {
     let Ok(h) = Hierarchy::discover() else {
-        eprintln!("skipped: no cgroup v2 mounted");
+        skipped!("no cgroup v2 mounted");
         return;
     };
     let probe = Command::new("unshare")
         .args(["-m", "--propagation", "private", "true"])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot create a mount namespace (unshare -m)");
+        skipped!("cannot create a mount namespace (unshare -m)");
         return;
     }
     let scratch = tempfile::tempdir().unwrap();
@@ -464,7 +464,7 @@ fn an_unavailable_explicit_cgroup_is_a_typed_launch_error_and_auto_falls_back() 
 /// and Landlock; `None` (with the reason printed) elsewhere.
 fn run_without_cgroups(args: &[&str], script: &str) -> Option<Output> {
     let Ok(h) = Hierarchy::discover() else {
-        eprintln!("skipped: no cgroup v2 mounted");
+        skipped!("no cgroup v2 mounted");
         return None;
     };
     let can = |args: &[&str]| {
@@ -474,11 +474,11 @@ fn run_without_cgroups(args: &[&str], script: &str) -> Option<Output> {
             .is_ok_and(|s| s.success())
     };
     if !can(&["-m", "--propagation", "private", "true"]) || !can(&["-U", "-p", "--fork", "true"]) {
-        eprintln!("skipped: no mount namespace or no user and pid namespaces here");
+        skipped!("no mount namespace or no user and pid namespaces here");
         return None;
     }
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: no Landlock here");
+        skipped!("no Landlock here");
         return None;
     }
     let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
@@ -559,7 +559,7 @@ fn a_member_that_writes_itself_into_another_cgroup_is_never_terminated() {
         return;
     }
     if !sandbox::is_root() {
-        eprintln!("skipped: moving a process into a cgroup of the test's needs root here");
+        skipped!("moving a process into a cgroup of the test's needs root here");
         return;
     }
     let h = Hierarchy::discover().expect("cgroup v2 mounted");
@@ -635,7 +635,7 @@ fn with_a_keeper_a_standalone_launch_reuses_an_empty_cgroup_never_a_changed_or_k
         return;
     }
     if !sandbox::is_root() {
-        eprintln!("skipped: a tool writing its cgroup's attributes needs root here");
+        skipped!("a tool writing its cgroup's attributes needs root here");
         return;
     }
     let h = Hierarchy::discover().expect("cgroup v2 mounted");

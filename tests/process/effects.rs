@@ -410,7 +410,7 @@ async fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_i
                 let running = match custodian::process::launch(inv, &opts) {
                     Ok(r) => r,
                     Err(e) => {
-                        eprintln!("skipped {containment:?} / {what} / {confined}: {e}");
+                        skipped!("{containment:?} / {what} / {confined}: {e}");
                         continue;
                     }
                 };
@@ -458,7 +458,7 @@ async fn every_effect_of_a_real_run_is_what_the_machine_decides_for_its_events_i
             let s = match session::start(inv, &opts, SessionOptions::default()) {
                 Ok(s) => s,
                 Err(e) => {
-                    eprintln!("skipped the session in {containment:?} / {confined}: {e}");
+                    skipped!("the session in {containment:?} / {confined}: {e}");
                     continue;
                 }
             };

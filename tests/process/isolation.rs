@@ -909,7 +909,7 @@ fn npm_install_of_a_local_tarball_works_and_leaves_the_host_home_alone_as_an_unp
 #[test]
 fn git_commit_works_in_a_checkout_and_its_hooks_stay_read_only() {
     if Command::new("git").arg("--version").output().is_err() {
-        eprintln!("skipped: no git");
+        skipped!("no git");
         return;
     }
     let ws = scratch(Who::Root);

@@ -7,6 +7,9 @@
 // its guard is held across awaits on purpose (each test owns its runtime).
 #![allow(clippy::await_holding_lock)]
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 mod cli;
 mod common;
 mod confinement;

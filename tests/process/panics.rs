@@ -125,11 +125,11 @@ async fn a_panic_right_after_an_isolated_spawn_in_a_cgroup_names_the_cgroup_tier
         ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
     };
     if !custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok()) {
-        eprintln!("skipped: no writable cgroup v2 here");
+        skipped!("no writable cgroup v2 here");
         return;
     }
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -145,7 +145,7 @@ async fn a_panic_right_after_an_isolated_spawn_in_a_cgroup_names_the_cgroup_tier
     let r = match launch(invocation, &options) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: no isolated launch here ({e})");
+            skipped!("no isolated launch here ({e})");
             return;
         }
     };

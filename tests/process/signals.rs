@@ -629,8 +629,8 @@ fn a_stop_signal_removes_the_private_tmpdir() {
         .output()
         .unwrap();
     if probe.status.code() != Some(0) {
-        eprintln!(
-            "skipped: read-only confinement is not enforceable here: {}",
+        skipped!(
+            "read-only confinement is not enforceable here: {}",
             String::from_utf8_lossy(&probe.stdout)
         );
         return;

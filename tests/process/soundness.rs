@@ -39,14 +39,11 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
     {
         Ok(out) if out.status.success() => Some(exe),
         Ok(out) => {
-            eprintln!(
-                "skipped: cc failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            skipped!("cc failed: {}", String::from_utf8_lossy(&out.stderr));
             None
         }
         Err(e) => {
-            eprintln!("skipped: no C compiler ({e})");
+            skipped!("no C compiler ({e})");
             None
         }
     }
@@ -315,7 +312,7 @@ fn a_leader_exited_thread_group_in_the_subreaper_tier() {
 /// cannot be done (not root, no `unshare`).
 fn custodian_under_proc(options: &str, args: &[&str]) -> Option<Output> {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: mounting a proc needs root");
+        skipped!("mounting a proc needs root");
         return None;
     }
     // The namespace belongs to the child only; this test binary's mounts
@@ -329,15 +326,15 @@ fn custodian_under_proc(options: &str, args: &[&str]) -> Option<Output> {
         .args(args);
     match cmd.output() {
         Ok(out) if out.status.code() == Some(97) || out.status.code() == Some(1) => {
-            eprintln!(
-                "skipped: cannot mount a private proc: {}",
+            skipped!(
+                "cannot mount a private proc: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
             None
         }
         Ok(out) => Some(out),
         Err(e) => {
-            eprintln!("skipped: no unshare ({e})");
+            skipped!("no unshare ({e})");
             None
         }
     }

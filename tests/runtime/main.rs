@@ -8,6 +8,9 @@
 //! scratch directory and the cgroup v2 hierarchy (`sandbox`), checked
 //! first by each body.
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 #[path = "../support/http.rs"]
 mod http;
 #[path = "../support/sandbox.rs"]

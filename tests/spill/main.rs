@@ -2,6 +2,9 @@
 //! real filesystem. Mount and chown tests need root; they skip (printing
 //! why) where the host refuses.
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 mod attacks;
 mod cli;
 mod guarded;

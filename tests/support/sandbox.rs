@@ -152,7 +152,7 @@ fn run_in_namespace(select: &[&str], base: &Path, keep: Option<&Path>) -> Option
             .args(["-m", "--propagation", "private", "true"])
             .status();
         if !probe.is_ok_and(|s| s.success()) {
-            eprintln!("skipped: running as root and cannot create a mount namespace (unshare -m)");
+            skipped!("running as root and cannot create a mount namespace (unshare -m)");
             return None;
         }
         cmd = Command::new("unshare");
@@ -283,7 +283,7 @@ pub fn only_writable(scratch: &Path, keep: Option<&Path>) -> Result<(), String> 
 /// Only inside [`run_guarded`]'s namespace: the mount vanishes with it.
 pub fn ext4_in(dir: &Path) -> Option<PathBuf> {
     if !is_root() {
-        eprintln!("skipped ext4: loop mounts need root");
+        skipped!("ext4: loop mounts need root");
         return None;
     }
     let img = dir.join("ext4.img");
@@ -299,14 +299,14 @@ pub fn ext4_in(dir: &Path) -> Option<PathBuf> {
     match mkfs {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
-            eprintln!(
-                "skipped ext4: mkfs.ext4 failed: {}",
+            skipped!(
+                "ext4: mkfs.ext4 failed: {}",
                 String::from_utf8_lossy(&o.stderr)
             );
             return None;
         }
         Err(e) => {
-            eprintln!("skipped ext4: no mkfs.ext4 ({e})");
+            skipped!("ext4: no mkfs.ext4 ({e})");
             return None;
         }
     }
@@ -318,14 +318,14 @@ pub fn ext4_in(dir: &Path) -> Option<PathBuf> {
     match mount {
         Ok(o) if o.status.success() => Some(mnt),
         Ok(o) => {
-            eprintln!(
-                "skipped ext4: loop mount failed: {}",
+            skipped!(
+                "ext4: loop mount failed: {}",
                 String::from_utf8_lossy(&o.stderr)
             );
             None
         }
         Err(e) => {
-            eprintln!("skipped ext4: no mount ({e})");
+            skipped!("ext4: no mount ({e})");
             None
         }
     }

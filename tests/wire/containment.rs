@@ -30,11 +30,11 @@ pub(crate) fn alive(pid: u32) -> bool {
 #[test]
 fn node_cleans_a_request_whose_setsid_writer_is_dead_first() {
     let Ok(h) = Hierarchy::discover() else {
-        eprintln!("skipped: no cgroup v2 mounted");
+        skipped!("no cgroup v2 mounted");
         return;
     };
     if request_cgroup().map(|cg| cg.remove()).is_err() {
-        eprintln!("skipped: no writable cgroup v2 here");
+        skipped!("no writable cgroup v2 here");
         return;
     }
     crate::sandbox::run_guarded_keeping(INNER, &std::env::temp_dir(), Some(&h.mount));

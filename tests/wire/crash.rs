@@ -30,11 +30,11 @@ const INNER: &str = "crash::sigkilled_nodes_are_reclaimed_on_restart_inner";
 #[test]
 fn sigkilled_nodes_are_reclaimed_on_restart() {
     let Ok(h) = Hierarchy::discover() else {
-        eprintln!("skipped: no cgroup v2 mounted");
+        skipped!("no cgroup v2 mounted");
         return;
     };
     if request_cgroup().map(|cg| cg.remove()).is_err() {
-        eprintln!("skipped: no writable cgroup v2 here");
+        skipped!("no writable cgroup v2 here");
         return;
     }
     let Some(text) =
@@ -648,11 +648,11 @@ const INNER_BASES: &str =
 #[test]
 fn a_restarted_node_removes_the_empty_base_cgroups_of_dead_nodes() {
     let Ok(h) = Hierarchy::discover() else {
-        eprintln!("skipped: no cgroup v2 mounted");
+        skipped!("no cgroup v2 mounted");
         return;
     };
     if request_cgroup().map(|cg| cg.remove()).is_err() {
-        eprintln!("skipped: no writable cgroup v2 here");
+        skipped!("no writable cgroup v2 here");
         return;
     }
     let Some(text) =

@@ -265,7 +265,7 @@ fn probe_as_nobody(exe_dir: &Path, socket: &Path) -> String {
 #[ignore = "deletes: run by guarded::e2e_in_a_private_mount_namespace"]
 fn a_peer_of_another_uid_is_refused() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: switching to another uid needs root");
+        skipped!("switching to another uid needs root");
         return;
     }
     let dir = crate::sandbox::tempdir();
@@ -423,7 +423,7 @@ async fn a_run_process_with_an_overflowing_timeout_is_refused() {
 async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
     use custodian::confine::Confinement;
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let dir = crate::sandbox::tempdir();
@@ -462,7 +462,7 @@ async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
         Err(custodian::wire::WireError::Refused { code })
             if code.as_str() == "confinement_spawner_unavailable" =>
         {
-            eprintln!("skipped: the node has no cgroup tier for a confined run");
+            skipped!("the node has no cgroup tier for a confined run");
         }
         Err(e) => panic!("{e:?}"),
     }
@@ -488,7 +488,7 @@ async fn a_confined_run_over_the_wire_writes_only_its_workspace() {
 async fn a_network_allow_run_over_the_wire_reaches_its_hosts_only() {
     use custodian::confine::Confinement;
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let allowed = crate::http::http_server("through-the-node-proxy");
@@ -534,7 +534,7 @@ async fn a_network_allow_run_over_the_wire_reaches_its_hosts_only() {
         Err(custodian::wire::WireError::Refused { code })
             if code.as_str() == "confinement_spawner_unavailable" =>
         {
-            eprintln!("skipped: the node has no cgroup tier for a confined run");
+            skipped!("the node has no cgroup tier for a confined run");
         }
         Err(e) => panic!("{e:?}"),
     }

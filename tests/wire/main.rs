@@ -1,6 +1,9 @@
 //! The edge–node wire: the node handler over an in-memory duplex, fed by the
 //! real edge client and by raw hostile bytes.
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 #[path = "../support/fake_node.rs"]
 mod fake_node;
 

@@ -143,7 +143,7 @@ async fn a_stdio_node_cleans_up_and_exits_0_on_sigterm_sigint_and_sighup() {
 async fn a_node_stopped_with_an_open_tunnel_closes_it_and_exits_0() {
     use std::io::Read;
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     // An upstream that accepts and then says nothing: the tunnel stays
@@ -214,7 +214,7 @@ async fn a_node_stopped_with_an_open_tunnel_closes_it_and_exits_0() {
             Err(custodian::wire::WireError::Refused { code })
                 if code.as_str().starts_with("confinement_") =>
             {
-                eprintln!("skipped: the node cannot confine here ({code:?})");
+                skipped!("the node cannot confine here ({code:?})");
                 let _ = kill_process(Pid::from_raw(node.id() as i32).unwrap(), Signal::TERM);
                 let _ = node.wait();
                 return;

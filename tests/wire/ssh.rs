@@ -70,18 +70,18 @@ fn a_node_over_ssh_cleans_up_when_the_transport_or_the_node_dies() {
     let tools = match Tools::find() {
         Ok(t) => t,
         Err(why) => {
-            eprintln!("skipped: {why} (.ci/run installs openssh-server and openssh-client)");
+            skipped!("{why} (.ci/run installs openssh-server and openssh-client)");
             return;
         }
     };
     if !crate::sandbox::is_root() {
-        eprintln!("skipped: an sshd that logs a user in needs root");
+        skipped!("an sshd that logs a user in needs root");
         return;
     }
     drop(tools);
     // Privilege separation: sshd refuses to start without it.
     if let Err(e) = std::fs::create_dir_all("/run/sshd") {
-        eprintln!("skipped: cannot create sshd's /run/sshd ({e})");
+        skipped!("cannot create sshd's /run/sshd ({e})");
         return;
     }
     let keep = cgroup_mount();

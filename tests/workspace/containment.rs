@@ -34,11 +34,11 @@ fn alive(pid: u32) -> bool {
 fn run_with_cgroups(inner: &str) {
     let cgroup_ok = request_cgroup().map(|cg| cg.remove()).is_ok();
     let Ok(h) = Hierarchy::discover() else {
-        eprintln!("skipped: no cgroup v2 mounted");
+        skipped!("no cgroup v2 mounted");
         return;
     };
     if !cgroup_ok {
-        eprintln!("skipped: no writable cgroup v2 here");
+        skipped!("no writable cgroup v2 here");
         return;
     }
     crate::sandbox::run_guarded_keeping(inner, &std::env::temp_dir(), Some(&h.mount));
@@ -282,7 +282,7 @@ const POISON_INNER: &str =
 #[test]
 fn a_kept_cgroup_a_tool_poisoned_is_never_handed_out_again() {
     if !crate::is_root() {
-        eprintln!("skipped: writing a cgroup's attributes as a tool needs root here");
+        skipped!("writing a cgroup's attributes as a tool needs root here");
         return;
     }
     run_with_cgroups(POISON_INNER);
@@ -380,7 +380,7 @@ const HIJACK_INNER: &str =
 #[test]
 fn a_process_moved_into_a_kept_cgroup_is_neither_shared_nor_killed() {
     if !crate::is_root() {
-        eprintln!("skipped: moving a process between cgroups as a tool needs root here");
+        skipped!("moving a process between cgroups as a tool needs root here");
         return;
     }
     run_with_cgroups(HIJACK_INNER);

@@ -34,7 +34,7 @@ impl Drop for Mounted {
 /// be mounted.
 fn tmpfs_of(at: &Path, inodes: u32) -> Option<Mounted> {
     if !is_root() {
-        eprintln!("skipped: mounting tmpfs needs root");
+        skipped!("mounting tmpfs needs root");
         return None;
     }
     let opts = std::ffi::CString::new(format!("size=16m,nr_inodes={inodes},mode=0700")).unwrap();
@@ -47,7 +47,7 @@ fn tmpfs_of(at: &Path, inodes: u32) -> Option<Mounted> {
     ) {
         Ok(()) => Some(Mounted(at.to_path_buf())),
         Err(e) => {
-            eprintln!("skipped: cannot mount tmpfs here: {e}");
+            skipped!("cannot mount tmpfs here: {e}");
             None
         }
     }

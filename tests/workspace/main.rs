@@ -3,6 +3,9 @@
 
 #![allow(missing_docs)]
 
+#[macro_use]
+#[path = "../support/skip.rs"]
+mod skip;
 mod attacks;
 mod basics;
 mod containment;

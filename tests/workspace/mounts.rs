@@ -20,7 +20,7 @@ impl Drop for Mounted {
 
 fn mount_tmpfs(at: &Path) -> Option<Mounted> {
     if !is_root() {
-        eprintln!("skipped: mounting tmpfs needs root");
+        skipped!("mounting tmpfs needs root");
         return None;
     }
     match rustix::mount::mount(
@@ -32,7 +32,7 @@ fn mount_tmpfs(at: &Path) -> Option<Mounted> {
     ) {
         Ok(()) => Some(Mounted(at.to_path_buf())),
         Err(e) => {
-            eprintln!("skipped: cannot mount tmpfs here: {e}");
+            skipped!("cannot mount tmpfs here: {e}");
             None
         }
     }
@@ -40,13 +40,13 @@ fn mount_tmpfs(at: &Path) -> Option<Mounted> {
 
 fn bind(from: &Path, at: &Path) -> Option<Mounted> {
     if !is_root() {
-        eprintln!("skipped: bind mounts need root");
+        skipped!("bind mounts need root");
         return None;
     }
     match rustix::mount::mount_bind(from, at) {
         Ok(()) => Some(Mounted(at.to_path_buf())),
         Err(e) => {
-            eprintln!("skipped: cannot bind mount here: {e}");
+            skipped!("cannot bind mount here: {e}");
             None
         }
     }

@@ -222,7 +222,7 @@ fn exchange_racer_tmpfs_body() {
 #[test]
 fn exchange_racer_never_costs_an_outside_inode_ext4() {
     if !sandbox::is_root() {
-        eprintln!("skipped: a loop-mounted ext4 needs root");
+        skipped!("a loop-mounted ext4 needs root");
         return;
     }
     if let Some(out) =

@@ -68,7 +68,7 @@ async fn a_root_leaves_the_registry_when_reaped_and_no_other_root_does() {
 /// (with the reason printed) where they are not.
 fn launch_without_a_cgroup(invocation: Invocation, dir: &std::path::Path) -> Option<Running> {
     if let Err(e) = crate::process::spawn::isolation_supported() {
-        eprintln!("skipped: no pid namespace here ({e})");
+        skipped!("no pid namespace here ({e})");
         return None;
     }
     let options = LaunchOptions::new(dir);
@@ -234,16 +234,16 @@ fn a_refused_spawn_into_the_cgroup_never_runs_a_confined_program_and_falls_back_
     match crate::contain::process_cgroup() {
         Ok(cg) => cg.remove().expect("an unused cgroup is removable"),
         Err(e) => {
-            eprintln!("skipped: no writable cgroup v2 here ({})", e.code());
+            skipped!("no writable cgroup v2 here ({})", e.code());
             return;
         }
     }
     if let Err(e) = crate::process::spawn::isolation_supported() {
-        eprintln!("skipped: no isolation here ({e})");
+        skipped!("no isolation here ({e})");
         return;
     }
     if crate::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let body = "process::driver::tests::a_refused_spawn_into_the_cgroup_never_runs_a_confined_program_and_falls_back_only_under_auto_inner";

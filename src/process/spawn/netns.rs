@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn a_namespace_made_now_is_new_with_its_loopback_up() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: a network namespace is made outside a user namespace as root only");
+            skipped!("a network namespace is made outside a user namespace as root only");
             return;
         }
         let host = this_threads_net().unwrap();
@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn spares_are_new_namespaces_with_their_loopback_up_each_taken_once() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: spare network namespaces are made as root only");
+            skipped!("spare network namespaces are made as root only");
             return;
         }
         let host = this_threads_net().unwrap();
@@ -376,7 +376,7 @@ mod tests {
                     is_off() || SKIPPED.load(Ordering::Relaxed),
                     "no spare, pool on"
                 );
-                eprintln!("skipped: the pool is off on this host");
+                skipped!("the pool is off on this host");
                 return;
             };
             let ino = inode(&spare);
@@ -404,7 +404,7 @@ mod tests {
         // pool is off from then on.
         let landlock = crate::confine::landlock_abi() > 0;
         if !landlock {
-            eprintln!("skipped (fallback): no Landlock, no confined launch");
+            skipped!("(fallback): no Landlock, no confined launch");
             return;
         }
         let bogus =

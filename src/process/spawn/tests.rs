@@ -25,7 +25,7 @@ fn host_ok() -> bool {
     if supported() {
         true
     } else {
-        eprintln!("skipped: clone3 with CLONE_INTO_CGROUP is unavailable on this host");
+        skipped!("clone3 with CLONE_INTO_CGROUP is unavailable on this host");
         false
     }
 }
@@ -568,7 +568,7 @@ impl Scratch {
             .lines()
             .find_map(|l| l.strip_prefix("0::").map(str::to_owned));
         let (Some(mount), Some(own)) = (mount, own) else {
-            eprintln!("skipped: no cgroup v2 hierarchy is mounted");
+            skipped!("no cgroup v2 hierarchy is mounted");
             return None;
         };
         let name = format!(
@@ -580,7 +580,7 @@ impl Scratch {
             .join(own.trim_start_matches('/'))
             .join(name);
         if let Err(e) = std::fs::create_dir(&path) {
-            eprintln!("skipped: cannot create a cgroup at {}: {e}", path.display());
+            skipped!("cannot create a cgroup at {}: {e}", path.display());
             return None;
         }
         let fd = rustix::fs::open(
@@ -853,7 +853,7 @@ fn a_confined_child_has_no_new_privs_and_the_parent_is_untouched() {
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     let me = std::fs::read_to_string("/proc/self/status").unwrap();
     if me.contains("NoNewPrivs:\t1") {
-        eprintln!("skipped the control: this test process already has no_new_privs");
+        skipped!("the control: this test process already has no_new_privs");
         return;
     }
     let (plain, _) = c.output(None).unwrap();

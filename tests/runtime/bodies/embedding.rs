@@ -137,7 +137,7 @@ async fn confined_sh(
             | ConfineError::IsolationUnavailable { .. }
             | ConfineError::Unsupported(_)),
         ))) => {
-            eprintln!("skipped: this host cannot confine ({e})");
+            skipped!("this host cannot confine ({e})");
             None
         }
         Err(e) => panic!("launch failed: {e}"),
@@ -152,7 +152,7 @@ async fn confined_sh(
 async fn the_runtime_default_confinement_applies_unless_the_invocation_names_one() {
     use custodian::confine::FsMode;
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let dir = tempfile::tempdir_in(scratch()).unwrap();
@@ -250,7 +250,7 @@ async fn the_runtime_default_confinement_applies_unless_the_invocation_names_one
 async fn a_runtime_serves_network_allow_through_its_own_proxy() {
     use std::net::{IpAddr, Ipv4Addr};
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: the kernel has no Landlock");
+        skipped!("the kernel has no Landlock");
         return;
     }
     let port = crate::http::http_server("fetched");

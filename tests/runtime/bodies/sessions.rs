@@ -314,7 +314,7 @@ async fn fetch(executor: &Executor, url: &str) -> String {
 #[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
 async fn isolated_calls_of_one_request_share_its_loopback_and_no_other_request_does() {
     if custodian::confine::landlock_abi() == 0 {
-        eprintln!("skipped: needs Landlock");
+        skipped!("needs Landlock");
         return;
     }
     let dir = tempfile::tempdir_in(scratch()).unwrap();
