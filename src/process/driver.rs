@@ -406,17 +406,25 @@ fn spawn_in_cgroup(
         }
     };
     let pid = root.pid;
-    let pidfd = match sys::register_pidfd(root.pidfd) {
+    let registered = if fault::refuses(invocation.fault(), FaultPoint::RegisterPidfd) {
+        Err((root.pidfd, std::io::Error::from_raw_os_error(libc::ENOMEM)))
+    } else {
+        sys::register_pidfd(root.pidfd)
+    };
+    let pidfd = match registered {
         Ok(fd) => fd,
-        Err(e) => {
-            // Cannot observe the root: kill the cgroup (dropping the
-            // isolation kills the namespace), reap, report.
-            if let Some(cg) = &cg {
-                let mut effects = Effects::new(pid);
-                if let Some(order) = effects.teardown() {
+        Err((fd, e)) => {
+            // Cannot observe the root: kill it with its cgroup (isolated,
+            // the pid namespace dies with it), reap it, report.
+            let mut effects = Effects::new(pid);
+            if let Some(order) = effects.teardown() {
+                if let Some(cg) = &cg {
                     let _ = effects.kill_cgroup(&order, cg);
                 }
+                let _ = effects.kill_pidfd(&order, std::os::fd::AsFd::as_fd(&fd));
             }
+            effects.torn_down();
+            let _ = sys::reap_pidfd(&fd, true);
             ROOTS.with(|roots| roots.retain(|&p| p != pid));
             return Err(Err(ProcessError::Spawn {
                 path: resolved.to_path_buf(),
@@ -774,7 +782,7 @@ fn wait_briefly(child: &mut Child) {
 #[cfg(target_os = "linux")]
 fn pin_root(runtime: &tokio::runtime::Handle, pid: u32) -> (Option<PidFd>, Tier) {
     let _guard = runtime.enter();
-    match sys::pidfd_open(pid).and_then(sys::register_pidfd) {
+    match sys::pidfd_open(pid).and_then(|fd| sys::register_pidfd(fd).map_err(|(_, e)| e)) {
         Ok(fd) => (Some(fd), Tier::PinnedGroup),
         Err(e) => {
             tracing::warn!(pid, error = %e, "pidfd unavailable; group signals stop at root exit");

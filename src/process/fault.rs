@@ -1,7 +1,9 @@
 //! A hidden seam for the panic-safety tests: an invocation can carry a
 //! point at which the launcher panics on purpose
-//! ([`crate::process::Invocation::with_fault`]). It exists in release builds
-//! too, so the tests exercise the very code that ships; nothing sets it but
+//! ([`crate::process::Invocation::with_fault`]), or, at
+//! [`FaultPoint::RegisterPidfd`], a step that fails as the kernel could
+//! make it fail where no host here does. It exists in release builds too,
+//! so the tests exercise the very code that ships; nothing sets it but
 //! those tests.
 
 /// Where an injected panic fires.
@@ -20,6 +22,16 @@ pub enum FaultPoint {
     Settle,
     /// While the evidence is built at settlement.
     Evidence,
+    /// No panic: the reactor refuses the cgroup tier's (or the pid
+    /// namespace tier's) root pidfd, as it can for want of memory or of
+    /// epoll watches (`ENOMEM`), after the root started.
+    RegisterPidfd,
+}
+
+/// Whether `plan` makes the step at `at` fail (a fault that is an error,
+/// not a panic).
+pub(crate) fn refuses(plan: Option<FaultPoint>, at: FaultPoint) -> bool {
+    plan == Some(at)
 }
 
 /// Panics if `plan` is `at`.

@@ -80,15 +80,20 @@ pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 ///
 /// # Errors
 ///
-/// If the reactor refuses the descriptor.
+/// If the reactor refuses the descriptor: the descriptor, with why.
 #[cfg(target_os = "linux")]
-pub(crate) fn register_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
-    // `AsyncFd::new` is deprecated because a generic `T` may hand out a
-    // different descriptor later; an `OwnedFd` owns exactly one descriptor
-    // for the whole lifetime of the `AsyncFd`, which is the invariant the
-    // unsafe replacement asks for. Using it keeps this crate free of unsafe.
+pub(crate) fn register_pidfd(
+    fd: OwnedFd,
+) -> Result<tokio::io::unix::AsyncFd<OwnedFd>, (OwnedFd, io::Error)> {
+    // `AsyncFd::try_with_interest` is deprecated because a generic `T` may
+    // hand out a different descriptor later; an `OwnedFd` owns exactly one
+    // descriptor for the whole lifetime of the `AsyncFd`, which is the
+    // invariant the unsafe replacement asks for. Using it keeps this crate
+    // free of unsafe. Unlike `with_interest` it gives the descriptor back
+    // on failure: the process behind it can still be killed and reaped.
     #[allow(deprecated)]
-    tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE)
+    tokio::io::unix::AsyncFd::try_with_interest(fd, tokio::io::Interest::READABLE)
+        .map_err(|e| e.into_parts())
 }
 
 /// `waitid(P_PIDFD, fd, WEXITED | WNOWAIT | WNOHANG)`—Reports the exit of

@@ -379,3 +379,60 @@ async fn a_refused_spawn_into_the_cgroup_never_runs_a_confined_program_and_falls
     assert_eq!(ev.descendants.cgroup_removal, None, "{ev:?}");
     assert_eq!(leftovers(), Vec::<std::path::PathBuf>::new());
 }
+
+/// The reactor refusing the root's pidfd (as it can for want of memory or
+/// of epoll watches; injected, [`FaultPoint::RegisterPidfd`]) after the
+/// root started in the cgroup tier: the launch is a spawn error, and the
+/// root is killed with its cgroup, reaped (no zombie is left) and taken
+/// out of the registry, while a root running meanwhile stays in it.
+#[tokio::test]
+async fn a_root_whose_pidfd_the_reactor_refuses_is_killed_reaped_and_unregistered() {
+    match crate::contain::process_cgroup() {
+        Ok(cg) => cg.remove().expect("an unused cgroup is removable"),
+        Err(e) => {
+            skipped!("no writable cgroup v2 here ({})", e.code());
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let auto = LaunchOptions::new(dir.path());
+    let group = auto.clone().with_containment(Containment::Group);
+    let keeper = launch(sh("sleep 30"), &group).unwrap();
+    // A program of its own name, to look for its process afterwards.
+    let program = dir.path().join("refused-root");
+    std::fs::copy("/bin/sleep", &program).unwrap();
+    let refused = Invocation::validate(
+        InvocationSpec::new(program.to_str().unwrap())
+            .with_args(["30"])
+            .with_timeout(Duration::from_secs(20)),
+    )
+    .unwrap()
+    .with_fault(FaultPoint::RegisterPidfd);
+    let err = launch(refused, &auto).unwrap_err();
+    assert!(
+        matches!(&err, crate::process::ProcessError::Spawn { source, .. } if source.raw_os_error() == Some(libc::ENOMEM)),
+        "{err:?}"
+    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| {
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            (comm.trim() == "refused-root")
+                .then(|| std::fs::read_to_string(e.path().join("stat")).unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "the refused root is left (alive or a zombie)"
+    );
+    assert!(registered(keeper.pid()), "a running root was unregistered");
+    keeper.cancel();
+    settled(&keeper).await;
+}
