@@ -436,3 +436,79 @@ async fn a_root_whose_pidfd_the_reactor_refuses_is_killed_reaped_and_unregistere
     keeper.cancel();
     settled(&keeper).await;
 }
+
+/// A log written by this thread's subscriber, for the driver's debug lines
+/// (the test runtime is single-threaded, so the driver task logs through
+/// it).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A `cancel_within` shorter than the invocation's grace narrows the probe
+/// of an occupied group to half of it, as a grace given at the launch
+/// does. The root exits at once and leaves a member that ignores `TERM`
+/// (its output elsewhere, so that the streams close with the root):
+/// the first probe has half the invocation's grace (a window of 250 ms, a
+/// few dozen rescans). `cancel_within(40 ms)` comes during it; once it
+/// answers, the `TERM` goes out and the next probe gives up after 20 ms:
+/// at most five rescans (after 1, 3, 7, 15 and 25 ms), where a window
+/// outliving the `KILL` 40 ms after the `TERM` keeps rescanning until the
+/// member is gone. In the group tier, whose probe rescans on a timer; a
+/// late timer only makes fewer rescans.
+#[tokio::test]
+async fn a_cancel_within_narrows_the_probe_to_half_its_grace() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // Interest cached by another test's thread without this subscriber is
+    // asked again (tracing's callsite cache is global).
+    tracing::callsite::rebuild_interest_cache();
+    let dir = tempfile::tempdir().unwrap();
+    let group = LaunchOptions::new(dir.path()).with_containment(Containment::Group);
+    let r = launch(
+        sh("sh -c 'trap \"\" TERM; sleep 5' >/dev/null 2>&1 & exit 0"),
+        &group,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    r.cancel_within(Duration::from_millis(40));
+    let ev = settled(&r).await;
+    let steps: Vec<_> = ev.escalation.iter().map(|s| s.action).collect();
+    assert_eq!(
+        steps,
+        [EscalationAction::Term, EscalationAction::Kill],
+        "{ev:?}"
+    );
+    let log = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let rescans: Vec<u32> = log
+        .lines()
+        .filter(|l| l.contains("group probed"))
+        .filter_map(|l| {
+            let at = l.find("rescans=")? + "rescans=".len();
+            l[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(rescans.len() >= 2, "the probes after the cancel: {log}");
+    assert!(
+        rescans[1..].iter().all(|&n| n <= 5),
+        "a probe after the cancel outlived half its grace: {rescans:?}"
+    );
+}
