@@ -74,9 +74,7 @@ async fn a_panic_right_after_the_spawn() {
 /// root and its member are alive then).
 #[tokio::test]
 async fn a_panic_right_after_the_spawn_kills_the_cgroup_or_the_group() {
-    use custodian::process::evidence::{
-        ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
-    };
+    use custodian::process::evidence::{ContainmentTier, SignalTarget};
     let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
     let mut tiers = vec![(
         group_opts(),
@@ -94,21 +92,7 @@ async fn a_panic_right_after_the_spawn_kills_the_cgroup_or_the_group() {
         let ev = settled_in_time(&r).await;
         assert_internal_error(&ev, true);
         assert_eq!(ev.descendants.tier, tier, "{ev:?}");
-        let steps: Vec<_> = ev
-            .escalation
-            .iter()
-            .map(|s| (s.action, s.reason, s.target, s.outcome))
-            .collect();
-        assert_eq!(
-            steps,
-            [(
-                EscalationAction::Kill,
-                EscalationReason::InternalError,
-                Some(target),
-                StepOutcome::Delivered
-            )],
-            "{ev:?}"
-        );
+        assert_one_internal_kill(&ev, target);
         assert!(eventually(|| members(root).is_empty()).await);
         assert_no_leftovers(root);
     }
@@ -121,9 +105,7 @@ async fn a_panic_right_after_the_spawn_kills_the_cgroup_or_the_group() {
 #[tokio::test]
 async fn a_panic_right_after_an_isolated_spawn_in_a_cgroup_names_the_cgroup_tier() {
     use custodian::confine::Confinement;
-    use custodian::process::evidence::{
-        ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
-    };
+    use custodian::process::evidence::{ContainmentTier, SignalTarget};
     if !custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok()) {
         skipped!("no writable cgroup v2 here");
         return;
@@ -152,21 +134,7 @@ async fn a_panic_right_after_an_isolated_spawn_in_a_cgroup_names_the_cgroup_tier
     let ev = settled_in_time(&r).await;
     assert_internal_error(&ev, true);
     assert_eq!(ev.descendants.tier, ContainmentTier::Cgroup, "{ev:?}");
-    let steps: Vec<_> = ev
-        .escalation
-        .iter()
-        .map(|s| (s.action, s.reason, s.target, s.outcome))
-        .collect();
-    assert_eq!(
-        steps,
-        [(
-            EscalationAction::Kill,
-            EscalationReason::InternalError,
-            Some(SignalTarget::Cgroup),
-            StepOutcome::Delivered
-        )],
-        "{ev:?}"
-    );
+    assert_one_internal_kill(&ev, SignalTarget::Cgroup);
 }
 
 /// In the driver, at the first event: the root already exited and left a
@@ -200,9 +168,7 @@ async fn a_panic_while_capturing() {
 /// killed.
 #[tokio::test]
 async fn a_panic_in_the_driver_kills_the_pinned_group_or_the_cgroup() {
-    use custodian::process::evidence::{
-        ContainmentTier, EscalationAction, SignalTarget, StepOutcome,
-    };
+    use custodian::process::evidence::{ContainmentTier, SignalTarget};
     let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
     let mut tiers = vec![(
         group_opts(),
@@ -222,21 +188,7 @@ async fn a_panic_in_the_driver_kills_the_pinned_group_or_the_cgroup() {
         let ev = settled_in_time(&r).await;
         assert_internal_error(&ev, true);
         assert_eq!(ev.descendants.tier, tier, "{ev:?}");
-        let steps: Vec<_> = ev
-            .escalation
-            .iter()
-            .map(|s| (s.action, s.reason, s.target, s.outcome))
-            .collect();
-        assert_eq!(
-            steps,
-            [(
-                EscalationAction::Kill,
-                EscalationReason::InternalError,
-                Some(target),
-                StepOutcome::Delivered
-            )],
-            "{ev:?}"
-        );
+        assert_one_internal_kill(&ev, target);
         assert!(eventually(|| members(root).is_empty()).await);
         assert_no_leftovers(root);
     }
@@ -295,6 +247,30 @@ async fn a_panic_while_settling_publishes_the_minimal_evidence_once_and_removes_
             assert!(!cg.exists(), "the run's cgroup {} is left", cg.display());
         }
     }
+}
+
+/// The run's one escalation step: a `KILL` for the internal error, aimed
+/// at `target`, delivered.
+fn assert_one_internal_kill(
+    ev: &custodian::process::Evidence,
+    target: custodian::process::evidence::SignalTarget,
+) {
+    use custodian::process::evidence::{EscalationAction, StepOutcome};
+    let steps: Vec<_> = ev
+        .escalation
+        .iter()
+        .map(|s| (s.action, s.reason, s.target, s.outcome))
+        .collect();
+    assert_eq!(
+        steps,
+        [(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(target),
+            StepOutcome::Delivered
+        )],
+        "{ev:?}"
+    );
 }
 
 /// The live members of group `pgid`.

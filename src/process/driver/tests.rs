@@ -106,6 +106,21 @@ fn steps(
         .collect()
 }
 
+/// The run's one escalation step: a `KILL` for the internal error, aimed
+/// at `target`, delivered.
+fn assert_one_internal_kill(ev: &Evidence, target: SignalTarget) {
+    assert_eq!(
+        steps(ev),
+        [(
+            EscalationAction::Kill,
+            EscalationReason::InternalError,
+            Some(target),
+            StepOutcome::Delivered
+        )],
+        "{ev:?}"
+    );
+}
+
 /// The pid-namespace tier: a run whose member ignores `TERM` is killed
 /// with its namespace at the grace's end (one `KILL` to the init,
 /// delivered) and said `terminated`; a panic right after the spawn kills
@@ -158,16 +173,7 @@ async fn the_pid_namespace_tier_kills_its_namespace_at_the_grace_and_after_a_pan
     // The minimal evidence of a launch that failed after its spawn names
     // the tier the run had, as a settled run's does.
     assert_eq!(ev.descendants.tier, ContainmentTier::PidNamespace, "{ev:?}");
-    assert_eq!(
-        steps(&ev),
-        [(
-            EscalationAction::Kill,
-            EscalationReason::InternalError,
-            Some(SignalTarget::PidNamespace),
-            StepOutcome::Delivered
-        )],
-        "{ev:?}"
-    );
+    assert_one_internal_kill(&ev, SignalTarget::PidNamespace);
     assert!(!registered(r.pid()));
 }
 
@@ -188,16 +194,7 @@ async fn a_panic_in_the_driver_kills_the_pid_namespace() {
         "{ev:?}"
     );
     assert_eq!(ev.descendants.tier, ContainmentTier::PidNamespace, "{ev:?}");
-    assert_eq!(
-        steps(&ev),
-        [(
-            EscalationAction::Kill,
-            EscalationReason::InternalError,
-            Some(SignalTarget::PidNamespace),
-            StepOutcome::Delivered
-        )],
-        "{ev:?}"
-    );
+    assert_one_internal_kill(&ev, SignalTarget::PidNamespace);
     assert!(!registered(r.pid()));
 }
 
