@@ -6,7 +6,8 @@
 //! so the tests exercise the very code that ships; nothing sets it but
 //! those tests.
 
-/// Where an injected panic fires.
+/// Where an injected fault fires: a panic, but for
+/// [`FaultPoint::RegisterPidfd`], an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FaultPoint {
