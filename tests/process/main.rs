@@ -25,5 +25,6 @@ mod output;
 mod panics;
 mod session;
 mod signals;
+mod skips;
 mod soundness;
 mod terminal;
