@@ -75,17 +75,14 @@ async fn a_panic_right_after_the_spawn() {
 #[tokio::test]
 async fn a_panic_right_after_the_spawn_kills_the_cgroup_or_the_group() {
     use custodian::process::evidence::{ContainmentTier, SignalTarget};
-    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
-    let mut tiers = vec![(
-        group_opts(),
-        ContainmentTier::ProcessGroup,
-        SignalTarget::ProcessGroup,
-    )];
-    if cgroups {
-        tiers.push((opts(), ContainmentTier::Cgroup, SignalTarget::Cgroup));
-    } else {
-        eprintln!("note: no writable cgroup v2 here; the group tier only");
-    }
+    let tiers = group_and_cgroup_tiers(
+        (
+            group_opts(),
+            ContainmentTier::ProcessGroup,
+            SignalTarget::ProcessGroup,
+        ),
+        (opts(), ContainmentTier::Cgroup, SignalTarget::Cgroup),
+    );
     for (opts, tier, target) in tiers {
         let r = launch(faulty("sleep 30 & wait", FaultPoint::AfterSpawn), &opts).unwrap();
         let root = r.pid();
@@ -169,17 +166,14 @@ async fn a_panic_while_capturing() {
 #[tokio::test]
 async fn a_panic_in_the_driver_kills_the_pinned_group_or_the_cgroup() {
     use custodian::process::evidence::{ContainmentTier, SignalTarget};
-    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
-    let mut tiers = vec![(
-        group_opts(),
-        ContainmentTier::PinnedProcessGroup,
-        SignalTarget::PinnedProcessGroup,
-    )];
-    if cgroups {
-        tiers.push((opts(), ContainmentTier::Cgroup, SignalTarget::Cgroup));
-    } else {
-        eprintln!("note: no writable cgroup v2 here; the group tier only");
-    }
+    let tiers = group_and_cgroup_tiers(
+        (
+            group_opts(),
+            ContainmentTier::PinnedProcessGroup,
+            SignalTarget::PinnedProcessGroup,
+        ),
+        (opts(), ContainmentTier::Cgroup, SignalTarget::Cgroup),
+    );
     for (opts, tier, target) in tiers {
         let script = "sh -c 'while [ \"$(cut -d\" \" -f3 /proc/$1/stat)\" != Z ]; \
                       do sleep 0.01; done; echo x; sleep 30' member $$ & exit 0";
@@ -211,17 +205,14 @@ async fn a_panic_while_building_the_evidence() {
 #[tokio::test]
 async fn a_panic_while_settling_publishes_the_minimal_evidence_once_and_removes_the_cgroup() {
     use custodian::process::evidence::{CgroupRemoval, ContainmentTier};
-    let cgroups = custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok());
-    let mut tiers = vec![(group_opts(), ContainmentTier::PinnedProcessGroup, None)];
-    if cgroups {
-        tiers.push((
+    let tiers = group_and_cgroup_tiers(
+        (group_opts(), ContainmentTier::PinnedProcessGroup, None),
+        (
             opts(),
             ContainmentTier::Cgroup,
             Some(CgroupRemoval::Removed),
-        ));
-    } else {
-        eprintln!("note: no writable cgroup v2 here; the group tier only");
-    }
+        ),
+    );
     for (opts, tier, removal) in tiers {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cg");
@@ -246,6 +237,17 @@ async fn a_panic_while_settling_publishes_the_minimal_evidence_once_and_removes_
             assert!(rel.trim().len() > 1, "the run's cgroup: {rel:?}");
             assert!(!cg.exists(), "the run's cgroup {} is left", cg.display());
         }
+    }
+}
+
+/// `group`, and `cgroup` too where this host lets us create a cgroup (the
+/// group tier only, with a note, elsewhere).
+fn group_and_cgroup_tiers<T>(group: T, cgroup: T) -> Vec<T> {
+    if custodian::contain::process_cgroup().is_ok_and(|cg| cg.remove().is_ok()) {
+        vec![group, cgroup]
+    } else {
+        eprintln!("note: no writable cgroup v2 here; the group tier only");
+        vec![group]
     }
 }
 
