@@ -21,6 +21,7 @@ mod isolation;
 mod lifecycle;
 #[path = "../support/marker.rs"]
 mod marker;
+mod outlived;
 mod output;
 mod panics;
 mod session;
