@@ -792,16 +792,7 @@ fn pin_root(runtime: &tokio::runtime::Handle, pid: u32) -> (Option<PidFd>, Tier)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn pin_root(_runtime: &tokio::runtime::Handle, _pid: u32) -> (Option<PidFd>, Tier) {
-    (
-        None,
-        if cfg!(windows) {
-            Tier::DirectChild
-        } else {
-            Tier::Group
-        },
-    )
-}
+use portable::pin_root;
 
 /// A probe in progress: rescan at `next` until `give_up`.
 #[derive(Clone, Copy, Debug)]
@@ -1281,10 +1272,10 @@ impl Driver {
                 Some(Err(rustix::io::Errno::SRCH)) => StepOutcome::NoSuchProcess,
                 _ => StepOutcome::Failed,
             };
-            if let Some(run) = self.probe.as_mut() {
-                run.give_up = now + self.probe_window;
-                run.next = run.next.max(now);
-            }
+            // No probe runs in this tier at a `KILL`: the machine probes
+            // only after the root (the init) exited, and the namespace is
+            // then empty, answered at the first look.
+            debug_assert!(self.probe.is_none(), "a probe running at the init's KILL");
             self.escalation.push(EscalationStep::new(
                 EscalationAction::Kill,
                 EscalationReason::GraceExpired,
@@ -1328,15 +1319,13 @@ impl Driver {
         #[cfg(unix)]
         let order = self.effects.ordered(sig);
         #[cfg(unix)]
-        let outcome = match order.as_ref().map(|o| self.effects.signal_group(o)) {
+        let delivery = order.as_ref().map(|o| self.effects.signal_group(o));
+        #[cfg(not(unix))]
+        let delivery = Some(portable::start_kill(self.child.as_mut()));
+        let outcome = match delivery {
             Some(Delivery::Delivered) => StepOutcome::Delivered,
             Some(Delivery::NoSuchProcess) => StepOutcome::NoSuchProcess,
             Some(Delivery::Failed) | None => StepOutcome::Failed,
-        };
-        #[cfg(not(unix))]
-        let outcome = match self.child.as_mut().map(|c| c.start_kill()) {
-            Some(Ok(())) => StepOutcome::Delivered,
-            _ => StepOutcome::NoSuchProcess,
         };
         let reason = match (sig, self.machine.cause) {
             (Signal::Kill, _) => EscalationReason::GraceExpired,
@@ -1355,14 +1344,12 @@ impl Driver {
             Signal::Kill => EscalationAction::Kill,
             Signal::Int => unreachable!("an interrupt is forwarded above"),
         };
-        // A probe still running from before this signal gives the members
-        // it just hit their full window to exit.
+        // A probe still running from before this signal (only at a `KILL`:
+        // the machine sends no `TERM` while a probe is outstanding) gives
+        // the members it just hit their full window to exit. Its next
+        // rescan stays on the timer: these tiers have no cgroup watch.
         if let Some(run) = self.probe.as_mut() {
             run.give_up = now + self.probe_window;
-        }
-        if let Some(run) = self.probe {
-            let next = self.next_scan(run.next, run.give_up);
-            self.probe = Some(ProbeRun { next, ..run });
         }
         tracing::debug!(?sig, ?outcome, "signalled group");
         self.escalation.push(EscalationStep::new(
@@ -1758,10 +1745,7 @@ impl Driver {
         #[cfg(unix)]
         let delivery = self.effects.signal_group(order);
         #[cfg(not(unix))]
-        let delivery = match self.child.as_mut().map(|c| c.start_kill()) {
-            Some(Ok(())) => Delivery::Delivered,
-            _ => Delivery::NoSuchProcess,
-        };
+        let delivery = portable::start_kill(self.child.as_mut());
         (None, delivery)
     }
 
@@ -1824,9 +1808,7 @@ fn adopted_pass() -> Option<sys::Children> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn adopted_pass() -> Option<sys::Children> {
-    None
-}
+use portable::adopted_pass;
 
 /// The live adopted descendants (see [`adopted_pass`]).
 fn adopted() -> Option<Vec<u32>> {
@@ -1997,5 +1979,7 @@ async fn root_exit(pidfd: Option<&PidFd>, child: Option<&mut Child>) -> Option<E
     Some(ExitStatus::Code(status.code().unwrap_or(-1)))
 }
 
+#[cfg(not(target_os = "linux"))]
+mod portable;
 #[cfg(test)]
 mod tests;
