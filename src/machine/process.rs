@@ -282,7 +282,10 @@ pub enum StreamEnd {
     /// root exited: some descendant held it; what was read until then is
     /// kept.
     HeldOpen,
-    /// Closed by custodian at the hard deadline while it was still open.
+    /// Closed by custodian while it was still open: at the hard deadline,
+    /// or when the run was abandoned ([`abandon`]: its runtime shutting
+    /// down). The minimal evidence of an internal error says it too, with
+    /// nothing of the stream kept.
     CutAtDeadline,
 }
 
