@@ -174,11 +174,23 @@ impl Inner {
     /// plus [`LAUNCH_ALLOWANCE`], and its cleanup may take the default
     /// grace on top of the time it may wait for the processes.
     fn limits(&self, invocation: &Invocation) -> RequestLimits {
-        let defaults = RequestLimits::new();
+        self.bounded(invocation.hard_deadline().saturating_add(LAUNCH_ALLOWANCE))
+    }
+
+    /// The limits of the request that owns the MCP session's sessions: it
+    /// lives [`SESSIONS_REQUEST_TIMEOUT`], and its cleanup may wait for
+    /// its processes as a call's does.
+    fn sessions_limits(&self) -> RequestLimits {
+        self.bounded(SESSIONS_REQUEST_TIMEOUT)
+    }
+
+    /// A request of `timeout` whose cleanup may take the default grace on
+    /// top of the time it may wait for the processes.
+    fn bounded(&self, timeout: Duration) -> RequestLimits {
         RequestLimits::new()
-            .with_request_timeout(invocation.hard_deadline().saturating_add(LAUNCH_ALLOWANCE))
+            .with_request_timeout(timeout)
             .with_cleanup_grace(
-                defaults
+                RequestLimits::new()
                     .cleanup_grace
                     .saturating_add(self.settings.cleanup_bound),
             )
@@ -970,15 +982,7 @@ impl CustodianServer {
             );
         }
         if sessions.is_none() {
-            let defaults = RequestLimits::new();
-            let limits = RequestLimits::new()
-                .with_request_timeout(SESSIONS_REQUEST_TIMEOUT)
-                .with_cleanup_grace(
-                    defaults
-                        .cleanup_grace
-                        .saturating_add(self.inner.settings.cleanup_bound),
-                );
-            let request = match self.inner.start(limits) {
+            let request = match self.inner.start(self.inner.sessions_limits()) {
                 Ok(r) => r,
                 Err(message) => {
                     return output::error("launch_failed", "request_refused", &message);
@@ -1240,7 +1244,8 @@ mod tests {
     /// KILL` ladder by the launch allowance, however long the call's
     /// timeout (a 10-minute call is not cut at the default 300 s request
     /// timeout), and its cleanup may wait the server's cleanup bound on
-    /// top of the default grace.
+    /// top of the default grace. The request that owns the sessions lives
+    /// a day, with the same cleanup allowance.
     #[tokio::test]
     async fn a_calls_request_outlives_its_process_and_its_cleanup_may_wait_the_bound() {
         let dir = tempfile::tempdir().unwrap();
@@ -1264,6 +1269,15 @@ mod tests {
             RequestLimits::new().cleanup_grace + Duration::from_secs(45),
             "{limits:?}"
         );
+        // The request that owns the sessions lives a day, with the same
+        // cleanup allowance.
+        let sessions = s.inner.sessions_limits();
+        assert_eq!(
+            sessions.request_timeout,
+            Duration::from_secs(86_400),
+            "{sessions:?}"
+        );
+        assert_eq!(sessions.cleanup_grace, limits.cleanup_grace, "{sessions:?}");
         s.inner.runtime.shutdown().await;
     }
 
