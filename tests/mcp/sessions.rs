@@ -437,6 +437,54 @@ fn a_run_with_a_progress_token_streams_its_output_in_progress() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A chatty process's output is coalesced: two output notifications of a
+/// run are at least 5 ms apart (`OUTPUT_PROGRESS_GAP`), however often the
+/// process writes. Here it prints 400 lines half a millisecond apart; the
+/// notifications, over the run's whole duration, cannot be more than one
+/// per 5 ms of it (plus the glimpse after the end), where one per read of
+/// the pipe would be several times that.
+#[test]
+#[ignore = "deletes: run by sessions_in_a_private_mount_namespace"]
+fn a_chatty_runs_output_is_coalesced_into_notifications_the_gap_apart() {
+    let tmp = sandbox::tempdir();
+    let mut server = Server::start(tmp.path(), &["--progress-every", "60s"]);
+    server.initialize();
+    server.send(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "process_run",
+            "arguments": {"executable": "python3", "argv": ["-c",
+                "import time\nfor i in range(400):\n    print(i, flush=True)\n    time.sleep(0.0005)"]},
+            "_meta": {"progressToken": "tok"}
+        }
+    }));
+    let mut notifications = 0u64;
+    let result = loop {
+        let msg = server.next();
+        if msg["id"] == 1 {
+            break msg;
+        }
+        assert_eq!(msg["method"], "notifications/progress", "{msg}");
+        notifications += 1;
+    };
+    let ev = &result["result"]["structuredContent"]["evidence"];
+    assert_eq!(ev["exit_code"], 0, "{result}");
+    assert_eq!(
+        ev["stdout"]["text"].as_str().unwrap().lines().count(),
+        400,
+        "{ev}"
+    );
+    let duration_ms = ev["timings"]["duration_us"].as_u64().unwrap() / 1000;
+    assert!(notifications > 0, "no output was glimpsed: {ev}");
+    assert!(
+        notifications <= 2 + duration_ms / 5,
+        "{notifications} notifications in {duration_ms} ms: not coalesced"
+    );
+    eprintln!("{notifications} notifications in {duration_ms} ms");
+    let (code, stderr) = server.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// A read that reaches the end of a settled session's output carries its
 /// evidence, as `process_run` answers it (fitted to the inline budget, the
 /// larger stream spilled whole through the sessions' request); a repeated
