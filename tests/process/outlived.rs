@@ -120,6 +120,15 @@ fn kill_pending(pid: u32) -> bool {
     })
 }
 
+/// A process the test started outside the run, killed when dropped.
+struct Killed(rustix::process::Pid);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::KILL);
+    }
+}
+
 /// Returns within a millisecond of the `KILL` becoming pending for `pid`
 /// (polled off the runtime's thread, where the driver runs).
 async fn kill_seen(pid: u32) {
@@ -352,11 +361,14 @@ async fn output_written_after_the_streams_were_cut_is_not_captured() {
             eventually(|| std::fs::read_to_string(&writer_file).is_ok_and(|s| s.ends_with('\n')))
                 .await
         );
-        std::fs::read_to_string(&writer_file)
+        let pid: i32 = std::fs::read_to_string(&writer_file)
             .unwrap()
             .trim()
-            .parse::<i32>()
-            .unwrap()
+            .parse()
+            .unwrap();
+        // Outside the group: no KILL of the run reaches it, so the test
+        // kills it, also when an assertion fails first.
+        Killed(rustix::process::Pid::from_raw(pid).unwrap())
     };
     kill_seen(pid).await;
     // The cut comes 200 ms after the KILL, the settlement 250 ms later.
@@ -366,12 +378,12 @@ async fn output_written_after_the_streams_were_cut_is_not_captured() {
         "settled before the writer wrote: {}",
         r.try_settled().unwrap().to_json()
     );
-    let writer_pid = rustix::process::Pid::from_raw(writer).unwrap();
-    rustix::process::kill_process(writer_pid, rustix::process::Signal::USR1).unwrap();
+    rustix::process::kill_process(writer.0, rustix::process::Signal::USR1).unwrap();
     let wrote = eventually(|| std::fs::read_to_string(&late).is_ok_and(|s| s == "failed\n")).await;
     let ev = r.settled().await;
     let json = ev.to_json();
-    let _ = rustix::process::kill_process(writer_pid, rustix::process::Signal::KILL);
+    let writer_pid = writer.0.as_raw_nonzero().get().unsigned_abs();
+    drop(writer);
     f.set("THAWED");
     assert!(wrote, "the writer's late write did not fail: {json}");
     assert!(!ev.stdout.text.contains("LATE"), "{json}");
@@ -380,6 +392,6 @@ async fn output_written_after_the_streams_were_cut_is_not_captured() {
         custodian::process::capture::StreamEnd::HeldOpen,
         "{json}"
     );
-    assert!(eventually(|| !alive(pid) && !alive(writer as u32)).await);
+    assert!(eventually(|| !alive(pid) && !alive(writer_pid)).await);
     assert_no_leftovers(r.pgid());
 }
