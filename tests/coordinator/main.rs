@@ -10,6 +10,8 @@ mod skip;
 mod fake_node;
 
 mod forced_orders;
+#[path = "../support/logs.rs"]
+mod logs;
 mod outcomes;
 mod pinned;
 #[path = "../support/sandbox.rs"]

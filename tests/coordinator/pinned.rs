@@ -2,37 +2,16 @@
 //! found by a mutant that survived them (docs/verification.md, "Mutation
 //! testing").
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use custodian::machine::request::{Candidate, CleanupReport};
 use custodian::request::{OpenRefused, RequestLimits};
 
+use crate::logs::Captured;
 use crate::support::{Gate, coordinator, finish, id};
 
 /// The warning the coordinator logs when it refuses a late announcement.
 const REFUSED: &str = "a workspace announced after the request's cleanup was decided is refused";
-
-/// Every line the `fmt` subscriber writes, kept in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn count(&self, needle: &str) -> usize {
-        let bytes = self.0.lock().unwrap();
-        String::from_utf8_lossy(&bytes).matches(needle).count()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The refusal of a late announcement is what an operator sees of a
 /// runtime that opens too late: it is warned about once, and neither an
@@ -42,17 +21,7 @@ impl Write for Captured {
 #[tokio::test]
 async fn only_a_refused_announcement_is_warned_about() {
     let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // A callsite first reached by another test's thread while this
-    // subscriber was being registered can keep an interest cached without
-    // it (tracing's callsite cache is global): ask every callsite again.
-    tracing::callsite::rebuild_interest_cache();
+    let _guard = logs.install(tracing::Level::WARN);
     let co = coordinator(
         Gate::open_always(),
         Gate::open_always(),

@@ -721,18 +721,7 @@ fn a_probe_of_an_occupied_group_rescans_at_a_bounded_rate() {
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{tier}: {out:?}");
         let log = String::from_utf8_lossy(&out.stderr);
-        let rescans: Vec<u32> = log
-            .lines()
-            .filter(|l| l.contains("group probed"))
-            .filter_map(|l| {
-                let at = l.find("rescans=")? + "rescans=".len();
-                l[at..]
-                    .split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .collect();
+        let rescans = crate::logs::rescans(&log);
         assert!(!rescans.is_empty(), "{tier}: no probe ran a window: {log}");
         // A probe that did not answer at its first scan answers at a rescan.
         assert!(

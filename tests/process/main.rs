@@ -19,6 +19,8 @@ mod errors;
 mod evidence;
 mod isolation;
 mod lifecycle;
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/marker.rs"]
 mod marker;
 mod outlived;

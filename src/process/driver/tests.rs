@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+#[path = "../../../tests/support/logs.rs"]
+mod logs;
+
 use super::ROOTS;
 use crate::contain::{Containment, Unavailable};
 use crate::process::containment::Selected;
@@ -434,22 +437,6 @@ async fn a_root_whose_pidfd_the_reactor_refuses_is_killed_reaped_and_unregistere
     settled(&keeper).await;
 }
 
-/// A log written by this thread's subscriber, for the driver's debug lines
-/// (the test runtime is single-threaded, so the driver task logs through
-/// it).
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A `cancel_within` shorter than the invocation's grace narrows the probe
 /// of an occupied group to half of it, as a grace given at the launch
 /// does. The root exits at once and leaves a member that ignores `TERM`
@@ -463,17 +450,10 @@ impl std::io::Write for Captured {
 /// late timer only makes fewer rescans.
 #[tokio::test]
 async fn a_cancel_within_narrows_the_probe_to_half_its_grace() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // Interest cached by another test's thread without this subscriber is
-    // asked again (tracing's callsite cache is global).
-    tracing::callsite::rebuild_interest_cache();
+    // The driver's debug lines (the test runtime is single-threaded, so
+    // the driver task logs through this thread's subscriber).
+    let logs = logs::Captured::default();
+    let _guard = logs.install(tracing::Level::DEBUG);
     let dir = tempfile::tempdir().unwrap();
     let group = LaunchOptions::new(dir.path()).with_containment(Containment::Group);
     let r = launch(
@@ -490,19 +470,8 @@ async fn a_cancel_within_narrows_the_probe_to_half_its_grace() {
         [EscalationAction::Term, EscalationAction::Kill],
         "{ev:?}"
     );
-    let log = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
-    let rescans: Vec<u32> = log
-        .lines()
-        .filter(|l| l.contains("group probed"))
-        .filter_map(|l| {
-            let at = l.find("rescans=")? + "rescans=".len();
-            l[at..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let log = logs.text();
+    let rescans = logs::rescans(&log);
     assert!(rescans.len() >= 2, "the probes after the cancel: {log}");
     assert!(
         rescans[1..].iter().all(|&n| n <= 5),
