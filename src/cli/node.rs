@@ -254,7 +254,7 @@ async fn open_owned(
     let deadline = tokio::time::Instant::now() + wait;
     let mut told = false;
     loop {
-        match Workspace::open(root, config.clone()) {
+        match custodian::request::open_workspace(root, config.clone()) {
             Err(WorkspaceError::Locked) if tokio::time::Instant::now() < deadline => {
                 if !told {
                     info!("the workspace has another owner; waiting for it to exit");

@@ -67,22 +67,27 @@
 //!
 //! # A request's processes
 //!
-//! A process launched for a request is tracked in its job's process list
-//! and, where cgroups can be made, started inside the request's cgroup, so
-//! that the request's cleanup stops it (and everything it forked) before
-//! any file is removed. [`launch`] joins the two mechanisms that know
-//! nothing of each other: `workspace` (the job: filesystem, inventory,
-//! request cgroup, the list cleanup stops) and `process` (the launcher).
+//! A process launched for a request is listed in the request's barrier
+//! (`barrier.rs`) and, where cgroups can be made, started inside the
+//! request's cgroup (made at the first such launch, and journalled in the
+//! job before anything starts in it). The barrier is put on the request's
+//! job, and the workspace stops it before it removes any file, whoever
+//! cleans the job: so the request's processes, and everything they forked,
+//! are gone first. [`launch`] joins the two mechanisms that know nothing of
+//! each other: `workspace` (the job: filesystem, inventory, journal, the
+//! barrier it stops) and `process` (the launcher). A workspace opened with
+//! [`open_workspace`] also revives the request cgroup a dead run
+//! journalled, so that its reclaim kills what is left in it first.
 //!
 //! The runtime's `Executor` and the wire's `WorkspaceNode` launch through
-//! it.
+//! a request's scope, which holds the same barrier.
 //!
 //! ```no_run
 //! use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
-//! use custodian::workspace::{Workspace, WorkspaceConfig};
+//! use custodian::workspace::WorkspaceConfig;
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let ws = Workspace::open("/srv/agent", WorkspaceConfig::default())?;
+//! let ws = custodian::request::open_workspace("/srv/agent", WorkspaceConfig::default())?;
 //! let job = ws.open_request("req-1")?;
 //! let inv = Invocation::validate(InvocationSpec::new("make"))?;
 //! let running = custodian::request::launch(&job, inv, &LaunchOptions::new("/srv/agent"))?;
@@ -94,6 +99,7 @@
 //!
 //! [`machine::request`]: crate::machine::request
 
+mod barrier;
 mod driver;
 mod hooks;
 pub(crate) mod scope;
@@ -114,7 +120,12 @@ pub use hooks::{
 };
 
 use crate::process::{Invocation, LaunchOptions, ProcessError, Running};
-use crate::workspace::{Job, RequestProcess, SettledFuture, WorkspaceError};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::workspace::{Job, Workspace, WorkspaceConfig, WorkspaceError};
+use barrier::{CgroupRevival, RequestBarrier};
+use scope::ScopeLaunchError;
 
 /// Why a launch for a request did not start.
 #[derive(Debug, thiserror::Error)]
@@ -141,10 +152,10 @@ impl LaunchError {
     }
 }
 
-/// Launches `invocation` through the governed launcher for `job`'s request
-/// and tracks its process group for the request's cleanup
-/// ([`Job::track_launch`]: under the request's process lock, inside the
-/// request's cgroup where the cgroup tier may be used).
+/// Launches `invocation` through the governed launcher for `job`'s request,
+/// listed in the request's barrier (which the job's cleanup stops before any
+/// file is removed) under the barrier's lock, inside the request's cgroup
+/// where the cgroup tier may be used.
 ///
 /// # Errors
 ///
@@ -152,50 +163,57 @@ impl LaunchError {
 /// `options.workspace` is not the job's workspace root,
 /// [`WorkspaceError::InternalPath`] if the invocation's cwd is in the
 /// internal namespace, [`WorkspaceError::RequestClosed`] once cleanup
-/// started; [`LaunchError::Process`] if the launcher refuses.
+/// started, [`WorkspaceError::BarrierTaken`] if something else put another
+/// kind of barrier on the job; [`LaunchError::Process`] if the launcher
+/// refuses.
 pub fn launch(
     job: &Job,
     invocation: Invocation,
     options: &LaunchOptions,
 ) -> Result<Running, LaunchError> {
-    launch_with(job, invocation, options.clone())
+    let barrier = job.barrier_or_insert(|| Arc::new(RequestBarrier::default()))?;
+    match barrier.launch(Some(job), invocation, options.clone(), || false, usize::MAX) {
+        Ok(running) => Ok(running),
+        Err(ScopeLaunchError::Launch(e)) => Err(e),
+        Err(ScopeLaunchError::Closed) => {
+            Err(LaunchError::Workspace(WorkspaceError::RequestClosed {
+                request: job.id().clone(),
+            }))
+        }
+        Err(ScopeLaunchError::SessionsFull { .. }) => {
+            unreachable!("no bound on sessions here")
+        }
+    }
 }
 
-/// [`launch`] with options the caller gives up (no copy of the baseline
-/// environment is made).
-pub(crate) fn launch_with(
-    job: &Job,
-    invocation: Invocation,
-    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))] mut options: LaunchOptions,
-) -> Result<Running, LaunchError> {
-    let workspace = options.workspace.clone();
-    let cwd = invocation.cwd().map(|c| c.as_str().to_owned());
-    let launched = job.track_launch(
-        &workspace,
-        cwd.as_deref(),
-        options.containment,
-        move |parent| {
-            options.cgroup_parent = parent;
-            crate::process::launch(invocation, &options)
-        },
-    )?;
-    Ok(launched?)
+/// Kills everything in the request cgroup of `job` (`cgroup.kill`) and
+/// waits, at most the workspace's cleanup bound (at least a second), until
+/// it is empty: a cancel's last step, for whatever outlived its process's
+/// settlement. Returns whether it was seen empty (`true` too when the
+/// request has no cgroup). Later launches of the request get a cgroup of
+/// their own; the request cgroup is removed by the job's cleanup.
+pub async fn kill_processes(job: &Job) -> bool {
+    let bound = job.workspace().config().cleanup_bound;
+    match job.barrier_or_insert(|| Arc::new(RequestBarrier::default())) {
+        Ok(barrier) => barrier.kill_cgroup(bound).await,
+        // Cleanup took the barrier: it kills the cgroup itself. Another kind
+        // of barrier: nothing of this layer's to kill.
+        Err(_) => true,
+    }
 }
 
-impl RequestProcess for Running {
-    fn cancel(&self) {
-        Running::cancel(self);
-    }
-
-    fn settled(&self) -> SettledFuture<'_> {
-        Box::pin(async move {
-            // The evidence belongs to whoever launched the process; cleanup
-            // only needs to know the group has settled.
-            let _evidence = Running::settled(self).await;
-        })
-    }
-
-    fn is_settled(&self) -> bool {
-        self.try_settled().is_some()
-    }
+/// Opens the workspace at `root` for requests that launch processes
+/// ([`Workspace::open_with`] with the request layer's revival): its reclaim
+/// kills what is left in the request cgroup a dead run journalled before
+/// any of that job's files go, and keeps emptied request cgroups for the
+/// next requests until it is closed.
+///
+/// # Errors
+///
+/// As [`Workspace::open`].
+pub fn open_workspace(
+    root: impl AsRef<Path>,
+    config: WorkspaceConfig,
+) -> Result<Workspace, WorkspaceError> {
+    Workspace::open_with(root, config, Some(Arc::new(CgroupRevival::new())))
 }

@@ -1,12 +1,13 @@
 //! A request's scope, and the one table of them: what a request owns while
 //! it runs.
 //!
-//! A [`Scope`] holds, for one request, its job (once opened), every
-//! process launched for it, the results it spilled and its cleanup's
-//! detail. Its launches and its stop take the same lock, so a launch
-//! either lands in the list the stop cancels or is refused
-//! ([`ScopeLaunchError::Closed`]): nothing launched for a request can miss
-//! its stop. Its spills close the same way when its completion takes them;
+//! A [`Scope`] holds, for one request, its job (once opened), its barrier
+//! (every process launched for it and the request's cgroup: see
+//! [`super::barrier`]), the results it spilled and its cleanup's detail. The
+//! barrier is the job's too, so whoever cleans the job stops it first. Its
+//! launches and its stop take the same lock, so a launch either lands in
+//! the list the stop cancels or is refused ([`ScopeLaunchError::Closed`]):
+//! nothing launched for a request can miss its stop. Its spills close the same way when its completion takes them;
 //! an executor that turns a process's output into spills once it settled
 //! holds the stop open meanwhile ([`Scope::hold_stop`]), so that what it
 //! spills is listed even when the request was cancelled.
@@ -26,18 +27,20 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::{LaunchError, launch_with};
+use super::LaunchError;
+use super::barrier::RequestBarrier;
 use crate::id::RequestId;
 use crate::process::{Invocation, LaunchOptions, Running, SharedNetwork};
 use crate::spill::Locator;
 use crate::sync::shim::{Mutex, lock};
-use crate::workspace::{CleanupResult, Job};
+use crate::workspace::{CleanupResult, Job, WorkspaceError};
 
 /// What one request owns while it runs. See the [module](self).
 #[derive(Debug, Default)]
 pub(crate) struct Scope<X = ()> {
     job: Mutex<Option<Job>>,
-    procs: Mutex<Procs>,
+    /// The request's processes and cgroup; put on the job when it opens.
+    barrier: Arc<RequestBarrier>,
     spills: Mutex<Spills>,
     cleanup: Mutex<Option<CleanupResult>>,
     /// The request's network namespace, shared by its isolated launches
@@ -50,14 +53,6 @@ pub(crate) struct Scope<X = ()> {
     /// What the scope's owner records beside (the runtime: its refused
     /// launches).
     pub(crate) extra: X,
-}
-
-/// The scope's processes. Once `closed` (the request's stop began),
-/// nothing more is launched: a launch takes the same lock.
-#[derive(Debug, Default)]
-struct Procs {
-    closed: bool,
-    list: Vec<Running>,
 }
 
 /// The scope's spills. Once `closed` (its completion took the list),
@@ -107,12 +102,20 @@ pub(crate) enum ScopeLaunchError {
 }
 
 impl<X: Default> Scope<X> {
-    /// A scope whose job is already open.
-    pub(crate) fn with_job(job: Job) -> Self {
-        Scope {
+    /// A scope whose job is already open: the job's barrier is the scope's.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::RequestClosed`] once the job's cleanup started;
+    /// [`WorkspaceError::BarrierTaken`] if the job holds another kind of
+    /// barrier.
+    pub(crate) fn with_job(job: Job) -> Result<Self, WorkspaceError> {
+        let barrier = job.barrier_or_insert(|| Arc::new(RequestBarrier::default()))?;
+        Ok(Scope {
             job: Mutex::new(Some(job)),
+            barrier,
             ..Scope::default()
-        }
+        })
     }
 }
 
@@ -135,13 +138,32 @@ impl<X> Scope<X> {
     }
 
     /// The job, opened by `open` on the first call only (under the
-    /// scope's job lock: two callers never open it twice).
-    pub(crate) fn open_job<E>(&self, open: impl FnOnce() -> Result<Job, E>) -> Result<Job, E> {
+    /// scope's job lock: two callers never open it twice), with the
+    /// scope's barrier put on it: the processes launched before it opened
+    /// are stopped by its cleanup too.
+    ///
+    /// # Errors
+    ///
+    /// `open`'s, or [`WorkspaceError::RequestClosed`] when the job's
+    /// cleanup started before the barrier was put on it (nothing is filed
+    /// then).
+    pub(crate) fn open_job<E: From<WorkspaceError>>(
+        &self,
+        open: impl FnOnce() -> Result<Job, E>,
+    ) -> Result<Job, E> {
         let mut slot = lock(&self.job);
         if let Some(job) = slot.clone() {
             return Ok(job);
         }
         let job = open()?;
+        let barrier = job.barrier_or_insert(|| Arc::clone(&self.barrier))?;
+        if !Arc::ptr_eq(&barrier, &self.barrier) {
+            // A job fresh from `open` holds no barrier but the scope's.
+            return Err(WorkspaceError::BarrierTaken {
+                request: job.id().clone(),
+            }
+            .into());
+        }
         *slot = Some(job.clone());
         Ok(job)
     }
@@ -171,29 +193,12 @@ impl<X> Scope<X> {
         max_sessions: usize,
     ) -> Result<Running, ScopeLaunchError> {
         options.network = Some(Arc::clone(&lock(&self.network)));
-        let mut procs = lock(&self.procs);
-        if procs.closed || closed() {
-            return Err(ScopeLaunchError::Closed);
-        }
-        if options.session.is_some_and(|s| s.stdin) {
-            let live = procs
-                .list
-                .iter()
-                .filter(|p| p.is_session() && p.try_settled().is_none())
-                .count();
-            if live >= max_sessions {
-                return Err(ScopeLaunchError::SessionsFull {
-                    limit: max_sessions,
-                });
-            }
-        }
-        let running = match self.job() {
-            Some(job) => launch_with(&job, invocation, options),
-            None => crate::process::launch(invocation, &options).map_err(LaunchError::Process),
-        }
-        .map_err(ScopeLaunchError::Launch)?;
-        procs.list.push(running.clone());
-        Ok(running)
+        // A launch racing the job's open may start outside the job (no
+        // cgroup): it is listed in the same barrier all the same, which the
+        // job's cleanup stops.
+        let job = self.job();
+        self.barrier
+            .launch(job.as_ref(), invocation, options, closed, max_sessions)
     }
 
     /// Stops the request's processes: no launch is accepted from now on,
@@ -202,21 +207,7 @@ impl<X> Scope<X> {
     /// the stop ([`Scope::hold_stop`]) was released. Returns how many had
     /// not settled when the stop began.
     pub(crate) async fn stop(&self) -> u32 {
-        let list = {
-            let mut procs = lock(&self.procs);
-            procs.closed = true;
-            procs.list.clone()
-        };
-        let mut active = 0;
-        for p in &list {
-            if p.try_settled().is_none() {
-                active += 1;
-            }
-            p.cancel();
-        }
-        for p in &list {
-            let _ = p.settled().await;
-        }
+        let active = self.barrier.stop_processes().await;
         // The sender lives in `self`: the wait ends only when the count does.
         let _ = self.holds.0.subscribe().wait_for(|n| *n == 0).await;
         active
@@ -235,7 +226,14 @@ impl<X> Scope<X> {
 
     /// Every process launched for the request, in launch order.
     pub(crate) fn processes(&self) -> Vec<Running> {
-        lock(&self.procs).list.clone()
+        self.barrier.processes()
+    }
+
+    /// Kills everything left in the request's cgroup and waits, at most
+    /// `bound` (at least a second), until it is empty: whether it was seen
+    /// empty (`true` too without a cgroup).
+    pub(crate) async fn kill_cgroup(&self, bound: std::time::Duration) -> bool {
+        self.barrier.kill_cgroup(bound).await
     }
 
     /// Lists `locator` among the request's spills; `false` (not listed)

@@ -527,7 +527,8 @@ impl Runtime {
             &config.confinement,
             crate::process::ExpectedLaunches::Many,
         );
-        let workspace = Workspace::open(&config.workspace_root, config.workspace.clone())?;
+        let workspace =
+            crate::request::open_workspace(&config.workspace_root, config.workspace.clone())?;
         let spill = match &config.spill {
             Some(spill) => Some(SpillService::activate_with(
                 spill,

@@ -381,7 +381,8 @@ impl NodeWorkspace for WorkspaceNode {
             .map_err(|e| self.code(&e))?;
         // The workspace refused a second open of an open id; a scope left
         // by a cleanup that failed is replaced.
-        self.scopes.file(request, Scope::with_job(job));
+        let scope = Scope::with_job(job).map_err(|e| self.code(&e))?;
+        self.scopes.file(request, scope);
         Ok(())
     }
 
@@ -617,10 +618,9 @@ impl NodeWorkspace for WorkspaceNode {
         let active = scope.stop().await;
         // Whatever outlived its process's settlement (cgroup tier: nothing
         // should) dies with the request's cgroup.
-        if let Some(job) = scope.job() {
-            if !job.kill_processes().await {
-                tracing::warn!(request_id = %request, "request cgroup still populated after cancel");
-            }
+        let bound = self.workspace.config().cleanup_bound;
+        if !scope.kill_cgroup(bound).await {
+            tracing::warn!(request_id = %request, "request cgroup still populated after cancel");
         }
         active
     }

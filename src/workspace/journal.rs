@@ -58,7 +58,9 @@ const TAG_INTENT: u8 = 2;
 const TAG_CREATED: u8 = 3;
 const TAG_CLEANUP: u8 = 4;
 const TAG_VERDICT: u8 = 5;
-const TAG_CGROUP: u8 = 6;
+const TAG_BARRIER: u8 = 6;
+/// The largest barrier record ([`Record::Barrier`]) a journal holds.
+pub const MAX_BARRIER: usize = 512;
 
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,18 +94,14 @@ pub enum Record {
         /// Its identity, as observed through its own descriptor.
         identity: Identity,
     },
-    /// The request's cgroup was created: `<own cgroup>/<base>/<name>` of the
-    /// node process (see `crate::contain::reopen_request_cgroup`). Written
-    /// before any process is launched into it.
-    Cgroup {
-        /// The node's base cgroup name (`custodian-<pid>`).
-        base: Vec<u8>,
-        /// The request cgroup's name (`r<n>`).
-        name: Vec<u8>,
-        /// The request cgroup's id (its directory's inode number,
-        /// `crate::contain::Cgroup::id`); `None` in records of versions
-        /// that did not write it (and then none is checked).
-        id: Option<u64>,
+    /// The request's barrier, as the layer above encoded it (opaque here:
+    /// see `workspace::Revival::revive`). Written before anything behind
+    /// the barrier may write into the job. The request layer's record names
+    /// the request's cgroup (`<base>`, `<name>`, then its id), as the
+    /// `Cgroup` record of earlier versions did, in the same bytes.
+    Barrier {
+        /// At most [`MAX_BARRIER`] bytes.
+        record: Vec<u8>,
     },
     /// The request's cleanup started: nothing more is created.
     CleanupStarted,
@@ -181,15 +179,9 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
             out.extend_from_slice(&index.to_le_bytes());
             put_identity(out, identity);
         }
-        Record::Cgroup { base, name, id } => {
-            out.push(TAG_CGROUP);
-            put_bytes(out, base);
-            put_bytes(out, name);
-            // Optional and last: a record without it is one an earlier
-            // version wrote.
-            if let Some(id) = id {
-                out.extend_from_slice(&id.to_le_bytes());
-            }
+        Record::Barrier { record } => {
+            out.push(TAG_BARRIER);
+            out.extend_from_slice(&record[..record.len().min(MAX_BARRIER)]);
         }
         Record::CleanupStarted => out.push(TAG_CLEANUP),
         Record::Verdict { status, code } => {
@@ -355,10 +347,8 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
                 Record::Created { index, identity }
             }
         }
-        TAG_CGROUP => Record::Cgroup {
-            base: c.bytes()?,
-            name: c.bytes()?,
-            id: if c.0.is_empty() { None } else { Some(c.u64()?) },
+        TAG_BARRIER if c.0.len() <= MAX_BARRIER => Record::Barrier {
+            record: std::mem::take(&mut c.0).to_vec(),
         },
         TAG_CLEANUP => Record::CleanupStarted,
         TAG_VERDICT => {
@@ -427,10 +417,9 @@ pub struct Replay {
     /// they may exist on disk, unproven. Cleanup keeps them (and so the
     /// tree that holds them).
     pub suspect: u32,
-    /// The request cgroup the journal names, as `(base, name, id)`: an
-    /// input like any journalled byte, checked before it is honoured
-    /// (`crate::contain::reopen_request_cgroup`).
-    pub cgroup: Option<(Vec<u8>, Vec<u8>, Option<u64>)>,
+    /// The barrier record the journal holds: an input like any journalled
+    /// byte, checked by the layer that reads it before it is honoured.
+    pub barrier: Option<Vec<u8>>,
     /// Whether cleanup had started.
     pub cleanup_started: bool,
     /// The recorded verdict, if cleanup finished.
@@ -476,7 +465,7 @@ pub fn replay(read: &Read) -> Result<Replay, ReplayError> {
         request,
         inventory: None,
         suspect: 0,
-        cgroup: None,
+        barrier: None,
         cleanup_started: false,
         verdict: None,
         tail: read.tail,
@@ -511,10 +500,10 @@ pub fn replay(read: &Read) -> Result<Replay, ReplayError> {
                     return Err(bad);
                 }
             }
-            Record::Cgroup { base, name, id }
-                if out.inventory.is_some() && out.cgroup.is_none() && !out.cleanup_started =>
+            Record::Barrier { record }
+                if out.inventory.is_some() && out.barrier.is_none() && !out.cleanup_started =>
             {
-                out.cgroup = Some((base.clone(), name.clone(), *id));
+                out.barrier = Some(record.clone());
             }
             Record::CleanupStarted if !out.cleanup_started => out.cleanup_started = true,
             Record::Verdict { status, code } => out.verdict = Some((*status, *code)),
@@ -560,10 +549,8 @@ mod tests {
                 index: 1,
                 identity: ident(11),
             },
-            Record::Cgroup {
-                base: b"custodian-4242".to_vec(),
-                name: b"r7".to_vec(),
-                id: Some(0x1234),
+            Record::Barrier {
+                record: b"\x0e\x00custodian-4242\x02\x00r7\x34\x12\0\0\0\0\0\0".to_vec(),
             },
             Record::Intent {
                 parent: 1,
@@ -597,23 +584,25 @@ mod tests {
         (out, ends)
     }
 
-    /// A cgroup record of a version that journalled no id still reads,
-    /// with no id to check; a partial id is not a record.
+    /// A barrier record is whatever follows its tag, up to its bound: the
+    /// `Cgroup` record of earlier versions (with or without its id) reads
+    /// as the same bytes.
     #[test]
-    fn a_cgroup_record_without_its_id_reads_as_none() {
-        let mut payload = vec![TAG_CGROUP];
+    fn a_barrier_record_is_the_bytes_after_its_tag() {
+        let mut payload = vec![TAG_BARRIER];
         put_bytes(&mut payload, b"custodian-9");
         put_bytes(&mut payload, b"r1");
         assert_eq!(
             decode_payload(&payload),
-            Some(Record::Cgroup {
-                base: b"custodian-9".to_vec(),
-                name: b"r1".to_vec(),
-                id: None,
+            Some(Record::Barrier {
+                record: payload[1..].to_vec()
             })
         );
-        payload.extend_from_slice(&[1, 2, 3]);
-        assert_eq!(decode_payload(&payload), None);
+        let mut long = vec![TAG_BARRIER];
+        long.resize(1 + MAX_BARRIER, 7);
+        assert!(decode_payload(&long).is_some());
+        long.push(7);
+        assert_eq!(decode_payload(&long), None);
     }
 
     #[test]
@@ -630,8 +619,8 @@ mod tests {
         assert_eq!(inv.relative_path(2), "out/a.json");
         assert_eq!(rep.suspect, 0);
         assert_eq!(
-            rep.cgroup,
-            Some((b"custodian-4242".to_vec(), b"r7".to_vec(), Some(0x1234)))
+            rep.barrier.as_deref(),
+            Some(&b"\x0e\x00custodian-4242\x02\x00r7\x34\x12\0\0\0\0\0\0"[..])
         );
         assert!(rep.cleanup_started);
         assert_eq!(
@@ -710,8 +699,8 @@ mod tests {
             vec![s[0].clone(), s[1].clone(), s[3].clone()],               // identity without intent
             vec![s[0].clone(), s[1].clone(), s[2].clone(), s[6].clone()], // wrong index
             vec![s[0].clone(), s[1].clone(), s[8].clone(), s[7].clone()], // after verdict
-            vec![s[0].clone(), s[4].clone()],                             // cgroup before the job
-            vec![s[0].clone(), s[1].clone(), s[4].clone(), s[4].clone()], // second cgroup
+            vec![s[0].clone(), s[4].clone()],                             // barrier before the job
+            vec![s[0].clone(), s[1].clone(), s[4].clone(), s[4].clone()], // second barrier
         ];
         for (i, c) in cases.iter().enumerate() {
             let (bytes, _) = frames(c);

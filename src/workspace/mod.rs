@@ -14,12 +14,14 @@
 //! descriptor, never following a symlink, and checked to stay on the
 //! workspace's device and mount. The identity the kernel reports for each new
 //! inode (device, inode, mount id, birth time) is recorded in the request's
-//! [`Inventory`]. Processes the request launches are tracked through the
-//! [`RequestProcess`] seam.
+//! [`Inventory`]. The workspace knows nothing of processes: what a request
+//! started that could write into its job is put behind the request's
+//! [`Barrier`] by the layer that started it (`request` puts its processes and
+//! their cgroup there).
 //!
 //! Cleanup runs once per request whatever races ([`Workspace::cleanup`]): it
-//! cancels every tracked process group of that request and waits up to the
-//! cleanup bound, then compares the job tree with the inventory and either
+//! stops the request's barrier (at most the cleanup bound; a barrier that does
+//! not stop keeps every file), then compares the job tree with the inventory and either
 //! removes exactly the registered artifacts, deepest first, or stops and
 //! keeps everything that remains (see `remove.rs` and
 //! `docs/contracts/workspace-cleanup.md`). Caller file tools resolve their
@@ -33,10 +35,10 @@
 //! journals without a verdict ([`Workspace::reclaim`]) and runs the same
 //! cleanup for those requests, removing only what a journal proves.
 
+mod barrier;
 mod identity;
 mod inventory;
 pub mod journal;
-mod process;
 mod resolve;
 mod result;
 
@@ -59,9 +61,9 @@ use std::time::Duration;
 
 pub use crate::fs::{BirthTime, FileKind, Identity, MountId, Observed};
 pub use crate::id::{MAX_REQUEST_ID_LEN, RequestId, RequestIdError};
+pub use barrier::{Barrier, Revival, StopFuture, Stopped};
 pub use identity::{Anchor, Mismatch};
 pub use inventory::{ArtifactKind, Entry, Inventory, InventoryError, JOB_ROOT};
-pub use process::{RequestProcess, SettledFuture};
 pub use resolve::UserPathError;
 pub use result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
 pub use runtime::{ArtifactDir, Job, Workspace};
@@ -191,6 +193,19 @@ pub enum WorkspaceError {
     /// root.
     #[error("the launch options name another workspace root")]
     RootMismatch,
+    /// The request holds a barrier of another type than the one asked for
+    /// ([`Job::barrier_or_insert`]): one barrier per request.
+    #[error("request {request} holds a barrier of another kind")]
+    BarrierTaken {
+        /// The request.
+        request: RequestId,
+    },
+    /// A barrier record was refused ([`Job::journal_barrier`]).
+    #[error("barrier record refused: {reason}")]
+    BarrierRecord {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The workspace has been closed.
     #[error("workspace is closed")]
     Closed,

@@ -1,4 +1,4 @@
-//! The workspace runtime: requests, artifacts, processes, cleanup (`cfg(unix)`).
+//! The workspace runtime: requests, artifacts, their barriers, cleanup (`cfg(unix)`).
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::barrier::{Barrier, Revival, Stopped};
 use super::identity::{Anchor, Mismatch};
 use super::inventory::{ArtifactKind, Inventory, JOB_ROOT};
 use super::journal::{self, Record};
 use super::journal_file::{self, JournalFile, SPARE_PREFIX, Spare};
 use super::leftovers;
-use super::process::RequestProcess;
 use super::remove;
 use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult, CleanupStatus};
@@ -113,12 +113,10 @@ struct Inner {
     /// Empty quarantines of requests cleaned, renamed to a spare name, for
     /// the next cleanups (no directory created and removed per cleanup).
     spare_quarantines: Mutex<Vec<remove::SpareQuarantine>>,
-    /// Keeps emptied request cgroups for the next requests while the
-    /// workspace is open, even between requests; taken by
-    /// [`Workspace::close`], so that the spares (and the base, if nothing
-    /// else uses it) go then, not when the last handle happens to drop.
-    #[cfg(target_os = "linux")]
-    cgroup_spares: Mutex<Option<crate::contain::SpareKeeper>>,
+    /// The layer above's side: revives the barriers of dead runs' journals,
+    /// and is told when the reclaim and the close are done. Without it a
+    /// journalled barrier cannot be honoured, and its job is kept.
+    revival: Option<Arc<dyn Revival>>,
 }
 
 impl Inner {
@@ -254,9 +252,8 @@ struct RequestState {
     cname: CString,
     anchor: Anchor,
     fs: Mutex<FsState>,
-    procs: Mutex<ProcState>,
-    /// Locked after `procs` when both are held.
-    cgroup: Mutex<CgroupSlot>,
+    /// Locked before `fs` when both are held.
+    barrier: Mutex<BarrierSlot>,
     /// Replayed from the journal of a node that died: a clean cleanup is
     /// reported as [`CleanupStatus::Reclaimed`].
     reclaimed: bool,
@@ -266,83 +263,13 @@ struct RequestState {
     quarantine: Mutex<Option<remove::SpareQuarantine>>,
 }
 
-/// The request's cgroup: the parent of its processes' cgroups, created on
-/// the first launch that may use the cgroup tier.
+/// The request's barrier ([`Job::barrier_or_insert`]): stopped by its cleanup
+/// before any file is removed. Once `closed` (the cleanup took it), no barrier
+/// is put on the request.
 #[derive(Default)]
-enum CgroupSlot {
-    #[default]
-    Untried,
-    #[cfg(target_os = "linux")]
-    Ready(RequestCgroup),
-    /// Seen empty by the cleanup (launches closed): released when the
-    /// request's journal is retired (kept for another request), removed
-    /// otherwise.
-    #[cfg(target_os = "linux")]
-    Emptied(RequestCgroup),
-    /// None could be created (the processes fall back on their own), or
-    /// cleanup took it.
-    Gone,
-}
-
-/// A request's cgroup; dropped (the request dropped without a cleanup, or
-/// a cleanup that could not remove it), it is removed if nothing is left in
-/// it, best effort: a populated one is logged and kept.
-#[cfg(target_os = "linux")]
-struct RequestCgroup {
-    /// `None` once released.
-    cg: Option<Arc<crate::contain::Cgroup>>,
-    /// Removed by the cleanup already: nothing left to do on drop.
-    removed: bool,
-}
-
-#[cfg(target_os = "linux")]
-impl RequestCgroup {
-    fn new(cg: crate::contain::Cgroup) -> Self {
-        RequestCgroup {
-            cg: Some(Arc::new(cg)),
-            removed: false,
-        }
-    }
-
-    fn cg(&self) -> Arc<crate::contain::Cgroup> {
-        self.cg
-            .clone()
-            .expect("a request cgroup is only released by its last use")
-    }
-
-    /// Ends the cgroup's use once its request's journal no longer names
-    /// it: kept for another request if it is still empty and nothing else
-    /// holds it ([`crate::contain::Cgroup::release`]), else removed (by
-    /// `Drop`).
-    fn release(mut self) {
-        let Some(cg) = self.cg.take() else {
-            return;
-        };
-        match Arc::try_unwrap(cg) {
-            Ok(cg) => {
-                self.removed = true;
-                if let Err((_, e)) = cg.release() {
-                    tracing::warn!(error = %e, code = e.code(), "request cgroup left behind");
-                }
-            }
-            Err(shared) => self.cg = Some(shared),
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for RequestCgroup {
-    fn drop(&mut self) {
-        if self.removed {
-            return;
-        }
-        let Some(cg) = self.cg.take() else {
-            return;
-        };
-        if let Err(e) = cg.remove_tree() {
-            tracing::warn!(error = %e, code = e.code(), "request cgroup left behind");
-        }
-    }
+struct BarrierSlot {
+    closed: bool,
+    barrier: Option<Arc<dyn Barrier>>,
 }
 
 struct FsState {
@@ -356,6 +283,8 @@ struct FsState {
     /// The journal holds the `CleanupStarted` record (written once: an
     /// attempt that could not run is followed by another).
     cleanup_journalled: bool,
+    /// The journal holds the request's barrier record.
+    barrier_journalled: bool,
 }
 
 impl FsState {
@@ -373,12 +302,6 @@ impl FsState {
             io_err("append journal")(e)
         })
     }
-}
-
-#[derive(Default)]
-struct ProcState {
-    closed: bool,
-    active: Vec<Arc<dyn RequestProcess>>,
 }
 
 fn io_err<E: Into<io::Error>>(op: &'static str) -> impl FnOnce(E) -> WorkspaceError {
@@ -455,7 +378,28 @@ impl Workspace {
     /// [`WorkspaceError::Untrusted`] if a namespace component is a symlink,
     /// another mount, or not a directory, [`WorkspaceError::Locked`] while
     /// another owner (in this process or another) has it open.
+    ///
+    /// A workspace opened this way cannot honour a barrier a dead run
+    /// journalled ([`Job::journal_barrier`]): the reclaim keeps that job
+    /// ([`CleanupCode::ProcessBoundExceeded`]). Open it with
+    /// [`Workspace::open_with`] (`request::open_workspace` does) where
+    /// requests launch processes.
     pub fn open(root: impl AsRef<Path>, config: WorkspaceConfig) -> Result<Self, WorkspaceError> {
+        Self::open_with(root, config, None)
+    }
+
+    /// [`Workspace::open`], with the layer above's [`Revival`]: a reclaim
+    /// revives each barrier a dead run journalled through it and stops it
+    /// before any file of that job is removed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Workspace::open`].
+    pub fn open_with(
+        root: impl AsRef<Path>,
+        config: WorkspaceConfig,
+        revival: Option<Arc<dyn Revival>>,
+    ) -> Result<Self, WorkspaceError> {
         if validate_name(&config.internal_name).is_err() {
             return Err(WorkspaceError::InvalidInternalName);
         }
@@ -497,8 +441,7 @@ impl Workspace {
                 spares: Mutex::new(Vec::new()),
                 next_spare: AtomicU64::new(0),
                 spare_quarantines: Mutex::new(Vec::new()),
-                #[cfg(target_os = "linux")]
-                cgroup_spares: Mutex::new(Some(crate::contain::SpareKeeper::new())),
+                revival,
             }),
         })
     }
@@ -577,9 +520,9 @@ impl Workspace {
                 inventory: Inventory::new(obs.identity),
                 journal: Some(journal),
                 cleanup_journalled: false,
+                barrier_journalled: false,
             }),
-            procs: Mutex::new(ProcState::default()),
-            cgroup: Mutex::new(CgroupSlot::default()),
+            barrier: Mutex::new(BarrierSlot::default()),
             reclaimed: false,
             quarantine: Mutex::new(Some(reserved)),
         });
@@ -816,17 +759,20 @@ impl Workspace {
     /// inode. A request whose cleanup could not run here either
     /// ([`CleanupResult::is_transient`]) is returned with that result, not
     /// cached, and run again by the next [`Workspace::cleanup`] of its id
-    /// (or the next start). Then, on Linux, the empty base cgroups
-    /// that dead custodian processes left beside this process's own are
-    /// removed ([`crate::contain::remove_dead_bases`]).
+    /// (or the next start). A journal that names a barrier
+    /// ([`Job::journal_barrier`]) is cleaned only once the workspace's
+    /// [`Revival`] revived it and it stopped; then the `Revival` is told
+    /// that the reclaim is done ([`Revival::reclaimed`]: the request
+    /// layer's remove the empty base cgroups dead runs left).
     ///
     /// Must be called within a tokio runtime, before requests are opened.
     ///
     /// # Caveats
     ///
-    /// The dead node's processes are killed only where they ran in the
-    /// request cgroup its journal names (the cgroup tier, and this process
-    /// in the same cgroup as the dead one); see
+    /// The dead node's processes are stopped only through its barrier: with
+    /// the request layer's, where they ran in the request cgroup its
+    /// journal names (the cgroup tier, and this process in the same cgroup
+    /// as the dead one); see
     /// `docs/contracts/workspace-cleanup.md`, "Reclaim on restart".
     pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
         if self.inner.closed.load(Ordering::Acquire) {
@@ -894,21 +840,8 @@ impl Workspace {
             }
             out.push((id, result));
         }
-        // After the journals: the reclaim's cleanups removed the request
-        // cgroups of the dead runs, so their bases may now be empty.
-        #[cfg(target_os = "linux")]
-        match crate::contain::remove_dead_bases() {
-            Ok(d) if d.removed + d.kept > 0 => {
-                tracing::info!(
-                    removed = d.removed,
-                    kept = d.kept,
-                    "base cgroups of dead custodian processes"
-                );
-            }
-            Ok(_) => {}
-            Err(why) => {
-                tracing::debug!(code = %why.code(), "no cgroup tier: no dead base cgroups to remove")
-            }
+        if let Some(revival) = &self.inner.revival {
+            revival.reclaimed();
         }
         out
     }
@@ -1077,15 +1010,21 @@ impl Workspace {
                 return Prepared::Filed(failed(remove::errno_code(e)));
             }
         };
-        let cgroup = match rep.cgroup {
-            Some((base, name, cg_id)) => match reopen_cgroup(&base, &name, cg_id) {
-                Ok(slot) => slot,
+        // Whatever the dead run barrierd must be stopped before any file
+        // goes: a barrier that cannot be revived keeps the job.
+        let barrier = match (&rep.barrier, &self.inner.revival) {
+            (None, _) => None,
+            (Some(record), Some(revival)) => match revival.revive(record) {
+                Ok(barrier) => barrier,
                 Err(code) => {
-                    tracing::warn!(request = %id, code = %code.safe_code(), "the dead run's request cgroup is not opened; the job is kept");
+                    tracing::warn!(request = %id, code = %code.safe_code(), "the dead run's barrier is not honoured; the job is kept");
                     return finish(failed(code));
                 }
             },
-            None => CgroupSlot::Gone,
+            (Some(_), None) => {
+                tracing::warn!(request = %id, "a journalled barrier, and nothing to revive it; the job is kept");
+                return finish(failed(CleanupCode::ProcessBoundExceeded));
+            }
         };
         // Best effort: the dead run's spares were adopted first, so this
         // usually takes one; without it the cleanup makes its quarantine,
@@ -1101,9 +1040,12 @@ impl Workspace {
                 inventory,
                 journal: Some(journal),
                 cleanup_journalled: rep.cleanup_started,
+                barrier_journalled: rep.barrier.is_some(),
             }),
-            procs: Mutex::new(ProcState::default()),
-            cgroup: Mutex::new(cgroup),
+            barrier: Mutex::new(BarrierSlot {
+                closed: false,
+                barrier,
+            }),
             reclaimed: true,
             quarantine: Mutex::new(quarantine),
         }))
@@ -1145,9 +1087,8 @@ impl Workspace {
     /// cached ([`WorkspaceError::Closed`]) and a reclaim (nothing
     /// reclaimed), so the next owner's namespace is never touched from here.
     /// A request whose cleanup could not run ([`CleanupResult::is_transient`])
-    /// is left to the next owner's reclaim. The empty request cgroups kept
-    /// for the next requests are removed before it returns (and the
-    /// process's base cgroup with them, once nothing else uses it).
+    /// is left to the next owner's reclaim. The workspace's [`Revival`] is
+    /// told ([`Revival::closed`]) before the lock is released.
     pub async fn close(&self) -> Vec<(RequestId, CleanupResult)> {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.drop_spares();
@@ -1171,11 +1112,13 @@ impl Workspace {
         self.inner.released.store(true, Ordering::SeqCst);
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
-        // Every cleanup has released its request cgroup: the spares go now.
-        // A process exits right after its close (a node), often before the
-        // last clone of this handle is dropped by its runtime's shutdown.
-        #[cfg(target_os = "linux")]
-        drop(lock(&self.inner.cgroup_spares).take());
+        // Every cleanup has finished its barrier: what the revival keeps for
+        // the next requests goes now. A process exits right after its close
+        // (a node), often before the last clone of this handle is dropped by
+        // its runtime's shutdown.
+        if let Some(revival) = &self.inner.revival {
+            revival.closed();
+        }
         if let Err(e) = fs::flock(self.inner.owner.as_fd(), FlockOperation::Unlock) {
             tracing::warn!(error = %e, "releasing the workspace lock failed; it is released when the last handle goes");
         }
@@ -1225,17 +1168,7 @@ async fn cleanup_work(
     if state.reclaimed && result.status == CleanupStatus::Cleaned {
         result.status = CleanupStatus::Reclaimed;
     }
-    #[cfg(target_os = "linux")]
-    let emptied = {
-        let mut slot = lock(&state.cgroup);
-        match std::mem::replace(&mut *slot, CgroupSlot::Gone) {
-            CgroupSlot::Emptied(rc) => Some(rc),
-            other => {
-                *slot = other;
-                None
-            }
-        }
-    };
+    let barrier = lock(&state.barrier).barrier.clone();
     let mut fs = lock(&state.fs);
     if result.is_clean() {
         // A clean request's journal goes: emptied (a verdict record would be
@@ -1249,21 +1182,17 @@ async fn cleanup_work(
             true
         };
         drop(fs);
-        // Only once no journal names it may the cgroup serve another
-        // request: a reclaim of a kept journal kills what its cgroup holds.
-        #[cfg(target_os = "linux")]
-        if let Some(rc) = emptied {
-            if retired {
-                rc.release();
-            }
+        // Only once no journal names it may what the barrier holds serve
+        // another request: a reclaim of a kept journal acts on it.
+        if let Some(barrier) = barrier {
+            barrier.finished(retired);
         }
-        #[cfg(not(target_os = "linux"))]
-        let _ = retired;
         return result;
     }
-    // Removed (by its drop) while the journal still names it.
-    #[cfg(target_os = "linux")]
-    drop(emptied);
+    // Finished while the journal still names it.
+    if let Some(barrier) = barrier {
+        barrier.finished(false);
+    }
     if result.is_transient() {
         // Not a verdict: the journal stays without one, so that a restart
         // reclaims the request if no later attempt here finishes it.
@@ -1279,7 +1208,7 @@ async fn cleanup_work(
     result
 }
 
-/// Processes first, then the filesystem.
+/// The barrier first, then the filesystem.
 async fn cleanup_request(
     inner: &Arc<Inner>,
     id: &RequestId,
@@ -1287,41 +1216,28 @@ async fn cleanup_request(
 ) -> CleanupResult {
     let mut counts = CleanupCounts::default();
 
-    // 1. Stop every process group of this request, then wait, bounded.
-    let active = {
-        let mut p = lock(&state.procs);
-        p.closed = true;
-        std::mem::take(&mut p.active)
+    // 1. Stop whatever the request's barrier holds (its processes, and all
+    //    that their cgroup holds), bounded; nothing behind it can write
+    //    after this, or nothing is removed.
+    let barrier = {
+        let mut slot = lock(&state.barrier);
+        slot.closed = true;
+        slot.barrier.clone()
     };
-    // Only the ones still running count: a settled process is not cancelled.
-    counts.processes_cancelled = active.iter().filter(|p| !p.is_settled()).count() as u32;
-    for p in &active {
-        p.cancel();
-    }
-    let mut waiting = tokio::task::JoinSet::new();
-    for p in active {
-        waiting.spawn(async move { p.settled().await });
-    }
-    let all_settled = async { while waiting.join_next().await.is_some() {} };
-    if tokio::time::timeout(inner.config.cleanup_bound, all_settled)
-        .await
-        .is_err()
-    {
-        counts.processes_unsettled = waiting.len() as u32;
-        tracing::warn!(request = %id, unsettled = waiting.len(), "cleanup bound exceeded waiting for process groups");
-    }
-    waiting.abort_all();
-
-    // 2. Kill whatever is left in the request's cgroup (escapees of settled
-    //    processes, processes past the bound) and see it empty before any
-    //    file is removed: nothing of the request can write after this.
-    #[cfg(target_os = "linux")]
-    if let Err(code) = kill_request_cgroup(state, inner.config.cleanup_bound).await {
-        tracing::warn!(request = %id, "request cgroup still populated; files kept");
-        return CleanupResult::failed(code, counts, None);
+    if let Some(barrier) = barrier {
+        let stopped: Stopped = barrier.stop(inner.config.cleanup_bound).await;
+        counts.processes_cancelled = stopped.cancelled;
+        counts.processes_unsettled = stopped.unsettled;
+        if stopped.unsettled > 0 {
+            tracing::warn!(request = %id, unsettled = stopped.unsettled, "cleanup bound exceeded waiting for the request's processes");
+        }
+        if let Some(code) = stopped.refused {
+            tracing::warn!(request = %id, code = %code.safe_code(), "the request's barrier did not stop; files kept");
+            return CleanupResult::failed(code, counts, None);
+        }
     }
 
-    // 3. Freeze the inventory; nothing more can be created for the request.
+    // 2. Freeze the inventory    // 3. Freeze the inventory; nothing more can be created for the request.
     let inventory = {
         let mut fs = lock(&state.fs);
         fs.closed = true;
@@ -1393,91 +1309,6 @@ async fn cleanup_request(
     }
 }
 
-/// `cgroup.kill` on the request's cgroup, then waits (a watch on
-/// `cgroup.events`, at most `bound`, at least a second) until it is
-/// unpopulated, then removes it and whatever process cgroups are left
-/// beneath. A cgroup already seen unpopulated (every process settled and
-/// nothing outlived it: the usual case) holds nothing to kill, and nothing
-/// can enter it any more (the request's launches are closed), so it is
-/// removed at once. Leaves the slot `Gone`, so no later launch uses it.
-///
-/// # Errors
-///
-/// [`CleanupCode::ProcessBoundExceeded`] if the cgroup is still populated
-/// (or cannot be read) at the deadline: the caller must keep every file.
-#[cfg(target_os = "linux")]
-async fn kill_request_cgroup(
-    state: &RequestState,
-    bound: std::time::Duration,
-) -> Result<(), CleanupCode> {
-    let taken = std::mem::replace(&mut *lock(&state.cgroup), CgroupSlot::Gone);
-    let CgroupSlot::Ready(mut rc) = taken else {
-        return Ok(());
-    };
-    let cg = rc.cg();
-    if matches!(cg.populated(), Ok(false)) {
-        // Nothing to kill, and nothing can enter it any more: the journal's
-        // retirement releases it (`cleanup_work`).
-        drop(cg);
-        *lock(&state.cgroup) = CgroupSlot::Emptied(rc);
-        return Ok(());
-    }
-    {
-        if let Err(e) = cg.kill() {
-            tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
-        }
-        let deadline = tokio::time::Instant::now() + bound.max(std::time::Duration::from_secs(1));
-        match cg.wait_unpopulated(deadline).await {
-            Ok(true) => {}
-            Ok(false) | Err(_) => {
-                // Keep the handle's directory for the operator; the files too.
-                return Err(CleanupCode::ProcessBoundExceeded);
-            }
-        }
-    }
-    match cg.remove_tree() {
-        Ok(()) => rc.removed = true,
-        // Empty but not removable: logged, the files are safe to remove.
-        Err(e) => tracing::warn!(error = %e, code = e.code(), "removing the request cgroup failed"),
-    }
-    Ok(())
-}
-
-/// The request cgroup a dead run journalled, to be killed and removed by the
-/// reclaim's cleanup before any file is removed: `Gone` when nothing of it
-/// is left.
-///
-/// # Errors
-///
-/// [`CleanupCode::CgroupNotOwned`] when the record is not honoured (not of
-/// custodian's naming, a live custodian's base, another cgroup's id: see
-/// `crate::contain::reopen_request_cgroup`): nothing is killed or removed
-/// for it, and the reclaim keeps every file. [`CleanupCode::ProcessBoundExceeded`]
-/// when it may hold processes but cannot be opened.
-fn reopen_cgroup(base: &[u8], name: &[u8], id: Option<u64>) -> Result<CgroupSlot, CleanupCode> {
-    #[cfg(target_os = "linux")]
-    {
-        use crate::contain::ReopenError;
-        match crate::contain::reopen_request_cgroup(base, name, id) {
-            Ok(Some(cg)) => Ok(CgroupSlot::Ready(RequestCgroup::new(cg))),
-            Ok(None) => Ok(CgroupSlot::Gone),
-            Err(ReopenError::Untrusted(why)) => {
-                tracing::warn!(
-                    reason = why.code(),
-                    "a journalled cgroup is not custodian's; it is left alone"
-                );
-                Err(CleanupCode::CgroupNotOwned)
-            }
-            Err(_) => Err(CleanupCode::ProcessBoundExceeded),
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (base, name, id);
-        Ok(CgroupSlot::Gone)
-    }
-}
-
 /// After eviction (or for a request never opened here): is the directory gone?
 fn gone_check(inner: &Inner, id: &RequestId) -> CleanupResult {
     let name = CString::new(id.as_str()).expect("validated ids hold no NUL");
@@ -1493,7 +1324,7 @@ fn gone_check(inner: &Inner, id: &RequestId) -> CleanupResult {
     }
 }
 
-/// An open request: creates its artifacts, tracks its processes.
+/// An open request: creates its artifacts; carries its barrier.
 #[derive(Clone)]
 pub struct Job {
     ws: Workspace,
@@ -1642,61 +1473,19 @@ impl Job {
         Ok((cur, index, last))
     }
 
-    /// Tracks a process group the request launched; cleanup will cancel it
-    /// and wait for it.
+    /// Checks a launch's directories against this request's workspace:
+    /// `workspace` (the launch's workspace directory) must be this
+    /// workspace's root, compared by identity, not by spelling, and `cwd`
+    /// (the working directory, relative to it) must not be in the internal
+    /// namespace.
     ///
     /// # Errors
     ///
-    /// [`WorkspaceError::RequestClosed`] if cleanup already started; the
-    /// process is then cancelled at once.
-    pub fn track(&self, process: Arc<dyn RequestProcess>) -> Result<(), WorkspaceError> {
-        let mut p = lock(&self.state.procs);
-        if p.closed {
-            drop(p);
-            process.cancel();
-            return Err(WorkspaceError::RequestClosed {
-                request: self.state.id.clone(),
-            });
-        }
-        p.active.push(process);
-        Ok(())
-    }
-
-    /// Starts a process for this request with `launch` and tracks it for
-    /// the request's cleanup, which stops it before any file is removed
-    /// (`request::launch` is the governed launcher's way in).
-    ///
-    /// `launch` runs under the request's process lock, so a process is
-    /// either tracked before cleanup takes the list or never started. It is
-    /// given the request's cgroup (created on first use, and journalled
-    /// before anything starts in it) when `containment` allows the cgroup
-    /// tier and one can be made here, to be the parent of the process's
-    /// own; `None` otherwise.
-    ///
-    /// `workspace` is the launch's workspace directory, which must be this
-    /// workspace's root (compared by identity, not by spelling), and `cwd`
-    /// the process's working directory relative to it, refused in the
+    /// [`WorkspaceError::RootMismatch`] if `workspace` is another directory
+    /// (the process's cwd would be outside the workspace this request
+    /// belongs to); [`WorkspaceError::InternalPath`] if `cwd` is in the
     /// internal namespace.
-    ///
-    /// # Errors
-    ///
-    /// The outer result: [`WorkspaceError::RootMismatch`] if `workspace` is
-    /// another directory (the process's cwd would be outside the workspace
-    /// this request belongs to); [`WorkspaceError::InternalPath`] if `cwd`
-    /// is in the internal namespace; [`WorkspaceError::RequestClosed`] once
-    /// cleanup started; [`WorkspaceError::Io`] if a new request cgroup
-    /// cannot be journalled (it is removed again). Nothing was started
-    /// then. The inner result is `launch`'s own.
-    pub fn track_launch<P, E>(
-        &self,
-        workspace: &Path,
-        cwd: Option<&str>,
-        containment: crate::contain::Containment,
-        launch: impl FnOnce(Option<Arc<crate::contain::Cgroup>>) -> Result<P, E>,
-    ) -> Result<Result<P, E>, WorkspaceError>
-    where
-        P: RequestProcess + Clone,
-    {
+    pub fn check_launch(&self, workspace: &Path, cwd: Option<&str>) -> Result<(), WorkspaceError> {
         let root = &self.ws.inner.root_identity;
         match std::fs::metadata(workspace) {
             Ok(m) if m.is_dir() && m.dev() == root.dev && m.ino() == root.ino => {}
@@ -1707,98 +1496,78 @@ impl Job {
                 .resolve_user_path(cwd)
                 .map_err(WorkspaceError::InternalPath)?;
         }
-        let mut p = lock(&self.state.procs);
-        if p.closed {
+        Ok(())
+    }
+
+    /// The request's barrier: the one already on it, else `make()`'s, put on
+    /// it now. Every cleanup of the request stops it before any file is
+    /// removed ([`Barrier::stop`]). One barrier per request: the layer that
+    /// owns the request's processes puts all of them behind it.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::RequestClosed`] once the request's cleanup took its
+    /// barrier (nothing may start for it any more);
+    /// [`WorkspaceError::BarrierTaken`] if the barrier on it is of another type
+    /// than `F`.
+    pub fn barrier_or_insert<F: Barrier>(
+        &self,
+        make: impl FnOnce() -> Arc<F>,
+    ) -> Result<Arc<F>, WorkspaceError> {
+        let mut slot = lock(&self.state.barrier);
+        if slot.closed {
             return Err(WorkspaceError::RequestClosed {
                 request: self.state.id.clone(),
             });
         }
-        #[cfg(target_os = "linux")]
-        let parent = self.request_cgroup(containment)?;
-        #[cfg(not(target_os = "linux"))]
-        let parent = {
-            let _ = containment;
-            None
+        let barrier: Arc<dyn Barrier> = match &slot.barrier {
+            Some(barrier) => Arc::clone(barrier),
+            None => {
+                let made = make();
+                slot.barrier = Some(made.clone());
+                return Ok(made);
+            }
         };
-        Ok(launch(parent).inspect(|process| {
-            p.active.push(Arc::new(process.clone()));
-        }))
+        let any: Arc<dyn std::any::Any + Send + Sync> = barrier;
+        any.downcast::<F>()
+            .map_err(|_| WorkspaceError::BarrierTaken {
+                request: self.state.id.clone(),
+            })
     }
 
-    /// This request's cgroup (created on first use), to be the parent of a
-    /// process's cgroup when `containment` may use the cgroup tier. Where
-    /// none can be created, `None`, and the launcher decides (`auto` falls
-    /// back, `cgroup` fails). A new request cgroup is journalled before
-    /// anything is launched into it, so that a node started after this one
-    /// died can kill what is left in it.
+    /// Journals the request's barrier `record`, for a reclaim after this
+    /// process died to revive through its [`Revival`] (and stop before any
+    /// file of the job goes). Write it before anything behind the barrier can
+    /// write into the job. At most one per request.
     ///
     /// # Errors
     ///
-    /// [`WorkspaceError::Io`] if the cgroup cannot be journalled (it is then
-    /// removed, and nothing is launched).
-    #[cfg(target_os = "linux")]
-    fn request_cgroup(
-        &self,
-        containment: crate::contain::Containment,
-    ) -> Result<Option<Arc<crate::contain::Cgroup>>, WorkspaceError> {
-        use crate::contain::Containment;
-        if !matches!(containment, Containment::Auto | Containment::Cgroup) {
-            return Ok(None);
+    /// [`WorkspaceError::BarrierRecord`] for a record longer than
+    /// [`journal::MAX_BARRIER`] or a second record; [`WorkspaceError::RequestClosed`]
+    /// once cleanup started; [`WorkspaceError::Io`] if it cannot be
+    /// appended (then nothing more is created for the request).
+    pub fn journal_barrier(&self, record: &[u8]) -> Result<(), WorkspaceError> {
+        if record.len() > journal::MAX_BARRIER {
+            return Err(WorkspaceError::BarrierRecord {
+                reason: "longer than the journal's bound",
+            });
         }
-        let mut slot = lock(&self.state.cgroup);
-        if matches!(*slot, CgroupSlot::Untried) {
-            *slot = match crate::contain::request_cgroup() {
-                Ok(cg) => {
-                    let record = Record::Cgroup {
-                        base: crate::contain::base_cgroup_name()
-                            .as_str()
-                            .as_bytes()
-                            .to_vec(),
-                        name: cg.name().as_bytes().to_vec(),
-                        id: cg.id().ok(),
-                    };
-                    let cg = RequestCgroup::new(cg);
-                    if let Err(e) = lock(&self.state.fs).journal(&record) {
-                        *slot = CgroupSlot::Gone;
-                        drop(cg);
-                        return Err(e);
-                    }
-                    CgroupSlot::Ready(cg)
-                }
-                Err(why) => {
-                    tracing::debug!(code = %why.code(), "no request cgroup");
-                    CgroupSlot::Gone
-                }
-            };
+        let mut fs = lock(&self.state.fs);
+        if fs.closed {
+            return Err(WorkspaceError::RequestClosed {
+                request: self.state.id.clone(),
+            });
         }
-        Ok(match &*slot {
-            CgroupSlot::Ready(rc) => Some(rc.cg()),
-            _ => None,
-        })
-    }
-
-    /// Kills everything in this request's cgroup (`cgroup.kill`) and waits,
-    /// at most the workspace's cleanup bound, until it is empty. Returns
-    /// whether it was seen empty (`true` too when the request has no
-    /// cgroup). Later launches of the request still get a cgroup of their
-    /// own; the request cgroup is removed by cleanup.
-    pub async fn kill_processes(&self) -> bool {
-        #[cfg(target_os = "linux")]
-        {
-            let cg = match &*lock(&self.state.cgroup) {
-                CgroupSlot::Ready(rc) => rc.cg(),
-                _ => return true,
-            };
-            if let Err(e) = cg.kill() {
-                tracing::warn!(error = %e, "cgroup.kill on the request cgroup failed");
-            }
-            let bound = self.ws.inner.config.cleanup_bound;
-            let deadline =
-                tokio::time::Instant::now() + bound.max(std::time::Duration::from_secs(1));
-            cg.wait_unpopulated(deadline).await.unwrap_or(false)
+        if fs.barrier_journalled {
+            return Err(WorkspaceError::BarrierRecord {
+                reason: "the request's barrier is journalled already",
+            });
         }
-        #[cfg(not(target_os = "linux"))]
-        true
+        fs.journal(&Record::Barrier {
+            record: record.to_vec(),
+        })?;
+        fs.barrier_journalled = true;
+        Ok(())
     }
 
     /// Number of registered artifacts, the job directory included.

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::process::RequestProcess;
+use super::barrier::{Barrier, Revival};
 use super::resolve::{self, UserPathError};
 use super::result::{CleanupCode, CleanupCounts, CleanupResult};
 use super::{RequestId, WorkspaceConfig, WorkspaceError};
@@ -36,6 +36,19 @@ impl Workspace {
     ///
     /// [`WorkspaceError::Unsupported`].
     pub fn open(_root: impl AsRef<Path>, _config: WorkspaceConfig) -> Result<Self, WorkspaceError> {
+        Err(WorkspaceError::Unsupported)
+    }
+
+    /// Always fails.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::Unsupported`].
+    pub fn open_with(
+        _root: impl AsRef<Path>,
+        _config: WorkspaceConfig,
+        _revival: Option<Arc<dyn Revival>>,
+    ) -> Result<Self, WorkspaceError> {
         Err(WorkspaceError::Unsupported)
     }
 
@@ -113,7 +126,32 @@ impl Job {
     /// # Errors
     ///
     /// [`WorkspaceError::Unsupported`].
-    pub fn track(&self, _process: Arc<dyn RequestProcess>) -> Result<(), WorkspaceError> {
+    pub fn barrier_or_insert<F: Barrier>(
+        &self,
+        _make: impl FnOnce() -> Arc<F>,
+    ) -> Result<Arc<F>, WorkspaceError> {
+        Err(WorkspaceError::Unsupported)
+    }
+
+    /// Always fails.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::Unsupported`].
+    pub fn journal_barrier(&self, _record: &[u8]) -> Result<(), WorkspaceError> {
+        Err(WorkspaceError::Unsupported)
+    }
+
+    /// Always fails.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkspaceError::Unsupported`].
+    pub fn check_launch(
+        &self,
+        _workspace: &Path,
+        _cwd: Option<&str>,
+    ) -> Result<(), WorkspaceError> {
         Err(WorkspaceError::Unsupported)
     }
 

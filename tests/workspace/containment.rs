@@ -200,12 +200,12 @@ async fn a_cleaned_requests_cgroup_serves_the_next_request_a_failed_ones_does_no
     assert!(exists(&d1));
     assert_eq!(d.cleanup().await.status, CleanupStatus::Cleaned);
 
-    // A request cgroup once killed (`Job::kill_processes`, as a node's
+    // A request cgroup once killed (`request::kill_processes`, as a node's
     // cancel does) is never reused: this kernel kills at once a process
     // cloned into a cgroup whose kill count differs from its parent's.
     let e = fx.ws.open_request("req-e").unwrap();
     let (e1, _) = own_cgroup(&e, &fx.root()).await;
-    assert!(e.kill_processes().await);
+    assert!(custodian::request::kill_processes(&e).await);
     let (e2, removal) = own_cgroup(&e, &fx.root()).await;
     assert_ne!(e2, e1, "a killed cgroup served again");
     assert_eq!(removal, "removed");
@@ -522,14 +522,17 @@ async fn a_forged_journal_naming_a_foreign_cgroup_is_reported_never_killed_inner
         drop(job);
         let path = fx.root().join(".custodian/journal").join(&rid);
         let mut bytes = std::fs::read(&path).unwrap();
-        journal::encode(
-            &Record::Cgroup {
-                base: base.as_bytes().to_vec(),
-                name: name.as_bytes().to_vec(),
-                id: *id,
-            },
-            &mut bytes,
-        );
+        // The request layer's barrier record: the base's and the cgroup's
+        // names (a `u16` length each, little-endian), then the id.
+        let mut record = Vec::new();
+        for b in [base.as_bytes(), name.as_bytes()] {
+            record.extend_from_slice(&(b.len() as u16).to_le_bytes());
+            record.extend_from_slice(b);
+        }
+        if let Some(id) = id {
+            record.extend_from_slice(&u64::to_le_bytes(*id));
+        }
+        journal::encode(&Record::Barrier { record }, &mut bytes);
         std::fs::write(&path, &bytes).unwrap();
     }
     let ws = fx.restart();

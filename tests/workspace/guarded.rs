@@ -1,5 +1,5 @@
 //! The older deleting tests (`basics`, `attacks`, `races`, `mounts`,
-//! `journal`, `procs`, `full_disk`) remove files as root: each module runs as a whole
+//! `journal`, `procs`, `full_disk`, `barriers`) remove files as root: each module runs as a whole
 //! inside a private mount namespace where only its scratch directory is
 //! writable (`procs`: and the cgroup v2 hierarchy), checked first.
 
@@ -41,6 +41,11 @@ fn mounts_in_a_private_mount_namespace() {
 #[test]
 fn full_disk_in_a_private_mount_namespace() {
     run("full_disk::");
+}
+
+#[test]
+fn barriers_in_a_private_mount_namespace() {
+    run("barriers::");
 }
 
 #[test]

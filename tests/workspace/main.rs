@@ -7,6 +7,7 @@
 #[path = "../support/skip.rs"]
 mod skip;
 mod attacks;
+mod barriers;
 mod basics;
 mod containment;
 mod full_disk;
@@ -76,7 +77,9 @@ impl Fixture {
         fs::write(tmp.path().join("ws/result.txt"), b"user result").unwrap();
         fs::create_dir(tmp.path().join("ws/src")).unwrap();
         fs::write(tmp.path().join("ws/src/main.rs"), b"fn main() {}").unwrap();
-        let ws = Workspace::open(tmp.path().join("ws"), config).expect("open workspace");
+        // The request layer's barriers: its cgroups are revived by a reclaim.
+        let ws = custodian::request::open_workspace(tmp.path().join("ws"), config)
+            .expect("open workspace");
         Fixture { tmp, ws }
     }
 
@@ -91,13 +94,23 @@ impl Fixture {
     /// for, like `custodian node --lock-wait`); then the root is opened
     /// again and the new owner returned.
     pub fn restart(&mut self) -> Workspace {
+        self.restart_with(|root| {
+            custodian::request::open_workspace(root, WorkspaceConfig::default())
+        })
+    }
+
+    /// [`Fixture::restart`], the root opened again by `open`.
+    pub fn restart_with(
+        &mut self,
+        open: impl Fn(&Path) -> Result<Workspace, custodian::workspace::WorkspaceError>,
+    ) -> Workspace {
         let park = sandbox::tempdir();
         let parked = Workspace::open(park.path(), WorkspaceConfig::default()).expect("park");
         drop(std::mem::replace(&mut self.ws, parked));
         // A cleanup task of the old owner may still be finishing.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         self.ws = loop {
-            match Workspace::open(self.root(), WorkspaceConfig::default()) {
+            match open(&self.root()) {
                 Err(custodian::workspace::WorkspaceError::Locked)
                     if std::time::Instant::now() < deadline =>
                 {

@@ -1,10 +1,11 @@
 //! Processes of a request: cancelled and settled before any removal.
 //!
-//! Real processes go through the governed launcher (`Job::launch`).
-//! `GroupChild` is a second, counting implementation of the
-//! `RequestProcess` seam over a child leading its own process group (std
-//! `Command` + `process_group(0)`, `killpg` through rustix): TERM, a grace,
-//! then KILL; tests use it where they need to count `cancel` calls.
+//! Real processes go through the governed launcher (`request::launch`),
+//! behind the request layer's barrier. `Groups` is a second, counting
+//! implementation of the workspace's `Barrier` seam, over children leading
+//! their own process groups (`GroupChild`: std `Command` +
+//! `process_group(0)`, `killpg` through rustix): TERM, a grace, then KILL;
+//! tests use it where they need to count `cancel` calls.
 //!
 //! The cleanups remove files as root: the tests run in a private mount
 //! namespace where only their scratch and the cgroup v2 hierarchy (the
@@ -22,7 +23,7 @@ use custodian::process::invocation::Tunables;
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions, Running};
 use custodian::request::{LaunchError, launch};
 use custodian::workspace::{
-    CleanupCode, CleanupStatus, RequestProcess, SettledFuture, WorkspaceConfig, WorkspaceError,
+    Barrier, CleanupCode, CleanupStatus, Job, StopFuture, Stopped, WorkspaceConfig, WorkspaceError,
 };
 use rustix::process::{Pid, Signal};
 
@@ -89,8 +90,8 @@ fn killpg(pgid: i32, sig: Signal) {
     }
 }
 
-impl RequestProcess for GroupChild {
-    fn cancel(&self) {
+impl GroupChild {
+    pub fn cancel(&self) {
         if self.cancels.fetch_add(1, Ordering::SeqCst) > 0 {
             return;
         }
@@ -104,22 +105,77 @@ impl RequestProcess for GroupChild {
         });
     }
 
-    fn settled(&self) -> SettledFuture<'_> {
-        Box::pin(async move {
-            loop {
-                self.reap();
-                if group_members(self.pgid).is_empty() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    pub async fn settled(&self) {
+        loop {
+            self.reap();
+            if group_members(self.pgid).is_empty() {
+                return;
             }
-        })
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
-    fn is_settled(&self) -> bool {
+    pub fn is_settled(&self) -> bool {
         self.reap();
         group_members(self.pgid).is_empty()
     }
+}
+
+/// A request's barrier over `GroupChild`ren: the stop closes it, cancels
+/// each child still running (TERM, grace, KILL) and waits for all, at most
+/// the bound.
+#[derive(Default)]
+pub struct Groups {
+    children: Mutex<(bool, Vec<Arc<GroupChild>>)>,
+}
+
+impl Barrier for Groups {
+    fn stop(&self, bound: Duration) -> StopFuture<'_> {
+        Box::pin(async move {
+            let list = {
+                let mut c = self.children.lock().unwrap();
+                c.0 = true;
+                c.1.clone()
+            };
+            let cancelled = list.iter().filter(|c| !c.is_settled()).count() as u32;
+            for c in &list {
+                c.cancel();
+            }
+            let all = async {
+                for c in &list {
+                    c.settled().await;
+                }
+            };
+            let unsettled = match tokio::time::timeout(bound, all).await {
+                Ok(()) => 0,
+                Err(_) => list.iter().filter(|c| !c.is_settled()).count() as u32,
+            };
+            Stopped::new(cancelled, unsettled)
+        })
+    }
+}
+
+/// Puts `child` behind `job`'s barrier (a `Groups`); refused, and the child
+/// cancelled at once, once the request's cleanup took the barrier or stopped
+/// it.
+pub fn track(job: &Job, child: Arc<GroupChild>) -> Result<(), WorkspaceError> {
+    let barrier = match job.barrier_or_insert(|| Arc::new(Groups::default())) {
+        Ok(barrier) => barrier,
+        Err(e) => {
+            child.cancel();
+            return Err(e);
+        }
+    };
+    let mut c = barrier.children.lock().unwrap();
+    if c.0 {
+        drop(c);
+        child.cancel();
+        return Err(WorkspaceError::RequestClosed {
+            request: job.id().clone(),
+        });
+    }
+    c.1.push(child);
+    Ok(())
 }
 
 impl Drop for GroupChild {
@@ -326,7 +382,7 @@ async fn a_process_tracked_after_cleanup_started_is_cancelled_at_once() {
     let job = fx.ws.open_request("late").unwrap();
     assert!(job.cleanup().await.is_clean());
     let child = GroupChild::spawn("sleep 1000", &fx.root(), Duration::from_millis(200));
-    let e = job.track(child.clone()).unwrap_err();
+    let e = track(&job, child.clone()).unwrap_err();
     assert!(matches!(e, WorkspaceError::RequestClosed { .. }));
     assert_eq!(child.cancels.load(Ordering::SeqCst), 1);
     child.settled().await;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use custodian::workspace::{CleanupStatus, RequestProcess, WorkspaceError};
+use custodian::workspace::{CleanupStatus, WorkspaceError};
 
-use crate::procs::{GroupChild, group_members};
+use crate::procs::{GroupChild, group_members, track};
 use crate::{Fixture, assert_only_removed, inventoried, populate, snapshot};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,7 +20,7 @@ async fn duplicate_and_concurrent_cleanup_calls_get_one_result() {
     let job = fx.ws.open_request("dup").unwrap();
     populate(&job);
     let child = GroupChild::spawn("sleep 1000", &fx.root(), Duration::from_millis(200));
-    job.track(child.clone()).unwrap();
+    track(&job, child.clone()).unwrap();
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..16 {
         let ws = fx.ws.clone();
@@ -93,7 +93,7 @@ async fn cleanup_racing_cancel_and_runtime_close_removes_only_inventoried_paths(
         populate(&job);
         populate(&other);
         let child = GroupChild::spawn("sleep 1000 & wait", &fx.root(), Duration::from_millis(200));
-        job.track(child.clone()).unwrap();
+        track(&job, child.clone()).unwrap();
         let before = fx.snapshot();
         let mut gone = inventoried(&fx, &job);
         gone.extend(inventoried(&fx, &other));
