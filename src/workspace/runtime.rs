@@ -270,6 +270,10 @@ struct RequestState {
 struct BarrierSlot {
     closed: bool,
     barrier: Option<Arc<dyn Barrier>>,
+    /// The same barrier as its own type, for
+    /// [`Job::barrier_or_insert`] to hand back (a revived one has none:
+    /// nothing launches for a reclaimed request).
+    typed: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 struct FsState {
@@ -1045,6 +1049,7 @@ impl Workspace {
             barrier: Mutex::new(BarrierSlot {
                 closed: false,
                 barrier,
+                typed: None,
             }),
             reclaimed: true,
             quarantine: Mutex::new(quarantine),
@@ -1520,17 +1525,16 @@ impl Job {
                 request: self.state.id.clone(),
             });
         }
-        let barrier: Arc<dyn Barrier> = match &slot.barrier {
-            Some(barrier) => Arc::clone(barrier),
-            None => {
-                let made = make();
-                slot.barrier = Some(made.clone());
-                return Ok(made);
-            }
-        };
-        let any: Arc<dyn std::any::Any + Send + Sync> = barrier;
-        any.downcast::<F>()
-            .map_err(|_| WorkspaceError::BarrierTaken {
+        if slot.barrier.is_none() {
+            let made = make();
+            slot.barrier = Some(made.clone());
+            slot.typed = Some(made.clone());
+            return Ok(made);
+        }
+        slot.typed
+            .clone()
+            .and_then(|typed| typed.downcast::<F>().ok())
+            .ok_or_else(|| WorkspaceError::BarrierTaken {
                 request: self.state.id.clone(),
             })
     }
