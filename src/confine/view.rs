@@ -168,6 +168,14 @@ pub(crate) enum Step {
         /// The file.
         path: CString,
     },
+    /// [`Step::MaskFile`] over a host socket listed when the launch was
+    /// planned; skipped if the socket is gone (`ENOENT`) by the time the
+    /// view is composed: a socket removed meanwhile needs no mask, and its
+    /// removal must not fail the launch.
+    MaskSocket {
+        /// The socket.
+        path: CString,
+    },
 }
 
 /// `MS_NOSUID`.
@@ -202,7 +210,8 @@ pub struct IsolationReport {
     /// private, and every other socket bound on the host when the launch
     /// began is masked, listed in `masked`); `view_partial` when there were
     /// more than custodian masks in one view (1,024: the first ones in
-    /// path order are masked). A socket bound on the host after the launch
+    /// path order are masked; one removed before the view was composed
+    /// needed no mask). A socket bound on the host after the launch
     /// began, or bound in another network namespace, is not seen.
     pub unix_sockets: String,
     /// The tool runs in a new session with no controlling terminal.
@@ -658,7 +667,7 @@ pub(crate) fn plan_view(spec: &Confinement, host: &Host<'_>) -> Result<View, Con
         if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
             continue;
         }
-        steps.push(Step::MaskFile { path: cstr(&p)? });
+        steps.push(Step::MaskSocket { path: cstr(&p)? });
         masked.push(p);
     }
 
@@ -970,6 +979,7 @@ mod tests {
                 }
                 Step::MaskDir { path } => format!("mask_dir {}", path.to_string_lossy()),
                 Step::MaskFile { path } => format!("mask_file {}", path.to_string_lossy()),
+                Step::MaskSocket { path } => format!("mask_socket {}", path.to_string_lossy()),
             })
             .collect()
     }
@@ -1144,7 +1154,7 @@ mod tests {
                 .steps
                 .iter()
                 .filter_map(|s| match s {
-                    Step::MaskFile { path } => Some(path.clone()),
+                    Step::MaskSocket { path } => Some(path.clone()),
                     _ => None,
                 })
                 .collect();

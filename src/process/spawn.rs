@@ -934,6 +934,7 @@ mod imp {
     const OP_BIND_SELF: u32 = 10;
     const OP_MASK_DIR: u32 = 11;
     const OP_MASK_FILE: u32 = 12;
+    const OP_MASK_SOCKET: u32 = 13;
 
     /// The raw steps of `view`, pointing into its strings (which outlive
     /// them: the caller keeps the view until the child released it).
@@ -986,6 +987,7 @@ mod imp {
                     }
                     Step::MaskDir { path } => (r.op, r.a) = (OP_MASK_DIR, path.as_ptr()),
                     Step::MaskFile { path } => (r.op, r.a) = (OP_MASK_FILE, path.as_ptr()),
+                    Step::MaskSocket { path } => (r.op, r.a) = (OP_MASK_SOCKET, path.as_ptr()),
                 }
                 r
             })
@@ -1323,7 +1325,7 @@ mod imp {
                     (libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as usize,
                     c"size=4k,nr_inodes=1,mode=0555".as_ptr() as usize,
                 ),
-                OP_MASK_FILE => {
+                OP_MASK_FILE | OP_MASK_SOCKET => {
                     let fd = open_tree(c"/dev/null".as_ptr(), false);
                     if fd < 0 {
                         return fd;
@@ -1333,7 +1335,11 @@ mod imp {
                         raw4(libc::SYS_close as usize, fd as usize, 0, 0, 0);
                         return r;
                     }
-                    attach(fd, step.a)
+                    match attach(fd, step.a) {
+                        // The host socket was removed since it was listed.
+                        r if step.op == OP_MASK_SOCKET && r == -(libc::ENOENT as isize) => 0,
+                        r => r,
+                    }
                 }
                 _ => -(libc::EINVAL as isize),
             }

@@ -541,3 +541,71 @@ async fn an_isolated_views_mount_namespace_is_released_after_the_settlement() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A host socket that is removed between the launch's plan (which lists the
+/// host's sockets to mask them) and the composition of its view needs no
+/// mask, and must not fail the launch: here a thread binds and removes
+/// sockets outside every fresh mount of the view (`/var/tmp`) as fast as it
+/// can while isolated launches run. Before, the mask's `move_mount` onto
+/// the vanished path failed the launch (`confinement_apply_failed` at
+/// `View`, `ENOENT`), as other tests' sockets did under CI's parallel runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_socket_removed_while_a_view_is_composed_does_not_fail_the_launch() {
+    if !can_confine() {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let churn = tempfile::Builder::new()
+        .prefix("custodian-sockets-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicU64::new(0));
+    let churner = {
+        let (dir, stop, made) = (churn.path().to_owned(), stop.clone(), made.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // A few at once, so that some are listed by each plan.
+                let paths: Vec<_> = (0..8)
+                    .map(|k| dir.join(format!("s{}", (n + k) % 64)))
+                    .collect();
+                let held: Vec<_> = paths
+                    .iter()
+                    .filter_map(|p| std::os::unix::net::UnixListener::bind(p).ok())
+                    .collect();
+                made.fetch_add(held.len() as u64, Ordering::Relaxed);
+                for p in &paths {
+                    let _ = std::fs::remove_file(p);
+                }
+                drop(held);
+                n += 8;
+            }
+        })
+    };
+    let mut failures = Vec::new();
+    for i in 0..150 {
+        match run(
+            script("true", Confinement::workspace_write()),
+            &LaunchOptions::new(ws.path()),
+        )
+        .await
+        {
+            Ok(ev) => assert_eq!(ev.exit_code, Some(0), "{ev:?}"),
+            Err(ProcessError::Confinement(ConfineError::SpawnerUnavailable { reason })) => {
+                skipped!("no confining spawner here ({reason})");
+                break;
+            }
+            Err(e) => failures.push(format!("launch {i}: {e}")),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    churner.join().unwrap();
+    assert!(made.load(Ordering::Relaxed) > 0, "no socket was made");
+    assert!(
+        failures.is_empty(),
+        "{} failed: {failures:#?}",
+        failures.len()
+    );
+}
