@@ -259,9 +259,32 @@ async fn the_session_bounds_refuse_a_start_and_free_when_a_session_settles() {
         a1.status().running && a2.status().running,
         "nothing evicted"
     );
-    // One settles: its places are free again.
+    // One settles: its places are free again, in its request first (a
+    // settled session counts no more, whatever kind of process it was).
     a1.close_stdin().await;
     a1.wait().await;
+    // (The runtime's count frees its place once it sees the session
+    // settled: a moment after `wait`.)
+    let mut a3 = None;
+    for _ in 0..50 {
+        match ea.start(cat(), SessionOptions::default()).await {
+            Ok(s) => {
+                a3 = Some(s);
+                break;
+            }
+            Err(RuntimeError::TooManySessions { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let a3 = a3.expect("a settled session's place in its request was not freed");
+    match eb.start(cat(), SessionOptions::default()).await {
+        Err(RuntimeError::TooManySessions { limit: 3, .. }) => {}
+        other => panic!("the runtime is full again: {other:?}"),
+    }
+    a3.close_stdin().await;
+    a3.wait().await;
     let mut freed = None;
     for _ in 0..50 {
         match eb.start(cat(), SessionOptions::default()).await {
