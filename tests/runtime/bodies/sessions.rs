@@ -222,6 +222,25 @@ async fn start_retrying(executor: &Executor) -> custodian::process::session::Ses
     }
 }
 
+/// A `cat` session of `executor`'s request, started once a bound lets it:
+/// the runtime frees a settled session's place once it sees it settled, a
+/// moment after its `wait`. `None` if a bound still refuses after a second.
+async fn start_once_freed(executor: &Executor) -> Option<custodian::process::session::Session> {
+    for _ in 0..50 {
+        match executor
+            .start(inv("cat", &[]), SessionOptions::default())
+            .await
+        {
+            Ok(s) => return Some(s),
+            Err(RuntimeError::TooManySessions { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    None
+}
+
 /// The bounds refuse the start past them, typed, and free their places
 /// when a session settles; nothing running is evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,41 +282,16 @@ async fn the_session_bounds_refuse_a_start_and_free_when_a_session_settles() {
     // settled session counts no more, whatever kind of process it was).
     a1.close_stdin().await;
     a1.wait().await;
-    // (The runtime's count frees its place once it sees the session
-    // settled: a moment after `wait`.)
-    let mut a3 = None;
-    for _ in 0..50 {
-        match ea.start(cat(), SessionOptions::default()).await {
-            Ok(s) => {
-                a3 = Some(s);
-                break;
-            }
-            Err(RuntimeError::TooManySessions { .. }) => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    let a3 = a3.expect("a settled session's place in its request was not freed");
+    let a3 = start_once_freed(&ea)
+        .await
+        .expect("a settled session's place in its request was not freed");
     match eb.start(cat(), SessionOptions::default()).await {
         Err(RuntimeError::TooManySessions { limit: 3, .. }) => {}
         other => panic!("the runtime is full again: {other:?}"),
     }
     a3.close_stdin().await;
     a3.wait().await;
-    let mut freed = None;
-    for _ in 0..50 {
-        match eb.start(cat(), SessionOptions::default()).await {
-            Ok(s) => {
-                freed = Some(s);
-                break;
-            }
-            Err(RuntimeError::TooManySessions { .. }) => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let freed = start_once_freed(&eb).await;
     assert!(freed.is_some(), "a settled session's place was not freed");
     ea.succeed();
     eb.succeed();
