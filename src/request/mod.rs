@@ -194,11 +194,10 @@ pub fn launch(
 /// their own; the request cgroup is removed by the job's cleanup.
 pub async fn kill_processes(job: &Job) -> bool {
     let bound = job.workspace().config().cleanup_bound;
-    match job.barrier_or_insert(|| Arc::new(RequestBarrier::default())) {
-        Ok(barrier) => barrier.kill_cgroup(bound).await,
-        // Cleanup took the barrier: it kills the cgroup itself. Another kind
-        // of barrier: nothing of this layer's to kill.
-        Err(_) => true,
+    match job.barrier::<RequestBarrier>() {
+        Some(barrier) => barrier.kill_cgroup(bound).await,
+        // Nothing launched through this layer: no request cgroup to kill.
+        None => true,
     }
 }
 

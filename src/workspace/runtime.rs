@@ -1539,6 +1539,13 @@ impl Job {
             })
     }
 
+    /// The request's barrier, if one of type `F` is on it (nothing is put
+    /// on it).
+    pub fn barrier<F: Barrier>(&self) -> Option<Arc<F>> {
+        let typed = lock(&self.state.barrier).typed.clone()?;
+        typed.downcast::<F>().ok()
+    }
+
     /// Journals the request's barrier `record`, for a reclaim after this
     /// process died to revive through its [`Revival`] (and stop before any
     /// file of the job goes). Write it before anything behind the barrier can

@@ -133,6 +133,11 @@ impl Job {
         Err(WorkspaceError::Unsupported)
     }
 
+    /// Never one: no job exists on this platform.
+    pub fn barrier<F: Barrier>(&self) -> Option<Arc<F>> {
+        None
+    }
+
     /// Always fails.
     ///
     /// # Errors

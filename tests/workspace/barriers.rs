@@ -186,7 +186,13 @@ async fn a_failed_cleanup_tells_its_barrier_the_journal_still_names_it() {
 async fn a_barrier_is_refused_once_the_cleanup_took_it_and_one_kind_per_request() {
     let fx = Fixture::new();
     let job = fx.ws.open_request("kinds").unwrap();
-    job.barrier_or_insert(|| Arc::new(Other)).unwrap();
+    // The request layer's cancel on a job it launched nothing for: nothing
+    // to kill, and no barrier put on the job.
+    assert!(custodian::request::kill_processes(&job).await);
+    assert!(job.barrier::<Other>().is_none());
+    let other = job.barrier_or_insert(|| Arc::new(Other)).unwrap();
+    assert!(Arc::ptr_eq(&job.barrier::<Other>().unwrap(), &other));
+    assert!(job.barrier::<Scripted>().is_none(), "another kind");
     let e = job
         .barrier_or_insert(|| Scripted::new(Stopped::default(), PathBuf::new()))
         .unwrap_err();
