@@ -58,16 +58,23 @@ impl TerminalSink for AckSink {
 
 struct NoopNode;
 impl NodeWorkspace for NoopNode {
+    type Held = ();
     async fn open(&self, _: &RequestId) -> Result<(), SafeCode> {
         Ok(())
     }
-    async fn write_artifact(&self, _: &RequestId, _: &str, c: &[u8]) -> Result<u64, SafeCode> {
+    async fn write_artifact(
+        &self,
+        _: &RequestId,
+        _: &(),
+        _: &str,
+        c: &[u8],
+    ) -> Result<u64, SafeCode> {
         Ok(c.len() as u64)
     }
-    async fn run(&self, _: &RequestId, _: RunSpec) -> Result<ProcessSummary, SafeCode> {
+    async fn run(&self, _: &RequestId, _: &(), _: RunSpec) -> Result<ProcessSummary, SafeCode> {
         Err(SafeCode::new("unsupported"))
     }
-    async fn cancel(&self, _: &RequestId) -> u32 {
+    async fn cancel(&self, _: &RequestId, _: Option<&()>) -> u32 {
         0
     }
     async fn cleanup(&self, _: &RequestId) -> CleanupVerdict {

@@ -50,10 +50,10 @@ fn main() {
     for round in 0..rounds {
         let id = RequestId::new(&format!("bench-{round}")).unwrap();
         let took = rt.block_on(async {
-            node.open(&id).await.unwrap();
+            let scope = node.open(&id).await.unwrap();
             let start = Instant::now();
             for i in 0..ARTIFACTS {
-                node.write_artifact(&id, &format!("a{i:05}"), &payload)
+                node.write_artifact(&id, &scope, &format!("a{i:05}"), &payload)
                     .await
                     .unwrap();
             }

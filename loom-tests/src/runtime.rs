@@ -11,8 +11,10 @@
 //!   cleanup of another key that can evict the first one's result.
 //! - [`node_cancel_and_cleanup_race_open`] and [`node_cleanup_races_eviction`]:
 //!   the same two node races with the node's real decisions
-//!   (`machine::node::step` through `wire::node_slot_step`, the glue the
-//!   node itself uses) on the real `Slots`.
+//!   (`machine::node::step` through `wire::node_row_step`, the glue the
+//!   node itself uses: its row carries the open request's scope, filed by
+//!   the open's success and dropped by the cleanup's end) on the real
+//!   `Slots`.
 //! - [`open_races_cleanup_of_unknown`]: a workspace's [`Holdings`]: an open
 //!   of a request races a cleanup of the same id that holds nothing for it
 //!   yet (the embedder's facade announces the workspace, then opens it; a
@@ -30,7 +32,7 @@ use custodian::sync::{
     Applied, Commit, CommitLog, Elected, Holdings, OpenRefusal, OwnerGuard, SlotEffect, SlotStep,
     Slots,
 };
-use custodian::wire::{node_slot_retry, node_slot_step};
+use custodian::wire::{NodeRow, node_row_retry, node_row_step};
 
 use crate::{Exploration, explore};
 
@@ -589,11 +591,12 @@ pub fn cleanup_races_eviction<T: SlotTable>(name: &str, bound: usize) -> Explora
 
 // ---------------------------------------------------------------------------
 // The node with its real decisions: `machine::node::step` through the node's
-// own table glue (`wire::node_slot_step`) on `Slots`
+// own table glue (`wire::node_row_step`) on `Slots`
 // ---------------------------------------------------------------------------
 
-/// The real node table, keyed by a small id.
-type NodeTable = Slots<u8, node::State, node::CleanupVerdict>;
+/// The real node table, keyed by a small id; a row's open request holds
+/// `()` here (the node's scope).
+type NodeTable = Slots<u8, NodeRow<()>, node::CleanupVerdict>;
 
 /// A fake disk (fresh per execution): whether each key's job exists, how
 /// many removals and cleanup runs happened (outside loom's control), and how
@@ -639,7 +642,10 @@ fn node_apply(
     key: u8,
     input: node::Input,
 ) -> Applied<node::CleanupVerdict, Vec<node::Action>> {
-    table.apply(&key, |state| node_slot_step(state, input))
+    // What a successful open returned is filed with its `OpenFinished`, as
+    // the node files the request's scope.
+    let opened = matches!(input, node::Input::OpenFinished { ok: true }).then_some(());
+    table.apply(&key, |row| node_row_step(row, input, opened))
 }
 
 /// Runs an owned cleanup as the node's cleanup task does: the workspace,
@@ -745,6 +751,10 @@ pub fn node_cancel_and_cleanup_race_open(name: &str, bound: usize) -> Exploratio
             ))],
             "open accepted after cancel fenced"
         );
+        assert!(
+            table.get(&0).is_none_or(|row| row.open().is_none()),
+            "the cleaned request's row still holds its scope"
+        );
         let class = match answer {
             node::Reply::Refused(_) => 0,
             node::Reply::Closed => 1,
@@ -840,7 +850,7 @@ const NO_SPACE: node::CleanupVerdict =
     node::CleanupVerdict::Failed(custodian::error::SafeCode::new("no_space"));
 
 /// Asks for `key`'s cleanup as [`node_cleanup`] does, where the disk's
-/// first cleanup run cannot run (`no_space`, the node's [`node_slot_retry`]
+/// first cleanup run cannot run (`no_space`, the node's [`node_row_retry`]
 /// under the table lock, as its cleanup task does) and later ones do; asks
 /// again after a `no_space` answer, at most twice.
 fn node_cleanup_until_final(
@@ -860,7 +870,7 @@ fn node_cleanup_until_final(
                 );
                 disk.runs[k].fetch_add(1, StdOrdering::SeqCst);
                 disk.active[k].fetch_sub(1, LoomOrdering::SeqCst);
-                table.retry(&key, guard, NO_SPACE, node_slot_retry);
+                table.retry(&key, guard, NO_SPACE, node_row_retry);
             } else {
                 run_cleanup(table, disk, key, guard);
             }
@@ -905,8 +915,15 @@ pub fn node_transient_cleanup_is_run_again(name: &str, bound: usize) -> Explorat
             mine_saw || theirs_saw,
             "nobody received the no_space answer"
         );
-        let final_state = table.get(&0).expect("remembered");
-        assert_eq!(final_state.cleaned(), Some(node::CleanupVerdict::Cleaned));
+        let final_row = table.get(&0).expect("remembered");
+        assert_eq!(
+            final_row.state().cleaned(),
+            Some(node::CleanupVerdict::Cleaned)
+        );
+        assert!(
+            final_row.open().is_none(),
+            "the cleaned row still holds its scope"
+        );
         recorder.won(usize::from(!mine_saw));
         recorder.tag(if mine_saw && theirs_saw { 0 } else { 1 });
     });

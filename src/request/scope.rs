@@ -16,11 +16,13 @@
 //! server one call started is reachable on loopback from the next call, and
 //! from no other request.
 //!
-//! [`Scopes`] is the table `RequestId → Scope`. The runtime's hooks (which
-//! the coordinator drives through `machine::request`) and the wire's
-//! workspace node (driven by `machine::node`) both keep theirs in one; an
-//! owner adds what only it records as the scope's `extra` (the runtime:
-//! the launches its policy refused).
+//! [`Scopes`] is the table `RequestId → Scope` of the runtime's hooks
+//! (which the coordinator drives through `machine::request`). The wire's
+//! node (driven by `machine::node`) keeps each open request's scope in the
+//! request's row of its own one table instead (`wire::NodeRow`), from the
+//! open's success to the cleanup's end. An owner adds what only it records
+//! as the scope's `extra` (the runtime: the launches its policy refused;
+//! the node: its sessions by id).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -299,13 +301,6 @@ impl<X> Scopes<X> {
         let scope = Arc::new(scope);
         table.insert(id.clone(), Arc::clone(&scope));
         Some(scope)
-    }
-
-    /// Files `scope` for `id`, replacing the one it held.
-    pub(crate) fn file(&self, id: &RequestId, scope: Scope<X>) -> Arc<Scope<X>> {
-        let scope = Arc::new(scope);
-        lock(&self.table).insert(id.clone(), Arc::clone(&scope));
-        scope
     }
 
     /// `id`'s scope, while it runs.

@@ -83,9 +83,9 @@ pub use message::{
 };
 pub use node::{
     Admitted, CleanupVerdict, DEFAULT_MAX_OPEN_PER_CONNECTION, DEFAULT_MAX_OPEN_REQUESTS,
-    DEFAULT_MAX_UNANSWERED_BYTES, Drain, Node, NodeConfig, NodeStats, NodeWorkspace,
-    node_slot_retry, node_slot_step,
+    DEFAULT_MAX_UNANSWERED_BYTES, Drain, Node, NodeConfig, NodeRow, NodeStats, NodeWorkspace,
+    node_row_retry, node_row_step, node_slot_retry, node_slot_step,
 };
 pub use transport::{NodeTransport, SpawnError};
 #[cfg(unix)]
-pub use workspace_node::{WorkspaceNode, codes as node_codes};
+pub use workspace_node::{NodeScope, WorkspaceNode, codes as node_codes};

@@ -3,7 +3,11 @@
 //! [`Node`] holds the per-request bookkeeping that makes the wire idempotent
 //! (open once, clean up once, answer duplicates from a bounded cache) and
 //! delegates the work itself to a [`NodeWorkspace`]: the real workspace
-//! runtime in production, a counting fake in tests.
+//! runtime in production, a counting fake in tests. Its one table holds
+//! each request's row ([`NodeRow`]): the machine's state and, from the
+//! open's success to the cleanup's end, what the open returned (the
+//! production node: the request's scope), which every operation the
+//! machine lets through is handed; the workspace keeps no table.
 //!
 //! # Concurrency
 //!
@@ -27,12 +31,11 @@
 //! their callers do. loom explores these races on the real table and the
 //! real decisions (`loom-tests/tests/runtime.rs`).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -62,12 +65,24 @@ use super::reserve::FdReserve;
 /// `cleanup` is called at most once per request id while its result is in
 /// the cache, and never concurrently for the same id.
 pub trait NodeWorkspace: Send + Sync + 'static {
-    /// Opens the request's job namespace.
+    /// What an open request holds (the production node: the request's
+    /// scope, see [`crate::request`]). [`NodeWorkspace::open`] returns it;
+    /// the [`Node`] files it in the request's row of its one table, in the
+    /// same step as the open's `OpenFinished`, hands it to every operation
+    /// the machine lets through, and drops it with the row's
+    /// `CleanupFinished`. The workspace keeps no table of its own.
+    type Held: Send + Sync + 'static;
+
+    /// Opens the request's job namespace; returns what the open request
+    /// holds.
     ///
     /// # Errors
     ///
     /// A safe code saying why the namespace could not be opened.
-    fn open(&self, request: &RequestId) -> impl Future<Output = Result<(), SafeCode>> + Send;
+    fn open(
+        &self,
+        request: &RequestId,
+    ) -> impl Future<Output = Result<Self::Held, SafeCode>> + Send;
 
     /// Creates and registers a request-owned artifact; returns bytes written.
     ///
@@ -77,6 +92,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn write_artifact(
         &self,
         request: &RequestId,
+        held: &Self::Held,
         name: &str,
         contents: &[u8],
     ) -> impl Future<Output = Result<u64, SafeCode>> + Send;
@@ -89,6 +105,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn run(
         &self,
         request: &RequestId,
+        held: &Self::Held,
         spec: RunSpec,
     ) -> impl Future<Output = Result<ProcessSummary, SafeCode>> + Send;
 
@@ -113,6 +130,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn start(
         &self,
         _request: &RequestId,
+        _held: &Self::Held,
         _spec: StartSpec,
     ) -> impl Future<Output = Result<SessionStarted, SafeCode>> + Send {
         async { Err(codes::SESSIONS_UNSUPPORTED) }
@@ -129,6 +147,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn read(
         &self,
         _request: &RequestId,
+        _held: &Self::Held,
         _session: &str,
         _from: Offsets,
         _max: usize,
@@ -147,6 +166,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn write_stdin(
         &self,
         _request: &RequestId,
+        _held: &Self::Held,
         _session: &str,
         _input: &[u8],
         _close: bool,
@@ -162,6 +182,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn signal(
         &self,
         _request: &RequestId,
+        _held: &Self::Held,
         _session: &str,
         _signal: SessionSignal,
     ) -> impl Future<Output = Result<(), SafeCode>> + Send {
@@ -179,6 +200,7 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn resize(
         &self,
         _request: &RequestId,
+        _held: &Self::Held,
         _session: &str,
         _size: WindowSize,
     ) -> impl Future<Output = Result<(), SafeCode>> + Send {
@@ -193,13 +215,19 @@ pub trait NodeWorkspace: Send + Sync + 'static {
     fn list(
         &self,
         _request: &RequestId,
+        _held: &Self::Held,
     ) -> impl Future<Output = Result<Vec<SessionInfo>, SafeCode>> + Send {
         async { Err(codes::SESSIONS_UNSUPPORTED) }
     }
 
     /// Cancels every active process of the request and waits for them to
-    /// settle; returns how many there were.
-    fn cancel(&self, request: &RequestId) -> impl Future<Output = u32> + Send;
+    /// settle; returns how many there were. `held` is `None` while the
+    /// request's open has not finished (nothing was launched for it yet).
+    fn cancel(
+        &self,
+        request: &RequestId,
+        held: Option<&Self::Held>,
+    ) -> impl Future<Output = u32> + Send;
 
     /// Cleans up the request: cancels its processes, removes its registered
     /// artifacts, fails closed on anything unexpected.
@@ -294,10 +322,99 @@ fn take_place(count: &AtomicUsize, max: usize) -> bool {
         .is_ok()
 }
 
-/// The node's per-request table: the decision state of every request,
-/// its cleanup cell, and a bounded memory of finished requests, in one
-/// [`Slots`] (one lock; see its theory of operation).
-type Table = Slots<RequestId, decide::State, CleanupVerdict>;
+/// The node's one per-request table: each request's row (its decision
+/// state and, while it is open, what it holds: its scope and its place
+/// under the bounds), its cleanup cell, and a bounded memory of finished
+/// requests, in one [`Slots`] (one lock; see its theory of operation).
+type Table<H> = Slots<RequestId, NodeRow<Opened<H>>, CleanupVerdict>;
+
+/// What an open request's row holds: what the workspace returned for it
+/// (its scope) and its place under the node's and its connection's bounds.
+#[derive(Debug)]
+struct Opened<H> {
+    held: Arc<H>,
+    _slot: OpenSlot,
+}
+
+/// One request's row in a node's table: the machine's state and, from its
+/// open's `OpenFinished { ok: true }` to its cleanup's end
+/// (`CleanupFinished`, or a cleanup that could not run), what the open
+/// request holds. Both change in the same step, under the table's lock
+/// ([`node_row_step`]), so no operation finds a request open without its
+/// scope or its scope without its state.
+pub struct NodeRow<O> {
+    state: decide::State,
+    open: Option<Arc<O>>,
+}
+
+impl<O> NodeRow<O> {
+    /// The request's state in the node machine.
+    pub fn state(&self) -> &decide::State {
+        &self.state
+    }
+
+    /// What the open request holds, from its open's success to its
+    /// cleanup's end.
+    pub fn open(&self) -> Option<&Arc<O>> {
+        self.open.as_ref()
+    }
+}
+
+impl<O> Clone for NodeRow<O> {
+    fn clone(&self) -> Self {
+        NodeRow {
+            state: self.state,
+            open: self.open.clone(),
+        }
+    }
+}
+
+impl<O> fmt::Debug for NodeRow<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeRow")
+            .field("state", &self.state)
+            .field("open", &self.open.is_some())
+            .finish()
+    }
+}
+
+/// Steps one request's row by `input`, as [`Slots::apply`] runs it under
+/// the node's table lock: the state by [`node_slot_step`], and what the
+/// request holds with it. `opened` is what a successful open returned
+/// (with `OpenFinished { ok: true }`): filed in the row. A cleanup's end
+/// (`CleanupFinished`) drops what the row held; every other input keeps
+/// it.
+///
+/// Public so that the loom models drive the node's real row glue; a
+/// [`Node`] is the only other caller.
+pub fn node_row_step<O>(
+    row: Option<&NodeRow<O>>,
+    input: Input,
+    opened: Option<O>,
+) -> SlotStep<NodeRow<O>, Vec<Action>> {
+    let step = node_slot_step(row.map(NodeRow::state), input);
+    let open = match input {
+        Input::OpenFinished { ok: true } => opened.map(Arc::new),
+        Input::CleanupFinished(_) => None,
+        _ => row.and_then(|r| r.open.clone()),
+    };
+    SlotStep {
+        next: step.next.map(|state| NodeRow { state, open }),
+        decision: step.decision,
+        effect: step.effect,
+    }
+}
+
+/// The row a request's cleanup that **could not run** leaves, as
+/// [`Slots::retry`] files it: the state by [`node_slot_retry`], and nothing
+/// held (the request accepts no more work, and no longer counts against
+/// the bounds; its next cleanup goes by its id).
+///
+/// Public so that the loom models drive the node's real retry; a [`Node`]
+/// is the only other caller.
+pub fn node_row_retry<O>(row: Option<&NodeRow<O>>) -> Option<NodeRow<O>> {
+    node_slot_retry(row.map(NodeRow::state)).map(|state| NodeRow { state, open: None })
+}
 
 /// Steps one request by `input` with [`machine::node::step`](decide::step),
 /// as [`Slots::apply`] runs it under the node's table lock.
@@ -423,6 +540,23 @@ fn record_step(
     }
 }
 
+/// [`record_step`] for a row's step.
+fn record_row_step<O>(
+    id: &RequestId,
+    before: Option<&NodeRow<O>>,
+    input: Input,
+    after: Option<&NodeRow<O>>,
+    actions: &[Action],
+) {
+    record_step(
+        id,
+        before.map(NodeRow::state),
+        input,
+        after.map(|row| row.state),
+        actions,
+    );
+}
+
 /// Whether this step ended the request on the node without a cleanup to
 /// run: a cleanup answered at once (nothing was ever opened here), or a
 /// cancel that fenced a request with no job. `held`: the table held the
@@ -493,15 +627,14 @@ struct Counters {
 
 /// The node-side wire handler for one workspace.
 #[derive(Debug)]
-pub struct Node<W> {
+pub struct Node<W: NodeWorkspace> {
     counters: Counters,
     workspace: W,
     config: NodeConfig,
-    table: Table,
-    /// Requests open on the node (their [`OpenSlot`]s).
+    table: Table<W::Held>,
+    /// Requests open on the node (their [`OpenSlot`]s, held in their rows
+    /// until their cleanup finishes).
     open_count: Arc<AtomicUsize>,
-    /// The slot of every open request, released when its cleanup finishes.
-    holds: Mutex<HashMap<RequestId, OpenSlot>>,
     #[cfg(unix)]
     reserve: Arc<FdReserve>,
 }
@@ -532,7 +665,6 @@ impl<W: NodeWorkspace> Node<W> {
             table: Slots::new(config.cleanup_cache),
             config,
             open_count: Arc::new(AtomicUsize::new(0)),
-            holds: Mutex::new(HashMap::new()),
             #[cfg(unix)]
             reserve,
         })
@@ -584,10 +716,6 @@ impl<W: NodeWorkspace> Node<W> {
     #[cfg(not(unix))]
     async fn allocating(&self) {}
 
-    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, OpenSlot>> {
-        crate::sync::lock_std(&self.holds)
-    }
-
     /// Frame counters so far.
     pub fn stats(&self) -> NodeStats {
         let c = &self.counters;
@@ -603,18 +731,40 @@ impl<W: NodeWorkspace> Node<W> {
         &self.workspace
     }
 
-    /// Steps request `id` by `input` under the table's lock.
-    fn step(&self, id: &RequestId, input: Input) -> Applied<CleanupVerdict, Vec<Action>> {
-        self.table.apply(id, |state| {
-            let step = node_slot_step(state, input);
-            record_step(id, state, input, step.next, &step.decision);
+    /// Steps request `id`'s row by `input` under the table's lock, filing
+    /// `opened` with a successful open's `OpenFinished`.
+    fn step(
+        &self,
+        id: &RequestId,
+        input: Input,
+        opened: Option<Opened<W::Held>>,
+    ) -> Applied<CleanupVerdict, Vec<Action>> {
+        self.table.apply(id, |row| {
+            let step = node_row_step(row, input, opened);
+            record_row_step(id, row, input, step.next.as_ref(), &step.decision);
             step
         })
     }
 
-    /// Steps request `id` by an input that never touches its cleanup.
-    fn decide(&self, id: &RequestId, input: Input) -> Vec<Action> {
-        let applied = self.step(id, input);
+    /// Steps request `id` by an input that never touches its cleanup, and
+    /// takes, in the same step, what the request's row holds after it: the
+    /// request's scope, for the operation the machine lets through
+    /// (`Proceed`, `CancelProcesses`).
+    fn decide(&self, id: &RequestId, input: Input) -> (Vec<Action>, Option<Arc<W::Held>>) {
+        let applied = self.table.apply(id, |row| {
+            let step = node_row_step(row, input, None);
+            record_row_step(id, row, input, step.next.as_ref(), &step.decision);
+            let held = step
+                .next
+                .as_ref()
+                .and_then(NodeRow::open)
+                .map(|opened| Arc::clone(&opened.held));
+            SlotStep {
+                next: step.next,
+                decision: (step.decision, held),
+                effect: step.effect,
+            }
+        });
         debug_assert!(applied.cleanup.is_none(), "{input:?} touched the cleanup");
         applied.decision
     }
@@ -661,19 +811,25 @@ impl<W: NodeWorkspace> Node<W> {
             Operation::OpenWorkspace { request_id } => {
                 let slot = self.take_open_slot(connection);
                 let refused = slot.is_none();
-                let applied = self.table.apply(&request_id, |state| {
-                    let step = node_slot_step(state, Input::Open);
+                let applied = self.table.apply(&request_id, |row| {
+                    let step = node_row_step(row, Input::Open, None);
                     let step = if refused && step.decision.first() == Some(&Action::Open) {
-                        // Out of places: the state stays as it was.
+                        // Out of places: the row stays as it was.
                         SlotStep {
-                            next: state.copied(),
+                            next: row.cloned(),
                             decision: Vec::new(),
                             effect: SlotEffect::None,
                         }
                     } else {
                         step
                     };
-                    record_step(&request_id, state, Input::Open, step.next, &step.decision);
+                    record_row_step(
+                        &request_id,
+                        row,
+                        Input::Open,
+                        step.next.as_ref(),
+                        &step.decision,
+                    );
                     step
                 });
                 debug_assert!(applied.cleanup.is_none(), "an open touched the cleanup");
@@ -691,17 +847,19 @@ impl<W: NodeWorkspace> Node<W> {
                 name,
                 contents,
             } => match self.work(&request_id) {
-                Ok(()) => Decided::Write {
+                Ok(held) => Decided::Write {
                     request_id,
+                    held,
                     name,
                     contents,
                 },
                 Err(code) => Decided::Answer(error(request_id, code)),
             },
             Operation::RunProcess { request_id, spec } => match self.work(&request_id) {
-                Ok(()) => match self.workspace.admit_run(&request_id, &spec) {
+                Ok(held) => match self.workspace.admit_run(&request_id, &spec) {
                     Ok(()) => Decided::Run {
                         request_id,
+                        held,
                         spec: *spec,
                     },
                     Err(refusal) => Decided::Answer(refusal.into_response(request_id)),
@@ -710,8 +868,8 @@ impl<W: NodeWorkspace> Node<W> {
             },
             Operation::StartProcess { request_id, spec } => match self.work(&request_id) {
                 // The node's policy decides on a session as on a run.
-                Ok(()) => match self.workspace.admit_run(&request_id, &spec.run) {
-                    Ok(()) => Decided::Session(request_id, SessionCall::Start(spec)),
+                Ok(held) => match self.workspace.admit_run(&request_id, &spec.run) {
+                    Ok(()) => Decided::Session(request_id, held, SessionCall::Start(spec)),
                     Err(refusal) => Decided::Answer(refusal.into_response(request_id)),
                 },
                 Err(code) => Decided::Answer(error(request_id, code)),
@@ -768,11 +926,9 @@ impl<W: NodeWorkspace> Node<W> {
                 self.session_call(request_id, SessionCall::List)
             }
             Operation::Cancel { request_id } => {
-                if self
-                    .decide(&request_id, Input::Cancel)
-                    .contains(&Action::CancelProcesses)
-                {
-                    Decided::Cancel(request_id)
+                let (actions, held) = self.decide(&request_id, Input::Cancel);
+                if actions.contains(&Action::CancelProcesses) {
+                    Decided::Cancel(request_id, held)
                 } else {
                     Decided::Answer(Response::Cancelled {
                         request_id,
@@ -793,18 +949,21 @@ impl<W: NodeWorkspace> Node<W> {
 
     /// A session operation is carried out, like a write or a run, only
     /// while the request is open and accepting.
-    fn session_call(&self, request_id: RequestId, call: SessionCall) -> Decided {
+    fn session_call(&self, request_id: RequestId, call: SessionCall) -> Decided<W::Held> {
         match self.work(&request_id) {
-            Ok(()) => Decided::Session(request_id, call),
+            Ok(held) => Decided::Session(request_id, held, call),
             Err(code) => Decided::Answer(error(request_id, code)),
         }
     }
 
     /// A write or run is performed only while the request is open and
-    /// accepting.
-    fn work(&self, id: &RequestId) -> Result<(), SafeCode> {
-        match self.decide(id, Input::Work).first() {
-            Some(Action::Proceed) => Ok(()),
+    /// accepting, on what its row holds.
+    fn work(&self, id: &RequestId) -> Result<Arc<W::Held>, SafeCode> {
+        let (actions, held) = self.decide(id, Input::Work);
+        match actions.first() {
+            // The machine proceeds only once the open finished, and that
+            // step filed what the open returned.
+            Some(Action::Proceed) => held.ok_or(codes::NOT_OPEN),
             Some(Action::Reply(Reply::Refused(r))) => Err(refusal_code(*r)),
             other => unreachable_decision(other),
         }
@@ -825,14 +984,20 @@ impl<W: NodeWorkspace> Node<W> {
                     let _allocating = node.allocating().await;
                     node.workspace.open(&id).await
                 };
-                if opened.is_ok() {
-                    // Filed before the step that may start a waiting
-                    // cleanup, whose end releases it.
-                    node.holds().insert(id.clone(), slot);
-                } else {
-                    drop(slot);
-                }
-                node.finish_open(id, opened)
+                // Filed in the row by the step that may start a waiting
+                // cleanup, whose end releases it; a failed open gives its
+                // place back at once.
+                let (opened, held) = match opened {
+                    Ok(held) => (
+                        Ok(()),
+                        Some(Opened {
+                            held: Arc::new(held),
+                            _slot: slot,
+                        }),
+                    ),
+                    Err(code) => (Err(code), None),
+                };
+                node.finish_open(id, opened, held)
             }
             .in_current_span(),
         );
@@ -846,8 +1011,13 @@ impl<W: NodeWorkspace> Node<W> {
         self: &Arc<Self>,
         request_id: RequestId,
         opened: Result<(), SafeCode>,
+        held: Option<Opened<W::Held>>,
     ) -> Response {
-        let applied = self.step(&request_id, Input::OpenFinished { ok: opened.is_ok() });
+        let applied = self.step(
+            &request_id,
+            Input::OpenFinished { ok: opened.is_ok() },
+            held,
+        );
         if let Some(Elected::Owner(guard)) = applied.cleanup {
             // A cleanup was asked for while the open ran: its callers wait
             // on the cell this guard publishes to.
@@ -899,19 +1069,18 @@ impl<W: NodeWorkspace> Node<W> {
                     let _loan = node.reserve.lend().await;
                     node.workspace.cleanup(&id).await
                 };
-                // The request no longer counts against the bounds, whatever
-                // the verdict: it accepts no more work.
-                let released = node.holds().remove(&id);
-                drop(released);
+                // Either step below drops what the row held: the request
+                // no longer counts against the bounds, whatever the
+                // verdict, as it accepts no more work.
                 if could_not_run(&verdict) {
                     // Nothing was decided (out of inodes, descriptors or
                     // memory): this attempt's callers get the answer, and
                     // the request waits, closed, for the next cleanup (a
                     // caller's, or the node's shutdown) to run it again.
                     // State and attempt change under one lock.
-                    node.table.retry(&id, guard, verdict, |state| {
-                        let next = node_slot_retry(state);
-                        record_step(&id, state, Input::CleanupCouldNotRun, next, &[]);
+                    node.table.retry(&id, guard, verdict, |row| {
+                        let next = node_row_retry(row);
+                        record_row_step(&id, row, Input::CleanupCouldNotRun, next.as_ref(), &[]);
                         next
                     });
                     return;
@@ -947,7 +1116,7 @@ impl<W: NodeWorkspace> Node<W> {
         self: &Arc<Self>,
         request_id: RequestId,
     ) -> Result<CleanupSummary, PendingCleanup> {
-        let applied = self.step(&request_id, Input::Cleanup);
+        let applied = self.step(&request_id, Input::Cleanup, None);
         let waiter = match applied.cleanup {
             Some(Elected::Owner(guard)) => {
                 let waiter = guard.waiter();
@@ -981,7 +1150,7 @@ impl<W: NodeWorkspace> Node<W> {
     pub fn open_requests(&self) -> Vec<RequestId> {
         // The decision is the machine's (`decide::State::held_open`), which
         // the composition model's node shutdown checks.
-        self.table.keys_where(decide::State::held_open)
+        self.table.keys_where(|row| row.state.held_open())
     }
 
     /// Cleans up every request that is still open, through the same
@@ -1153,12 +1322,12 @@ impl<W: NodeWorkspace> Node<W> {
 /// A request the node has decided ([`Node::admit`]); [`Admitted::perform`]
 /// carries out what was decided and returns the answer.
 #[must_use = "a decided open, write or run happens only when performed"]
-pub struct Admitted<W> {
+pub struct Admitted<W: NodeWorkspace> {
     node: Arc<Node<W>>,
-    decided: Decided,
+    decided: Decided<W::Held>,
 }
 
-impl<W> fmt::Debug for Admitted<W> {
+impl<W: NodeWorkspace> fmt::Debug for Admitted<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Admitted")
             .field("decided", &self.decided)
@@ -1166,8 +1335,9 @@ impl<W> fmt::Debug for Admitted<W> {
     }
 }
 
-#[derive(Debug)]
-enum Decided {
+/// What [`Node::admit`] decided; an operation the machine let through
+/// carries what the request's row held (`H`, its scope) when it did.
+enum Decided<H> {
     /// The decision is the answer.
     Answer(Response),
     /// The machine said `Open`, and the request has its place under the
@@ -1176,20 +1346,52 @@ enum Decided {
     /// The machine said `Proceed` to a write.
     Write {
         request_id: RequestId,
+        held: Arc<H>,
         name: String,
         contents: String,
     },
     /// The machine said `Proceed` to a run.
     Run {
         request_id: RequestId,
+        held: Arc<H>,
         spec: RunSpec,
     },
     /// The machine said `Proceed` to a session operation.
-    Session(RequestId, SessionCall),
-    /// The machine said `CancelProcesses`.
-    Cancel(RequestId),
+    Session(RequestId, Arc<H>, SessionCall),
+    /// The machine said `CancelProcesses` (`None`: the request's open has
+    /// not finished).
+    Cancel(RequestId, Option<Arc<H>>),
     /// A cleanup runs (started by this request or an earlier one).
     Cleanup(PendingCleanup),
+}
+
+impl<H> fmt::Debug for Decided<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decided::Answer(r) => f.debug_tuple("Answer").field(r).finish(),
+            Decided::Open(id, slot) => f.debug_tuple("Open").field(id).field(slot).finish(),
+            Decided::Write {
+                request_id, name, ..
+            } => f
+                .debug_struct("Write")
+                .field("request_id", request_id)
+                .field("name", name)
+                .finish_non_exhaustive(),
+            Decided::Run { request_id, .. } => f
+                .debug_struct("Run")
+                .field("request_id", request_id)
+                .finish_non_exhaustive(),
+            Decided::Session(id, _, call) => {
+                f.debug_tuple("Session").field(id).field(call).finish()
+            }
+            Decided::Cancel(id, held) => f
+                .debug_tuple("Cancel")
+                .field(id)
+                .field(&held.is_some())
+                .finish(),
+            Decided::Cleanup(p) => f.debug_tuple("Cleanup").field(p).finish(),
+        }
+    }
 }
 
 /// A session operation the machine let through, with the wire's bounds
@@ -1261,8 +1463,8 @@ impl<W: NodeWorkspace> Admitted<W> {
             Decided::Open(id, _) => (id.clone(), "open_workspace"),
             Decided::Write { request_id, .. } => (request_id.clone(), "write_artifact"),
             Decided::Run { request_id, .. } => (request_id.clone(), "run_process"),
-            Decided::Session(id, call) => (id.clone(), call.op_name()),
-            Decided::Cancel(id) => (id.clone(), "cancel"),
+            Decided::Session(id, _, call) => (id.clone(), call.op_name()),
+            Decided::Cancel(id, _) => (id.clone(), "cancel"),
             Decided::Cleanup(p) => (p.request_id.clone(), "cleanup_workspace"),
         };
         let span = info_span!("node_request", request_id = %id, op);
@@ -1272,13 +1474,14 @@ impl<W: NodeWorkspace> Admitted<W> {
                 Decided::Open(request_id, slot) => node.open(request_id, slot).await,
                 Decided::Write {
                     request_id,
+                    held,
                     name,
                     contents,
                 } => {
                     let written = {
                         let _allocating = node.allocating().await;
                         node.workspace
-                            .write_artifact(&request_id, &name, contents.as_bytes())
+                            .write_artifact(&request_id, &held, &name, contents.as_bytes())
                             .await
                     };
                     match written {
@@ -1290,18 +1493,22 @@ impl<W: NodeWorkspace> Admitted<W> {
                         Err(code) => error(request_id, code),
                     }
                 }
-                Decided::Run { request_id, spec } => {
-                    match node.workspace.run(&request_id, spec).await {
-                        Ok(summary) => Response::ProcessFinished {
-                            request_id,
-                            summary,
-                        },
-                        Err(code) => error(request_id, code),
-                    }
+                Decided::Run {
+                    request_id,
+                    held,
+                    spec,
+                } => match node.workspace.run(&request_id, &held, spec).await {
+                    Ok(summary) => Response::ProcessFinished {
+                        request_id,
+                        summary,
+                    },
+                    Err(code) => error(request_id, code),
+                },
+                Decided::Session(request_id, held, call) => {
+                    node.session(request_id, &held, call).await
                 }
-                Decided::Session(request_id, call) => node.session(request_id, call).await,
-                Decided::Cancel(request_id) => {
-                    let processes = node.workspace.cancel(&request_id).await;
+                Decided::Cancel(request_id, held) => {
+                    let processes = node.workspace.cancel(&request_id, held.as_deref()).await;
                     Response::Cancelled {
                         request_id,
                         processes,
@@ -1317,11 +1524,11 @@ impl<W: NodeWorkspace> Admitted<W> {
 
 impl<W: NodeWorkspace> Node<W> {
     /// Carries out one session operation the machine let through.
-    async fn session(&self, request_id: RequestId, call: SessionCall) -> Response {
+    async fn session(&self, request_id: RequestId, held: &W::Held, call: SessionCall) -> Response {
         let w = &self.workspace;
         let answer = match call {
             SessionCall::Start(spec) => {
-                w.start(&request_id, *spec)
+                w.start(&request_id, held, *spec)
                     .await
                     .map(|started| Response::ProcessStarted {
                         request_id: request_id.clone(),
@@ -1334,7 +1541,7 @@ impl<W: NodeWorkspace> Node<W> {
                 max,
                 wait,
             } => w
-                .read(&request_id, &session_id, from, max, wait)
+                .read(&request_id, held, &session_id, from, max, wait)
                 .await
                 .map(|output| Response::Output {
                     request_id: request_id.clone(),
@@ -1345,7 +1552,7 @@ impl<W: NodeWorkspace> Node<W> {
                 input,
                 close,
             } => w
-                .write_stdin(&request_id, &session_id, input.0.as_bytes(), close)
+                .write_stdin(&request_id, held, &session_id, input.0.as_bytes(), close)
                 .await
                 .map(|bytes| Response::StdinWritten {
                     request_id: request_id.clone(),
@@ -1354,7 +1561,7 @@ impl<W: NodeWorkspace> Node<W> {
                     closed: close,
                 }),
             SessionCall::Signal { session_id, signal } => w
-                .signal(&request_id, &session_id, signal)
+                .signal(&request_id, held, &session_id, signal)
                 .await
                 .map(|()| Response::SignalSent {
                     request_id: request_id.clone(),
@@ -1362,20 +1569,21 @@ impl<W: NodeWorkspace> Node<W> {
                     signal,
                 }),
             SessionCall::Resize { session_id, size } => w
-                .resize(&request_id, &session_id, size)
+                .resize(&request_id, held, &session_id, size)
                 .await
                 .map(|()| Response::TerminalResized {
                     request_id: request_id.clone(),
                     session_id,
                     terminal: size,
                 }),
-            SessionCall::List => w
-                .list(&request_id)
-                .await
-                .map(|sessions| Response::Processes {
-                    request_id: request_id.clone(),
-                    sessions,
-                }),
+            SessionCall::List => {
+                w.list(&request_id, held)
+                    .await
+                    .map(|sessions| Response::Processes {
+                        request_id: request_id.clone(),
+                        sessions,
+                    })
+            }
         };
         answer.unwrap_or_else(|code| error(request_id, code))
     }
@@ -1613,5 +1821,198 @@ fn report(request_id: RequestId, verdict: CleanupVerdict) -> CleanupSummary {
         status,
         code,
         cached: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::CleanupCode;
+    use std::sync::atomic::AtomicBool;
+
+    /// What an open request holds here: its number, and a count of drops.
+    struct Token {
+        number: u32,
+        drops: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Token {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A workspace that sees only what the node hands it: a write reports
+    /// the number of the token it was given, a cancel answers it.
+    #[derive(Default)]
+    struct Rows {
+        opened: AtomicU64,
+        drops: Arc<AtomicUsize>,
+        cleanup_cannot_run: AtomicBool,
+    }
+
+    impl NodeWorkspace for Rows {
+        type Held = Token;
+
+        async fn open(&self, _: &RequestId) -> Result<Token, SafeCode> {
+            let number = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(Token {
+                number: u32::try_from(number).unwrap(),
+                drops: Arc::clone(&self.drops),
+            })
+        }
+
+        async fn write_artifact(
+            &self,
+            _: &RequestId,
+            held: &Token,
+            _: &str,
+            _: &[u8],
+        ) -> Result<u64, SafeCode> {
+            Ok(u64::from(held.number))
+        }
+
+        async fn run(
+            &self,
+            _: &RequestId,
+            _: &Token,
+            _: RunSpec,
+        ) -> Result<ProcessSummary, SafeCode> {
+            Err(SafeCode::new("unsupported"))
+        }
+
+        async fn cancel(&self, _: &RequestId, held: Option<&Token>) -> u32 {
+            held.map_or(0, |t| t.number)
+        }
+
+        async fn cleanup(&self, _: &RequestId) -> CleanupVerdict {
+            if self.cleanup_cannot_run.swap(false, Ordering::SeqCst) {
+                CleanupVerdict::Failed(CleanupCode::NoSpace.safe_code())
+            } else {
+                CleanupVerdict::Cleaned
+            }
+        }
+    }
+
+    fn id(s: &str) -> RequestId {
+        RequestId::new(s).unwrap()
+    }
+
+    async fn write(node: &Arc<Node<Rows>>, request: &str) -> Response {
+        node.handle(Operation::WriteArtifact {
+            request_id: id(request),
+            name: "a".into(),
+            contents: String::new(),
+        })
+        .await
+    }
+
+    /// The open's token is filed in the request's row, handed to each
+    /// operation the machine lets through (each request its own), and
+    /// dropped with the row's `CleanupFinished`, its place under the bounds
+    /// given back with it.
+    #[tokio::test]
+    async fn a_request_row_holds_what_its_open_returned_until_its_cleanup_ends() {
+        let node = Node::new(Rows::default(), NodeConfig::default());
+        for r in ["r1", "r2"] {
+            let opened = node
+                .handle(Operation::OpenWorkspace { request_id: id(r) })
+                .await;
+            assert!(
+                matches!(opened, Response::WorkspaceOpened { .. }),
+                "{opened:?}"
+            );
+        }
+        assert_eq!(node.open_count(), 2);
+        for (r, number) in [("r1", 1), ("r2", 2), ("r1", 1)] {
+            match write(&node, r).await {
+                Response::ArtifactWritten { bytes, .. } => assert_eq!(bytes, number),
+                other => panic!("{other:?}"),
+            }
+        }
+        let cancelled = node
+            .handle(Operation::Cancel {
+                request_id: id("r2"),
+            })
+            .await;
+        assert!(
+            matches!(cancelled, Response::Cancelled { processes: 2, .. }),
+            "{cancelled:?}"
+        );
+        let drops = Arc::clone(&node.workspace().drops);
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        let summary = node.cleanup(id("r1")).await;
+        assert_eq!(summary.status, CleanupStatus::Cleaned);
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            1,
+            "r1's token outlived its cleanup"
+        );
+        assert_eq!(node.open_count(), 1);
+        // The cleaned request is fenced: nothing reaches a workspace for it.
+        assert!(matches!(write(&node, "r1").await, Response::Error { .. }));
+        assert_eq!(node.cleanup(id("r2")).await.status, CleanupStatus::Cleaned);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+        assert_eq!(node.open_count(), 0);
+    }
+
+    /// A cleanup that could not run ends the row's hold too: the request
+    /// accepts no more work and no longer counts against the bounds; the
+    /// next cleanup runs by its id.
+    #[tokio::test]
+    async fn a_cleanup_that_could_not_run_drops_what_the_row_held() {
+        let node = Node::new(Rows::default(), NodeConfig::default());
+        node.workspace()
+            .cleanup_cannot_run
+            .store(true, Ordering::SeqCst);
+        let opened = node
+            .handle(Operation::OpenWorkspace {
+                request_id: id("r"),
+            })
+            .await;
+        assert!(
+            matches!(opened, Response::WorkspaceOpened { .. }),
+            "{opened:?}"
+        );
+        let first = node.cleanup(id("r")).await;
+        assert_eq!(first.status, CleanupStatus::Failed);
+        assert_eq!(node.workspace().drops.load(Ordering::SeqCst), 1);
+        assert_eq!(node.open_count(), 0);
+        assert!(matches!(write(&node, "r").await, Response::Error { .. }));
+        assert_eq!(node.open_requests(), vec![id("r")]);
+        assert_eq!(node.cleanup(id("r")).await.status, CleanupStatus::Cleaned);
+        assert!(node.open_requests().is_empty());
+    }
+
+    /// The row's own rule, step by step: filed by a successful open's
+    /// `OpenFinished`, kept by every other input, dropped by
+    /// `CleanupFinished` and by a retry.
+    #[test]
+    fn a_row_files_keeps_and_drops_what_the_open_returned() {
+        let open = node_row_step::<u8>(None, Input::Open, None);
+        let opening = open.next.expect("an open is remembered");
+        assert!(opening.open().is_none());
+        // A failed open files nothing.
+        let failed = node_row_step(Some(&opening), Input::OpenFinished { ok: false }, Some(8));
+        assert!(failed.next.is_none_or(|r| r.open().is_none()));
+        let finished = node_row_step(Some(&opening), Input::OpenFinished { ok: true }, Some(7));
+        let row = finished.next.unwrap();
+        assert_eq!(row.open().map(|o| **o), Some(7));
+        let work = node_row_step(Some(&row), Input::Work, None);
+        assert_eq!(work.decision, vec![Action::Proceed]);
+        assert_eq!(
+            work.next.as_ref().and_then(NodeRow::open).map(|o| **o),
+            Some(7)
+        );
+        let cleanup = node_row_step(Some(&row), Input::Cleanup, None);
+        let cleaning = cleanup.next.unwrap();
+        assert_eq!(cleaning.open().map(|o| **o), Some(7));
+        assert!(node_row_retry(Some(&cleaning)).unwrap().open().is_none());
+        let done = node_row_step(
+            Some(&cleaning),
+            Input::CleanupFinished(CleanupVerdict::Cleaned),
+            None,
+        );
+        assert!(done.next.unwrap().open().is_none());
     }
 }

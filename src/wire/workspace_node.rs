@@ -23,7 +23,7 @@ use crate::process::invocation::EnvValue;
 use crate::process::session::{Chunk, Session, SessionOptions};
 use crate::process::{Invocation, InvocationSpec, LaunchOptions};
 use crate::request::RequestId;
-use crate::request::scope::{Scope, ScopeLaunchError, Scopes};
+use crate::request::scope::{Scope, ScopeLaunchError};
 use crate::runtime::RunPolicy;
 use crate::workspace::{CleanupStatus, Workspace, WorkspaceError};
 
@@ -62,14 +62,15 @@ pub mod codes {
 /// request and [`MAX_SESSIONS_PER_NODE`] on the node), `cancel` stops the
 /// request's processes, and `cleanup_workspace` is [`Workspace::cleanup`]
 /// (which stops them too, sessions included, before removing anything).
+///
+/// It keeps no table of requests: the open returns the request's scope
+/// ([`NodeScope`]), which the [`Node`](super::Node) files in the request's
+/// row and hands back to every operation its machine lets through.
 #[derive(Debug)]
 pub struct WorkspaceNode {
     workspace: Workspace,
     launch: LaunchOptions,
     default_timeout: Duration,
-    /// Each open request's scope (`request::scope`): its job, the
-    /// processes launched for it and, beside them, its sessions by id.
-    scopes: Scopes<RequestSessions>,
     policy: Option<RunPolicy>,
     reserve: Option<Arc<FdReserve>>,
     /// Sessions running on the node, all requests together.
@@ -80,6 +81,13 @@ pub struct WorkspaceNode {
 
 /// How long a `write_stdin` waits for the process to take its input.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What an open request holds on a [`WorkspaceNode`]: its scope
+/// (`request::scope`): its job, the processes launched for it and, beside
+/// them, its sessions by id. The [`Node`](super::Node) keeps it in the
+/// request's row from its open to its cleanup's end.
+#[derive(Debug)]
+pub struct NodeScope(Scope<RequestSessions>);
 
 /// Settled sessions a request's table keeps for their output beyond its
 /// running ones; past that the oldest settled one is forgotten (its id is
@@ -146,7 +154,6 @@ impl WorkspaceNode {
             workspace,
             launch,
             default_timeout,
-            scopes: Scopes::default(),
             policy: None,
             reserve: None,
             live_sessions: Arc::new(AtomicUsize::new(0)),
@@ -278,13 +285,11 @@ impl WorkspaceNode {
         &self.workspace
     }
 
-    /// Session `id` of `request`; `unknown_session` for an id the request
-    /// does not hold, whoever else may (another request's is never named).
-    fn session(&self, request: &RequestId, id: &str) -> Result<Session, SafeCode> {
-        self.scopes
-            .get(request)
-            .and_then(|scope| scope.extra.get(id))
-            .ok_or(UNKNOWN_SESSION)
+    /// Session `id` of the request whose scope is `held`; `unknown_session`
+    /// for an id the request does not hold, whoever else may (another
+    /// request's is never named).
+    fn session(held: &NodeScope, id: &str) -> Result<Session, SafeCode> {
+        held.0.extra.get(id).ok_or(UNKNOWN_SESSION)
     }
 }
 
@@ -374,29 +379,26 @@ fn exit(ev: &Evidence) -> SessionExit {
 }
 
 impl NodeWorkspace for WorkspaceNode {
-    async fn open(&self, request: &RequestId) -> Result<(), SafeCode> {
+    type Held = NodeScope;
+
+    async fn open(&self, request: &RequestId) -> Result<NodeScope, SafeCode> {
+        // The workspace refuses a second open of an open id.
         let job = self
             .workspace
             .open_request(request.as_str())
             .map_err(|e| self.code(&e))?;
-        // The workspace refused a second open of an open id; a scope left
-        // by a cleanup that failed is replaced.
         let scope = Scope::with_job(job).map_err(|e| self.code(&e))?;
-        self.scopes.file(request, scope);
-        Ok(())
+        Ok(NodeScope(scope))
     }
 
     async fn write_artifact(
         &self,
-        request: &RequestId,
+        _request: &RequestId,
+        held: &NodeScope,
         name: &str,
         contents: &[u8],
     ) -> Result<u64, SafeCode> {
-        let job = self
-            .scopes
-            .get(request)
-            .and_then(|scope| scope.job())
-            .ok_or(super::message::codes::NOT_OPEN)?;
+        let job = held.0.job().ok_or(super::message::codes::NOT_OPEN)?;
         let mut file = job.create_file(name).map_err(|e| self.code(&e))?;
         file.write_all(contents).map_err(|_| codes::IO_ERROR)?;
         Ok(contents.len() as u64)
@@ -410,7 +412,12 @@ impl NodeWorkspace for WorkspaceNode {
         }
     }
 
-    async fn run(&self, request: &RequestId, spec: RunSpec) -> Result<ProcessSummary, SafeCode> {
+    async fn run(
+        &self,
+        request: &RequestId,
+        held: &NodeScope,
+        spec: RunSpec,
+    ) -> Result<ProcessSummary, SafeCode> {
         let inv = self.invocation(spec)?;
         // Checked again on the very invocation that launches, for callers
         // that reach `run` without `admit_run`.
@@ -425,11 +432,8 @@ impl NodeWorkspace for WorkspaceNode {
         // The job launches and tracks under its process lock, so a
         // concurrent cleanup either sees this process or refuses it; the
         // scope's, so a concurrent cancel either stops it or refuses it.
-        let scope = self
-            .scopes
-            .get(request)
-            .ok_or(super::message::codes::NOT_OPEN)?;
-        let running = scope
+        let running = held
+            .0
             .launch(inv, self.launch.clone(), || false)
             .map_err(|e| match e {
                 ScopeLaunchError::Closed => super::message::codes::REQUEST_CLOSED,
@@ -445,16 +449,14 @@ impl NodeWorkspace for WorkspaceNode {
     async fn start(
         &self,
         request: &RequestId,
+        held: &NodeScope,
         spec: StartSpec,
     ) -> Result<SessionStarted, SafeCode> {
         let inv = self.invocation(spec.run)?;
         // As `run`: decided on the very invocation that launches.
         self.decide(request, &inv)
             .map_err(|r| SafeCode::from(&r.code))?;
-        let scope = self
-            .scopes
-            .get(request)
-            .ok_or(super::message::codes::NOT_OPEN)?;
+        let scope = &held.0;
         // The node's bound first, then the request's (under the scope's
         // lock, in `launch_bounded`); as the runtime does, a start past
         // either is refused and nothing running is evicted.
@@ -507,13 +509,14 @@ impl NodeWorkspace for WorkspaceNode {
 
     async fn read(
         &self,
-        request: &RequestId,
+        _request: &RequestId,
+        held: &NodeScope,
         session: &str,
         from: Offsets,
         max: usize,
         wait: Duration,
     ) -> Result<SessionOutput, SafeCode> {
-        let s = self.session(request, session)?;
+        let s = Self::session(held, session)?;
         let out = s.read(from, max, wait).await;
         let settled = s.running().try_settled();
         // `out.ended`: this read reached the end of both streams of a
@@ -545,12 +548,13 @@ impl NodeWorkspace for WorkspaceNode {
 
     async fn write_stdin(
         &self,
-        request: &RequestId,
+        _request: &RequestId,
+        held: &NodeScope,
         session: &str,
         input: &[u8],
         close: bool,
     ) -> Result<u64, SafeCode> {
-        let s = self.session(request, session)?;
+        let s = Self::session(held, session)?;
         let written = async {
             if !input.is_empty() {
                 s.write_stdin(input)
@@ -569,30 +573,34 @@ impl NodeWorkspace for WorkspaceNode {
 
     async fn signal(
         &self,
-        request: &RequestId,
+        _request: &RequestId,
+        held: &NodeScope,
         session: &str,
         signal: SessionSignal,
     ) -> Result<(), SafeCode> {
-        self.session(request, session)?.signal(signal);
+        Self::session(held, session)?.signal(signal);
         Ok(())
     }
 
     async fn resize(
         &self,
-        request: &RequestId,
+        _request: &RequestId,
+        held: &NodeScope,
         session: &str,
         size: WindowSize,
     ) -> Result<(), SafeCode> {
-        self.session(request, session)?
+        Self::session(held, session)?
             .resize(size)
             .map_err(|e| safe(e.code(), codes::IO_ERROR))
     }
 
-    async fn list(&self, request: &RequestId) -> Result<Vec<SessionInfo>, SafeCode> {
-        let Some(scope) = self.scopes.get(request) else {
-            return Ok(Vec::new());
-        };
-        Ok(scope
+    async fn list(
+        &self,
+        _request: &RequestId,
+        held: &NodeScope,
+    ) -> Result<Vec<SessionInfo>, SafeCode> {
+        Ok(held
+            .0
             .extra
             .list()
             .into_iter()
@@ -611,8 +619,8 @@ impl NodeWorkspace for WorkspaceNode {
             .collect())
     }
 
-    async fn cancel(&self, request: &RequestId) -> u32 {
-        let Some(scope) = self.scopes.get(request) else {
+    async fn cancel(&self, request: &RequestId, held: Option<&NodeScope>) -> u32 {
+        let Some(NodeScope(scope)) = held else {
             return 0;
         };
         let active = scope.stop().await;
@@ -626,11 +634,12 @@ impl NodeWorkspace for WorkspaceNode {
     }
 
     async fn cleanup(&self, request: &RequestId) -> CleanupVerdict {
+        // By id: the workspace holds the job, and a request known only from
+        // an earlier run of the node has no scope.
         let result = match self.workspace.cleanup(request.as_str()).await {
             Ok(result) => result,
             Err(e) => return CleanupVerdict::Failed(workspace_code(&e)),
         };
-        self.scopes.remove(request);
         if let Some(code) = result.safe_code() {
             // The suspect path (relative to the workspace) is for the
             // operator's log only; the wire gets the code.

@@ -82,6 +82,8 @@ impl FakeNode {
 }
 
 impl NodeWorkspace for FakeNode {
+    type Held = ();
+
     async fn open(&self, request: &RequestId) -> Result<(), SafeCode> {
         self.bump(request, |c| c.open += 1);
         if self.open_gated.load(Ordering::SeqCst) {
@@ -97,6 +99,7 @@ impl NodeWorkspace for FakeNode {
     async fn write_artifact(
         &self,
         request: &RequestId,
+        _: &(),
         name: &str,
         contents: &[u8],
     ) -> Result<u64, SafeCode> {
@@ -107,7 +110,12 @@ impl NodeWorkspace for FakeNode {
         Ok(contents.len() as u64)
     }
 
-    async fn run(&self, request: &RequestId, spec: RunSpec) -> Result<ProcessSummary, SafeCode> {
+    async fn run(
+        &self,
+        request: &RequestId,
+        _: &(),
+        spec: RunSpec,
+    ) -> Result<ProcessSummary, SafeCode> {
         self.bump(request, |c| c.run += 1);
         Ok(ProcessSummary {
             exit_code: Some(0),
@@ -122,7 +130,7 @@ impl NodeWorkspace for FakeNode {
         })
     }
 
-    async fn cancel(&self, request: &RequestId) -> u32 {
+    async fn cancel(&self, request: &RequestId, _: Option<&()>) -> u32 {
         self.bump(request, |c| c.cancel += 1);
         0
     }

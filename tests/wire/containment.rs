@@ -51,8 +51,8 @@ async fn node_cleans_a_request_whose_setsid_writer_is_dead_first_inner() {
     let ws = Workspace::open(&root, WorkspaceConfig::default()).unwrap();
     let node = WorkspaceNode::new(ws, LaunchOptions::new(&root), Duration::from_secs(20));
     let id = RequestId::new("node-escape").unwrap();
-    node.open(&id).await.unwrap();
-    node.write_artifact(&id, "log", b"").await.unwrap();
+    let scope = node.open(&id).await.unwrap();
+    node.write_artifact(&id, &scope, "log", b"").await.unwrap();
     let log = root.join(".custodian/job/node-escape/log");
     assert!(log.is_file());
     let ticks = scratch.join("ticks");
@@ -74,7 +74,7 @@ async fn node_cleans_a_request_whose_setsid_writer_is_dead_first_inner() {
         timeout_ms: Some(20_000),
         confinement: None,
     };
-    let summary = node.run(&id, spec).await.unwrap();
+    let summary = node.run(&id, &scope, spec).await.unwrap();
     let writer: u32 = summary.stdout.trim().parse().unwrap();
     assert!(
         std::fs::metadata(&ticks).is_ok_and(|m| m.len() > 0),
@@ -87,7 +87,7 @@ async fn node_cleans_a_request_whose_setsid_writer_is_dead_first_inner() {
         "the setsid writer {writer} survived the run"
     );
 
-    assert_eq!(node.cancel(&id).await, 0);
+    assert_eq!(node.cancel(&id, Some(&scope)).await, 0);
     assert_eq!(node.cleanup(&id).await, CleanupVerdict::Cleaned);
     let ticks_after = std::fs::metadata(&ticks).unwrap().len();
     assert!(!root.join(".custodian/job/node-escape").exists());

@@ -27,7 +27,7 @@ use custodian::request::{
     TerminalWriteError,
 };
 use custodian::wire::{
-    CleanupVerdict, Node, NodeConfig, NodeWorkspace, OpenError, ProcessSummary, RunSpec,
+    CleanupVerdict, Node, NodeConfig, NodeScope, NodeWorkspace, OpenError, ProcessSummary, RunSpec,
     WireClient, WorkspaceNode,
 };
 use custodian::workspace::{Workspace, WorkspaceConfig};
@@ -55,7 +55,9 @@ impl Counting {
 }
 
 impl NodeWorkspace for Counting {
-    async fn open(&self, request: &RequestId) -> Result<(), SafeCode> {
+    type Held = NodeScope;
+
+    async fn open(&self, request: &RequestId) -> Result<NodeScope, SafeCode> {
         let r = self.inner.open(request).await;
         if r.is_ok() {
             Counting::bump(&self.opens, request);
@@ -65,16 +67,24 @@ impl NodeWorkspace for Counting {
     async fn write_artifact(
         &self,
         request: &RequestId,
+        held: &NodeScope,
         name: &str,
         contents: &[u8],
     ) -> Result<u64, SafeCode> {
-        self.inner.write_artifact(request, name, contents).await
+        self.inner
+            .write_artifact(request, held, name, contents)
+            .await
     }
-    async fn run(&self, request: &RequestId, spec: RunSpec) -> Result<ProcessSummary, SafeCode> {
-        self.inner.run(request, spec).await
+    async fn run(
+        &self,
+        request: &RequestId,
+        held: &NodeScope,
+        spec: RunSpec,
+    ) -> Result<ProcessSummary, SafeCode> {
+        self.inner.run(request, held, spec).await
     }
-    async fn cancel(&self, request: &RequestId) -> u32 {
-        self.inner.cancel(request).await
+    async fn cancel(&self, request: &RequestId, held: Option<&NodeScope>) -> u32 {
+        self.inner.cancel(request, held).await
     }
     async fn cleanup(&self, request: &RequestId) -> CleanupVerdict {
         Counting::bump(&self.cleanups, request);
