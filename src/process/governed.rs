@@ -167,6 +167,19 @@ fn gate_outcome<T>(decision: Decision) -> Result<Decision, Governed<T>> {
     }
 }
 
+/// Decides on `invocation` as [`launch_governed`] does, without launching:
+/// the allowing decision, or the refusal ([`Governed::Denied`],
+/// [`Governed::ApprovalRequired`]) to return. For a caller that launches
+/// through another path once allowed (`custodian run`, through its
+/// one-request runtime).
+///
+/// # Errors
+///
+/// The refusal: nothing may be launched.
+pub fn decide_governed(invocation: &Invocation, gate: &Gate<'_>) -> Result<Decision, Governed<()>> {
+    gate_outcome(decide_invocation(invocation, gate))
+}
+
 /// Decides, and launches `invocation` only if policy allows it.
 ///
 /// # Errors

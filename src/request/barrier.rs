@@ -97,9 +97,10 @@ impl RequestBarrier {
     }
 
     /// Closes the list (nothing more is launched), cancels every process
-    /// (`TERM`, its grace, `KILL` of its group or cgroup) and returns the
-    /// list with how many had not settled when the stop began.
-    fn close_and_cancel(&self) -> (Vec<Running>, u32) {
+    /// (`TERM`, its grace or `grace` if shorter, `KILL` of its group or
+    /// cgroup) and returns the list with how many had not settled when the
+    /// stop began.
+    fn close_and_cancel(&self, grace: Option<Duration>) -> (Vec<Running>, u32) {
         let list = {
             let mut procs = lock(&self.procs);
             procs.closed = true;
@@ -110,7 +111,10 @@ impl RequestBarrier {
             if p.try_settled().is_none() {
                 active += 1;
             }
-            p.cancel();
+            match grace {
+                Some(grace) => p.cancel_within(grace),
+                None => p.cancel(),
+            }
         }
         (list, active)
     }
@@ -118,8 +122,8 @@ impl RequestBarrier {
     /// Stops the request's processes and returns once every one settled
     /// (its caller bounds it). Returns how many had not settled when the
     /// stop began.
-    pub(crate) async fn stop_processes(&self) -> u32 {
-        let (list, active) = self.close_and_cancel();
+    pub(crate) async fn stop_processes(&self, grace: Option<Duration>) -> u32 {
+        let (list, active) = self.close_and_cancel(grace);
         for p in &list {
             let _ = p.settled().await;
         }
@@ -131,7 +135,7 @@ impl RequestBarrier {
     /// processes past the bound) is killed and seen gone, else nothing may
     /// be removed.
     async fn stop_within(&self, bound: Duration) -> Stopped {
-        let (list, active) = self.close_and_cancel();
+        let (list, active) = self.close_and_cancel(None);
         let mut waiting = tokio::task::JoinSet::new();
         for p in list {
             waiting.spawn(async move {

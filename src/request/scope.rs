@@ -204,12 +204,12 @@ impl<X> Scope<X> {
     }
 
     /// Stops the request's processes: no launch is accepted from now on,
-    /// each process is cancelled (`TERM`, its grace, `KILL` of its group or
-    /// cgroup), and this returns once every one settled and every hold of
-    /// the stop ([`Scope::hold_stop`]) was released. Returns how many had
-    /// not settled when the stop began.
-    pub(crate) async fn stop(&self) -> u32 {
-        let active = self.barrier.stop_processes().await;
+    /// each process is cancelled (`TERM`, its grace or `grace` if shorter,
+    /// `KILL` of its group or cgroup), and this returns once every one
+    /// settled and every hold of the stop ([`Scope::hold_stop`]) was
+    /// released. Returns how many had not settled when the stop began.
+    pub(crate) async fn stop(&self, grace: Option<std::time::Duration>) -> u32 {
+        let active = self.barrier.stop_processes(grace).await;
         // The sender lives in `self`: the wait ends only when the count does.
         let _ = self.holds.0.subscribe().wait_for(|n| *n == 0).await;
         active
@@ -347,7 +347,7 @@ mod tests {
             scope.launch(sleeper("30"), options.clone(), || true),
             Err(ScopeLaunchError::Closed)
         ));
-        let stopped = tokio::time::timeout(std::time::Duration::from_secs(20), scope.stop())
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(20), scope.stop(None))
             .await
             .expect("the stop did not return");
         assert_eq!(stopped, 2);
@@ -365,7 +365,7 @@ mod tests {
         ));
         assert_eq!(scope.processes().len(), 2);
         // A second stop finds nothing running.
-        assert_eq!(scope.stop().await, 0);
+        assert_eq!(scope.stop(None).await, 0);
     }
 
     /// The stop returns only once its processes settled and every hold was
@@ -381,7 +381,7 @@ mod tests {
         let second = scope.hold_stop();
         let stop = tokio::spawn({
             let scope = Arc::clone(&scope);
-            async move { scope.stop().await }
+            async move { scope.stop(None).await }
         });
         // The process settles (cancelled); the stop still waits.
         let ev = tokio::time::timeout(std::time::Duration::from_secs(20), running.settled())

@@ -4,6 +4,7 @@
 //! reads the completion from its [`Request`](super::Request)).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::info;
 
@@ -23,15 +24,19 @@ pub(super) type Entry = Scope<Mutex<Vec<DeniedLaunch>>>;
 
 #[derive(Debug)]
 pub(super) struct Hooks {
-    pub(super) workspace: Workspace,
+    /// `None`: the runtime opens no job namespaces.
+    pub(super) workspace: Option<Workspace>,
     table: Scopes<Mutex<Vec<DeniedLaunch>>>,
+    /// `RuntimeConfig::stop_grace`.
+    stop_grace: Option<Duration>,
 }
 
 impl Hooks {
-    pub(super) fn new(workspace: Workspace) -> Self {
+    pub(super) fn new(workspace: Option<Workspace>, stop_grace: Option<Duration>) -> Self {
         Hooks {
             workspace,
             table: Scopes::default(),
+            stop_grace,
         }
     }
 
@@ -58,7 +63,7 @@ impl ProcessControl for Hooks {
         let Some(entry) = self.entry(request) else {
             return;
         };
-        entry.stop().await;
+        entry.stop(self.stop_grace).await;
         // Whatever outlived its process's settlement (an escapee of a group
         // tier) is left to the cleanup, which always follows when a job was
         // opened: it kills the request's cgroup and sees it empty before it
@@ -89,8 +94,12 @@ impl ProcessControl for Hooks {
 
 impl WorkspaceLifecycle for Hooks {
     async fn cleanup_workspace(&self, request: &RequestId) -> CleanupVerdict {
+        let Some(workspace) = &self.workspace else {
+            // Never asked: a request of this runtime announces no workspace.
+            return CleanupVerdict::Failed(crate::request::CODE_NO_WORKSPACE_LIFECYCLE);
+        };
         info!("cleanup started");
-        let result = match self.workspace.cleanup(request.as_str()).await {
+        let result = match workspace.cleanup(request.as_str()).await {
             Ok(r) => r,
             Err(e) => return CleanupVerdict::Failed(crate::request::cleanup_error_code(&e)),
         };
@@ -117,6 +126,6 @@ impl WorkspaceLifecycle for Hooks {
     fn cleanup_detail(&self, request: &RequestId) -> Option<CleanupResult> {
         self.entry(request)
             .and_then(|e| e.cleanup())
-            .or_else(|| self.workspace.cleanup_result(request))
+            .or_else(|| self.workspace.as_ref()?.cleanup_result(request))
     }
 }

@@ -73,6 +73,7 @@ mod request;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::confine::{Confinement, InvalidConfinement};
 use crate::contain::Containment;
@@ -183,6 +184,17 @@ pub struct RuntimeConfig {
     /// How much of a session's output is recorded whole, with a spill
     /// store (see [`SessionRecord`]).
     pub session_record: SessionRecord,
+    /// Whether requests open job namespaces (the default). Without
+    /// ([`RuntimeConfig::without_job_namespaces`]) the runtime only
+    /// launches: it opens no workspace (nothing is created under
+    /// `workspace_root`, no lock is taken), [`Executor::open_workspace`] is
+    /// refused ([`RuntimeError::NoJobNamespaces`]), and a request ends
+    /// once its processes are stopped, with no cleanup to run.
+    pub job_namespaces: bool,
+    /// The grace a request's stop gives its processes (`TERM`, this grace,
+    /// `KILL`) when it is shorter than their own; `None`: their own
+    /// ([`Tunables::grace`](crate::process::invocation::Tunables::grace)).
+    pub stop_grace: Option<Duration>,
 }
 
 /// How many sessions ([`Executor::start`]) may run at once, per request and
@@ -249,7 +261,28 @@ impl RuntimeConfig {
             proxy: None,
             sessions: SessionLimits::new(),
             session_record: SessionRecord::new(),
+            job_namespaces: true,
+            stop_grace: None,
         }
+    }
+
+    /// A runtime that only launches: its requests open no job namespace
+    /// (see [`RuntimeConfig::job_namespaces`]). `workspace_root` stays the
+    /// base of every process's cwd and the workspace a confinement names.
+    /// For a one-shot caller such as `custodian run`, which must leave the
+    /// directory it runs in as it found it.
+    #[must_use]
+    pub fn without_job_namespaces(mut self) -> Self {
+        self.job_namespaces = false;
+        self
+    }
+
+    /// Shortens the grace a request's stop gives its processes (see
+    /// [`RuntimeConfig::stop_grace`]).
+    #[must_use]
+    pub fn with_stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = Some(grace);
+        self
     }
 
     /// Replaces how sessions' output is recorded: with a spill store, each
@@ -370,6 +403,8 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("containment", &self.containment)
             .field("confinement", &self.confinement)
             .field("limits", &self.limits)
+            .field("job_namespaces", &self.job_namespaces)
+            .field("stop_grace", &self.stop_grace)
             .finish_non_exhaustive()
     }
 }
@@ -417,6 +452,13 @@ pub enum RuntimeError {
     /// made after its completion listed its spills).
     #[error("request {request} has completed")]
     Completed {
+        /// The request.
+        request: RequestId,
+    },
+    /// The runtime opens no job namespaces
+    /// ([`RuntimeConfig::without_job_namespaces`]).
+    #[error("request {request}: this runtime opens no job namespaces")]
+    NoJobNamespaces {
         /// The request.
         request: RequestId,
     },
@@ -502,6 +544,8 @@ struct Inner {
     session_record: SessionRecord,
     /// Sessions running now, all requests together.
     live_sessions: Arc<std::sync::atomic::AtomicUsize>,
+    /// The workspace's internal namespace's name (for [`Runtime::job_dir`]).
+    internal_name: String,
 }
 
 impl Runtime {
@@ -527,8 +571,14 @@ impl Runtime {
             &config.confinement,
             crate::process::ExpectedLaunches::Many,
         );
-        let workspace =
-            crate::request::open_workspace(&config.workspace_root, config.workspace.clone())?;
+        let workspace = if config.job_namespaces {
+            Some(crate::request::open_workspace(
+                &config.workspace_root,
+                config.workspace.clone(),
+            )?)
+        } else {
+            None
+        };
         let spill = match &config.spill {
             Some(spill) => Some(SpillService::activate_with(
                 spill,
@@ -539,7 +589,7 @@ impl Runtime {
             )?),
             None => None,
         };
-        let hooks = Arc::new(Hooks::new(workspace));
+        let hooks = Arc::new(Hooks::new(workspace, config.stop_grace));
         let coordinator = Coordinator::new(
             Arc::clone(&hooks),
             Arc::clone(&hooks),
@@ -564,6 +614,7 @@ impl Runtime {
                 sessions: config.sessions,
                 session_record: config.session_record.clone(),
                 live_sessions: Arc::default(),
+                internal_name: config.workspace.internal_name.clone(),
             }),
         })
     }
@@ -603,9 +654,11 @@ impl Runtime {
         Ok(Request::new(handle, entry, Arc::clone(&self.inner)))
     }
 
-    /// The workspace the requests' job namespaces live in.
-    pub fn workspace(&self) -> &Workspace {
-        &self.inner.hooks.workspace
+    /// The workspace the requests' job namespaces live in; `None` for a
+    /// runtime without job namespaces
+    /// ([`RuntimeConfig::without_job_namespaces`]).
+    pub fn workspace(&self) -> Option<&Workspace> {
+        self.inner.hooks.workspace.as_ref()
     }
 
     /// Where request `id`'s job directory is while its workspace is open
@@ -648,7 +701,10 @@ impl Runtime {
     /// workspace and cleans those requests ([`Workspace::reclaim`]). Call it
     /// once, before starting requests.
     pub async fn reclaim(&self) -> Vec<(RequestId, CleanupResult)> {
-        self.inner.hooks.workspace.reclaim().await
+        match &self.inner.hooks.workspace {
+            Some(workspace) => workspace.reclaim().await,
+            None => Vec::new(),
+        }
     }
 
     /// Closes the workspace (every request still open is cleaned up, see
@@ -664,7 +720,10 @@ impl Runtime {
     ///
     /// [`Job`]: crate::workspace::Job
     pub async fn shutdown(&self) -> Vec<(RequestId, CleanupResult)> {
-        let cleaned = self.inner.hooks.workspace.close().await;
+        let cleaned = match &self.inner.hooks.workspace {
+            Some(workspace) => workspace.close().await,
+            None => Vec::new(),
+        };
         let spill = crate::sync::lock_std(&self.inner.spill).take();
         if let Some(spill) = spill {
             if let Some(report) = spill.dispose().await {
@@ -692,7 +751,7 @@ impl Inner {
     fn job_dir(&self, id: &RequestId) -> PathBuf {
         self.launch
             .workspace
-            .join(&self.hooks.workspace.config().internal_name)
+            .join(&self.internal_name)
             .join(crate::workspace::JOB_DIR_NAME)
             .join(id.as_str())
     }

@@ -175,19 +175,23 @@ impl Executor {
         if let Some(job) = self.entry.job() {
             return Ok(job);
         }
+        let Some(workspace) = &self.rt.hooks.workspace else {
+            return Err(RuntimeError::NoJobNamespaces {
+                request: self.id().clone(),
+            });
+        };
         self.handle
             .workspace_opening()
             .await
             .map_err(|_| self.finalizing())?;
-        self.entry.open_job(
-            || match self.rt.hooks.workspace.open_request(self.id().as_str()) {
+        self.entry
+            .open_job(|| match workspace.open_request(self.id().as_str()) {
                 Ok(job) => Ok(job),
                 // A cleanup of the id entered its election after the
                 // announcement: the request is ending.
                 Err(WorkspaceError::AlreadyCleaned { .. }) => Err(self.finalizing()),
                 Err(e) => Err(e.into()),
-            },
-        )
+            })
     }
 
     /// The request's job, once opened.

@@ -623,7 +623,7 @@ impl NodeWorkspace for WorkspaceNode {
         let Some(NodeScope(scope)) = held else {
             return 0;
         };
-        let active = scope.stop().await;
+        let active = scope.stop(None).await;
         // Whatever outlived its process's settlement (cgroup tier: nothing
         // should) dies with the request's cgroup.
         let bound = self.workspace.config().cleanup_bound;

@@ -166,7 +166,13 @@ async fn an_open_after_the_ids_cleanup_started_is_finalizing_and_creates_nothing
         .start(RequestId::new("late-open").unwrap())
         .unwrap();
     let executor = request.executor();
-    let early = fx.runtime.workspace().cleanup("late-open").await.unwrap();
+    let early = fx
+        .runtime
+        .workspace()
+        .unwrap()
+        .cleanup("late-open")
+        .await
+        .unwrap();
     assert_eq!(early.status, CleanupStatus::AlreadyGone);
     let refused = executor.open_workspace().await;
     assert!(
@@ -185,7 +191,7 @@ async fn an_open_after_the_ids_cleanup_started_is_finalizing_and_creates_nothing
         CleanupStatus::AlreadyGone
     );
     assert!(!job_dir(&fx.runtime, "late-open").exists());
-    assert!(fx.runtime.workspace().active_requests().is_empty());
+    assert!(fx.runtime.workspace().unwrap().active_requests().is_empty());
 }
 
 #[tokio::test]

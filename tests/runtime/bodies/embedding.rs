@@ -531,3 +531,81 @@ async fn the_cleanup_detail_is_the_requests_own_even_when_the_workspace_keeps_no
     assert_eq!(cleanup.counts.files_removed, 1, "{cleanup:?}");
     runtime.shutdown().await;
 }
+
+/// A runtime without job namespaces (`custodian run`'s) only launches: it
+/// makes nothing under its root and takes no lock (a second one opens on
+/// the same root), refuses `open_workspace` before the request announces
+/// anything, and its request's stop gives a process that ignores `TERM`
+/// the runtime's stop grace (200 ms), not the process's own (30 s). The
+/// request completes with no cleanup to run.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_runtime_without_job_namespaces_launches_stops_and_leaves_its_root_as_it_was() {
+    use custodian::process::evidence::ProcessStatus;
+    use custodian::process::invocation::Tunables;
+
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let config = || {
+        RuntimeConfig::new(&root)
+            .without_job_namespaces()
+            .with_stop_grace(Duration::from_millis(200))
+    };
+    let runtime = Runtime::open(config()).unwrap();
+    let second = Runtime::open(config()).expect("no lock is taken");
+    assert!(runtime.workspace().is_none());
+
+    let request = runtime
+        .start(RequestId::new("launch-only").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    assert!(
+        matches!(
+            executor.open_workspace().await,
+            Err(RuntimeError::NoJobNamespaces { .. })
+        ),
+        "a job namespace was opened"
+    );
+    let stubborn = Invocation::validate(
+        InvocationSpec::new("sh")
+            .with_args(["-c", "trap '' TERM; echo ready; exec sleep 60"])
+            .with_tunables(Tunables {
+                grace: Duration::from_secs(30),
+                ..Tunables::default()
+            }),
+    )
+    .unwrap();
+    let running = executor.launch_streamed(stubborn).await.unwrap();
+    let ready = running
+        .read(Default::default(), 64, Duration::from_secs(10))
+        .await;
+    assert!(ready.stdout.data.starts_with(b"ready"), "{ready:?}");
+    request.cancel();
+    let c = tokio::time::timeout(Duration::from_secs(20), request.finished())
+        .await
+        .expect("the request completed");
+    let evidence = running.running().settled().await;
+    assert_eq!(evidence.status, ProcessStatus::Cancelled);
+    let (term, kill) = (
+        evidence.timings.term_sent_us.expect("TERM sent"),
+        evidence
+            .timings
+            .kill_sent_us
+            .expect("TERM ignored: KILL sent"),
+    );
+    assert!(
+        kill - term < 10_000_000,
+        "the stop waited the process's own grace: {} us",
+        kill - term
+    );
+    assert!(c.cleanup.is_none(), "{:?}", c.cleanup);
+    assert_eq!(c.processes.len(), 1);
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "the runtime made something under its root"
+    );
+    assert!(runtime.shutdown().await.is_empty());
+    assert!(second.shutdown().await.is_empty());
+}
