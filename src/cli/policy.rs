@@ -439,16 +439,15 @@ impl RunGate {
         }))
     }
 
-    /// Decides and, on allow, launches (inside a tokio runtime). A refusal
-    /// is printed and returned as the exit code.
-    pub(crate) fn launch(
+    /// Decides on `invocation`. A refusal is printed and returned as the
+    /// exit code, with the refusal as the request's completion lists it.
+    pub(crate) fn admit(
         &self,
-        invocation: custodian::process::Invocation,
-        options: &custodian::process::LaunchOptions,
+        invocation: &custodian::process::Invocation,
         out: super::run::Out,
-    ) -> Result<Result<custodian::process::Running, custodian::process::ProcessError>, ExitCode>
-    {
-        use custodian::process::governed::{Gate, Governed, launch_governed};
+    ) -> Result<(), (ExitCode, Option<Box<custodian::request::DeniedLaunch>>)> {
+        use custodian::process::governed::{Gate, Governed, decide_governed};
+        use custodian::request::{CODE_APPROVAL_REQUIRED, CODE_POLICY_DENIED, DeniedLaunch};
         let registry = Registry::new();
         let context = Context {
             provenance: self.provenance,
@@ -460,15 +459,19 @@ impl RunGate {
             context,
             approvals: &self.approvals,
         };
-        let (decision, exit, what) = match launch_governed(invocation, options, &gate) {
-            Ok(Governed::Launched { value, .. }) => return Ok(Ok(value)),
-            Err(e) => return Ok(Err(e)),
-            Ok(Governed::ApprovalRequired(a)) => {
-                (a.decision, EXIT_APPROVAL_REQUIRED, "approval required")
-            }
-            Ok(Governed::Denied(d)) => (*d, EXIT_DENIED, "denied"),
-            Ok(_) => return Err(ExitCode::from(EXIT_DENIED)),
+        let (decision, exit, what, code) = match decide_governed(invocation, &gate) {
+            Ok(_) => return Ok(()),
+            Err(Governed::ApprovalRequired(a)) => (
+                a.decision,
+                EXIT_APPROVAL_REQUIRED,
+                "approval required",
+                CODE_APPROVAL_REQUIRED,
+            ),
+            Err(Governed::Denied(d)) => (*d, EXIT_DENIED, "denied", CODE_POLICY_DENIED),
+            // No other refusal exists; whatever it would be, nothing runs.
+            Err(_) => return Err((ExitCode::from(EXIT_DENIED), None)),
         };
+        let denied = DeniedLaunch::new(code, &decision.reason);
         eprintln!(
             "custodian run: not launched, policy: {what}: {}",
             decision.reason
@@ -485,6 +488,6 @@ impl RunGate {
         }
         let json = explain_json(custodian::policy::PROCESS_RUN, context, &decision);
         let _ = out.json(&json.to_string());
-        Err(ExitCode::from(exit))
+        Err((ExitCode::from(exit), Some(Box::new(denied))))
     }
 }

@@ -1,12 +1,13 @@
 //! `custodian run`: one governed process, its evidence on stdout.
 //!
-//! Raw arguments → a validated [`Invocation`] and [`LaunchOptions`] → one
-//! launch ([`custodian::process::launch`], or the governed launcher with a
-//! policy) as the one request of a [`Coordinator`]: the process settling
-//! is the executor's success, a stop signal the caller's cancel, and the
-//! request machine decides the stop (`CancelProcesses`) and completes the
-//! request before the evidence is written. The library never sees a
-//! flag.
+//! Raw arguments → a validated [`Invocation`] and [`LaunchOptions`] → the
+//! policy's decision, if one is given → one launch as the one request of a
+//! one-request [`Runtime`] that opens no job namespace
+//! ([`RuntimeConfig::without_job_namespaces`]: the directory it runs in is
+//! left as it was found): the process settling is the executor's success,
+//! a stop signal the caller's cancel, and the request machine decides the
+//! stop (`CancelProcesses`, with the shutdown grace) and completes the
+//! request before the evidence is written. The library never sees a flag.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,11 +24,8 @@ use custodian::process::{
 };
 
 use custodian::error::SafeCode;
-use custodian::machine::request::Candidate;
-use custodian::request::{
-    Acknowledge, Coordinator, NoWorkspace, ProcessControl, ProcessVerdict, RequestHandle,
-    RequestId, RequestLimits,
-};
+use custodian::request::{RequestId, RequestLimits};
+use custodian::runtime::{Executor, Request, Runtime, RuntimeConfig, RuntimeError};
 
 use super::stop::{self, StopSignals};
 use super::units::{parse_duration, parse_size};
@@ -451,60 +449,6 @@ enum Ended {
 /// request machine's `Timeout` stops it.
 const REQUEST_ALLOWANCE: Duration = Duration::from_secs(10);
 
-/// The one request of a `custodian run`: its process, launched once, and
-/// stopped by the request machine's `CancelProcesses` with the shutdown
-/// grace. It opens no workspace (the request's cleanup is not needed).
-struct OneProcess {
-    shutdown_grace: Duration,
-    /// The process; `closed` once the machine asked for the stop (nothing
-    /// is launched after it).
-    slot: std::sync::Mutex<(bool, Option<Running>)>,
-}
-
-impl OneProcess {
-    fn slot(&self) -> std::sync::MutexGuard<'_, (bool, Option<Running>)> {
-        self.slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Runs `launch` unless the stop began, and keeps what it launched for
-    /// the stop. `None`: the stop began first, nothing was launched.
-    fn launch<E>(
-        &self,
-        launch: impl FnOnce() -> Result<Result<Running, ProcessError>, E>,
-    ) -> Option<Result<Result<Running, ProcessError>, E>> {
-        let mut slot = self.slot();
-        if slot.0 {
-            return None;
-        }
-        let launched = launch();
-        if let Ok(Ok(running)) = &launched {
-            slot.1 = Some(running.clone());
-        }
-        Some(launched)
-    }
-}
-
-impl ProcessControl for OneProcess {
-    async fn cancel_processes(&self, _request: &RequestId) {
-        let running = {
-            let mut slot = self.slot();
-            slot.0 = true;
-            slot.1.clone()
-        };
-        if let Some(running) = running {
-            running.cancel_within(self.shutdown_grace);
-            let _ = running.settled().await;
-        }
-    }
-
-    fn process_verdicts(&self, _request: &RequestId) -> Vec<ProcessVerdict> {
-        let slot = self.slot();
-        slot.1.iter().map(ProcessVerdict::of).collect()
-    }
-}
-
 /// Waits for `running`'s request to complete. The process settling on its
 /// own is the executor's success; the first stop signal is the caller's
 /// cancel, on which the request machine stops the process (`SIGTERM`, at
@@ -513,15 +457,15 @@ impl ProcessControl for OneProcess {
 /// and the evidence always come.
 async fn settle(
     running: &Running,
-    request: &RequestHandle,
+    request: &Request,
+    executor: &Executor,
     stops: &mut StopSignals,
     shutdown_grace: Duration,
 ) -> (Arc<Evidence>, Option<StopSignal>) {
-    let executor = request.executor();
     let first = tokio::select! {
         biased;
         _ = running.settled() => {
-            executor.candidate(Candidate::Success);
+            executor.succeed();
             None
         }
         signal = stops.recv() => Some(signal),
@@ -532,7 +476,7 @@ async fn settle(
             signal.name(),
             humantime::format_duration(shutdown_grace)
         );
-        request.candidate(Candidate::CallerCancel);
+        request.cancel();
     }
     let completion = loop {
         tokio::select! {
@@ -552,6 +496,16 @@ async fn settle(
     // Settled by now, unless the machine's stop was not confirmed in time:
     // the launcher's own deadline still ends it.
     (running.settled().await, first)
+}
+
+/// Opens the run's one-request runtime (`config` opens no job namespace)
+/// and starts its request.
+fn start_request(config: RuntimeConfig) -> Result<(Request, Executor), RuntimeError> {
+    let runtime = Runtime::open(config)?;
+    let id = RequestId::new(&format!("run-{}", std::process::id())).expect("a valid request id");
+    let request = runtime.start(id)?;
+    let executor = request.executor();
+    Ok((request, executor))
 }
 
 /// The request machine's code for a launch that did not start.
@@ -610,13 +564,10 @@ pub(crate) fn main(args: Args) -> ExitCode {
                 return Ended::Refused(ExitCode::from(EXIT_INTERNAL));
             }
         };
-        // The run is one request of the request machine: what ends it (the
-        // process settling, a stop signal, its deadline) and when the
-        // process is stopped are the machine's decisions.
-        let one = Arc::new(OneProcess {
-            shutdown_grace,
-            slot: std::sync::Mutex::new((false, None)),
-        });
+        // The run is the one request of a runtime that opens no job
+        // namespace: what ends it (the process settling, a stop signal, its
+        // deadline) and when the process is stopped are the request
+        // machine's decisions.
         let limits = RequestLimits::new()
             .with_request_timeout(invocation.hard_deadline().saturating_add(REQUEST_ALLOWANCE))
             .with_cleanup_grace(
@@ -624,54 +575,51 @@ pub(crate) fn main(args: Args) -> ExitCode {
                     .cleanup_grace
                     .saturating_add(shutdown_grace),
             );
-        let coordinator = Coordinator::new(
-            Arc::new(NoWorkspace),
-            Arc::clone(&one),
-            // The run's terminal is its evidence on stdout, written once the
-            // request completed: the sink only acknowledges.
-            Arc::new(Acknowledge),
-            limits,
-        );
-        let id =
-            RequestId::new(&format!("run-{}", std::process::id())).expect("a valid request id");
-        let request = coordinator.start(id);
-        let launched = one.launch(|| match &gate {
-            None => Ok(custodian::process::launch(invocation, &options)),
-            Some(gate) => gate.launch(invocation, &options, out),
-        });
-        let refused = |code: SafeCode| {
-            let request = &request;
-            async move {
-                request
-                    .executor()
-                    .candidate(Candidate::ExecutorError { code });
-                request.finished().await;
+        let mut config = RuntimeConfig::new(options.workspace.clone())
+            .without_job_namespaces()
+            .with_containment(options.containment)
+            .with_baseline(options.baseline.clone())
+            .with_stop_grace(shutdown_grace)
+            .with_limits(limits);
+        if let Some(proxy) = options.proxy.clone() {
+            config = config.with_proxy(proxy);
+        }
+        let (request, executor) = match start_request(config) {
+            Ok(started) => started,
+            Err(e) => {
+                print_error(out, "internal", "runtime", &super::chain(&e));
+                return Ended::Refused(ExitCode::from(EXIT_INTERNAL));
             }
         };
-        match launched {
-            Some(Ok(Ok(running))) => {
+        if let Some(gate) = &gate {
+            if let Err((code, denied)) = gate.admit(&invocation, out) {
+                if let Some(denied) = denied {
+                    executor.record_denied(*denied);
+                }
+                executor.fail(SafeCode::new("policy_refused"));
+                request.finished().await;
+                return Ended::Refused(code);
+            }
+        }
+        match executor.launch(invocation).await {
+            Ok(running) => {
                 let (evidence, stopped) =
-                    settle(&running, &request, &mut stops, shutdown_grace).await;
+                    settle(&running, &request, &executor, &mut stops, shutdown_grace).await;
                 Ended::Settled { evidence, stopped }
             }
-            Some(Ok(Err(e))) => {
-                refused(not_launched_code(e.code())).await;
+            Err(RuntimeError::Process(e)) => {
+                executor.fail(not_launched_code(e.code()));
+                request.finished().await;
                 Ended::NotLaunched(e)
             }
-            Some(Err(code)) => {
-                refused(SafeCode::new("policy_refused")).await;
-                Ended::Refused(code)
-            }
-            // Only the request's own deadline can stop it before the
-            // launch, long after the launch was tried.
-            None => {
+            Err(e) => {
+                // Only the request's own deadline can end it before the
+                // launch, long after the launch was tried; the launch takes
+                // no other path to a refusal here (no job, no policy of the
+                // runtime's own, literal environment values).
+                executor.fail(SafeCode::new("launch_failed"));
                 request.finished().await;
-                print_error(
-                    out,
-                    "internal",
-                    "request_ended",
-                    "the run's request ended before its launch",
-                );
+                print_error(out, "internal", "request_ended", &super::chain(&e));
                 Ended::Refused(ExitCode::from(EXIT_INTERNAL))
             }
         }

@@ -694,6 +694,37 @@ fn a_run_is_one_request_of_the_request_machine() {
     );
 }
 
+/// `run` is the one request of a runtime that opens no job namespace
+/// (`RuntimeConfig::without_job_namespaces`): the directory it runs in is
+/// left as it was (no `.custodian/`), and runs in one directory at once
+/// take no lock from each other. (Unconfined runs: a `workspace-write`
+/// view makes the empty `.custodian/` it masks, CF-15.)
+#[test]
+fn runs_leave_their_directory_as_it_was_and_take_no_lock_from_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_custodian"))
+                .current_dir(dir.path())
+                .args(["run", "--", "sh", "-c", "sleep 0.3; echo ran"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(json(&out)["stdout"]["text"], "ran\n");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "a run left {left:?} in its directory");
+}
+
 /// The probe of an occupied group never spins: it rescans after 1, 2, 4, 8
 /// and then every 10 ms in the `/proc` tiers, and in the cgroup tier only
 /// when `cgroup.events` changes or its window ends. Counted from the
