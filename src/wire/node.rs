@@ -520,41 +520,25 @@ pub(crate) fn take_recorded() -> Vec<NodeStep> {
     std::mem::take(&mut *crate::sync::lock_std(&RECORDED))
 }
 
-/// Records one decision when recording is on (under the table's lock; the
-/// record's own lock is never held while the table's is taken).
-fn record_step(
-    id: &RequestId,
-    before: Option<&decide::State>,
-    input: Input,
-    after: Option<decide::State>,
-    actions: &[Action],
-) {
-    if RECORDING.load(std::sync::atomic::Ordering::Relaxed) {
-        crate::sync::lock_std(&RECORDED).push(NodeStep {
-            request: id.clone(),
-            before: before.copied(),
-            input,
-            after,
-            actions: actions.to_vec(),
-        });
-    }
-}
-
-/// [`record_step`] for a row's step.
-fn record_row_step<O>(
+/// Records one decision of a request's row when recording is on (under the
+/// table's lock; the record's own lock is never held while the table's is
+/// taken): its state before and after.
+fn record_step<O>(
     id: &RequestId,
     before: Option<&NodeRow<O>>,
     input: Input,
     after: Option<&NodeRow<O>>,
     actions: &[Action],
 ) {
-    record_step(
-        id,
-        before.map(NodeRow::state),
-        input,
-        after.map(|row| row.state),
-        actions,
-    );
+    if RECORDING.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::sync::lock_std(&RECORDED).push(NodeStep {
+            request: id.clone(),
+            before: before.map(|row| row.state),
+            input,
+            after: after.map(|row| row.state),
+            actions: actions.to_vec(),
+        });
+    }
 }
 
 /// Whether this step ended the request on the node without a cleanup to
@@ -741,7 +725,7 @@ impl<W: NodeWorkspace> Node<W> {
     ) -> Applied<CleanupVerdict, Vec<Action>> {
         self.table.apply(id, |row| {
             let step = node_row_step(row, input, opened);
-            record_row_step(id, row, input, step.next.as_ref(), &step.decision);
+            record_step(id, row, input, step.next.as_ref(), &step.decision);
             step
         })
     }
@@ -753,7 +737,7 @@ impl<W: NodeWorkspace> Node<W> {
     fn decide(&self, id: &RequestId, input: Input) -> (Vec<Action>, Option<Arc<W::Held>>) {
         let applied = self.table.apply(id, |row| {
             let step = node_row_step(row, input, None);
-            record_row_step(id, row, input, step.next.as_ref(), &step.decision);
+            record_step(id, row, input, step.next.as_ref(), &step.decision);
             let held = step
                 .next
                 .as_ref()
@@ -823,7 +807,7 @@ impl<W: NodeWorkspace> Node<W> {
                     } else {
                         step
                     };
-                    record_row_step(
+                    record_step(
                         &request_id,
                         row,
                         Input::Open,
@@ -1080,7 +1064,7 @@ impl<W: NodeWorkspace> Node<W> {
                     // State and attempt change under one lock.
                     node.table.retry(&id, guard, verdict, |row| {
                         let next = node_row_retry(row);
-                        record_row_step(&id, row, Input::CleanupCouldNotRun, next.as_ref(), &[]);
+                        record_step(&id, row, Input::CleanupCouldNotRun, next.as_ref(), &[]);
                         next
                     });
                     return;
