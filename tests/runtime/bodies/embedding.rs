@@ -601,6 +601,23 @@ async fn a_runtime_without_job_namespaces_launches_stops_and_leaves_its_root_as_
     );
     assert!(c.cleanup.is_none(), "{:?}", c.cleanup);
     assert_eq!(c.processes.len(), 1);
+
+    // A refused open announces nothing: a success has no cleanup to run,
+    // and stays a success.
+    let request = runtime.start(RequestId::new("launch-only-2").unwrap()).unwrap();
+    let executor = request.executor();
+    assert!(executor.open_workspace().await.is_err());
+    executor.run(inv("true", &[])).await.unwrap();
+    executor.succeed();
+    let c = tokio::time::timeout(Duration::from_secs(20), request.finished())
+        .await
+        .expect("the request completed");
+    assert_eq!(
+        c.result.status(),
+        custodian::machine::request::RequestStatus::Succeeded,
+        "{c:?}"
+    );
+    assert!(c.cleanup.is_none(), "{:?}", c.cleanup);
     assert_eq!(
         std::fs::read_dir(&root).unwrap().count(),
         0,
