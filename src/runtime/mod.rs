@@ -550,8 +550,10 @@ struct Inner {
 
 impl Runtime {
     /// Opens the workspace at `config.workspace_root` (creating its internal
-    /// namespace) and activates the spill store if configured (its startup
-    /// sweep runs in the background, the workspace root protected from it).
+    /// namespace; not for a runtime without job namespaces,
+    /// [`RuntimeConfig::without_job_namespaces`]) and activates the spill
+    /// store if configured (its startup sweep runs in the background, the
+    /// workspace root protected from it).
     ///
     /// Must be called within a tokio runtime.
     ///
