@@ -604,7 +604,9 @@ async fn a_runtime_without_job_namespaces_launches_stops_and_leaves_its_root_as_
 
     // A refused open announces nothing: a success has no cleanup to run,
     // and stays a success.
-    let request = runtime.start(RequestId::new("launch-only-2").unwrap()).unwrap();
+    let request = runtime
+        .start(RequestId::new("launch-only-2").unwrap())
+        .unwrap();
     let executor = request.executor();
     assert!(executor.open_workspace().await.is_err());
     executor.run(inv("true", &[])).await.unwrap();
