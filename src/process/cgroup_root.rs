@@ -193,7 +193,17 @@ pub(crate) fn start(
         }),
     };
     let new_net = spec.isolate.as_ref().is_some_and(|i| i.view.new_net);
+    let isolated = spec.isolate.is_some();
     let spawned = spawn::spawn(&spec).map_err(|e| match e {
+        // A strict launch did not wait for the isolation probe
+        // (`launch::prepare_confinement`): where the host refuses isolation
+        // its clone (or its init's first step) failed, and the answer is
+        // the probe's, the one it would have had before the launch.
+        _ if isolated && spawn::isolation_supported().is_err() => {
+            StartError::Confine(ConfineError::IsolationUnavailable {
+                reason: "user_namespaces_unavailable",
+            })
+        }
         SpawnError::Unsupported { .. } => StartError::Unsupported,
         // The isolation probe leaves the network namespace out: a limit on
         // them (`max_net_namespaces`) or a refusal is seen here.

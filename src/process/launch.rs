@@ -307,10 +307,12 @@ pub enum ExpectedLaunches {
 }
 
 /// Gets this process ready for isolated launches of `confinement`, on a
-/// thread of its own, and returns at once: the one-time check that this
-/// host allows isolation and, with the network off where this process may
-/// make network namespaces (root), spare ones with their loopback up, so
-/// that the launch's `clone3` need not make one (see
+/// thread of its own, and returns at once: the spawner thread and its
+/// seccomp program, for a best-effort `confinement` the one-time check
+/// that this host allows isolation (a strict launch does not wait for it),
+/// and, with the network off where this process may make network
+/// namespaces (root), spare ones with their loopback up, so that the
+/// launch's `clone3` need not make one (see
 /// `docs/contracts/confinement.md`, *Spare network namespaces*).
 ///
 /// Optional: without it the first launch does the same work on its own
@@ -328,6 +330,7 @@ pub fn prepare_isolation(confinement: &Confinement, expected: ExpectedLaunches) 
             ExpectedLaunches::One => Some(1),
             ExpectedLaunches::Many => None,
         },
+        confinement.enforcement != confine::Enforcement::Strict,
     );
     #[cfg(not(target_os = "linux"))]
     let _ = expected;
@@ -708,19 +711,29 @@ fn prepare_confinement(
             return Ok(None);
         }
         let abi = confine::landlock_abi();
-        // A strict launch with the network off learns of a refused network
-        // namespace from its own clone (`network_namespace_unavailable`); a
-        // best-effort one must know now, to plan without isolation.
-        let isolation = match super::spawn::isolation_supported() {
-            Err(_) => Err("user_namespaces_unavailable"),
-            Ok(())
-                if spec.enforcement != Enforcement::Strict
-                    && spec.network != confine::Network::On
-                    && super::spawn::net_namespace_supported().is_err() =>
-            {
-                Err("network_namespace_unavailable")
+        // A strict launch does not wait for the isolation probe: it plans
+        // isolated unless the probe has already said no, and where this
+        // host refuses isolation its own clone fails and is answered as
+        // the probe would have answered (`cgroup_root::start`); with the
+        // network off it learns of a refused network namespace from its
+        // clone too (`network_namespace_unavailable`). A best-effort one
+        // must know now, to plan without isolation.
+        let isolation = if spec.enforcement == Enforcement::Strict {
+            match super::spawn::isolation_known() {
+                Some(Err(_)) => Err("user_namespaces_unavailable"),
+                Some(Ok(())) | None => Ok(()),
             }
-            Ok(()) => Ok(()),
+        } else {
+            match super::spawn::isolation_supported() {
+                Err(_) => Err("user_namespaces_unavailable"),
+                Ok(())
+                    if spec.network != confine::Network::On
+                        && super::spawn::net_namespace_supported().is_err() =>
+                {
+                    Err("network_namespace_unavailable")
+                }
+                Ok(()) => Ok(()),
+            }
         };
         let plan = match isolation {
             Ok(()) => confine::plan_isolated(spec, abi),

@@ -534,28 +534,34 @@ impl From<SpawnError> for io::Error {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{isolation_supported, net_namespace_supported, spawn, supported};
+pub(crate) use imp::{
+    isolation_known, isolation_supported, net_namespace_supported, spawn, supported,
+};
 
 /// Starts, on a thread of its own, the work an isolated launch needs once
-/// per process (the isolation probe, the seccomp program and the spawner
-/// thread that carries it, the Landlock ABI) and, with `new_net`, the spare network
-/// namespaces of [`netns`] (`spares`: how many in all; `None`: as many as
-/// launches take).
+/// per process (the seccomp program and the spawner thread that carries
+/// it, the Landlock ABI), with `probe` the isolation probe (a best-effort
+/// launch waits for its answer before it plans; a strict one does not, see
+/// [`isolation_known`]) and, with `new_net`, the spare network namespaces
+/// of [`netns`] (`spares`: how many in all; `None`: as many as launches
+/// take).
 ///
 /// Each part is started once per process: a later call that asks for
 /// nothing new returns without a thread (one whose thread could not be
 /// started leaves the work to the first launch, as without a call).
 /// Whether this call had anything to start.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) -> bool {
+pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>, probe: bool) -> bool {
     use std::sync::atomic::{AtomicU8, Ordering};
-    /// What a call has started: [`BASE`], [`NET`].
+    /// What a call has started: [`BASE`], [`NET`], [`PROBE`].
     static PREPARED: AtomicU8 = AtomicU8::new(0);
-    /// The probe, the seccomp program and its spawner, the Landlock ABI.
+    /// The seccomp program and its spawner, the Landlock ABI.
     const BASE: u8 = 1;
     /// The spare network namespaces.
     const NET: u8 = 2;
-    let want = BASE | if new_net { NET } else { 0 };
+    /// The isolation probe.
+    const PROBE: u8 = 4;
+    let want = BASE | if new_net { NET } else { 0 } | if probe { PROBE } else { 0 };
     let todo = want & !PREPARED.fetch_or(want, Ordering::Relaxed);
     if todo == 0 {
         return false;
@@ -567,8 +573,10 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) -> bool {
             if todo & NET != 0 {
                 netns::start(spares);
             }
-            if todo & BASE != 0 {
+            if todo & PROBE != 0 {
                 let _ = imp::isolation_supported();
+            }
+            if todo & BASE != 0 {
                 // The spawner thread every isolated launch clones from,
                 // with the isolation's seccomp program installed on it.
                 if let Ok(program) = crate::confine::build::isolation_program() {
@@ -585,7 +593,7 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>) -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 /// Nothing to prepare: isolation needs the x86-64 clone trampoline.
-pub(crate) fn prepare_isolation(_new_net: bool, _spares: Option<usize>) -> bool {
+pub(crate) fn prepare_isolation(_new_net: bool, _spares: Option<usize>, _probe: bool) -> bool {
     false
 }
 
@@ -593,6 +601,12 @@ pub(crate) fn prepare_isolation(_new_net: bool, _spares: Option<usize>) -> bool 
 /// Never: the clone trampoline exists for x86-64 only.
 pub(crate) fn isolation_supported() -> Result<(), Errno> {
     Err(Errno::NOSYS)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+/// Always known: never (the clone trampoline exists for x86-64 only).
+pub(crate) fn isolation_known() -> Option<Result<(), Errno>> {
+    Some(Err(Errno::NOSYS))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -2333,9 +2347,18 @@ mod imp {
     /// must know before its plan is made, asks
     /// [`net_namespace_supported`] too.
     pub(crate) fn isolation_supported() -> Result<(), Errno> {
-        static PROBE: OnceLock<Result<(), Errno>> = OnceLock::new();
-        *PROBE.get_or_init(|| probe_isolation(false))
+        *ISOLATION.get_or_init(|| probe_isolation(false))
     }
+
+    /// [`isolation_supported`]'s answer if the probe has given one, without
+    /// waiting for it or running it: what a strict launch plans by (see
+    /// `launch::prepare_confinement`).
+    pub(crate) fn isolation_known() -> Option<Result<(), Errno>> {
+        ISOLATION.get().copied()
+    }
+
+    /// The answer of the probe behind [`isolation_supported`].
+    static ISOLATION: OnceLock<Result<(), Errno>> = OnceLock::new();
 
     /// Whether an isolated launch with a network namespace of its own can
     /// be made here: [`isolation_supported`] with a new net namespace too.

@@ -1103,7 +1103,7 @@ fn helper_large_descriptor_table() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn a_second_preparation_starts_nothing() {
-    let _ = super::prepare_isolation(true, None);
-    assert!(!super::prepare_isolation(true, None));
-    assert!(!super::prepare_isolation(false, Some(1)));
+    let _ = super::prepare_isolation(true, None, true);
+    assert!(!super::prepare_isolation(true, None, true));
+    assert!(!super::prepare_isolation(false, Some(1), false));
 }
