@@ -194,6 +194,20 @@ pub mod __bench {
         crate::process::spawn::set_hold_mount_ns(on);
     }
 
+    /// Turns on or off the sandboxes prepared ahead of a request's next
+    /// isolated launch with the network off (off: every launch composes
+    /// its own view), for the benchmark that measures what they save. On
+    /// by default.
+    pub fn set_prepared_sandboxes(on: bool) {
+        crate::process::spawn::set_prepared(on);
+    }
+
+    /// How many launches of this process ran in a prepared sandbox (for
+    /// the tests that check a launch took that path).
+    pub fn prepared_launches() -> u64 {
+        crate::process::spawn::prepared_launches()
+    }
+
     /// Runs `program` (argv `[program]`, empty environment, new process
     /// group) through the clone3 spawner, into `cgroup` if given, with
     /// stdin on `/dev/null` and stdout/stderr on pipes it reads to the end

@@ -49,6 +49,9 @@ pub(crate) struct Prepared {
     nest: Option<BorrowedFd<'static>>,
     /// See [`Prepared::shared_net`].
     shared_net: Option<std::sync::Arc<SharedNet>>,
+    /// A sandbox prepared for this launch, taken from the request's slot
+    /// (`process::spawn`, *A prepared sandbox*): opaque here.
+    spare: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 /// A network namespace a request's isolated launches share (made by
@@ -56,11 +59,41 @@ pub(crate) struct Prepared {
 /// that owns it where that is not the host's.
 #[derive(Debug)]
 pub(crate) struct SharedNet {
+    /// What a launch prepared ahead for the request's next one
+    /// (`process::spawn`, *A prepared sandbox*): opaque here. First, so
+    /// that it goes (its sandbox killed) before the namespaces below.
+    pub(crate) spare: SpareSlot,
     /// The network namespace, its loopback up.
     pub(crate) net: OwnedFd,
     /// The user namespace that owns it, which a launch enters before it
     /// (an unprivileged process's: made with it); `None`: the host's.
     pub(crate) user: Option<OwnedFd>,
+}
+
+/// The slot of [`SharedNet::spare`]: what is prepared, and how many of
+/// the request's launches asked (the first prepares nothing: most
+/// requests launch once).
+#[derive(Default)]
+pub(crate) struct SpareSlot {
+    pub(crate) held: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    pub(crate) launches: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Debug for SpareSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpareSlot")
+    }
+}
+
+impl SharedNet {
+    /// The namespaces, nothing prepared yet.
+    pub(crate) fn new(net: OwnedFd, user: Option<OwnedFd>) -> SharedNet {
+        SharedNet {
+            spare: SpareSlot::default(),
+            net,
+            user,
+        }
+    }
 }
 
 impl Prepared {
@@ -100,6 +133,17 @@ impl Prepared {
     /// Sets [`Prepared::shared_net`].
     pub(crate) fn set_shared_net(&mut self, ns: Option<std::sync::Arc<SharedNet>>) {
         self.shared_net = ns;
+    }
+
+    /// The request's network namespace and its slot, if this launch runs
+    /// in it.
+    pub(crate) fn shared_arc(&self) -> Option<std::sync::Arc<SharedNet>> {
+        self.shared_net.clone()
+    }
+
+    /// Where a sandbox prepared for this launch waits for the spawner.
+    pub(crate) fn spare(&self) -> &std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>> {
+        &self.spare
     }
 
     /// The handled Landlock filesystem rights (kernel bits; 0: none).
@@ -147,6 +191,7 @@ impl Prepared {
             access_fs: 0,
             nest: None,
             shared_net: None,
+            spare: std::sync::Mutex::new(None),
         }
     }
 }
@@ -332,6 +377,7 @@ pub(crate) fn prepare(
         access_fs,
         nest,
         shared_net: None,
+        spare: std::sync::Mutex::new(None),
     })
 }
 

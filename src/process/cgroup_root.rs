@@ -189,6 +189,7 @@ pub(crate) fn start(
                 nest: c.nest(),
                 net: c.shared_net().map(|(net, _)| net),
                 net_user: c.shared_net().and_then(|(_, user)| user),
+                spare: Some(c.spare()),
             })
         }),
     };

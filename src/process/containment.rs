@@ -27,6 +27,17 @@ pub(crate) struct Selected {
 }
 
 impl Selected {
+    /// The cgroup tier in `cgroup`, made ahead for this launch (with the
+    /// sandbox prepared in it).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn in_cgroup(requested: Containment, cgroup: crate::contain::Cgroup) -> Selected {
+        Selected {
+            plan: Plan::Cgroup(cgroup),
+            requested,
+            fallback: None,
+        }
+    }
+
     /// The group plan `auto` falls back to, and why.
     pub(crate) fn fallback(requested: Containment, why: Unavailable) -> Selected {
         Selected {
@@ -42,7 +53,7 @@ impl Selected {
 /// A fresh cgroup for one process (beneath `parent` if given), or why
 /// there is none.
 #[cfg(target_os = "linux")]
-fn cgroup(parent: Option<&crate::contain::Cgroup>) -> Result<Plan, Unavailable> {
+pub(crate) fn cgroup(parent: Option<&crate::contain::Cgroup>) -> Result<Plan, Unavailable> {
     use crate::contain::CgroupError;
     if !super::spawn::supported() {
         return Err(Unavailable::Clone3Unsupported);

@@ -533,8 +533,18 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             c.set_shared_net(shared.get());
         }
     }
+    // A sandbox prepared for this launch (`spawn`, *A prepared sandbox*)
+    // comes with the cgroup it waits in: the launch's, under the cgroup
+    // tier. The next launch's is prepared once this one runs.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    let (prepared_cgroup, next) = prepare_spares(options, confine.as_ref());
     // Last, so that no cgroup is created for an invocation refused above.
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    let selected = match prepared_cgroup {
+        Some(cg) => containment::Selected::in_cgroup(options.containment, cg),
+        None => containment::select(options.containment, options.cgroup_parent.as_deref())?,
+    };
+    #[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
     let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;
     #[cfg(not(target_os = "linux"))]
     let selected = containment::select(options.containment)?;
@@ -633,6 +643,15 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         ProcessError::Spawn { source, .. } => classify_spawn(&given, bare, &resolved, source),
         other => other,
     })?;
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if let Some((shared, plan)) = next {
+        if let Ok(containment::Plan::Cgroup(cgroup)) =
+            containment::cgroup(options.cgroup_parent.as_deref())
+        {
+            use std::os::fd::AsFd;
+            super::spawn::prepare_next(&shared.spare, plan, shared.net.as_fd(), cgroup);
+        }
+    }
     // The child has its copy of the read end; ours must go, or a write
     // after the process closed stdin would block instead of failing. The
     // same for a terminal's slave: the master reads end-of-file (EIO) only
@@ -654,6 +673,52 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         }
     }
     Ok(running)
+}
+
+/// The prepared-sandbox side of a launch (`spawn`, *A prepared
+/// sandbox*), as root in a request's network namespace with the network
+/// off, under the cgroup tier, not in a terminal: the sandbox prepared for
+/// it if one fits its view (moved into `confine`, with its cgroup
+/// returned for the launch), and what to prepare the next launch's from
+/// once it runs (from the request's second launch on: most requests
+/// launch once).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn prepare_spares(
+    options: &LaunchOptions,
+    confine: Option<&crate::confine::build::Prepared>,
+) -> (
+    Option<crate::contain::Cgroup>,
+    Option<(
+        Arc<crate::confine::build::SharedNet>,
+        super::spawn::SparePlan,
+    )>,
+) {
+    let Some(c) = confine else {
+        return (None, None);
+    };
+    let eligible = matches!(options.containment, Containment::Auto | Containment::Cgroup)
+        && options.session.is_none_or(|s| s.terminal.is_none());
+    let (Some(view), Some(shared)) = (c.view(), c.shared_arc()) else {
+        return (None, None);
+    };
+    if !eligible || shared.user.is_some() {
+        return (None, None);
+    }
+    let Some(plan) = super::spawn::SparePlan::of(view, c.program()) else {
+        return (None, None);
+    };
+    let mut cgroup = None;
+    if let Some(mut spare) = super::spawn::take_prepared(&shared.spare, view, c.program()) {
+        cgroup = spare.take_cgroup();
+        *c.spare().lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
+    }
+    let again = cgroup.is_some()
+        || shared
+            .spare
+            .launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            >= 1;
+    (cgroup, again.then_some((shared, plan)))
 }
 
 /// A session's pseudo-terminal: the master (kept for resizes), a reader

@@ -114,6 +114,47 @@
 //! which their programs hold no capability, and its loopback; each has
 //! its own pid, mount, ipc and uts namespaces.
 //!
+//! ## A prepared sandbox
+//!
+//! Composing a view is most of an isolated launch's own cost (the
+//! namespaces' clone, the id maps, some 40 mount steps). From a request's
+//! second isolated launch with the network off (as root: its network
+//! namespace entered by the spawner thread; not for a terminal, a network
+//! `allow` or a large descriptor table), each launch, once its program
+//! runs, queues the clone of the *next* launch's sandbox: an init in new
+//! user, pid, mount, ipc and uts namespaces inside the request's network
+//! namespace, cloned with `CLONE_VM` and `CLONE_FILES` (it shares this
+//! process's memory and descriptor table) into a cgroup made for the next
+//! launch (`CLONE_INTO_CGROUP`: moving a process between cgroups later
+//! would cost an RCU grace period, milliseconds, whenever migrations are
+//! rare). It composes the view as planned for this launch, marks itself
+//! ready and sleeps on a futex. Nothing waits for it. It is the request's
+//! (`confine::build::SharedNet::spare`), one at a time, and goes with the
+//! request's network namespace (killed, and reaped, if unused).
+//!
+//! The next launch plans its view as always, from the host as it is then
+//! (the sockets bound, the protected paths that exist), and takes the
+//! prepared sandbox only if that plan equals the one it was composed
+//! from, for the same spawner thread (the same seccomp program), once it
+//! is ready; else it kills it and composes its own. The launch's
+//! containment is then the cgroup the sandbox waits in
+//! (`process::launch`), and the init is handed the launch: its arguments
+//! in shared memory, the futex woken. The init first checks the view
+//! against the host from inside ([`Stage::Stale`] if not): every
+//! mount the steps made is still a mount at its path (a path removed or
+//! replaced on the host takes the sandbox's mount on it away), every copy
+//! attached has the identity (device, inode) its host path has now, and a
+//! masked host socket is still masked or gone. A stale sandbox is killed
+//! and the launch composes its own view, as if none had been prepared.
+//! Then the init takes a descriptor table of its own (a copy of this
+//! process's, which holds the launch's stdio now) and goes on exactly as
+//! a composed launch's init does from its stdio on: the view's Landlock
+//! rules, every capability dropped, the program cloned. What the launch
+//! sees is the view a launch composed at that moment would show, composed
+//! a little earlier; the host's changes between the two are those the
+//! check covers, and a change after it is one any sandbox meets while it
+//! runs.
+//!
 //! # Caveats
 //!
 //! - x86-64 Linux only (the clone trampoline is assembly); elsewhere
@@ -214,6 +255,9 @@ pub(crate) struct Isolate<'a> {
     /// the launch enters both before it makes the others (module docs,
     /// *A request's network namespace*).
     pub net_user: Option<BorrowedFd<'a>>,
+    /// Where the sandbox prepared for this launch waits, if one was taken
+    /// for it ([`take_prepared`]; module docs, *A prepared sandbox*).
+    pub spare: Option<&'a std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>>,
 }
 
 /// A network namespace with its loopback up for a request's isolated
@@ -229,7 +273,7 @@ pub(crate) fn shared_network_namespace() -> Option<crate::confine::build::Shared
     {
         use crate::confine::build::SharedNet;
         if let Some(net) = netns::shared() {
-            return Some(SharedNet { net, user: None });
+            return Some(SharedNet::new(net, None));
         }
         imp::user_network_namespace()
             .inspect_err(|e| {
@@ -239,10 +283,7 @@ pub(crate) fn shared_network_namespace() -> Option<crate::confine::build::Shared
                 );
             })
             .ok()
-            .map(|(user, net)| SharedNet {
-                net,
-                user: Some(user),
-            })
+            .map(|(user, net)| SharedNet::new(net, Some(user)))
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
@@ -254,10 +295,8 @@ pub(crate) fn shared_network_namespace() -> Option<crate::confine::build::Shared
 /// (a user namespace of its own owns it), made whoever runs (tests).
 #[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn user_network_namespace() -> Result<crate::confine::build::SharedNet, Errno> {
-    imp::user_network_namespace().map(|(user, net)| crate::confine::build::SharedNet {
-        net,
-        user: Some(user),
-    })
+    imp::user_network_namespace()
+        .map(|(user, net)| crate::confine::build::SharedNet::new(net, Some(user)))
 }
 
 /// What the child applies to itself after `chdir` and before `execve`, in
@@ -307,7 +346,21 @@ pub(crate) struct Spawned {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::IsolatedInit;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{prepare_handoff, set_handoff, set_hold_mount_ns};
+pub(crate) use imp::{SparePlan, prepare_next, take_prepared};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use imp::{
+    prepare_handoff, prepared_launches, set_handoff, set_hold_mount_ns, set_prepared,
+};
+
+/// No prepared sandbox off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn set_prepared(_on: bool) {}
+
+/// No prepared sandbox off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn prepared_launches() -> u64 {
+    0
+}
 
 /// Nothing to prepare off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
@@ -392,10 +445,15 @@ pub(crate) enum Stage {
     JoinNetwork,
     /// Cloning the sandbox's init from the pre-init.
     InitClone,
+    /// A prepared sandbox's check of its view, at its launch: the view
+    /// is no longer the one the host gives now (module docs, *A prepared
+    /// sandbox*). Never reported: the launch composes a view of its own.
+    Stale,
 }
 
 impl Stage {
-    const CHILD: [Stage; 21] = [
+    const CHILD: [Stage; 22] = [
+        Stage::Stale,
         Stage::JoinNetwork,
         Stage::InitClone,
         Stage::ProxyListener,
@@ -443,6 +501,7 @@ impl Stage {
             Stage::ProxyListener => 19,
             Stage::JoinNetwork => 20,
             Stage::InitClone => 21,
+            Stage::Stale => 22,
             Stage::Stack | Stage::StdioDup | Stage::Clone | Stage::ConfineDup => 0,
         }
     }
@@ -480,6 +539,7 @@ impl fmt::Display for Stage {
             Stage::InitDied => "init died",
             Stage::JoinNetwork => "entering the request's network namespace",
             Stage::InitClone => "clone3 of the init",
+            Stage::Stale => "the prepared sandbox's check",
         })
     }
 }
@@ -641,7 +701,7 @@ mod imp {
     use std::ffi::{CStr, c_char, c_int, c_void};
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
     use std::ptr;
-    use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicPtr, AtomicU32, Ordering};
     use std::sync::{Mutex, OnceLock, mpsc};
 
     use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -952,9 +1012,9 @@ mod imp {
 
     /// The raw steps of `view`, pointing into its strings (which outlive
     /// them: the caller keeps the view until the child released it).
-    pub(super) fn raw_steps(view: &View) -> Vec<RawStep> {
+    pub(super) fn raw_steps(steps: &[Step]) -> Vec<RawStep> {
         let none = ptr::null();
-        view.steps
+        steps
             .iter()
             .map(|s| {
                 let mut r = RawStep {
@@ -1068,6 +1128,67 @@ mod imp {
         /// (`CLONE_PARENT_SETTID`).
         init_pidfd: *const AtomicI32,
         init_pid: AtomicI32,
+        /// A prepared sandbox's init ([`prepared_main`]) waits on this
+        /// word until it is 1, then reads its launch from `job`; NULL for
+        /// any other child.
+        go: *const AtomicU32,
+        job: *const AtomicPtr<ChildArgs>,
+        /// A launch in a prepared sandbox: per view step, what the step's
+        /// mount must show now ([`Expect`]); NULL otherwise.
+        expect: *const Expect,
+    }
+
+    /// What a prepared sandbox's view step must show at its launch
+    /// ([`verify`]): for a copy attached, the identity (device, inode)
+    /// its host path has now; for every other mount, only that it is
+    /// still a mount there.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Expect {
+        /// Compare the identity below.
+        identity: bool,
+        dev_major: u32,
+        dev_minor: u32,
+        ino: u64,
+    }
+
+    impl IsolateArgs {
+        /// Nothing to do: every pointer NULL, every descriptor -1; the
+        /// start of a prepared sandbox's arguments and of its launch's.
+        fn blank() -> IsolateArgs {
+            IsolateArgs {
+                steps: ptr::null(),
+                n_steps: 0,
+                fds: ptr::null_mut(),
+                n_slots: 0,
+                uid_map: ptr::null(),
+                uid_map_len: 0,
+                gid_map: ptr::null(),
+                gid_map_len: 0,
+                loopback: AtomicBool::new(false),
+                contains_only: false,
+                death_signal: true,
+                rw_dirs: ptr::null(),
+                n_rw_dirs: 0,
+                access_fs: 0,
+                tool_stack: (0, 0),
+                status: ptr::null(),
+                released: ptr::null(),
+                failed_step: AtomicU32::new(u32::MAX),
+                nest: -1,
+                proxy_channel: -1,
+                proxy_port: 0,
+                join_user: -1,
+                join_net: -1,
+                joined: AtomicBool::new(false),
+                init_stack: (0, 0),
+                init_pidfd: ptr::null(),
+                init_pid: AtomicI32::new(0),
+                go: ptr::null(),
+                job: ptr::null(),
+                expect: ptr::null(),
+            }
+        }
     }
 
     /// `struct landlock_path_beneath_attr` (packed, as the kernel's).
@@ -1954,61 +2075,15 @@ mod imp {
         exit_127()
     }
 
-    /// The child: runs on its own stack, shares the parent's memory while
-    /// the calling parent thread is suspended, and ends in `execve` or
-    /// `exit_group(127)`. Only raw system calls, no allocation, no panic
-    /// path.
+    /// Step 1 of a child: no handler may run in the shared memory. Every
+    /// caught signal goes back to `SIG_DFL`, and `SIGPIPE` too (std's
+    /// rule); ignored ones stay ignored (POSIX exec semantics), but for a
+    /// session's `SIGINT` (`default_sigint`). Signals are all blocked here.
     ///
     /// # Safety
     ///
-    /// `args` points to a live `ChildArgs` whose pointers are valid, and
-    /// the caller is the child of a `CLONE_VM | CLONE_VFORK` clone.
-    unsafe extern "C" fn child_main(args: *const ChildArgs) -> ! {
-        // SAFETY: the parent keeps `*args` alive and unchanged until this
-        // process exec'ed or exited (CLONE_VFORK).
-        let a = unsafe { &*args };
-        // SAFETY: NULL or the parent's live IsolateArgs, kept alive (with
-        // everything it points to) until the release.
-        let iso = unsafe { a.isolate.as_ref() };
-        let fail = |stage: Stage, ret: isize| -> ! {
-            // ret is -4095..=-1: a plain negation cannot overflow, but
-            // wrapping_neg leaves no panic path in the child at all.
-            a.failed_errno
-                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
-            a.failed_stage.store(stage.code(), Ordering::Relaxed);
-            if let Some(i) = iso {
-                // SAFETY: the caller waits on the word (no CLONE_VFORK).
-                unsafe { release(i.released) };
-            }
-            exit_127()
-        };
-
-        // 0. Sharing the parent's descriptor table (`CLONE_FILES`): a table
-        // of its own first, a copy of only the few descriptors below
-        // `unshare_below` (the kernel copies nothing above the range it
-        // closes), before any descriptor is touched. Exiting while still
-        // sharing closes nothing of the parent's.
-        if a.unshare_below > 0 {
-            // SAFETY: close_range takes integers; with CLOSE_RANGE_UNSHARE
-            // it acts on the new private table only.
-            let r = unsafe {
-                raw4(
-                    libc::SYS_close_range as usize,
-                    a.unshare_below as usize,
-                    u32::MAX as usize,
-                    CLOSE_RANGE_UNSHARE,
-                    0,
-                )
-            };
-            if r < 0 {
-                fail(Stage::CloseFds, r);
-            }
-        }
-
-        // 1. No handler may run in the shared memory: every caught signal
-        // goes back to SIG_DFL, and SIGPIPE too (std's rule); ignored ones
-        // stay ignored (POSIX exec semantics), but for a session's SIGINT.
-        // Signals are all blocked here.
+    /// Only in a child of [`clone3`], before its `execve`.
+    unsafe fn reset_signals(default_sigint: bool) {
         let dfl = KernelSigaction {
             handler: libc::SIG_DFL,
             flags: 0,
@@ -2038,7 +2113,7 @@ mod imp {
             let caught = old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
             let pipe = sig == libc::SIGPIPE as usize && old.handler != libc::SIG_DFL;
             let interrupt =
-                a.default_sigint && sig == libc::SIGINT as usize && old.handler == libc::SIG_IGN;
+                default_sigint && sig == libc::SIGINT as usize && old.handler == libc::SIG_IGN;
             if r == 0 && (caught || pipe || interrupt) {
                 // SAFETY: rt_sigaction reads one kernel sigaction from `dfl`.
                 unsafe {
@@ -2052,32 +2127,28 @@ mod imp {
                 }
             }
         }
+    }
 
-        // 2. Isolated: the user namespace's maps, a new session (the init
-        // leads it and its process group; no controlling terminal), the
-        // view, the loopback. Otherwise the process group, before anything
-        // can be signalled through it.
-        if let Some(i) = iso {
-            // SAFETY: `i` is this child's live IsolateArgs.
-            if let Err((stage, r)) = unsafe { isolate_early(i, a.terminal) } {
-                fail(stage, r);
+    /// Steps 3 to 7 of a child (stdio, descriptors, working directory,
+    /// confinement, then the program or, isolated, the init's loop): the
+    /// end of [`child_main`], and of a prepared sandbox's init once its
+    /// launch arrived ([`prepared_main`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`child_main`]: `a` and `iso` are the live arguments of this
+    /// child, which has a descriptor table of its own.
+    unsafe fn finish(a: &ChildArgs, iso: Option<&IsolateArgs>) -> ! {
+        let fail = |stage: Stage, ret: isize| -> ! {
+            a.failed_errno
+                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
+            a.failed_stage.store(stage.code(), Ordering::Relaxed);
+            if let Some(i) = iso {
+                // SAFETY: the caller waits on the word (no CLONE_VFORK).
+                unsafe { release(i.released) };
             }
-        } else if a.terminal {
-            // A new session (which leads a new process group): the one a
-            // terminal can become the controlling terminal of.
-            // SAFETY: setsid takes no argument.
-            let r = unsafe { raw4(libc::SYS_setsid as usize, 0, 0, 0, 0) };
-            if r < 0 {
-                fail(Stage::Session, r);
-            }
-        } else if a.new_process_group {
-            // SAFETY: setpgid takes two integers.
-            let r = unsafe { raw4(libc::SYS_setpgid as usize, 0, 0, 0, 0) };
-            if r < 0 {
-                fail(Stage::SetProcessGroup, r);
-            }
-        }
-
+            exit_127()
+        };
         // 3. stdio. A source already on its target only loses CLOEXEC.
         for (target, (src, stage)) in a
             .stdio
@@ -2229,6 +2300,239 @@ mod imp {
             )
         };
         fail(Stage::Exec, r)
+    }
+
+    /// `STATX_ATTR_MOUNT_ROOT` (Linux 5.8).
+    const STATX_ATTR_MOUNT_ROOT: u64 = 0x2000;
+
+    /// Whether the view a prepared sandbox composed is still the one the
+    /// host gives now, checked by its init from inside at the launch:
+    /// every mount the steps made is still a mount at its path (a path
+    /// removed or replaced on the host since takes the sandbox's mount on
+    /// it away, `umount` included, and would leave the new one
+    /// unprotected), a copy attached still has the identity its host path
+    /// has now (`expect`), and a host socket masked then or missing then
+    /// is masked now or still missing.
+    ///
+    /// # Safety
+    ///
+    /// `i` is the prepared init's live [`IsolateArgs`] and `expect` the
+    /// launch's, `i.n_steps` long.
+    unsafe fn verify(i: &IsolateArgs, expect: *const Expect) -> bool {
+        for k in 0..i.n_steps {
+            // SAFETY: the steps and `expect` are `n_steps` long and alive.
+            let (step, want) = unsafe { (&*i.steps.add(k), *expect.add(k)) };
+            let (path, missing_ok) = match step.op {
+                OP_MOUNT => (step.b, false),
+                OP_ATTACH | OP_BIND_SELF | OP_MASK_DIR | OP_MASK_FILE => (step.a, false),
+                OP_MASK_SOCKET => (step.a, true),
+                _ => continue,
+            };
+            // SAFETY: a zeroed statx is a valid buffer for the call.
+            let mut st: libc::statx = unsafe { core::mem::zeroed() };
+            // SAFETY: statx with a NUL-terminated path and a buffer on this
+            // stack.
+            let r = unsafe {
+                raw5(
+                    libc::SYS_statx as usize,
+                    AT_FDCWD as usize,
+                    path as usize,
+                    libc::AT_SYMLINK_NOFOLLOW as usize,
+                    (libc::STATX_TYPE | libc::STATX_INO) as usize,
+                    (&raw mut st) as usize,
+                )
+            };
+            if r == -(libc::ENOENT as isize) && missing_ok {
+                continue;
+            }
+            if r < 0
+                || st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT == 0
+                || st.stx_attributes & STATX_ATTR_MOUNT_ROOT == 0
+            {
+                return false;
+            }
+            if want.identity
+                && (st.stx_dev_major != want.dev_major
+                    || st.stx_dev_minor != want.dev_minor
+                    || st.stx_ino != want.ino)
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The init of a prepared sandbox (module docs, *A prepared
+    /// sandbox*): cloned ahead of its launch with the caller's descriptor
+    /// table shared (`CLONE_FILES`), it composes the view as
+    /// [`child_main`] does, marks itself ready (its `released` word
+    /// becomes [`READY`]) and sleeps until a launch arrives. Then it
+    /// checks the view against the host ([`verify`]), takes a table of
+    /// its own (a copy, the launch's descriptors in it) and goes on as
+    /// [`child_main`] with the launch's arguments. Only raw system calls.
+    ///
+    /// # Safety
+    ///
+    /// As [`child_main`], for a `ChildArgs` whose `IsolateArgs` has `go`
+    /// and `job` set; the caller keeps both alive until the init is
+    /// reaped, and a launch's until its release.
+    unsafe extern "C" fn prepared_main(args: *const ChildArgs) -> ! {
+        // SAFETY: the caller keeps the prepared arguments alive while the
+        // init lives.
+        let a = unsafe { &*args };
+        // SAFETY: as above; non-NULL for a prepared sandbox.
+        let i = unsafe { &*a.isolate };
+        // SAFETY: raw system calls on this stack and the live arguments.
+        unsafe {
+            reset_signals(false);
+            if let Err((stage, r)) = isolate_early(i, false) {
+                a.failed_errno
+                    .store((r as i32).wrapping_neg(), Ordering::Relaxed);
+                a.failed_stage.store(stage.code(), Ordering::Relaxed);
+                release(i.released);
+                exit_127()
+            }
+            (*i.released).store(READY, Ordering::Release);
+            raw4(
+                libc::SYS_futex as usize,
+                i.released as usize,
+                libc::FUTEX_WAKE as usize,
+                1,
+                0,
+            );
+            while (*i.go).load(Ordering::Acquire) != 1 {
+                raw4(
+                    libc::SYS_futex as usize,
+                    i.go as usize,
+                    libc::FUTEX_WAIT as usize,
+                    0,
+                    0,
+                );
+            }
+        }
+        // SAFETY: the caller stored its launch's live arguments before it
+        // set `go`, and waits on their `released` word.
+        let job = unsafe { &*(*i.job).load(Ordering::Acquire) };
+        // SAFETY: non-NULL for a launch in a prepared sandbox.
+        let ji = unsafe { &*job.isolate };
+        let fail = |stage: Stage, ret: isize| -> ! {
+            job.failed_errno
+                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
+            job.failed_stage.store(stage.code(), Ordering::Relaxed);
+            // SAFETY: the launch's caller waits on the word.
+            unsafe { release(ji.released) };
+            exit_127()
+        };
+        // SAFETY: the prepared steps and the launch's expectations.
+        if !unsafe { verify(i, ji.expect) } {
+            fail(Stage::Stale, -(libc::ESTALE as isize));
+        }
+        // A table of its own: a copy of the caller's, which holds the
+        // launch's descriptors now (the range closed is descriptor
+        // 2^32 - 1 alone, which no table has).
+        // SAFETY: close_range takes integers.
+        let r = unsafe {
+            raw4(
+                libc::SYS_close_range as usize,
+                u32::MAX as usize,
+                u32::MAX as usize,
+                CLOSE_RANGE_UNSHARE,
+                0,
+            )
+        };
+        if r < 0 {
+            fail(Stage::CloseFds, r);
+        }
+        if job.default_sigint {
+            // SAFETY: raw rt_sigaction calls on this stack.
+            unsafe { reset_signals(true) };
+        }
+        // SAFETY: the launch's live arguments, with a table of its own.
+        unsafe { finish(job, Some(ji)) }
+    }
+
+    /// The child: runs on its own stack, shares the parent's memory while
+    /// the calling parent thread is suspended, and ends in `execve` or
+    /// `exit_group(127)`. Only raw system calls, no allocation, no panic
+    /// path.
+    ///
+    /// # Safety
+    ///
+    /// `args` points to a live `ChildArgs` whose pointers are valid, and
+    /// the caller is the child of a `CLONE_VM | CLONE_VFORK` clone.
+    unsafe extern "C" fn child_main(args: *const ChildArgs) -> ! {
+        // SAFETY: the parent keeps `*args` alive and unchanged until this
+        // process exec'ed or exited (CLONE_VFORK).
+        let a = unsafe { &*args };
+        // SAFETY: NULL or the parent's live IsolateArgs, kept alive (with
+        // everything it points to) until the release.
+        let iso = unsafe { a.isolate.as_ref() };
+        let fail = |stage: Stage, ret: isize| -> ! {
+            // ret is -4095..=-1: a plain negation cannot overflow, but
+            // wrapping_neg leaves no panic path in the child at all.
+            a.failed_errno
+                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
+            a.failed_stage.store(stage.code(), Ordering::Relaxed);
+            if let Some(i) = iso {
+                // SAFETY: the caller waits on the word (no CLONE_VFORK).
+                unsafe { release(i.released) };
+            }
+            exit_127()
+        };
+
+        // 0. Sharing the parent's descriptor table (`CLONE_FILES`): a table
+        // of its own first, a copy of only the few descriptors below
+        // `unshare_below` (the kernel copies nothing above the range it
+        // closes), before any descriptor is touched. Exiting while still
+        // sharing closes nothing of the parent's.
+        if a.unshare_below > 0 {
+            // SAFETY: close_range takes integers; with CLOSE_RANGE_UNSHARE
+            // it acts on the new private table only.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_close_range as usize,
+                    a.unshare_below as usize,
+                    u32::MAX as usize,
+                    CLOSE_RANGE_UNSHARE,
+                    0,
+                )
+            };
+            if r < 0 {
+                fail(Stage::CloseFds, r);
+            }
+        }
+
+        // 1. Signal dispositions ([`reset_signals`]).
+        // SAFETY: raw rt_sigaction calls on this stack.
+        unsafe { reset_signals(a.default_sigint) };
+
+        // 2. Isolated: the user namespace's maps, a new session (the init
+        // leads it and its process group; no controlling terminal), the
+        // view, the loopback. Otherwise the process group, before anything
+        // can be signalled through it.
+        if let Some(i) = iso {
+            // SAFETY: `i` is this child's live IsolateArgs.
+            if let Err((stage, r)) = unsafe { isolate_early(i, a.terminal) } {
+                fail(stage, r);
+            }
+        } else if a.terminal {
+            // A new session (which leads a new process group): the one a
+            // terminal can become the controlling terminal of.
+            // SAFETY: setsid takes no argument.
+            let r = unsafe { raw4(libc::SYS_setsid as usize, 0, 0, 0, 0) };
+            if r < 0 {
+                fail(Stage::Session, r);
+            }
+        } else if a.new_process_group {
+            // SAFETY: setpgid takes two integers.
+            let r = unsafe { raw4(libc::SYS_setpgid as usize, 0, 0, 0, 0) };
+            if r < 0 {
+                fail(Stage::SetProcessGroup, r);
+            }
+        }
+
+        // SAFETY: `a` and `iso` are this child's live arguments.
+        unsafe { finish(a, iso) }
     }
 
     /// `clone3(args, sizeof args)`, switching the child onto the stack in
@@ -3183,6 +3487,7 @@ mod imp {
     }
 
     /// What [`spawn`] built for the child, handed to [`spawn_isolated`].
+    #[derive(Clone, Copy)]
     struct ChildParts<'a> {
         argv: &'a [*const c_char],
         envp: &'a [*const c_char],
@@ -3307,6 +3612,8 @@ mod imp {
 
     /// Any value but 0: no child has released the caller yet.
     const WAITING: u32 = u32::MAX;
+    /// A prepared sandbox's `released` word once its view is composed.
+    const READY: u32 = 1;
 
     /// Sleeps until `released` is 0. With `watch` (the init's pidfd, once
     /// the kernel stored it), wakes every few milliseconds to see whether
@@ -3455,8 +3762,46 @@ mod imp {
         })
     }
 
-    /// The isolated path of [`spawn`] (module docs, *Isolation*).
+    /// The isolated path of [`spawn`] (module docs, *Isolation*): in the
+    /// sandbox prepared for it if there is one that fits, else in one
+    /// composed now; then, for a request's launch, a sandbox prepared for
+    /// the next (module docs, *A prepared sandbox*).
     fn spawn_isolated(
+        spec: &SpawnSpec<'_>,
+        iso: super::Isolate<'_>,
+        parts: ChildParts<'_>,
+    ) -> Result<Spawned, SpawnError> {
+        let nest = iso.nest.map_or(-1, |fd| fd.as_raw_fd());
+        let taken = iso
+            .spare
+            .and_then(|s| s.lock().unwrap_or_else(|e| e.into_inner()).take())
+            .and_then(|b| b.downcast::<SpareSandbox>().ok());
+        if let Some(spare) = taken {
+            let usable = parts
+                .filtering
+                .is_some_and(|w| std::ptr::eq(w, spare.state.program))
+                && !spec.terminal
+                && parts
+                    .stdio
+                    .iter()
+                    .chain([&parts.landlock, &nest])
+                    .all(|&f| f > 2 && f < LARGE_TABLE);
+            if usable {
+                match spawn_prepared(*spare, spec, &iso, &parts, nest) {
+                    Ok(spawned) => {
+                        PREPARED_LAUNCHES.fetch_add(1, Ordering::Relaxed);
+                        return Ok(spawned);
+                    }
+                    Err(Some(e)) => return Err(e),
+                    Err(None) => {}
+                }
+            }
+        }
+        spawn_isolated_cold(spec, iso, parts)
+    }
+
+    /// [`spawn_isolated`] in a sandbox composed now.
+    fn spawn_isolated_cold(
         spec: &SpawnSpec<'_>,
         iso: super::Isolate<'_>,
         parts: ChildParts<'_>,
@@ -3466,7 +3811,7 @@ mod imp {
             errno,
         };
         let view = iso.view;
-        let steps = raw_steps(view);
+        let steps = raw_steps(&view.steps);
         let mut slots: Vec<c_int> = vec![-1; view.slots];
         let rw_dirs: Vec<*const c_char> = view.writable_fresh.iter().map(|c| c.as_ptr()).collect();
         let init_stack = Stack::take().map_err(stack_err)?;
@@ -3558,6 +3903,9 @@ mod imp {
             init_stack: init_stack.region(),
             init_pidfd: &raw const pidfd,
             init_pid: AtomicI32::new(0),
+            go: ptr::null(),
+            job: ptr::null(),
+            expect: ptr::null(),
         };
         let child = ChildArgs {
             // An unconfined launch keeps setuid programs working.
@@ -3795,6 +4143,520 @@ mod imp {
             }),
             small_table,
             proxy_listener,
+        })
+    }
+
+    /// Set by the benchmark that measures what prepared sandboxes save.
+    static PREPARED_OFF: AtomicBool = AtomicBool::new(false);
+    /// Launches that ran in a prepared sandbox, since the process began.
+    static PREPARED_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+    /// Turns prepared sandboxes on or off (on by default).
+    pub(crate) fn set_prepared(on: bool) {
+        PREPARED_OFF.store(!on, Ordering::Relaxed);
+    }
+
+    /// How many launches ran in a prepared sandbox so far.
+    pub(crate) fn prepared_launches() -> u64 {
+        PREPARED_LAUNCHES.load(Ordering::Relaxed)
+    }
+
+    /// A sandbox composed ahead of a request's next isolated launch with
+    /// the network off (module docs, *A prepared sandbox*): an init in
+    /// new user, pid, mount, ipc and uts namespaces, in the request's
+    /// network namespace, its view composed, asleep until a launch with
+    /// the same view arrives. Dropped unused, its init is killed (the
+    /// whole pid namespace with it) and reaped.
+    pub(crate) struct SpareSandbox {
+        state: Box<SpareState>,
+        /// The cgroup its init was cloned into, made for the launch that
+        /// takes it ([`SpareSandbox::take_cgroup`]). Dropped after the init
+        /// was reaped (`Drop` runs before the fields go).
+        cgroup: Option<crate::contain::Cgroup>,
+    }
+
+    /// What a sandbox is prepared from: a launch's view, and the spawner
+    /// thread its clone goes through.
+    pub(crate) struct SparePlan {
+        steps: Vec<Step>,
+        slots: usize,
+        writable_fresh: Vec<std::ffi::CString>,
+        uid_map: Vec<u8>,
+        gid_map: Vec<u8>,
+        worker: &'static FilteringSpawner,
+    }
+
+    impl SparePlan {
+        /// The plan for the next launch of `view` under the seccomp
+        /// `program`; `None` where none is prepared: prepared sandboxes
+        /// turned off, no spawner thread, not an isolated view with the
+        /// network off, or a network `allow`.
+        pub(crate) fn of(
+            view: &View,
+            program: Option<&'static [seccompiler::sock_filter]>,
+        ) -> Option<SparePlan> {
+            if PREPARED_OFF.load(Ordering::Relaxed)
+                || !view.new_net
+                || view.contains_only
+                || view.proxy_port.is_some()
+            {
+                return None;
+            }
+            let worker = program.and_then(FilteringSpawner::get)?;
+            worker.enters_net.then(|| SparePlan {
+                steps: view.steps.clone(),
+                slots: view.slots,
+                writable_fresh: view.writable_fresh.clone(),
+                uid_map: view.uid_map.clone(),
+                gid_map: view.gid_map.clone(),
+                worker,
+            })
+        }
+    }
+
+    /// The sandbox prepared in `slot` for a launch of `view` under the
+    /// seccomp `program`, once its view is composed; `None` if there is
+    /// none, or it was prepared for another view (it is killed then).
+    pub(crate) fn take_prepared(
+        slot: &crate::confine::build::SpareSlot,
+        view: &View,
+        program: Option<&'static [seccompiler::sock_filter]>,
+    ) -> Option<Box<SpareSandbox>> {
+        let spare = slot
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?
+            .downcast::<SpareSandbox>()
+            .ok()?;
+        let worker = program.and_then(FilteringSpawner::get)?;
+        (!PREPARED_OFF.load(Ordering::Relaxed) && spare.fits(view, worker) && spare.ready())
+            .then_some(spare)
+    }
+
+    /// Queues the preparation of a sandbox in `slot` (nothing if it holds
+    /// one): its init is cloned into `cgroup`, in `net`.
+    pub(crate) fn prepare_next(
+        slot: &crate::confine::build::SpareSlot,
+        plan: SparePlan,
+        net: BorrowedFd<'_>,
+        cgroup: crate::contain::Cgroup,
+    ) {
+        SpareSandbox::start(slot, plan, net, cgroup);
+    }
+
+    // SAFETY: the raw pointers in the state point into the same box (and
+    // the spawner thread's stack-free job), which moves with it; the init
+    // that reads them shares this process's memory whichever thread owns
+    // the box.
+    unsafe impl Send for SpareSandbox {}
+
+    struct SpareState {
+        /// The view it composed, as planned (the key, with `program`).
+        steps: Vec<Step>,
+        writable_fresh: Vec<std::ffi::CString>,
+        uid_map: Vec<u8>,
+        gid_map: Vec<u8>,
+        /// The seccomp program its spawner thread installs.
+        program: &'static FilteringSpawner,
+        raw: Vec<RawStep>,
+        fds: Vec<c_int>,
+        rw_dirs: Vec<*const c_char>,
+        isolate: IsolateArgs,
+        child: ChildArgs,
+        args: libc::clone_args,
+        /// [`WAITING`], then [`READY`], or 0 when the clone or the view
+        /// failed.
+        state: AtomicU32,
+        go: AtomicU32,
+        job: AtomicPtr<ChildArgs>,
+        ret: AtomicIsize,
+        pidfd: AtomicI32,
+        pid: AtomicI32,
+        /// The init's stack; `None` once a launch took it.
+        stack: Option<Stack>,
+        /// A launch ran in it: its init belongs to that launch now.
+        used: bool,
+        /// The cgroup its init was cloned into (its id).
+        cgroup_id: u64,
+    }
+
+    impl SpareSandbox {
+        /// Prepares one in `slot` for the next launch of `view` (nothing
+        /// if the slot holds one already): the clone is queued for the
+        /// spawner thread `worker`, which enters `net` for it; nothing
+        /// here waits for it.
+        fn start(
+            slot: &crate::confine::build::SpareSlot,
+            view: SparePlan,
+            net: BorrowedFd<'_>,
+            cgroup: crate::contain::Cgroup,
+        ) {
+            let worker = view.worker;
+            let Ok(cgroup_id) = cgroup.id() else {
+                return;
+            };
+            let mut held = slot.held.lock().unwrap_or_else(|e| e.into_inner());
+            if held.is_some() {
+                return;
+            }
+            let Ok(stack) = Stack::take() else {
+                return;
+            };
+            let (lo, size) = stack.region();
+            let mut st = Box::new(SpareState {
+                steps: view.steps,
+                writable_fresh: view.writable_fresh,
+                uid_map: view.uid_map,
+                gid_map: view.gid_map,
+                program: worker,
+                cgroup_id,
+                raw: Vec::new(),
+                fds: vec![-1; view.slots],
+                rw_dirs: Vec::new(),
+                isolate: IsolateArgs::blank(),
+                child: ChildArgs {
+                    program: ptr::null(),
+                    argv: ptr::null(),
+                    envp: ptr::null(),
+                    cwd: ptr::null(),
+                    stdio: [-1; 3],
+                    new_process_group: true,
+                    default_sigint: false,
+                    terminal: false,
+                    no_new_privs: false,
+                    landlock: -1,
+                    seccomp: ptr::null(),
+                    isolate: ptr::null(),
+                    unshare_below: -1,
+                    failed_stage: AtomicU32::new(0),
+                    failed_errno: AtomicI32::new(0),
+                },
+                args: zeroed_args(),
+                state: AtomicU32::new(WAITING),
+                go: AtomicU32::new(0),
+                job: AtomicPtr::new(ptr::null_mut()),
+                ret: AtomicIsize::new(0),
+                pidfd: AtomicI32::new(-1),
+                pid: AtomicI32::new(0),
+                stack: Some(stack),
+                used: false,
+            });
+            st.raw = raw_steps(&st.steps);
+            st.rw_dirs = st.writable_fresh.iter().map(|c| c.as_ptr()).collect();
+            let p: *mut SpareState = &raw mut *st;
+            // SAFETY: `p` is the box's live, uniquely owned state; every
+            // pointer stored points into it (the vectors' heap buffers are
+            // never resized again) and stays valid while the box lives,
+            // which its drop makes last until the init is reaped.
+            unsafe {
+                let i = &raw mut (*p).isolate;
+                (*i).steps = (*p).raw.as_ptr();
+                (*i).n_steps = (*p).raw.len();
+                (*i).fds = (*p).fds.as_mut_ptr();
+                (*i).n_slots = (*p).fds.len();
+                (*i).uid_map = (*p).uid_map.as_ptr();
+                (*i).uid_map_len = (*p).uid_map.len();
+                (*i).gid_map = (*p).gid_map.as_ptr();
+                (*i).gid_map_len = (*p).gid_map.len();
+                (*i).rw_dirs = (*p).rw_dirs.as_ptr();
+                (*i).n_rw_dirs = (*p).rw_dirs.len();
+                (*i).released = &raw const (*p).state;
+                (*i).go = &raw const (*p).go;
+                (*i).job = &raw const (*p).job;
+                (*p).child.isolate = i;
+                let a = &raw mut (*p).args;
+                (*a).flags = (libc::CLONE_VM
+                    | libc::CLONE_PIDFD
+                    | libc::CLONE_FILES
+                    | libc::CLONE_PARENT_SETTID) as u64
+                    | NEW_NAMESPACES
+                    | CLONE_INTO_CGROUP;
+                (*a).cgroup = cgroup.as_fd().as_raw_fd() as u64;
+                (*a).pidfd = (*p).pidfd.as_ptr() as u64;
+                (*a).parent_tid = (*p).pid.as_ptr() as u64;
+                (*a).exit_signal = libc::SIGCHLD as u64;
+                (*a).stack = lo;
+                (*a).stack_size = size;
+            }
+            let job = Job {
+                args: &raw mut st.args,
+                entry: prepared_main,
+                child: &raw const st.child,
+                ret: &raw const st.ret,
+                released: &raw const st.state,
+                netns: net.as_raw_fd(),
+            };
+            // The cgroup's descriptor stays open (in the box) until the
+            // clone was made or failed: `Drop` waits for it.
+            if worker.jobs.send(job).is_err() {
+                // Never queued: nothing reads the state.
+                st.state.store(0, Ordering::Relaxed);
+                return;
+            }
+            *held = Some(Box::new(SpareSandbox {
+                state: st,
+                cgroup: Some(cgroup),
+            }));
+        }
+
+        /// The cgroup its init runs in: the launch that takes this sandbox
+        /// runs there (the caller makes it the launch's containment).
+        pub(crate) fn take_cgroup(&mut self) -> Option<crate::contain::Cgroup> {
+            self.cgroup.take()
+        }
+
+        /// Whether it was prepared for `view` and the spawner thread of
+        /// `worker`.
+        fn fits(&self, view: &View, worker: &'static FilteringSpawner) -> bool {
+            let st = &*self.state;
+            std::ptr::eq(st.program, worker)
+                && st.steps == view.steps
+                && st.fds.len() == view.slots
+                && st.writable_fresh == view.writable_fresh
+                && st.uid_map == view.uid_map
+                && st.gid_map == view.gid_map
+        }
+
+        /// Waits until the view is composed: `false` if the clone or the
+        /// view failed, or the init died.
+        fn ready(&self) -> bool {
+            use rustix::process::{WaitId, WaitIdOptions, waitid};
+            let st = &*self.state;
+            let tick = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 5_000_000,
+            };
+            loop {
+                match st.state.load(Ordering::Acquire) {
+                    READY => return true,
+                    0 => return false,
+                    _ => {}
+                }
+                // SAFETY: FUTEX_WAIT reads the word, which lives in the
+                // box, for at most `tick`.
+                unsafe {
+                    raw4(
+                        libc::SYS_futex as usize,
+                        st.state.as_ptr() as usize,
+                        libc::FUTEX_WAIT as usize,
+                        WAITING as usize,
+                        (&raw const tick) as usize,
+                    );
+                }
+                let fd = st.pidfd.load(Ordering::Acquire);
+                if fd >= 0 && st.state.load(Ordering::Acquire) == WAITING {
+                    // SAFETY: the kernel stored a pidfd this box owns.
+                    let pidfd = unsafe { BorrowedFd::borrow_raw(fd) };
+                    let exited = waitid(
+                        WaitId::PidFd(pidfd),
+                        WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+                    );
+                    if matches!(exited, Ok(Some(_))) && st.state.load(Ordering::Acquire) == WAITING
+                    {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    impl Drop for SpareSandbox {
+        fn drop(&mut self) {
+            let st = &mut *self.state;
+            if st.used {
+                return;
+            }
+            // The spawner thread may not have cloned it yet: the job points
+            // into this box until it did (a pidfd) or failed (0).
+            while st.pidfd.load(Ordering::Acquire) < 0 && st.state.load(Ordering::Acquire) != 0 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            let fd = st.pidfd.load(Ordering::Acquire);
+            if fd >= 0 {
+                // SAFETY: the kernel stored a new pidfd, owned by this box.
+                let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+                let _ = rustix::process::pidfd_send_signal(
+                    pidfd.as_fd(),
+                    rustix::process::Signal::KILL,
+                );
+                reap(&pidfd);
+            }
+            // Nothing runs on the stack any more.
+            if let Some(stack) = st.stack.take() {
+                stack.give_back();
+            }
+        }
+    }
+
+    /// A launch in the prepared sandbox `spare`: its view checked from
+    /// inside, the init moved into the launch's cgroup, the launch handed
+    /// over. `Err(None)`: the sandbox could not serve (not ready, stale, its
+    /// cgroup refused it); it is gone, and the launch composes its own.
+    fn spawn_prepared(
+        mut spare: SpareSandbox,
+        spec: &SpawnSpec<'_>,
+        iso: &super::Isolate<'_>,
+        parts: &ChildParts<'_>,
+        nest: c_int,
+    ) -> Result<Spawned, Option<SpawnError>> {
+        if !spare.ready() {
+            return Err(None);
+        }
+        let st = &*spare.state;
+        // What each attached copy must be now: its host path's identity.
+        let mut expect = vec![Expect::default(); st.steps.len()];
+        for (k, step) in st.steps.iter().enumerate() {
+            let Step::Attach { slot, .. } = step else {
+                continue;
+            };
+            let source = st.steps.iter().find_map(|s| match s {
+                Step::Clone { path, slot: s, .. } if s == slot => Some(path),
+                _ => None,
+            });
+            let Some(source) = source else {
+                continue;
+            };
+            let Ok(x) = rustix::fs::statx(
+                rustix::fs::CWD,
+                source.as_c_str(),
+                rustix::fs::AtFlags::empty(),
+                rustix::fs::StatxFlags::TYPE | rustix::fs::StatxFlags::INO,
+            ) else {
+                return Err(None);
+            };
+            expect[k] = Expect {
+                identity: true,
+                dev_major: x.stx_dev_major,
+                dev_minor: x.stx_dev_minor,
+                ino: x.stx_ino,
+            };
+        }
+        let pid = st.pid.load(Ordering::Relaxed);
+        // Its init was cloned into the cgroup made for this launch.
+        let same_cgroup = spec
+            .cgroup
+            .and_then(|cg| rustix::fs::fstat(cg).ok())
+            .is_some_and(|st_cg| st_cg.st_ino == st.cgroup_id);
+        if !same_cgroup {
+            return Err(None);
+        }
+        let program_stack = Stack::take().map_err(|errno| {
+            Some(SpawnError::Failed {
+                stage: Stage::Stack,
+                errno,
+            })
+        })?;
+        let status = Box::new(AtomicU64::new(0));
+        let released = AtomicU32::new(WAITING);
+        let launch_iso = IsolateArgs {
+            steps: st.raw.as_ptr(),
+            n_steps: st.raw.len(),
+            rw_dirs: st.rw_dirs.as_ptr(),
+            n_rw_dirs: st.rw_dirs.len(),
+            access_fs: iso.access_fs,
+            tool_stack: program_stack.region(),
+            status: ptr::from_ref(&*status),
+            released: &raw const released,
+            nest,
+            expect: expect.as_ptr(),
+            ..IsolateArgs::blank()
+        };
+        let child = ChildArgs {
+            // The spawner thread's child inherits its no_new_privs and
+            // seccomp program.
+            no_new_privs: false,
+            landlock: parts.landlock,
+            seccomp: ptr::null(),
+            program: spec.program.as_ptr(),
+            argv: parts.argv.as_ptr(),
+            envp: parts.envp.as_ptr(),
+            cwd: spec.cwd.map_or(ptr::null(), CStr::as_ptr),
+            stdio: parts.stdio,
+            new_process_group: true,
+            default_sigint: spec.default_sigint,
+            terminal: false,
+            isolate: &raw const launch_iso,
+            unshare_below: -1,
+            failed_stage: AtomicU32::new(0),
+            failed_errno: AtomicI32::new(0),
+        };
+        st.job
+            .store(ptr::from_ref(&child).cast_mut(), Ordering::Release);
+        st.go.store(1, Ordering::Release);
+        // SAFETY: the wake names only the word's address.
+        unsafe {
+            raw4(
+                libc::SYS_futex as usize,
+                st.go.as_ptr() as usize,
+                libc::FUTEX_WAKE as usize,
+                1,
+                0,
+            );
+        }
+        let alive = wait_released(&released, Some(&st.pidfd), None);
+        // From here the init belongs to this launch, whatever happened.
+        let st = &mut *spare.state;
+        st.used = true;
+        let init_stack = st.stack.take();
+        // SAFETY: the clone stored a new pidfd (the sandbox was ready),
+        // owned by the box until now.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(st.pidfd.load(Ordering::Acquire)) };
+        let failed = if alive {
+            Stage::from_code(child.failed_stage.load(Ordering::Relaxed)).map(|stage| {
+                (
+                    stage,
+                    Errno::from_raw_os_error(child.failed_errno.load(Ordering::Relaxed)),
+                )
+            })
+        } else {
+            Some((Stage::InitDied, Errno::CHILD))
+        };
+        if let Some((stage, errno)) = failed {
+            let _ =
+                rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
+            reap(&pidfd);
+            program_stack.give_back();
+            if let Some(stack) = init_stack {
+                stack.give_back();
+            }
+            return Err(match stage {
+                Stage::Stale | Stage::InitDied => {
+                    tracing::debug!(%stage, "a prepared sandbox did not serve; the launch composes its own");
+                    None
+                }
+                _ => Some(SpawnError::Failed { stage, errno }),
+            });
+        }
+        program_stack.give_back();
+        let keeper = match pidfd.try_clone() {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = rustix::process::pidfd_send_signal(
+                    pidfd.as_fd(),
+                    rustix::process::Signal::KILL,
+                );
+                reap(&pidfd);
+                if let Some(stack) = init_stack {
+                    stack.give_back();
+                }
+                return Err(Some(SpawnError::Failed {
+                    stage: Stage::Clone,
+                    errno: Errno::from_io_error(&e).unwrap_or(Errno::MFILE),
+                }));
+            }
+        };
+        Ok(Spawned {
+            pid: pid as u32,
+            pidfd,
+            isolation: Some(IsolatedInit {
+                mount_ns: mount_namespace(&keeper),
+                pidfd: keeper,
+                stack: init_stack,
+                status,
+            }),
+            small_table: false,
+            proxy_listener: None,
         })
     }
 

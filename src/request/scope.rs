@@ -521,10 +521,7 @@ mod tests {
         )
         .unwrap();
         broken.share_network(Arc::new(SharedNetwork::with(Some(
-            crate::confine::build::SharedNet {
-                net: host_net,
-                user: Some(not_a_namespace),
-            },
+            crate::confine::build::SharedNet::new(host_net, Some(not_a_namespace)),
         ))));
         let dir = tempfile::tempdir().unwrap();
         let options = LaunchOptions::new(dir.path());
