@@ -17,6 +17,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod network;
+mod prepared;
 
 const NEEDS_USER: &str = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)";
 

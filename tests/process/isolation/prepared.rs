@@ -1,0 +1,268 @@
+//! Prepared sandboxes (`process::spawn`, *A prepared sandbox*): from a
+//! request's second isolated launch with the network off, the next
+//! launch's sandbox is composed ahead and entered at the launch. Attacked
+//! the way a sandbox composed at the launch is, and raced from the host
+//! between its preparation and its launch: a protected path made or
+//! replaced, a masked socket replaced. Each test checks from
+//! `custodian::__bench::prepared_launches` which path a launch took, so
+//! that it fails if the prepared path is never taken as well as if it
+//! serves a stale view.
+//!
+//! In-process and as root: only a root launcher's request network is
+//! entered by the spawner thread, where sandboxes are prepared; an
+//! unprivileged launcher's launches compose their own (the attacks of
+//! `isolation.rs` cover those).
+
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use custodian::confine::Confinement;
+use custodian::process::evidence::Evidence;
+use custodian::process::{Invocation, LaunchOptions, run};
+
+use crate::common::{TUN, quiet_host, spec};
+
+/// The tests here read a process-wide counter: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Options whose launches share one network namespace, as a request's do.
+fn in_request(ws: &Path) -> LaunchOptions {
+    let mut opts = LaunchOptions::new(ws);
+    custodian::__bench::share_one_network(&mut opts);
+    opts
+}
+
+/// `sh -c script` under `workspace-write` in `opts`; with whether it ran
+/// in a prepared sandbox.
+async fn launch(opts: &LaunchOptions, script: &str) -> (Arc<Evidence>, bool) {
+    let inv = Invocation::validate(
+        spec("sh", &["-c", script])
+            .with_timeout(Duration::from_secs(20))
+            .with_tunables(TUN)
+            .with_confinement(Confinement::workspace_write()),
+    )
+    .expect("valid invocation");
+    let before = custodian::__bench::prepared_launches();
+    let ev = run(inv, opts).await.expect("the launch runs");
+    let prepared = custodian::__bench::prepared_launches() > before;
+    (ev, prepared)
+}
+
+/// Where this host cannot prepare sandboxes, says why.
+fn can_prepare() -> bool {
+    if !is_root() {
+        skipped!("prepared sandboxes are a root launcher's (the request network is entered)");
+        return false;
+    }
+    if custodian::confine::landlock_abi() == 0 {
+        skipped!("the kernel has no Landlock");
+        return false;
+    }
+    true
+}
+
+const ATTACK: &str = r#"grep CapEff /proc/self/status
+mknod "$TMPDIR/d" c 1 3 2>/dev/null && echo MADE
+ls /proc | grep -c '^[0-9]'
+echo x > .custodian/probe 2>/dev/null && echo WROTE_INTERNAL
+echo x > .git/hooks/post-commit 2>/dev/null && echo WROTE_HOOK
+echo x > .git/config 2>/dev/null && echo WROTE_CONFIG
+echo ok > out-$$ && echo WORKSPACE"#;
+
+fn assert_contained(ev: &Evidence, ws: &Path) {
+    let out = &ev.stdout.text;
+    assert!(out.contains("CapEff:\t0000000000000000"), "{ev:?}");
+    for bad in ["MADE", "WROTE_INTERNAL", "WROTE_HOOK", "WROTE_CONFIG"] {
+        assert!(!out.contains(bad), "{bad}: {ev:?}");
+    }
+    assert!(out.contains("WORKSPACE"), "{ev:?}");
+    let procs: usize = out
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(procs < 10, "{procs} processes visible: {ev:?}");
+    assert!(!ws.join(".git/hooks/post-commit").exists());
+    assert!(!ws.join(".custodian/probe").exists());
+}
+
+fn git_dir(ws: &Path) {
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(ws.join(".custodian")).unwrap();
+}
+
+#[tokio::test]
+async fn a_requests_later_launches_run_prepared_and_stay_confined() {
+    let _quiet = quiet_host();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_prepare() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path();
+    git_dir(ws);
+    let opts = in_request(ws);
+    let mut prepared = Vec::new();
+    for _ in 0..5 {
+        let (ev, p) = launch(&opts, ATTACK).await;
+        assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+        assert_contained(&ev, ws);
+        prepared.push(p);
+    }
+    // The first two compose their own; the second prepares the third's,
+    // and each prepared one the next.
+    assert_eq!(prepared, [false, false, true, true, true]);
+    // A launch that is not the request's composes its own.
+    let (ev, p) = launch(&LaunchOptions::new(ws), ATTACK).await;
+    assert_contained(&ev, ws);
+    assert!(!p);
+}
+
+#[tokio::test]
+async fn a_protected_path_made_after_the_preparation_is_protected() {
+    let _quiet = quiet_host();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_prepare() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path();
+    let opts = in_request(ws);
+    for _ in 0..2 {
+        launch(&opts, "true").await;
+    }
+    // The third launch's sandbox is prepared for a workspace without
+    // `.git`; the host makes one before the launch.
+    std::thread::sleep(Duration::from_millis(50));
+    git_dir(ws);
+    let (ev, p) = launch(&opts, ATTACK).await;
+    assert!(!p, "a sandbox prepared for another view served: {ev:?}");
+    assert_contained(&ev, ws);
+    // The next one is prepared with `.git` in its view.
+    let (ev, p) = launch(&opts, ATTACK).await;
+    assert!(p, "{ev:?}");
+    assert_contained(&ev, ws);
+}
+
+#[tokio::test]
+async fn a_protected_path_replaced_after_the_preparation_is_protected() {
+    let _quiet = quiet_host();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_prepare() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path();
+    git_dir(ws);
+    let opts = in_request(ws);
+    for _ in 0..3 {
+        launch(&opts, "true").await;
+    }
+    // The fourth launch's sandbox is prepared (the third ran prepared and
+    // prepared it): its read-only mount sits on the `.git/hooks` of now.
+    // The host replaces the directory (the same path, another inode),
+    // which takes that mount away in the sandbox.
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::rename(ws.join(".git/hooks"), ws.join("hooks.old")).unwrap();
+    std::fs::create_dir(ws.join(".git/hooks")).unwrap();
+    let (ev, p) = launch(&opts, ATTACK).await;
+    assert!(!p, "a stale prepared sandbox served: {ev:?}");
+    assert_contained(&ev, ws);
+    // The workspace itself replaced: the same check on its copy.
+    for _ in 0..1 {
+        launch(&opts, "true").await;
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let moved = tempfile::tempdir_in("/var/tmp").unwrap();
+    let old = moved.path().join("old");
+    std::fs::rename(ws, &old).unwrap();
+    std::fs::create_dir(ws).unwrap();
+    git_dir(ws);
+    let (ev, p) = launch(&opts, "echo new > here").await;
+    assert!(!p, "a stale prepared sandbox served: {ev:?}");
+    assert!(ws.join("here").exists(), "{ev:?}");
+    assert!(!old.join("here").exists(), "{ev:?}");
+}
+
+#[tokio::test]
+async fn a_host_socket_bound_again_after_the_preparation_is_masked() {
+    let _quiet = quiet_host();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_prepare() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    let sock = outside.path().join("s.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let opts = in_request(ws);
+    let probe = format!(
+        "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(\"CONNECTED\")' {} 2>&1 || echo REFUSED",
+        sock.display()
+    );
+    for _ in 0..3 {
+        let (ev, _) = launch(&opts, &probe).await;
+        assert!(ev.stdout.text.contains("REFUSED"), "{ev:?}");
+    }
+    // The host binds the path again (another inode): the prepared
+    // sandbox's mask was on the old one.
+    std::thread::sleep(Duration::from_millis(50));
+    drop(listener);
+    std::fs::remove_file(&sock).unwrap();
+    let _listener = UnixListener::bind(&sock).unwrap();
+    let (ev, p) = launch(&opts, &probe).await;
+    assert!(!p, "a stale prepared sandbox served: {ev:?}");
+    assert!(ev.stdout.text.contains("REFUSED"), "{ev:?}");
+    assert!(!ev.stdout.text.contains("CONNECTED"), "{ev:?}");
+    // Its successor, prepared with the new socket, masks it too.
+    let (ev, p) = launch(&opts, &probe).await;
+    assert!(p, "{ev:?}");
+    assert!(ev.stdout.text.contains("REFUSED"), "{ev:?}");
+}
+
+/// The processes on the host whose network namespace is `ns`.
+fn in_namespace(ns: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("ns/net")).is_ok_and(|l| l.to_string_lossy() == ns)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn an_unused_prepared_sandbox_goes_with_its_request() {
+    let _quiet = quiet_host();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_prepare() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = in_request(dir.path());
+    let mut ns = String::new();
+    for _ in 0..3 {
+        let (ev, _) = launch(&opts, "readlink /proc/self/ns/net").await;
+        ns = ev.stdout.text.trim().to_owned();
+    }
+    // The fourth launch's sandbox waits in the request's namespace.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while in_namespace(&ns).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!in_namespace(&ns).is_empty(), "no sandbox prepared in {ns}");
+    drop(opts);
+    assert_eq!(in_namespace(&ns), Vec::<u32>::new(), "left in {ns}");
+}
