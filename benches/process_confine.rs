@@ -24,7 +24,12 @@
 //! in one network namespace shared by all its launches
 //! (`custodian::__bench::share_one_network`), as a request's launches are:
 //! the namespace is made once and entered by each launch, none is made per
-//! launch, not even off its path.
+//! launch, not even off its path; from its third launch on, each runs in
+//! a sandbox prepared while the one before ran (`process::spawn`, *A
+//! prepared sandbox*). The last variant is the same request with
+//! prepared sandboxes turned off
+//! (`custodian::__bench::set_prepared_sandboxes`): every launch composes
+//! its own view.
 
 use std::time::{Duration, Instant};
 
@@ -76,7 +81,7 @@ fn main() {
     // (name, confinement, spare network namespaces on, the sandbox's mount
     // namespace held past its init's exit, one network namespace shared by
     // every launch)
-    let variants: [(&str, Confinement, bool, bool, bool); 10] = [
+    let variants: [(&str, Confinement, bool, bool, bool); 11] = [
         ("unconfined", Confinement::none(), true, true, false),
         (
             "network off",
@@ -135,11 +140,28 @@ fn main() {
             true,
             true,
         ),
+        (
+            "the same, no prepared sandbox",
+            Confinement::workspace_write(),
+            true,
+            true,
+            true,
+        ),
     ];
-    let once = |(_, c, spares, hold, shared): &(&str, Confinement, bool, bool, bool)| {
+    let mut in_request_cold = opts.clone();
+    custodian::__bench::share_one_network(&mut in_request_cold);
+    let last = variants.len() - 1;
+    let once = |(name, c, spares, hold, shared): &(&str, Confinement, bool, bool, bool)| {
         custodian::__bench::set_netns_spares(*spares);
         custodian::__bench::set_hold_mount_ns(*hold);
-        once(&rt, if *shared { &in_request } else { &opts }, c)
+        let cold = *name == variants[last].0;
+        custodian::__bench::set_prepared_sandboxes(!cold);
+        let opts = match (*shared, cold) {
+            (false, _) => &opts,
+            (true, false) => &in_request,
+            (true, true) => &in_request_cold,
+        };
+        once(&rt, opts, c)
     };
     if let Some(k) = std::env::var("CONFINE_ONLY")
         .ok()
