@@ -67,6 +67,20 @@ pub(crate) struct SharedNetwork {
 }
 
 impl SharedNetwork {
+    /// Kills (and reaps) the sandbox prepared for the next launch, if
+    /// one is: the request launches nothing more.
+    pub(crate) fn discard_spare(&self) {
+        if let Some(Some(net)) = self.ns.get() {
+            let spare = net
+                .spare
+                .held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            drop(spare);
+        }
+    }
+
     /// The namespace, made on the first call.
     fn get(&self) -> Option<Arc<crate::confine::build::SharedNet>> {
         self.ns
@@ -644,7 +658,7 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         other => other,
     })?;
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    if let Some((shared, plan)) = next {
+    if let Some((shared, plan)) = next.filter(|(s, _)| super::spawn::slot_free(&s.spare)) {
         if let Ok(containment::Plan::Cgroup(cgroup)) =
             containment::cgroup(options.cgroup_parent.as_deref())
         {
@@ -704,11 +718,20 @@ fn prepare_spares(
     if !eligible || shared.user.is_some() {
         return (None, None);
     }
-    let Some(plan) = super::spawn::SparePlan::of(view, c.program()) else {
+    let parent = match options
+        .cgroup_parent
+        .as_deref()
+        .map(crate::contain::Cgroup::id)
+    {
+        None => 0,
+        Some(Ok(id)) => id,
+        Some(Err(_)) => return (None, None),
+    };
+    let Some(plan) = super::spawn::SparePlan::of(view, c.program(), parent) else {
         return (None, None);
     };
     let mut cgroup = None;
-    if let Some(mut spare) = super::spawn::take_prepared(&shared.spare, view, c.program()) {
+    if let Some(mut spare) = super::spawn::take_prepared(&shared.spare, view, c.program(), parent) {
         cgroup = spare.take_cgroup();
         *c.spare().lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
     }

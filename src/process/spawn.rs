@@ -129,8 +129,10 @@
 //! would cost an RCU grace period, milliseconds, whenever migrations are
 //! rare). It composes the view as planned for this launch, marks itself
 //! ready and sleeps on a futex. Nothing waits for it. It is the request's
-//! (`confine::build::SharedNet::spare`), one at a time, and goes with the
-//! request's network namespace (killed, and reaped, if unused).
+//! (`confine::build::SharedNet::spare`), one at a time, for a launch
+//! beneath the same request cgroup; unused, it is killed and reaped when
+//! the request stops (`request::barrier`, before the request's cgroup is
+//! looked at) or with the request's network namespace.
 //!
 //! The next launch plans its view as always, from the host as it is then
 //! (the sockets bound, the protected paths that exist), and takes the
@@ -346,7 +348,7 @@ pub(crate) struct Spawned {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::IsolatedInit;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{SparePlan, prepare_next, take_prepared};
+pub(crate) use imp::{SparePlan, prepare_next, slot_free, take_prepared};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::{
     prepare_handoff, prepared_launches, set_handoff, set_hold_mount_ns, set_prepared,
@@ -4184,6 +4186,9 @@ mod imp {
         uid_map: Vec<u8>,
         gid_map: Vec<u8>,
         worker: &'static FilteringSpawner,
+        /// The id of the cgroup its cgroup is made beneath (the
+        /// request's), or 0 for the base.
+        parent: u64,
     }
 
     impl SparePlan {
@@ -4194,6 +4199,7 @@ mod imp {
         pub(crate) fn of(
             view: &View,
             program: Option<&'static [seccompiler::sock_filter]>,
+            parent: u64,
         ) -> Option<SparePlan> {
             if PREPARED_OFF.load(Ordering::Relaxed)
                 || !view.new_net
@@ -4210,17 +4216,20 @@ mod imp {
                 uid_map: view.uid_map.clone(),
                 gid_map: view.gid_map.clone(),
                 worker,
+                parent,
             })
         }
     }
 
     /// The sandbox prepared in `slot` for a launch of `view` under the
-    /// seccomp `program`, once its view is composed; `None` if there is
-    /// none, or it was prepared for another view (it is killed then).
+    /// seccomp `program` beneath the cgroup `parent` ([`SparePlan::of`]),
+    /// once its view is composed and while its init lives; `None` if there
+    /// is none, or it was prepared for another launch (it is killed then).
     pub(crate) fn take_prepared(
         slot: &crate::confine::build::SpareSlot,
         view: &View,
         program: Option<&'static [seccompiler::sock_filter]>,
+        parent: u64,
     ) -> Option<Box<SpareSandbox>> {
         let spare = slot
             .held
@@ -4230,8 +4239,20 @@ mod imp {
             .downcast::<SpareSandbox>()
             .ok()?;
         let worker = program.and_then(FilteringSpawner::get)?;
-        (!PREPARED_OFF.load(Ordering::Relaxed) && spare.fits(view, worker) && spare.ready())
-            .then_some(spare)
+        (!PREPARED_OFF.load(Ordering::Relaxed)
+            && spare.state.parent == parent
+            && spare.fits(view, worker)
+            && spare.ready()
+            && spare.alive())
+        .then_some(spare)
+    }
+
+    /// Whether `slot` holds no prepared sandbox (one may be prepared).
+    pub(crate) fn slot_free(slot: &crate::confine::build::SpareSlot) -> bool {
+        slot.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// Queues the preparation of a sandbox in `slot` (nothing if it holds
@@ -4279,6 +4300,8 @@ mod imp {
         used: bool,
         /// The cgroup its init was cloned into (its id).
         cgroup_id: u64,
+        /// See [`SparePlan::parent`].
+        parent: u64,
     }
 
     impl SpareSandbox {
@@ -4310,6 +4333,7 @@ mod imp {
                 uid_map: view.uid_map,
                 gid_map: view.gid_map,
                 program: worker,
+                parent: view.parent,
                 cgroup_id,
                 raw: Vec::new(),
                 fds: vec![-1; view.slots],
@@ -4416,6 +4440,25 @@ mod imp {
                 && st.writable_fresh == view.writable_fresh
                 && st.uid_map == view.uid_map
                 && st.gid_map == view.gid_map
+        }
+
+        /// Whether its init has not exited (a request's cleanup may have
+        /// killed it with everything in the request's cgroup).
+        fn alive(&self) -> bool {
+            use rustix::process::{WaitId, WaitIdOptions, waitid};
+            let fd = self.state.pidfd.load(Ordering::Acquire);
+            if fd < 0 {
+                return false;
+            }
+            // SAFETY: the kernel stored a pidfd this box owns.
+            let pidfd = unsafe { BorrowedFd::borrow_raw(fd) };
+            matches!(
+                waitid(
+                    WaitId::PidFd(pidfd),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+                ),
+                Ok(None)
+            )
         }
 
         /// Waits until the view is composed: `false` if the clone or the

@@ -39,6 +39,10 @@ pub(crate) struct RequestBarrier {
 #[derive(Debug, Default)]
 struct Procs {
     closed: bool,
+    /// The network namespace the request's launches shared, whose
+    /// prepared sandbox (if any) goes when the request stops, before its
+    /// cgroup is looked at (`process::spawn`, *A prepared sandbox*).
+    network: Option<Arc<crate::process::SharedNetwork>>,
     list: Vec<Running>,
 }
 
@@ -85,6 +89,9 @@ impl RequestBarrier {
                     .map_err(|e| ScopeLaunchError::Launch(LaunchError::Workspace(e)))?;
             }
         }
+        if procs.network.is_none() {
+            procs.network.clone_from(&options.network);
+        }
         let running = crate::process::launch(invocation, &options)
             .map_err(|e| ScopeLaunchError::Launch(LaunchError::Process(e)))?;
         procs.list.push(running.clone());
@@ -104,6 +111,11 @@ impl RequestBarrier {
         let list = {
             let mut procs = lock(&self.procs);
             procs.closed = true;
+            // Nothing is launched any more: a sandbox prepared for a next
+            // launch is killed now, not found in the request's cgroup.
+            if let Some(network) = procs.network.take() {
+                network.discard_spare();
+            }
             procs.list.clone()
         };
         let mut active = 0;
