@@ -628,3 +628,82 @@ async fn a_runtime_without_job_namespaces_launches_stops_and_leaves_its_root_as_
     assert!(runtime.shutdown().await.is_empty());
     assert!(second.shutdown().await.is_empty());
 }
+
+/// The processes on the host whose network namespace is `ns`.
+fn in_network_namespace(ns: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let link = std::fs::read_link(e.path().join("ns/net")).ok()?;
+            (link.to_string_lossy() == ns).then_some(pid)
+        })
+        .collect()
+}
+
+/// A request's later isolated launches run in sandboxes prepared while the
+/// one before ran (`process::spawn`, *A prepared sandbox*; as root). The
+/// one prepared for a launch that never comes goes when the request
+/// stops, before its cgroup is looked at: the cleanup is clean and nothing
+/// is left in the request's network namespace.
+#[tokio::test]
+#[ignore = "run by runtime_bodies_in_a_private_mount_namespace"]
+async fn a_requests_prepared_sandbox_goes_with_it_and_its_cleanup_is_clean() {
+    if custodian::confine::landlock_abi() == 0 {
+        skipped!("the kernel has no Landlock");
+        return;
+    }
+    let root_user = rustix::process::geteuid().is_root();
+    let dir = tempfile::tempdir_in(scratch()).unwrap();
+    let runtime = Runtime::open(RuntimeConfig::new(dir.path())).unwrap();
+    let request = runtime
+        .start(RequestId::new("prepared-1").unwrap())
+        .unwrap();
+    let executor = request.executor();
+    executor.open_workspace().await.unwrap();
+    let before = custodian::__bench::prepared_launches();
+    let mut ns = String::new();
+    for _ in 0..4 {
+        let Some(ev) = confined_sh(
+            &executor,
+            "readlink /proc/self/ns/net; grep CapEff /proc/self/status",
+            Some(Confinement::workspace_write()),
+        )
+        .await
+        else {
+            return;
+        };
+        assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+        assert!(
+            ev.stdout.text.contains("CapEff:\t0000000000000000"),
+            "{ev:?}"
+        );
+        ns = ev.stdout.text.lines().next().unwrap().to_owned();
+    }
+    if root_user {
+        assert!(
+            custodian::__bench::prepared_launches() - before >= 2,
+            "the third and fourth launches were not prepared"
+        );
+        // The fifth launch's sandbox waits in the request's namespace.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while in_network_namespace(&ns).is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !in_network_namespace(&ns).is_empty(),
+            "nothing waits in {ns}"
+        );
+    }
+    executor.succeed();
+    let c = tokio::time::timeout(Duration::from_secs(20), request.finished())
+        .await
+        .unwrap();
+    let cleanup = c.cleanup.clone().unwrap();
+    assert!(cleanup.is_clean(), "{c:?}");
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["result"]["cleanup"]["status"], "cleaned", "{json}");
+    assert_eq!(in_network_namespace(&ns), Vec::<u32>::new(), "left in {ns}");
+    runtime.shutdown().await;
+}
