@@ -635,6 +635,17 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         None => (None, None, None),
     };
     let (slave, master_reader) = terminal.unzip();
+    // The next launch's sandbox is queued before this one starts: its
+    // clone and view are composed while this launch's program runs.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if let Some((shared, plan)) = next.filter(|(s, _)| super::spawn::slot_free(&s.spare)) {
+        if let Ok(containment::Plan::Cgroup(cgroup)) =
+            containment::cgroup(options.cgroup_parent.as_deref())
+        {
+            use std::os::fd::AsFd;
+            super::spawn::prepare_next(&shared.spare, plan, shared.net.as_fd(), cgroup);
+        }
+    }
     let running = driver::spawn(
         &runtime,
         invocation,
@@ -657,15 +668,6 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
         ProcessError::Spawn { source, .. } => classify_spawn(&given, bare, &resolved, source),
         other => other,
     })?;
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    if let Some((shared, plan)) = next.filter(|(s, _)| super::spawn::slot_free(&s.spare)) {
-        if let Ok(containment::Plan::Cgroup(cgroup)) =
-            containment::cgroup(options.cgroup_parent.as_deref())
-        {
-            use std::os::fd::AsFd;
-            super::spawn::prepare_next(&shared.spare, plan, shared.net.as_fd(), cgroup);
-        }
-    }
     // The child has its copy of the read end; ours must go, or a write
     // after the process closed stdin would block instead of failing. The
     // same for a terminal's slave: the master reads end-of-file (EIO) only
@@ -693,9 +695,9 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
 /// sandbox*), as root in a request's network namespace with the network
 /// off, under the cgroup tier, not in a terminal: the sandbox prepared for
 /// it if one fits its view (moved into `confine`, with its cgroup
-/// returned for the launch), and what to prepare the next launch's from
-/// once it runs (from the request's second launch on: most requests
-/// launch once).
+/// returned for the launch), and what to prepare the next launch's from,
+/// queued before this one starts (from the request's second launch on:
+/// most requests launch once).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn prepare_spares(
     options: &LaunchOptions,

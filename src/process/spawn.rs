@@ -120,8 +120,8 @@
 //! namespaces' clone, the id maps, some 40 mount steps). From a request's
 //! second isolated launch with the network off (as root: its network
 //! namespace entered by the spawner thread; not for a terminal, a network
-//! `allow` or a large descriptor table), each launch, once its program
-//! runs, queues the clone of the *next* launch's sandbox: an init in new
+//! `allow` or a large descriptor table), each launch, before it starts,
+//! queues the clone of the *next* launch's sandbox: an init in new
 //! user, pid, mount, ipc and uts namespaces inside the request's network
 //! namespace, cloned with `CLONE_VM` and `CLONE_FILES` (it shares this
 //! process's memory and descriptor table) into a cgroup made for the next
