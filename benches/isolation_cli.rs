@@ -14,7 +14,12 @@
 //!    p50 and p99 per window of 1000 (a flat p99 means teardown does not
 //!    accumulate: network namespaces are released asynchronously by the
 //!    kernel), and the mounts and network namespaces of this process and of
-//!    the host before and after (none may be left behind).
+//!    the host before and after (none may be left behind). Then the same
+//!    again as one request's launches (`custodian::__bench::
+//!    share_one_network`), which from the third on run in sandboxes
+//!    prepared while the one before ran (`process::spawn`, *A prepared
+//!    sandbox*); its counts are taken once the request's options (and the
+//!    sandbox prepared for a launch that never came) are gone.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,16 +122,23 @@ fn cli_vs_bwrap(rounds: usize) {
     }
 }
 
-fn soak(n: usize) {
+fn soak(n: usize, in_request: bool) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
-    let opts = LaunchOptions::new(ws.path());
+    let mut opts = LaunchOptions::new(ws.path());
+    if in_request {
+        custodian::__bench::share_one_network(&mut opts);
+    }
     let (mounts0, nets0) = (mounts(), net_namespaces());
+    let prepared0 = custodian::__bench::prepared_launches();
     let mut window = Vec::with_capacity(1000);
-    println!("teardown soak: {n} sequential isolated launches of /bin/true");
+    println!(
+        "teardown soak: {n} sequential isolated launches of /bin/true{}",
+        if in_request { ", one request's" } else { "" }
+    );
     println!("  window      p50 us     p99 us");
     for i in 0..n {
         let inv = Invocation::validate(
@@ -149,6 +161,11 @@ fn soak(n: usize) {
             window.clear();
         }
     }
+    let prepared = custodian::__bench::prepared_launches() - prepared0;
+    drop(opts);
+    if in_request {
+        println!("  launches in a prepared sandbox: {prepared}");
+    }
     // Give the kernel's asynchronous network-namespace cleanup a moment.
     std::thread::sleep(Duration::from_secs(2));
     println!(
@@ -160,5 +177,6 @@ fn soak(n: usize) {
 
 fn main() {
     cli_vs_bwrap(env_usize("ISO_CLI_ROUNDS", 300));
-    soak(env_usize("ISO_SOAK", 10_000));
+    soak(env_usize("ISO_SOAK", 10_000), false);
+    soak(env_usize("ISO_SOAK", 10_000), true);
 }
