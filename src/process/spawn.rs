@@ -119,10 +119,10 @@
 //! Composing a view is most of an isolated launch's own cost (the
 //! namespaces' clone, the id maps, some 40 mount steps). From a request's
 //! second isolated launch with the network off (as root: its network
-//! namespace entered by the spawner thread; not for a terminal, a network
-//! `allow` or a large descriptor table), each launch, before it starts,
-//! queues the clone of the *next* launch's sandbox: an init in new
-//! user, pid, mount, ipc and uts namespaces inside the request's network
+//! namespace entered by the spawner thread; not for a terminal or a
+//! network `allow`), each launch, before it starts, queues the clone of
+//! the *next* launch's sandbox: an init in new user, pid, mount, ipc and
+//! uts namespaces inside the request's network
 //! namespace, cloned with `CLONE_VM` and `CLONE_FILES` (it shares this
 //! process's memory and descriptor table) into a cgroup made for the next
 //! launch (`CLONE_INTO_CGROUP`: moving a process between cgroups later
@@ -3779,15 +3779,15 @@ mod imp {
             .and_then(|s| s.lock().unwrap_or_else(|e| e.into_inner()).take())
             .and_then(|b| b.downcast::<SpareSandbox>().ok());
         if let Some(spare) = taken {
+            // The stdio sources are ≥ 3 or on their targets already
+            // (`lift`); the rulesets must survive the stdio `dup2`s. The
+            // init copies the whole table, as a composed launch's clone
+            // does without the hand-off.
             let usable = parts
                 .filtering
                 .is_some_and(|w| std::ptr::eq(w, spare.state.program))
                 && !spec.terminal
-                && parts
-                    .stdio
-                    .iter()
-                    .chain([&parts.landlock, &nest])
-                    .all(|&f| f > 2 && f < LARGE_TABLE);
+                && [parts.landlock, nest].iter().all(|&f| f == -1 || f > 2);
             if usable {
                 match spawn_prepared(*spare, spec, &iso, &parts, nest) {
                     Ok(spawned) => {
