@@ -54,6 +54,17 @@ async fn launch(opts: &LaunchOptions, script: &str) -> (Arc<Evidence>, bool) {
     (ev, prepared)
 }
 
+/// The host quiet and this module's tests one at a time, where this host
+/// can prepare sandboxes; `None` (with the reason printed) otherwise.
+fn one_at_a_time() -> Option<(
+    std::sync::RwLockReadGuard<'static, ()>,
+    std::sync::MutexGuard<'static, ()>,
+)> {
+    let quiet = quiet_host();
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    can_prepare().then_some((quiet, one))
+}
+
 /// Where this host cannot prepare sandboxes, says why.
 fn can_prepare() -> bool {
     if !is_root() {
@@ -100,11 +111,9 @@ fn git_dir(ws: &Path) {
 
 #[tokio::test]
 async fn a_requests_later_launches_run_prepared_and_stay_confined() {
-    let _quiet = quiet_host();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_prepare() {
+    let Some(_guards) = one_at_a_time() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let ws = dir.path();
     git_dir(ws);
@@ -127,11 +136,9 @@ async fn a_requests_later_launches_run_prepared_and_stay_confined() {
 
 #[tokio::test]
 async fn a_protected_path_made_after_the_preparation_is_protected() {
-    let _quiet = quiet_host();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_prepare() {
+    let Some(_guards) = one_at_a_time() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let ws = dir.path();
     let opts = in_request(ws);
@@ -153,11 +160,9 @@ async fn a_protected_path_made_after_the_preparation_is_protected() {
 
 #[tokio::test]
 async fn a_protected_path_replaced_after_the_preparation_is_protected() {
-    let _quiet = quiet_host();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_prepare() {
+    let Some(_guards) = one_at_a_time() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let ws = dir.path();
     git_dir(ws);
@@ -193,11 +198,9 @@ async fn a_protected_path_replaced_after_the_preparation_is_protected() {
 
 #[tokio::test]
 async fn a_host_socket_bound_again_after_the_preparation_is_masked() {
-    let _quiet = quiet_host();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_prepare() {
+    let Some(_guards) = one_at_a_time() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let ws = dir.path();
     let outside = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -245,11 +248,9 @@ fn in_namespace(ns: &str) -> Vec<u32> {
 
 #[tokio::test]
 async fn an_unused_prepared_sandbox_goes_with_its_request() {
-    let _quiet = quiet_host();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !can_prepare() {
+    let Some(_guards) = one_at_a_time() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let opts = in_request(dir.path());
     let mut ns = String::new();
@@ -265,4 +266,39 @@ async fn an_unused_prepared_sandbox_goes_with_its_request() {
     assert!(!in_namespace(&ns).is_empty(), "no sandbox prepared in {ns}");
     drop(opts);
     assert_eq!(in_namespace(&ns), Vec::<u32>::new(), "left in {ns}");
+}
+
+#[tokio::test]
+async fn a_launch_from_a_large_descriptor_table_runs_prepared_with_only_its_stdio() {
+    let Some(_guards) = one_at_a_time() else {
+        return;
+    };
+    // Hundreds of descriptors open in this process (not close-on-exec):
+    // the launch's pipes are numbered high, and none of these may reach
+    // the program.
+    let held: Vec<std::os::fd::OwnedFd> = (0..300)
+        .map(|_| {
+            rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDONLY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = in_request(dir.path());
+    let mut prepared = Vec::new();
+    for _ in 0..4 {
+        let (ev, p) = launch(&opts, "echo hello; ls /proc/self/fd | wc -l").await;
+        assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+        let mut lines = ev.stdout.text.lines();
+        assert_eq!(lines.next(), Some("hello"), "{ev:?}");
+        let open: usize = lines.next().unwrap().trim().parse().unwrap();
+        // 0, 1, 2 and the one `ls` reads the directory through.
+        assert!(open <= 4, "{open} descriptors in the program: {ev:?}");
+        prepared.push(p);
+    }
+    assert_eq!(prepared, [false, false, true, true]);
+    drop(held);
 }
