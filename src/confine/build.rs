@@ -70,13 +70,28 @@ pub(crate) struct SharedNet {
     pub(crate) user: Option<OwnedFd>,
 }
 
-/// The slot of [`SharedNet::spare`]: what is prepared, and how many of
-/// the request's launches asked (the first prepares nothing: most
-/// requests launch once).
-#[derive(Default)]
+/// The slot of [`SharedNet::spare`]: what is prepared, and the request
+/// cgroup (its id; 0: none) of the last launch that looked. A launch
+/// prepares the next only when the one before was beneath the same
+/// cgroup (the same request): the first launch of a request prepares
+/// nothing (most requests launch once), however many requests share the
+/// namespace (an MCP session's).
 pub(crate) struct SpareSlot {
     pub(crate) held: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
-    pub(crate) launches: std::sync::atomic::AtomicU32,
+    pub(crate) last_parent: std::sync::atomic::AtomicU64,
+    /// How many sandboxes were queued here (for the tests).
+    pub(crate) queued: std::sync::atomic::AtomicU64,
+}
+
+impl Default for SpareSlot {
+    fn default() -> Self {
+        SpareSlot {
+            held: std::sync::Mutex::new(None),
+            // No launch yet: matches no cgroup's id, nor 0.
+            last_parent: std::sync::atomic::AtomicU64::new(u64::MAX),
+            queued: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
 }
 
 impl std::fmt::Debug for SpareSlot {

@@ -97,6 +97,11 @@ impl SharedNetwork {
 
 #[cfg(test)]
 impl SharedNetwork {
+    /// The namespace, if a launch made it.
+    pub(crate) fn namespace(&self) -> Option<&crate::confine::build::SharedNet> {
+        self.ns.get().and_then(|n| n.as_deref())
+    }
+
     /// One whose namespace is `ns` (`None`: each launch has its own).
     pub(crate) fn with(ns: Option<crate::confine::build::SharedNet>) -> Self {
         let made = SharedNetwork::default();
@@ -737,12 +742,11 @@ fn prepare_spares(
         cgroup = spare.take_cgroup();
         *c.spare().lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
     }
-    let again = cgroup.is_some()
-        || shared
-            .spare
-            .launches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            >= 1;
+    let before = shared
+        .spare
+        .last_parent
+        .swap(parent, std::sync::atomic::Ordering::Relaxed);
+    let again = cgroup.is_some() || before == parent;
     (cgroup, again.then_some((shared, plan)))
 }
 

@@ -119,20 +119,22 @@
 //! Composing a view is most of an isolated launch's own cost (the
 //! namespaces' clone, the id maps, some 40 mount steps). From a request's
 //! second isolated launch with the network off (as root: its network
-//! namespace entered by the spawner thread; not for a terminal or a
-//! network `allow`), each launch, before it starts, queues the clone of
-//! the *next* launch's sandbox: an init in new user, pid, mount, ipc and
-//! uts namespaces inside the request's network
-//! namespace, cloned with `CLONE_VM` and `CLONE_FILES` (it shares this
-//! process's memory and descriptor table) into a cgroup made for the next
-//! launch (`CLONE_INTO_CGROUP`: moving a process between cgroups later
-//! would cost an RCU grace period, milliseconds, whenever migrations are
-//! rare). It composes the view as planned for this launch, marks itself
-//! ready and sleeps on a futex. Nothing waits for it. It is the request's
+//! namespace entered by the spawner thread; not for a terminal or a network
+//! `allow`), each launch, before it starts, queues the clone of the *next*
+//! launch's sandbox: an init in new user, pid, mount, ipc and uts
+//! namespaces inside the request's network namespace, cloned with
+//! `CLONE_VM` and `CLONE_FILES` (it shares this process's memory and
+//! descriptor table) into a cgroup made for the next launch
+//! (`CLONE_INTO_CGROUP`: moving a process between cgroups later would cost
+//! an RCU grace period, milliseconds, whenever migrations are rare). It
+//! composes the view as planned for this launch, marks itself ready and
+//! sleeps on a futex. Nothing waits for it. It is the request's
 //! (`confine::build::SharedNet::spare`), one at a time, for a launch
-//! beneath the same request cgroup; unused, it is killed and reaped when
-//! the request stops (`request::barrier`, before the request's cgroup is
-//! looked at) or with the request's network namespace.
+//! beneath the same request cgroup (a launch prepares only when the one
+//! before in the namespace was its request's: requests sharing it, an MCP
+//! session's, prepare nothing for each other); unused, it is killed and
+//! reaped when the request stops (`request::barrier`, before the request's
+//! cgroup is looked at) or with the request's network namespace.
 //!
 //! The next launch plans its view as always, from the host as it is then
 //! (the sockets bound, the protected paths that exist), and takes the
@@ -4418,6 +4420,7 @@ mod imp {
                 st.state.store(0, Ordering::Relaxed);
                 return;
             }
+            slot.queued.fetch_add(1, Ordering::Relaxed);
             *held = Some(Box::new(SpareSandbox {
                 state: st,
                 cgroup: Some(cgroup),
