@@ -200,6 +200,12 @@ fn made_now() -> Option<OwnedFd> {
     })
 }
 
+/// A namespace made now, whether the pool is on or off (tests).
+#[cfg(test)]
+pub(super) fn made_for_tests() -> Option<OwnedFd> {
+    made_now()
+}
+
 /// Turns the pool off for good (a launch could not enter a spare): later
 /// launches clone their network namespace.
 pub(super) fn turn_off() {

@@ -1107,3 +1107,75 @@ fn a_second_preparation_starts_nothing() {
     assert!(!super::prepare_isolation(true, None, true));
     assert!(!super::prepare_isolation(false, Some(1), false));
 }
+
+/// Requests that share one network namespace (an MCP session's) prepare
+/// nothing while their launches alternate: each launch is the first its
+/// request cgroup shows the slot. A request's second launch in a row
+/// prepares the next, which its third takes (and prepares the next).
+#[tokio::test]
+async fn requests_sharing_a_namespace_prepare_only_their_own_next_launch() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use crate::confine::Confinement;
+    use crate::process::{Invocation, InvocationSpec, LaunchOptions, SharedNetwork, run};
+
+    if !rustix::process::geteuid().is_root() || crate::confine::landlock_abi() == 0 {
+        eprintln!("skipped: prepared sandboxes are a root launcher's, with Landlock");
+        return;
+    }
+    let (Ok(a), Ok(b)) = (
+        crate::contain::request_cgroup(),
+        crate::contain::request_cgroup(),
+    ) else {
+        eprintln!("skipped: no request cgroups here");
+        return;
+    };
+    // Made here: another test may have turned the pool of spares off,
+    // and a request namespace made without it is owned by a user
+    // namespace of its own (where nothing is prepared).
+    let Some(ns) = super::netns::made_for_tests() else {
+        eprintln!("skipped: no network namespace can be made here");
+        return;
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let shared = Arc::new(SharedNetwork::with(Some(
+        crate::confine::build::SharedNet::new(ns, None),
+    )));
+    let options = |cg| {
+        let mut o = LaunchOptions::new(dir.path());
+        o.network = Some(Arc::clone(&shared));
+        o.cgroup_parent = Some(Arc::new(cg));
+        o
+    };
+    let (in_a, in_b) = (options(a), options(b));
+    async fn launch(
+        o: &LaunchOptions,
+    ) -> Result<Arc<crate::process::evidence::Evidence>, crate::process::ProcessError> {
+        let inv = Invocation::validate(
+            InvocationSpec::new("/bin/true").with_confinement(Confinement::workspace_write()),
+        )
+        .unwrap();
+        run(inv, o).await
+    }
+    let queued = || {
+        shared
+            .namespace()
+            .map_or(0, |n| n.spare.queued.load(Ordering::Relaxed))
+    };
+    for _ in 0..3 {
+        assert_eq!(launch(&in_a).await.unwrap().exit_code, Some(0));
+        assert_eq!(launch(&in_b).await.unwrap().exit_code, Some(0));
+    }
+    assert_eq!(queued(), 0, "alternating requests prepared a sandbox");
+    launch(&in_a).await.unwrap();
+    assert_eq!(queued(), 0, "the first launch after another request's");
+    launch(&in_a).await.unwrap();
+    assert_eq!(queued(), 1, "a request's second launch in a row prepares");
+    launch(&in_a).await.unwrap();
+    assert_eq!(queued(), 2, "the prepared launch prepares the next");
+    // The other request's launch neither takes nor keeps it.
+    launch(&in_b).await.unwrap();
+    assert_eq!(queued(), 2);
+    drop((in_a, in_b));
+}
