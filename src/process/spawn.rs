@@ -126,9 +126,14 @@
 //! `CLONE_VM` and `CLONE_FILES` (it shares this process's memory and
 //! descriptor table) into a cgroup made for the next launch
 //! (`CLONE_INTO_CGROUP`: moving a process between cgroups later would cost
-//! an RCU grace period, milliseconds, whenever migrations are rare). It
-//! composes the view as planned for this launch, marks itself ready and
-//! sleeps on a futex. Nothing waits for it. It is the request's
+//! an RCU grace period, milliseconds, whenever migrations are rare). A
+//! helper it clones with a descriptor table of its own (`compose`)
+//! writes the id maps and composes the view as planned for this launch:
+//! the descriptors that opens must not sit in the shared table, where
+//! another launch's copy of it would hold them (an id map's file held open
+//! for writing through the view's `/proc` made the host's read-only step
+//! fail `EBUSY` in 1.7 % of preparations). Then the init marks itself
+//! ready and sleeps on a futex. Nothing waits for it. It is the request's
 //! (`confine::build::SharedNet::spare`), one at a time, for a launch
 //! beneath the same request cgroup (a launch prepares only when the one
 //! before in the namespace was its request's: requests sharing it, an MCP
@@ -1580,10 +1585,25 @@ mod imp {
     ///
     /// `i` is the live [`IsolateArgs`] of this child.
     unsafe fn isolate_early(i: &IsolateArgs, terminal: bool) -> Result<(), (Stage, isize)> {
+        // SAFETY: as each part says.
+        unsafe {
+            isolate_ids(i)?;
+            isolate_session(i, terminal)?;
+            isolate_view(i)
+        }
+    }
+
+    /// The user namespace's id maps (none when joined: the request's user
+    /// namespace has them).
+    ///
+    /// # Safety
+    ///
+    /// `i` is the live [`IsolateArgs`] of a child in the new user
+    /// namespace.
+    unsafe fn isolate_ids(i: &IsolateArgs) -> Result<(), (Stage, isize)> {
         // SAFETY: the pointers and lengths were built by the parent for
         // exactly this and are kept alive until the release.
         unsafe {
-            // Joined: the request's user namespace has its maps already.
             if !i.joined.load(Ordering::Relaxed) {
                 let r = write_file(c"/proc/self/setgroups", b"deny".as_ptr(), 4);
                 if r < 0 && r != -(libc::ENOENT as isize) {
@@ -1598,6 +1618,19 @@ mod imp {
                     return Err((Stage::IdMap, r));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The init's death signal and its session (or, contained only, its
+    /// process group). Opens no descriptor.
+    ///
+    /// # Safety
+    ///
+    /// `i` is the live [`IsolateArgs`] of the sandbox's init.
+    unsafe fn isolate_session(i: &IsolateArgs, terminal: bool) -> Result<(), (Stage, isize)> {
+        // SAFETY: prctl, setpgid and setsid take integers.
+        unsafe {
             if i.death_signal {
                 let r = raw5(
                     libc::SYS_prctl as usize,
@@ -1622,6 +1655,22 @@ mod imp {
             if r < 0 {
                 return Err((Stage::Session, r));
             }
+        }
+        Ok(())
+    }
+
+    /// The view's steps, then the loopback and the proxy's listener.
+    /// `Err((stage, -errno))` on failure, with the view step's index
+    /// stored in `i.failed_step`.
+    ///
+    /// # Safety
+    ///
+    /// `i` is the live [`IsolateArgs`] of a child in the sandbox's
+    /// namespaces, with every capability of its user namespace.
+    unsafe fn isolate_view(i: &IsolateArgs) -> Result<(), (Stage, isize)> {
+        // SAFETY: the steps, the slots and their strings are the parent's,
+        // kept alive until the release.
+        unsafe {
             for k in 0..i.n_slots {
                 *i.fds.add(k) = -1;
             }
@@ -2366,6 +2415,84 @@ mod imp {
         true
     }
 
+    /// A prepared init's id maps and view, made by a helper it clones
+    /// (`CLONE_VM | CLONE_VFORK`, on `i.tool_stack`, unused until the
+    /// launch) without `CLONE_FILES`: the init shares this process's
+    /// descriptor table until its launch, and the descriptors a view's
+    /// composing opens (its copies of trees, the id maps' files, the
+    /// loopback's socket) must not be in it, where any copy of the table
+    /// made meanwhile (another launch's) would hold them. The helper shares
+    /// the init's namespaces, closes its copy of the table first and exits.
+    ///
+    /// # Safety
+    ///
+    /// `a` and `i` are the prepared init's live arguments; called by the
+    /// init, which must be single-threaded.
+    unsafe fn compose(a: &ChildArgs, i: &IsolateArgs) -> Result<(), (Stage, isize)> {
+        let mut h = zeroed_args();
+        h.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+        h.exit_signal = libc::SIGCHLD as u64;
+        (h.stack, h.stack_size) = i.tool_stack;
+        // SAFETY: the helper runs on its own stack, reads `a` (alive while
+        // the init lives) and never returns; the init waits for its exit.
+        let pid = unsafe { clone3(&mut h, compose_main, ptr::from_ref(a)) };
+        if pid < 0 {
+            return Err((Stage::Fork, pid));
+        }
+        loop {
+            let mut st: c_int = 0;
+            // SAFETY: wait4 writes one int on this stack.
+            let r = unsafe {
+                raw4(
+                    libc::SYS_wait4 as usize,
+                    pid as usize,
+                    (&raw mut st) as usize,
+                    WALL,
+                    0,
+                )
+            };
+            if r != -(libc::EINTR as isize) {
+                break;
+            }
+        }
+        match Stage::from_code(a.failed_stage.load(Ordering::Relaxed)) {
+            None => Ok(()),
+            Some(stage) => Err((stage, -(a.failed_errno.load(Ordering::Relaxed) as isize))),
+        }
+    }
+
+    /// The helper of [`compose`]: a table of its own, emptied; the id maps;
+    /// the view; its failure stored in `a`; exit.
+    ///
+    /// # Safety
+    ///
+    /// As [`compose`]; cloned by it.
+    unsafe extern "C" fn compose_main(args: *const ChildArgs) -> ! {
+        // SAFETY: the init keeps its arguments alive and waits.
+        let a = unsafe { &*args };
+        // SAFETY: as above; non-NULL for a prepared sandbox.
+        let i = unsafe { &*a.isolate };
+        // SAFETY: close_range takes integers and acts on this process's
+        // own table (a copy: no CLONE_FILES).
+        unsafe { raw4(libc::SYS_close_range as usize, 0, u32::MAX as usize, 0, 0) };
+        // SAFETY: raw system calls on the init's live arguments.
+        if let Err((stage, r)) = unsafe { isolate_ids(i).and_then(|()| isolate_view(i)) } {
+            a.failed_errno
+                .store((r as i32).wrapping_neg(), Ordering::Relaxed);
+            a.failed_stage.store(stage.code(), Ordering::Relaxed);
+            exit_127()
+        }
+        // SAFETY: exit_group takes one integer and does not return.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                in("rax") libc::SYS_exit_group,
+                in("rdi") 0,
+                options(noreturn, nostack),
+            );
+        }
+    }
+
     /// The init of a prepared sandbox (module docs, *A prepared
     /// sandbox*): cloned ahead of its launch with the caller's descriptor
     /// table shared (`CLONE_FILES`), it composes the view as
@@ -2389,7 +2516,8 @@ mod imp {
         // SAFETY: raw system calls on this stack and the live arguments.
         unsafe {
             reset_signals(false);
-            if let Err((stage, r)) = isolate_early(i, false) {
+            let composed = isolate_session(i, false).and_then(|()| compose(a, i));
+            if let Err((stage, r)) = composed {
                 a.failed_errno
                     .store((r as i32).wrapping_neg(), Ordering::Relaxed);
                 a.failed_stage.store(stage.code(), Ordering::Relaxed);
@@ -4298,6 +4426,9 @@ mod imp {
         pid: AtomicI32,
         /// The init's stack; `None` once a launch took it.
         stack: Option<Stack>,
+        /// The stack of the helper that composes the view ([`compose`]),
+        /// which has exited once the sandbox is ready.
+        helper: Option<Stack>,
         /// A launch ran in it: its init belongs to that launch now.
         used: bool,
         /// The cgroup its init was cloned into (its id).
@@ -4325,10 +4456,11 @@ mod imp {
             if held.is_some() {
                 return;
             }
-            let Ok(stack) = Stack::take() else {
+            let (Ok(stack), Ok(helper)) = (Stack::take(), Stack::take()) else {
                 return;
             };
             let (lo, size) = stack.region();
+            let helper_region = helper.region();
             let mut st = Box::new(SpareState {
                 steps: view.steps,
                 writable_fresh: view.writable_fresh,
@@ -4366,6 +4498,7 @@ mod imp {
                 pidfd: AtomicI32::new(-1),
                 pid: AtomicI32::new(0),
                 stack: Some(stack),
+                helper: Some(helper),
                 used: false,
             });
             st.raw = raw_steps(&st.steps);
@@ -4390,6 +4523,7 @@ mod imp {
                 (*i).released = &raw const (*p).state;
                 (*i).go = &raw const (*p).go;
                 (*i).job = &raw const (*p).job;
+                (*i).tool_stack = helper_region;
                 (*p).child.isolate = i;
                 let a = &raw mut (*p).args;
                 (*a).flags = (libc::CLONE_VM
@@ -4528,8 +4662,8 @@ mod imp {
                 );
                 reap(&pidfd);
             }
-            // Nothing runs on the stack any more.
-            if let Some(stack) = st.stack.take() {
+            // Nothing runs on either stack any more.
+            for stack in [st.stack.take(), st.helper.take()].into_iter().flatten() {
                 stack.give_back();
             }
         }
@@ -4645,6 +4779,10 @@ mod imp {
         let st = &mut *spare.state;
         st.used = true;
         let init_stack = st.stack.take();
+        // The helper exited before the sandbox was ready.
+        if let Some(helper) = st.helper.take() {
+            helper.give_back();
+        }
         // SAFETY: the clone stored a new pidfd (the sandbox was ready),
         // owned by the box until now.
         let pidfd = unsafe { OwnedFd::from_raw_fd(st.pidfd.load(Ordering::Acquire)) };
