@@ -683,8 +683,8 @@ async fn a_requests_prepared_sandbox_goes_with_it_and_its_cleanup_is_clean() {
     }
     if root_user {
         assert!(
-            custodian::__bench::prepared_launches() - before >= 2,
-            "the third and fourth launches were not prepared"
+            custodian::__bench::prepared_launches() - before >= 1,
+            "neither the third nor the fourth launch was prepared"
         );
         // The fifth launch's sandbox waits in the request's namespace.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
