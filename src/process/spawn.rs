@@ -4656,11 +4656,18 @@ mod imp {
             if fd >= 0 {
                 // SAFETY: the kernel stored a new pidfd, owned by this box.
                 let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+                // Its view is held and torn down off this path, as a
+                // launch's is ([`release_later`]): the init's exit, which
+                // the reap waits for, then only drops a reference.
+                let view = mount_namespace(&pidfd);
                 let _ = rustix::process::pidfd_send_signal(
                     pidfd.as_fd(),
                     rustix::process::Signal::KILL,
                 );
                 reap(&pidfd);
+                if let Some(view) = view {
+                    release_later(view);
+                }
             }
             // Nothing runs on either stack any more.
             for stack in [st.stack.take(), st.helper.take()].into_iter().flatten() {
