@@ -316,3 +316,47 @@ async fn a_launch_from_a_large_descriptor_table_runs_prepared_with_only_its_stdi
     assert!(prepared[2..].contains(&true), "{prepared:?}");
     drop(held);
 }
+
+#[tokio::test]
+async fn a_prepared_launchs_evidence_is_a_composed_ones() {
+    let Some(_guards) = one_at_a_time() else {
+        return;
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = in_request(dir.path());
+    let (mut composed, mut prepared) = (None, None);
+    for _ in 0..6 {
+        let (ev, p) = launch(&opts, "echo out; echo err >&2; exit 3").await;
+        if p {
+            prepared.get_or_insert(ev);
+        } else {
+            composed.get_or_insert(ev);
+        }
+    }
+    let composed = composed.expect("the request's first launch composes its view");
+    let prepared = prepared.expect("no launch ran in a prepared sandbox");
+    // Everything but the timings and the pids: what was enforced (the
+    // isolation report with its namespaces, masks and protected paths),
+    // how it ended, what it wrote.
+    let facts = |ev: &Evidence| {
+        serde_json::json!({
+            "confinement": ev.confinement,
+            "status": ev.status,
+            "exit_code": ev.exit_code,
+            "signal": ev.signal,
+            "escalation": ev.escalation,
+            "stdout": ev.stdout.text,
+            "stderr": ev.stderr.text,
+            "network": ev.network,
+        })
+    };
+    assert_eq!(facts(&prepared), facts(&composed));
+    assert_eq!(prepared.exit_code, Some(3), "{prepared:?}");
+    assert!(
+        prepared
+            .confinement
+            .as_ref()
+            .is_some_and(|c| c.isolation.is_some()),
+        "{prepared:?}"
+    );
+}
