@@ -644,12 +644,21 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     // clone and view are composed while this launch's program runs.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     if let Some((shared, plan)) = next.filter(|(s, _)| super::spawn::slot_free(&s.spare)) {
-        if let Ok(containment::Plan::Cgroup(cgroup)) =
-            containment::cgroup(options.cgroup_parent.as_deref())
-        {
-            use std::os::fd::AsFd;
-            super::spawn::prepare_next(&shared.spare, plan, shared.net.as_fd(), cgroup);
-        }
+        // In a cgroup made for the next launch; in none where none can be
+        // made (it then runs in the pid-namespace tier, as its launch
+        // would: a launch in a cgroup does not take it).
+        let cgroup = match containment::cgroup(options.cgroup_parent.as_deref()) {
+            Ok(containment::Plan::Cgroup(cgroup)) => Some(cgroup),
+            _ => None,
+        };
+        use std::os::fd::AsFd;
+        super::spawn::prepare_next(
+            &shared.spare,
+            plan,
+            shared.net.as_fd(),
+            shared.user.as_ref().map(AsFd::as_fd),
+            cgroup,
+        );
     }
     let running = driver::spawn(
         &runtime,
@@ -697,8 +706,8 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
 }
 
 /// The prepared-sandbox side of a launch (`spawn`, *A prepared
-/// sandbox*), as root in a request's network namespace with the network
-/// off, under the cgroup tier, not in a terminal: the sandbox prepared for
+/// sandbox*), in a request's network namespace with the network off,
+/// under the cgroup tier or `auto`, not in a terminal: the sandbox prepared for
 /// it if one fits its view (moved into `confine`, with its cgroup
 /// returned for the launch), and what to prepare the next launch's from,
 /// queued before this one starts (from the request's second launch on:
@@ -722,7 +731,7 @@ fn prepare_spares(
     let (Some(view), Some(shared)) = (c.view(), c.shared_arc()) else {
         return (None, None);
     };
-    if !eligible || shared.user.is_some() {
+    if !eligible {
         return (None, None);
     }
     let parent = match options
@@ -734,19 +743,21 @@ fn prepare_spares(
         Some(Ok(id)) => id,
         Some(Err(_)) => return (None, None),
     };
-    let Some(plan) = super::spawn::SparePlan::of(view, c.program(), parent) else {
+    let Some(plan) = super::spawn::SparePlan::of(view, c.program(), parent, shared.user.is_some())
+    else {
         return (None, None);
     };
-    let mut cgroup = None;
+    let (mut cgroup, mut taken) = (None, false);
     if let Some(mut spare) = super::spawn::take_prepared(&shared.spare, view, c.program(), parent) {
         cgroup = spare.take_cgroup();
+        taken = true;
         *c.spare().lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
     }
     let before = shared
         .spare
         .last_parent
         .swap(parent, std::sync::atomic::Ordering::Relaxed);
-    let again = cgroup.is_some() || before == parent;
+    let again = taken || before == parent;
     (cgroup, again.then_some((shared, plan)))
 }
 

@@ -118,15 +118,18 @@
 //!
 //! Composing a view is most of an isolated launch's own cost (the
 //! namespaces' clone, the id maps, some 40 mount steps). From a request's
-//! second isolated launch with the network off (as root: its network
-//! namespace entered by the spawner thread; not for a terminal or a network
-//! `allow`), each launch, before it starts, queues the clone of the *next*
-//! launch's sandbox: an init in new user, pid, mount, ipc and uts
-//! namespaces inside the request's network namespace, cloned with
-//! `CLONE_VM` and `CLONE_FILES` (it shares this process's memory and
-//! descriptor table) into a cgroup made for the next launch
-//! (`CLONE_INTO_CGROUP`: moving a process between cgroups later would cost
-//! an RCU grace period, milliseconds, whenever migrations are rare). A
+//! second isolated launch with the network off (not for a terminal or a
+//! network `allow`), each launch, before it starts, queues the clone of
+//! the *next* launch's sandbox: an init in new user, pid, mount, ipc and
+//! uts namespaces inside the request's network namespace (as root the
+//! spawner thread enters it for the clone; otherwise a pre-init enters the
+//! request's user and network namespaces and clones the init, as for a
+//! launch: *A request's network namespace*), cloned with `CLONE_VM` and
+//! `CLONE_FILES` (it shares this process's memory and descriptor table)
+//! into a cgroup made for the next launch (`CLONE_INTO_CGROUP`: moving a
+//! process between cgroups later would cost an RCU grace period,
+//! milliseconds, whenever migrations are rare), or into none where none
+//! can be made (the launch then runs in the pid-namespace tier). A
 //! helper it clones with a descriptor table of its own (`compose`)
 //! writes the id maps and composes the view as planned for this launch:
 //! the descriptors that opens must not sit in the shared table, where
@@ -2031,10 +2034,19 @@ mod imp {
         init.pidfd = i.init_pidfd as u64;
         init.parent_tid = i.init_pid.as_ptr() as u64;
         (init.stack, init.stack_size) = i.init_stack;
+        // A prepared sandbox's init shares this process's table, as the
+        // pre-init does, until its launch (module docs, *A prepared
+        // sandbox*).
+        let entry: unsafe extern "C" fn(*const ChildArgs) -> ! = if i.go.is_null() {
+            child_main
+        } else {
+            init.flags |= libc::CLONE_FILES as u64;
+            prepared_main
+        };
         // SAFETY: the init runs on its own stack (the caller keeps it until
-        // the init is reaped), reads `a` (alive until the release) and
-        // never returns.
-        let r = unsafe { clone3(&mut init, child_main, args) };
+        // the init is reaped), reads `a` (alive until the release, or for a
+        // prepared one while it lives) and never returns.
+        let r = unsafe { clone3(&mut init, entry, args) };
         if r < 0 {
             fail(Stage::InitClone, r);
         }
@@ -4319,6 +4331,9 @@ mod imp {
         /// The id of the cgroup its cgroup is made beneath (the
         /// request's), or 0 for the base.
         parent: u64,
+        /// The request's network namespace is owned by a user namespace of
+        /// its own (an unprivileged process's): a pre-init enters both.
+        joined: bool,
     }
 
     impl SparePlan {
@@ -4330,6 +4345,7 @@ mod imp {
             view: &View,
             program: Option<&'static [seccompiler::sock_filter]>,
             parent: u64,
+            joined: bool,
         ) -> Option<SparePlan> {
             if PREPARED_OFF.load(Ordering::Relaxed)
                 || !view.new_net
@@ -4339,7 +4355,7 @@ mod imp {
                 return None;
             }
             let worker = program.and_then(FilteringSpawner::get)?;
-            worker.enters_net.then(|| SparePlan {
+            (joined || worker.enters_net).then(|| SparePlan {
                 steps: view.steps.clone(),
                 slots: view.slots,
                 writable_fresh: view.writable_fresh.clone(),
@@ -4347,6 +4363,7 @@ mod imp {
                 gid_map: view.gid_map.clone(),
                 worker,
                 parent,
+                joined,
             })
         }
     }
@@ -4391,9 +4408,10 @@ mod imp {
         slot: &crate::confine::build::SpareSlot,
         plan: SparePlan,
         net: BorrowedFd<'_>,
-        cgroup: crate::contain::Cgroup,
+        user: Option<BorrowedFd<'_>>,
+        cgroup: Option<crate::contain::Cgroup>,
     ) {
-        SpareSandbox::start(slot, plan, net, cgroup);
+        SpareSandbox::start(slot, plan, net, user, cgroup);
     }
 
     // SAFETY: the raw pointers in the state point into the same box (and
@@ -4422,8 +4440,14 @@ mod imp {
         go: AtomicU32,
         job: AtomicPtr<ChildArgs>,
         ret: AtomicIsize,
+        /// The init's pidfd (the clone's, or the pre-init's clone's).
         pidfd: AtomicI32,
+        /// Joined: the pre-init's pidfd, until it is reaped.
+        pre_pidfd: AtomicI32,
+        /// The init's pid (joined: the pre-init's; see [`SpareState::pid`]).
         pid: AtomicI32,
+        /// Made through a pre-init ([`SparePlan::joined`]).
+        joined: bool,
         /// The init's stack; `None` once a launch took it.
         stack: Option<Stack>,
         /// The stack of the helper that composes the view ([`compose`]),
@@ -4437,6 +4461,37 @@ mod imp {
         parent: u64,
     }
 
+    impl SpareState {
+        /// Joined: whether the pre-init exited without making the init (it
+        /// stores a failure and releases when it can; a kill cannot).
+        fn pre_gone_without_init(&self) -> bool {
+            use rustix::process::{WaitId, WaitIdOptions, waitid};
+            let pre = self.pre_pidfd.load(Ordering::Acquire);
+            if pre < 0 || self.pidfd.load(Ordering::Acquire) >= 0 {
+                return false;
+            }
+            // SAFETY: the kernel stored a pidfd this box owns.
+            let pidfd = unsafe { BorrowedFd::borrow_raw(pre) };
+            let exited = waitid(
+                WaitId::PidFd(pidfd),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            );
+            matches!(exited, Ok(Some(_))) && self.pidfd.load(Ordering::Acquire) < 0
+        }
+
+        /// Joined: reaps the pre-init (it exits right after it cloned the
+        /// init, or failed) and closes its pidfd.
+        fn reap_pre(&self) {
+            let pre = self.pre_pidfd.swap(-1, Ordering::AcqRel);
+            if pre >= 0 {
+                // SAFETY: the kernel stored a new pidfd, owned by this box
+                // until now.
+                let pre = unsafe { OwnedFd::from_raw_fd(pre) };
+                reap(&pre);
+            }
+        }
+    }
+
     impl SpareSandbox {
         /// Prepares one in `slot` for the next launch of `view` (nothing
         /// if the slot holds one already): the clone is queued for the
@@ -4446,12 +4501,20 @@ mod imp {
             slot: &crate::confine::build::SpareSlot,
             view: SparePlan,
             net: BorrowedFd<'_>,
-            cgroup: crate::contain::Cgroup,
+            user: Option<BorrowedFd<'_>>,
+            cgroup: Option<crate::contain::Cgroup>,
         ) {
             let worker = view.worker;
-            let Ok(cgroup_id) = cgroup.id() else {
-                return;
+            let joined = view.joined;
+            // 0: none (the pid-namespace tier); no cgroup has inode 0.
+            let cgroup_id = match cgroup.as_ref().map(crate::contain::Cgroup::id) {
+                None => 0,
+                Some(Ok(id)) => id,
+                Some(Err(_)) => return,
             };
+            if joined && user.is_none() {
+                return;
+            }
             let mut held = slot.held.lock().unwrap_or_else(|e| e.into_inner());
             if held.is_some() {
                 return;
@@ -4496,7 +4559,9 @@ mod imp {
                 job: AtomicPtr::new(ptr::null_mut()),
                 ret: AtomicIsize::new(0),
                 pidfd: AtomicI32::new(-1),
+                pre_pidfd: AtomicI32::new(-1),
                 pid: AtomicI32::new(0),
+                joined,
                 stack: Some(stack),
                 helper: Some(helper),
                 used: false,
@@ -4529,11 +4594,25 @@ mod imp {
                 (*a).flags = (libc::CLONE_VM
                     | libc::CLONE_PIDFD
                     | libc::CLONE_FILES
-                    | libc::CLONE_PARENT_SETTID) as u64
-                    | NEW_NAMESPACES
-                    | CLONE_INTO_CGROUP;
-                (*a).cgroup = cgroup.as_fd().as_raw_fd() as u64;
-                (*a).pidfd = (*p).pidfd.as_ptr() as u64;
+                    | libc::CLONE_PARENT_SETTID) as u64;
+                if let Some(cg) = &cgroup {
+                    (*a).flags |= CLONE_INTO_CGROUP;
+                    (*a).cgroup = cg.as_fd().as_raw_fd() as u64;
+                }
+                if joined {
+                    // The pre-init enters the request's user and network
+                    // namespaces, unshares the others and clones the init
+                    // (`pre_init_main`), which needs no id maps.
+                    (*i).joined = AtomicBool::new(true);
+                    (*i).join_user = user.map_or(-1, |u| u.as_raw_fd());
+                    (*i).join_net = net.as_raw_fd();
+                    (*i).init_stack = (lo, size);
+                    (*i).init_pidfd = &raw const (*p).pidfd;
+                    (*a).pidfd = (*p).pre_pidfd.as_ptr() as u64;
+                } else {
+                    (*a).flags |= NEW_NAMESPACES;
+                    (*a).pidfd = (*p).pidfd.as_ptr() as u64;
+                }
                 (*a).parent_tid = (*p).pid.as_ptr() as u64;
                 (*a).exit_signal = libc::SIGCHLD as u64;
                 (*a).stack = lo;
@@ -4541,11 +4620,11 @@ mod imp {
             }
             let job = Job {
                 args: &raw mut st.args,
-                entry: prepared_main,
+                entry: if joined { pre_init_main } else { prepared_main },
                 child: &raw const st.child,
                 ret: &raw const st.ret,
                 released: &raw const st.state,
-                netns: net.as_raw_fd(),
+                netns: if joined { -1 } else { net.as_raw_fd() },
             };
             // The cgroup's descriptor stays open (in the box) until the
             // clone was made or failed: `Drop` waits for it.
@@ -4555,10 +4634,7 @@ mod imp {
                 return;
             }
             slot.queued.fetch_add(1, Ordering::Relaxed);
-            *held = Some(Box::new(SpareSandbox {
-                state: st,
-                cgroup: Some(cgroup),
-            }));
+            *held = Some(Box::new(SpareSandbox { state: st, cgroup }));
         }
 
         /// The cgroup its init runs in: the launch that takes this sandbox
@@ -4624,6 +4700,9 @@ mod imp {
                         (&raw const tick) as usize,
                     );
                 }
+                if st.pre_gone_without_init() {
+                    return false;
+                }
                 let fd = st.pidfd.load(Ordering::Acquire);
                 if fd >= 0 && st.state.load(Ordering::Acquire) == WAITING {
                     // SAFETY: the kernel stored a pidfd this box owns.
@@ -4649,9 +4728,13 @@ mod imp {
             }
             // The spawner thread may not have cloned it yet: the job points
             // into this box until it did (a pidfd) or failed (0).
-            while st.pidfd.load(Ordering::Acquire) < 0 && st.state.load(Ordering::Acquire) != 0 {
+            while st.pidfd.load(Ordering::Acquire) < 0
+                && st.state.load(Ordering::Acquire) != 0
+                && !st.pre_gone_without_init()
+            {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
+            st.reap_pre();
             let fd = st.pidfd.load(Ordering::Acquire);
             if fd >= 0 {
                 // SAFETY: the kernel stored a new pidfd, owned by this box.
@@ -4719,12 +4802,18 @@ mod imp {
                 ino: x.stx_ino,
             };
         }
-        let pid = st.pid.load(Ordering::Relaxed);
-        // Its init was cloned into the cgroup made for this launch.
-        let same_cgroup = spec
-            .cgroup
-            .and_then(|cg| rustix::fs::fstat(cg).ok())
-            .is_some_and(|st_cg| st_cg.st_ino == st.cgroup_id);
+        st.reap_pre();
+        let pid = if st.joined {
+            st.isolate.init_pid.load(Ordering::Relaxed)
+        } else {
+            st.pid.load(Ordering::Relaxed)
+        };
+        // Its init was cloned into the cgroup made for this launch, or
+        // into none as this launch runs in none.
+        let same_cgroup = match spec.cgroup {
+            None => st.cgroup_id == 0,
+            Some(cg) => rustix::fs::fstat(cg).is_ok_and(|c| c.st_ino == st.cgroup_id),
+        };
         if !same_cgroup {
             return Err(None);
         }
