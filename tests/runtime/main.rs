@@ -34,9 +34,10 @@ fn a_requests_calls_share_its_loopback_as_an_unprivileged_user() {
     );
 }
 
-/// A request's prepared sandbox goes with the request, its cleanup clean,
-/// as the unprivileged `CUSTODIAN_TEST_USER` (whose launches compose their
-/// own sandboxes: none is prepared, and none may be left).
+/// A request's later launches run in prepared sandboxes and the one left
+/// goes with the request, its cleanup clean, as the unprivileged
+/// `CUSTODIAN_TEST_USER` (its request namespace is entered through a
+/// pre-init, its launches contained by their pid namespaces).
 #[test]
 #[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
 fn a_requests_prepared_sandbox_goes_with_it_as_an_unprivileged_user() {

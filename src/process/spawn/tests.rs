@@ -1121,7 +1121,7 @@ async fn requests_sharing_a_namespace_prepare_only_their_own_next_launch() {
     use crate::process::{Invocation, InvocationSpec, LaunchOptions, SharedNetwork, run};
 
     if !rustix::process::geteuid().is_root() || crate::confine::landlock_abi() == 0 {
-        eprintln!("skipped: prepared sandboxes are a root launcher's, with Landlock");
+        eprintln!("skipped: needs root (request cgroups) and Landlock");
         return;
     }
     let (Ok(a), Ok(b)) = (

@@ -8,10 +8,10 @@
 //! that it fails if the prepared path is never taken as well as if it
 //! serves a stale view.
 //!
-//! In-process and as root: only a root launcher's request network is
-//! entered by the spawner thread, where sandboxes are prepared; an
-//! unprivileged launcher's launches compose their own (the attacks of
-//! `isolation.rs` cover those).
+//! In-process, so as the test binary's user (root: a test needs a root
+//! launcher's request network and cgroups). An unprivileged launcher's
+//! prepared launches run through the runtime as `CUSTODIAN_TEST_USER` in
+//! `tests/runtime/main.rs::a_requests_prepared_sandbox_goes_with_it_as_an_unprivileged_user`.
 
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -81,7 +81,9 @@ async fn until_prepared(opts: &LaunchOptions, script: &str, check: impl Fn(&Evid
 /// Where this host cannot prepare sandboxes, says why.
 fn can_prepare() -> bool {
     if !is_root() {
-        skipped!("prepared sandboxes are a root launcher's (the request network is entered)");
+        skipped!(
+            "these attacks run in-process and need root (a root launcher's request network and cgroups)"
+        );
         return false;
     }
     if custodian::confine::landlock_abi() == 0 {

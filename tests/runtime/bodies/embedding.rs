@@ -643,7 +643,7 @@ fn in_network_namespace(ns: &str) -> Vec<u32> {
 }
 
 /// A request's later isolated launches run in sandboxes prepared while the
-/// one before ran (`process::spawn`, *A prepared sandbox*; as root). The
+/// one before ran (`process::spawn`, *A prepared sandbox*). The
 /// one prepared for a launch that never comes goes when the request
 /// stops, before its cgroup is looked at: the cleanup is clean and nothing
 /// is left in the request's network namespace.
@@ -654,7 +654,6 @@ async fn a_requests_prepared_sandbox_goes_with_it_and_its_cleanup_is_clean() {
         skipped!("the kernel has no Landlock");
         return;
     }
-    let root_user = rustix::process::geteuid().is_root();
     let dir = tempfile::tempdir_in(scratch()).unwrap();
     let runtime = Runtime::open(RuntimeConfig::new(dir.path())).unwrap();
     let request = runtime
@@ -681,21 +680,19 @@ async fn a_requests_prepared_sandbox_goes_with_it_and_its_cleanup_is_clean() {
         );
         ns = ev.stdout.text.lines().next().unwrap().to_owned();
     }
-    if root_user {
-        assert!(
-            custodian::__bench::prepared_launches() - before >= 1,
-            "neither the third nor the fourth launch was prepared"
-        );
-        // The fifth launch's sandbox waits in the request's namespace.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while in_network_namespace(&ns).is_empty() && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(
-            !in_network_namespace(&ns).is_empty(),
-            "nothing waits in {ns}"
-        );
+    assert!(
+        custodian::__bench::prepared_launches() - before >= 1,
+        "neither the third nor the fourth launch was prepared"
+    );
+    // The fifth launch's sandbox waits in the request's namespace.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while in_network_namespace(&ns).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert!(
+        !in_network_namespace(&ns).is_empty(),
+        "nothing waits in {ns}"
+    );
     executor.succeed();
     let c = tokio::time::timeout(Duration::from_secs(20), request.finished())
         .await
