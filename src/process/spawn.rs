@@ -1995,14 +1995,9 @@ mod imp {
         let a = unsafe { &*args };
         // SAFETY: as above; non-NULL for a joined launch.
         let i = unsafe { &*a.isolate };
-        let fail = |stage: Stage, ret: isize| -> ! {
-            a.failed_errno
-                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
-            a.failed_stage.store(stage.code(), Ordering::Relaxed);
-            // SAFETY: the caller waits on the word.
-            unsafe { release(i.released) };
-            exit_127()
-        };
+        // SAFETY: this child's live arguments.
+        let fail =
+            |stage: Stage, ret: isize| -> ! { unsafe { fail_child(a, Some(i), stage, ret) } };
         // SAFETY: setns and unshare take integers.
         unsafe {
             // The user namespace first: it grants the capability over the
@@ -2140,6 +2135,26 @@ mod imp {
         exit_127()
     }
 
+    /// Stores a child's failure (`stage`, `-errno` in `ret`) in `a`,
+    /// releases the caller of an isolated child (which waits on its word:
+    /// no `CLONE_VFORK`) and exits 127.
+    ///
+    /// # Safety
+    ///
+    /// `a` and `iso` are the live arguments of this child.
+    unsafe fn fail_child(a: &ChildArgs, iso: Option<&IsolateArgs>, stage: Stage, ret: isize) -> ! {
+        // ret is -4095..=-1: a plain negation cannot overflow, but
+        // wrapping_neg leaves no panic path in the child at all.
+        a.failed_errno
+            .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
+        a.failed_stage.store(stage.code(), Ordering::Relaxed);
+        if let Some(i) = iso {
+            // SAFETY: the caller waits on the word.
+            unsafe { release(i.released) };
+        }
+        exit_127()
+    }
+
     /// Step 1 of a child: no handler may run in the shared memory. Every
     /// caught signal goes back to `SIG_DFL`, and `SIGPIPE` too (std's
     /// rule); ignored ones stay ignored (POSIX exec semantics), but for a
@@ -2204,16 +2219,8 @@ mod imp {
     /// As [`child_main`]: `a` and `iso` are the live arguments of this
     /// child, which has a descriptor table of its own.
     unsafe fn finish(a: &ChildArgs, iso: Option<&IsolateArgs>) -> ! {
-        let fail = |stage: Stage, ret: isize| -> ! {
-            a.failed_errno
-                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
-            a.failed_stage.store(stage.code(), Ordering::Relaxed);
-            if let Some(i) = iso {
-                // SAFETY: the caller waits on the word (no CLONE_VFORK).
-                unsafe { release(i.released) };
-            }
-            exit_127()
-        };
+        // SAFETY: this child's live arguments.
+        let fail = |stage: Stage, ret: isize| -> ! { unsafe { fail_child(a, iso, stage, ret) } };
         // 3. stdio. A source already on its target only loses CLOEXEC.
         for (target, (src, stage)) in a
             .stdio
@@ -2559,14 +2566,9 @@ mod imp {
         let job = unsafe { &*(*i.job).load(Ordering::Acquire) };
         // SAFETY: non-NULL for a launch in a prepared sandbox.
         let ji = unsafe { &*job.isolate };
-        let fail = |stage: Stage, ret: isize| -> ! {
-            job.failed_errno
-                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
-            job.failed_stage.store(stage.code(), Ordering::Relaxed);
-            // SAFETY: the launch's caller waits on the word.
-            unsafe { release(ji.released) };
-            exit_127()
-        };
+        // SAFETY: the launch's live arguments; its caller waits.
+        let fail =
+            |stage: Stage, ret: isize| -> ! { unsafe { fail_child(job, Some(ji), stage, ret) } };
         // SAFETY: the prepared steps and the launch's expectations.
         if !unsafe { verify(i, ji.expect) } {
             fail(Stage::Stale, -(libc::ESTALE as isize));
@@ -2611,18 +2613,8 @@ mod imp {
         // SAFETY: NULL or the parent's live IsolateArgs, kept alive (with
         // everything it points to) until the release.
         let iso = unsafe { a.isolate.as_ref() };
-        let fail = |stage: Stage, ret: isize| -> ! {
-            // ret is -4095..=-1: a plain negation cannot overflow, but
-            // wrapping_neg leaves no panic path in the child at all.
-            a.failed_errno
-                .store((ret as i32).wrapping_neg(), Ordering::Relaxed);
-            a.failed_stage.store(stage.code(), Ordering::Relaxed);
-            if let Some(i) = iso {
-                // SAFETY: the caller waits on the word (no CLONE_VFORK).
-                unsafe { release(i.released) };
-            }
-            exit_127()
-        };
+        // SAFETY: this child's live arguments.
+        let fail = |stage: Stage, ret: isize| -> ! { unsafe { fail_child(a, iso, stage, ret) } };
 
         // 0. Sharing the parent's descriptor table (`CLONE_FILES`): a table
         // of its own first, a copy of only the few descriptors below
