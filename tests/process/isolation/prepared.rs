@@ -118,6 +118,15 @@ fn assert_contained(ev: &Evidence, ws: &Path) {
     assert!(!ws.join(".custodian/probe").exists());
 }
 
+/// A workspace with `.git` and `.custodian/`, and options for its
+/// launches as one request's.
+fn git_workspace() -> (tempfile::TempDir, LaunchOptions) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    git_dir(dir.path());
+    let opts = in_request(dir.path());
+    (dir, opts)
+}
+
 fn git_dir(ws: &Path) {
     std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
     std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
@@ -129,10 +138,8 @@ async fn a_requests_later_launches_run_prepared_and_stay_confined() {
     let Some(_guards) = one_at_a_time() else {
         return;
     };
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (dir, opts) = git_workspace();
     let ws = dir.path();
-    git_dir(ws);
-    let opts = in_request(ws);
     let mut prepared = Vec::new();
     for _ in 0..5 {
         let (ev, p) = launch(&opts, ATTACK).await;
@@ -179,10 +186,8 @@ async fn a_protected_path_replaced_after_the_preparation_is_protected() {
     let Some(_guards) = one_at_a_time() else {
         return;
     };
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (dir, opts) = git_workspace();
     let ws = dir.path();
-    git_dir(ws);
-    let opts = in_request(ws);
     for _ in 0..3 {
         launch(&opts, "true").await;
     }
