@@ -4445,6 +4445,8 @@ mod imp {
         /// The stack of the helper that composes the view ([`compose`]),
         /// which has exited once the sandbox is ready.
         helper: Option<Stack>,
+        /// Joined: the pre-init's stack, given back once it is reaped.
+        pre_stack: std::sync::Mutex<Option<Stack>>,
         /// A launch ran in it: its init belongs to that launch now.
         used: bool,
         /// The cgroup its init was cloned into (its id).
@@ -4480,6 +4482,15 @@ mod imp {
                 // until now.
                 let pre = unsafe { OwnedFd::from_raw_fd(pre) };
                 reap(&pre);
+                // Nothing runs on its stack any more.
+                let stack = self
+                    .pre_stack
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                if let Some(stack) = stack {
+                    stack.give_back();
+                }
             }
         }
     }
@@ -4514,8 +4525,16 @@ mod imp {
             let (Ok(stack), Ok(helper)) = (Stack::take(), Stack::take()) else {
                 return;
             };
+            // Joined: the pre-init runs on a stack of its own until it
+            // exits, while the init it clones starts on `stack`.
+            let pre_stack = match joined.then(Stack::take) {
+                Some(Ok(pre)) => Some(pre),
+                Some(Err(_)) => return,
+                None => None,
+            };
             let (lo, size) = stack.region();
             let helper_region = helper.region();
+            let clone_region = pre_stack.as_ref().map_or((lo, size), Stack::region);
             let mut st = Box::new(SpareState {
                 steps: view.steps,
                 writable_fresh: view.writable_fresh,
@@ -4556,6 +4575,7 @@ mod imp {
                 joined,
                 stack: Some(stack),
                 helper: Some(helper),
+                pre_stack: std::sync::Mutex::new(pre_stack),
                 used: false,
             });
             st.raw = raw_steps(&st.steps);
@@ -4607,8 +4627,7 @@ mod imp {
                 }
                 (*a).parent_tid = (*p).pid.as_ptr() as u64;
                 (*a).exit_signal = libc::SIGCHLD as u64;
-                (*a).stack = lo;
-                (*a).stack_size = size;
+                ((*a).stack, (*a).stack_size) = clone_region;
             }
             let job = Job {
                 args: &raw mut st.args,
