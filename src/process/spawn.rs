@@ -4237,11 +4237,7 @@ mod imp {
             Some((ours, _)) => match receive_listener(ours) {
                 Ok(fd) => Some(fd),
                 Err(errno) => {
-                    let _ = rustix::process::pidfd_send_signal(
-                        pidfd.as_fd(),
-                        rustix::process::Signal::KILL,
-                    );
-                    reap(&pidfd);
+                    kill_and_reap(&pidfd);
                     init_stack.give_back();
                     return Err(SpawnError::Failed {
                         stage: Stage::ProxyListener,
@@ -4259,11 +4255,7 @@ mod imp {
         let keeper = match keeper {
             Ok(k) => k,
             Err(e) => {
-                let _ = rustix::process::pidfd_send_signal(
-                    pidfd.as_fd(),
-                    rustix::process::Signal::KILL,
-                );
-                reap(&pidfd);
+                kill_and_reap(&pidfd);
                 init_stack.give_back();
                 return Err(e);
             }
@@ -4754,11 +4746,7 @@ mod imp {
                 // launch's is ([`release_later`]): the init's exit, which
                 // the reap waits for, then only drops a reference.
                 let view = mount_namespace(&pidfd);
-                let _ = rustix::process::pidfd_send_signal(
-                    pidfd.as_fd(),
-                    rustix::process::Signal::KILL,
-                );
-                reap(&pidfd);
+                kill_and_reap(&pidfd);
                 if let Some(view) = view {
                     release_later(view);
                 }
@@ -4923,11 +4911,7 @@ mod imp {
         let keeper = match pidfd.try_clone() {
             Ok(k) => k,
             Err(e) => {
-                let _ = rustix::process::pidfd_send_signal(
-                    pidfd.as_fd(),
-                    rustix::process::Signal::KILL,
-                );
-                reap(&pidfd);
+                kill_and_reap(&pidfd);
                 if let Some(stack) = init_stack {
                     stack.give_back();
                 }
@@ -4973,6 +4957,13 @@ mod imp {
             .ok_or(Errno::NOMSG)?;
         rustix::io::ioctl_fionbio(&fd, true)?;
         Ok(fd)
+    }
+
+    /// `SIGKILL` to the child `pidfd` names (its whole pid namespace, for
+    /// an init), then [`reap`].
+    fn kill_and_reap(pidfd: &OwnedFd) {
+        let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
+        reap(pidfd);
     }
 
     /// `waitid(P_PIDFD, fd, WEXITED)`, retried on `EINTR`: the child has
