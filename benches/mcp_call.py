@@ -1,7 +1,7 @@
 """MCP tool-call latency: `custodian mcp` against a naive FastMCP-style
 server (the Python SDK's `MCPServer`, whose tool calls `subprocess.run`).
 
-    target/mcp-venv/bin/python benches/mcp_call.py target/release/custodian [N]
+    target/mcp-venv/bin/python benches/mcp_call.py target/x86_64-unknown-linux-gnu/release/custodian [N]
 
 Both servers are driven by the same raw JSON-RPC client over stdio, calls
 interleaved one by one (custodian, naive, custodian, …) so that load on a
