@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    cli::prepare_early();
     let parsed = cli::Cli::parse();
     cli::init_tracing();
     parsed.dispatch()

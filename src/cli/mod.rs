@@ -50,6 +50,17 @@ enum Command {
     Mcp(mcp::Args),
 }
 
+/// Starts the isolation's one-time work before the arguments are parsed
+/// when the command line is a confined `run` ([`run::early_confinement`]).
+pub(crate) fn prepare_early() {
+    if let Some(confinement) = run::early_confinement(std::env::args_os()) {
+        custodian::process::prepare_isolation(
+            &confinement,
+            custodian::process::ExpectedLaunches::One,
+        );
+    }
+}
+
 impl Cli {
     pub(crate) fn dispatch(self) -> ExitCode {
         match self.command {
