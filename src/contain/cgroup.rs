@@ -1124,6 +1124,13 @@ fn base_name() -> CgroupName {
         .unwrap_or_else(|_| CgroupName(CString::from(c"custodian")))
 }
 
+/// Discovers the hierarchy now (reads `/proc/self/mountinfo` and
+/// `/proc/self/cgroup`) unless done already, so that the first cgroup a
+/// launch makes does not wait for it.
+pub(crate) fn discover_once() {
+    let _ = hierarchy();
+}
+
 /// The hierarchy, discovered once per process.
 fn hierarchy() -> Result<&'static Hierarchy, Unavailable> {
     static H: OnceLock<Result<Hierarchy, Unavailable>> = OnceLock::new();

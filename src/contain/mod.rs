@@ -63,6 +63,8 @@
 
 #[cfg(target_os = "linux")]
 mod cgroup;
+#[cfg(target_os = "linux")]
+pub(crate) use cgroup::discover_once;
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{

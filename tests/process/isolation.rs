@@ -640,6 +640,43 @@ fn daemon_dies(who: Who) {
     }
 }
 
+/// The thread that prepares the isolation starts on another CPU than the
+/// launcher's (narrowed, then widened again): the tool must still get the
+/// launcher's whole CPU set, never the narrowed one (which the spawner
+/// thread, and the sandbox cloned from it, would inherit). With a single
+/// CPU nothing is narrowed and the comparison holds trivially.
+fn cpus_of_the_launcher(who: Who) {
+    let ws = scratch(who);
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let own = own
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_owned();
+    for _ in 0..5 {
+        let ev = attack(
+            who,
+            ws.path(),
+            "workspace-write",
+            "grep Cpus_allowed_list: /proc/self/status",
+        );
+        assert_isolated(&ev);
+        assert_eq!(stdout(&ev).trim_end(), own, "{ev}");
+    }
+}
+
+#[test]
+fn a_confined_tool_gets_the_launchers_cpus_as_root() {
+    cpus_of_the_launcher(Who::Root);
+}
+
+#[test]
+#[ignore = "needs root and an unprivileged CUSTODIAN_TEST_USER (run by .ci/run)"]
+fn a_confined_tool_gets_the_launchers_cpus_as_an_unprivileged_user() {
+    let _ = uid_of(&test_user());
+    cpus_of_the_launcher(Who::User);
+}
+
 #[test]
 fn a_daemon_dies_with_its_run_as_root() {
     daemon_dies(Who::Root);
