@@ -81,6 +81,11 @@ impl SharedNetwork {
         }
     }
 
+    /// Whether a launch has asked for the namespace yet.
+    fn is_made(&self) -> bool {
+        self.ns.get().is_some()
+    }
+
     /// The namespace, made on the first call.
     fn get(&self) -> Option<Arc<crate::confine::build::SharedNet>> {
         self.ns
@@ -545,10 +550,25 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     )?;
     // Isolated with the network off: the request's namespace, if it has one
     // (`allow` keeps one of its own: its proxy port is bound inside).
-    if let (Some(shared), Some(c)) = (&options.network, confine.as_mut()) {
-        if c.view()
+    let shares_net = |c: &crate::confine::build::Prepared| {
+        c.view()
             .is_some_and(|v| v.new_net && v.proxy_port.is_none())
-        {
+    };
+    // The request's first such launch makes its cgroup before it takes the
+    // namespace, which may still be in the making (`spawn::netns`): the
+    // cgroup's `mkdir`s then run while it is made instead of after. No
+    // sandbox can be prepared for a first launch, so this is the cgroup
+    // the launch would have selected below.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    let early_selected = match (&options.network, confine.as_ref()) {
+        (Some(shared), Some(c)) if shares_net(c) && !shared.is_made() => Some(containment::select(
+            options.containment,
+            options.cgroup_parent.as_deref(),
+        )?),
+        _ => None,
+    };
+    if let (Some(shared), Some(c)) = (&options.network, confine.as_mut()) {
+        if shares_net(c) {
             c.set_shared_net(shared.get());
         }
     }
@@ -559,9 +579,10 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     let (prepared_cgroup, next) = prepare_spares(options, confine.as_ref());
     // Last, so that no cgroup is created for an invocation refused above.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    let selected = match prepared_cgroup {
-        Some(cg) => containment::Selected::in_cgroup(options.containment, cg),
-        None => containment::select(options.containment, options.cgroup_parent.as_deref())?,
+    let selected = match (early_selected, prepared_cgroup) {
+        (Some(selected), _) => selected,
+        (None, Some(cg)) => containment::Selected::in_cgroup(options.containment, cg),
+        (None, None) => containment::select(options.containment, options.cgroup_parent.as_deref())?,
     };
     #[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
     let selected = containment::select(options.containment, options.cgroup_parent.as_deref())?;
