@@ -454,6 +454,18 @@ fn spawn_in_cgroup(
     })
 }
 
+/// Links glibc's `posix_spawn_file_actions_addchdir_np` into a static
+/// build (this repository's own: `.cargo/config.toml`). std looks it up
+/// through a weak reference, and a weak reference pulls nothing out of
+/// `libc.a`: without this, every spawn with a working directory (the group
+/// tiers below) would `fork` the whole process instead of `posix_spawn`.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
+#[used]
+static POSIX_SPAWN_ADDCHDIR: unsafe extern "C" fn(
+    *mut libc::posix_spawn_file_actions_t,
+    *const libc::c_char,
+) -> libc::c_int = libc::posix_spawn_file_actions_addchdir_np;
+
 /// The group tiers: `tokio::process` (std's `posix_spawn`), the root leads
 /// a new process group and is pinned with a pidfd where the kernel allows.
 fn spawn_in_group(

@@ -159,6 +159,44 @@ fn assert_signals_follow_the_decisions(ev: &Value, calls: &[Call]) {
     );
 }
 
+/// The group tier starts its root with std's `posix_spawn` (a
+/// `CLONE_VM | CLONE_VFORK` child that execs at once), never a `fork` of
+/// the whole custodian process: with glibc linked statically the spawn
+/// with a working directory finds `posix_spawn_file_actions_addchdir_np`
+/// only because `process::driver` links it (without it, std forks).
+#[test]
+#[ignore = "needs strace (run by .ci/run, which installs it)"]
+fn a_group_tier_launch_is_a_posix_spawn_not_a_fork_of_custodian() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("strace.log");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_custodian"))
+        .args(["run", "--containment", "group", "--", "/bin/true"])
+        .current_dir(dir.path())
+        .output()
+        .expect("strace runs (install it: the test is run by .ci/run)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ev: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(ev["status"], "exited", "{ev}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    // Threads share the memory; a process started for the root must too,
+    // until its exec (a fork copies custodian's whole address space).
+    let processes: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("clone") || l.contains("fork("))
+        .filter(|l| !l.contains("CLONE_THREAD") && !l.contains("resumed>"))
+        .collect();
+    assert!(!processes.is_empty(), "no process was started: {log}");
+    for call in &processes {
+        assert!(
+            call.contains("CLONE_VM") && call.contains("CLONE_VFORK"),
+            "a process started by copying custodian: {call}\n{log}"
+        );
+    }
+}
+
 /// A run that exits, one whose tree honours `TERM` at its timeout, one that
 /// ignores it (`KILL` after the grace), each in the cgroup tier and in the
 /// group tier.
