@@ -646,7 +646,8 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>, probe: boo
     if todo == 0 {
         return false;
     }
-    let beside = Beside::new();
+    let launcher = rustix::thread::sched_getcpu();
+    let beside = Beside::avoiding(Some(launcher));
     let placed = beside.placed();
     let started = std::thread::Builder::new()
         .name("custodian-prepare".into())
@@ -666,7 +667,7 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>, probe: boo
                 // The spawner thread every isolated launch clones from,
                 // with the isolation's seccomp program installed on it.
                 if let Ok(program) = crate::confine::build::isolation_program() {
-                    imp::start_spawner(program);
+                    imp::start_spawner(program, launcher);
                 }
                 let _ = crate::confine::landlock_abi();
                 crate::contain::discover_once();
@@ -691,6 +692,8 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>, probe: boo
 struct Beside {
     /// The creator's affinity, when there is another CPU in it.
     mask: Option<rustix::thread::CpuSet>,
+    /// The CPU to keep the thread off (`None`: the creator's at placing).
+    avoid: Option<usize>,
     placed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -703,12 +706,14 @@ struct Placed {
 
 #[cfg(target_arch = "x86_64")]
 impl Beside {
-    fn new() -> Beside {
+    /// To start a thread on a CPU other than `cpu` (`None`: the caller's).
+    fn avoiding(cpu: Option<usize>) -> Beside {
         let mask = rustix::thread::sched_getaffinity(None)
             .ok()
             .filter(|m| m.count() > 1);
         Beside {
             mask,
+            avoid: cpu,
             placed: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
@@ -720,12 +725,12 @@ impl Beside {
         }
     }
 
-    /// Narrows `thread` to the creator's CPUs but the current one, then
+    /// Narrows `thread` to the creator's CPUs but the one to avoid, then
     /// lets it run on.
     fn place(self, thread: &std::thread::JoinHandle<()>) {
         use std::os::unix::thread::JoinHandleExt as _;
         if let Some(mask) = &self.mask {
-            let here = rustix::thread::sched_getcpu();
+            let here = self.avoid.unwrap_or_else(rustix::thread::sched_getcpu);
             // SAFETY: an all-zero `cpu_set_t` is the empty set.
             let mut others: libc::cpu_set_t = unsafe { std::mem::zeroed() };
             let mut any = false;
@@ -3035,8 +3040,11 @@ mod imp {
 
     /// Starts the spawner thread for `program` now (see
     /// [`super::prepare_isolation`]) rather than at the first launch.
-    pub(super) fn start_spawner(program: &'static [seccompiler::sock_filter]) {
-        let _ = FilteringSpawner::get(program);
+    /// Starts the spawner thread for `program` on a CPU other than
+    /// `launcher` (the CPU of the thread that asked for the preparation,
+    /// which goes on to launch: [`super::Beside`]).
+    pub(super) fn start_spawner(program: &'static [seccompiler::sock_filter], launcher: usize) {
+        let _ = FilteringSpawner::get_beside(program, Some(launcher));
     }
 
     /// A thread that installed one seccomp program on itself and clones
@@ -3079,6 +3087,15 @@ mod imp {
         /// installed on it) on first use; `None` when that failed or this
         /// process is a `fork` of the one that started it.
         fn get(program: &'static [seccompiler::sock_filter]) -> Option<&'static FilteringSpawner> {
+            FilteringSpawner::get_beside(program, None)
+        }
+
+        /// [`FilteringSpawner::get`], the thread (if started now) started
+        /// on a CPU other than `avoid` (`None`: the caller's).
+        fn get_beside(
+            program: &'static [seccompiler::sock_filter],
+            avoid: Option<usize>,
+        ) -> Option<&'static FilteringSpawner> {
             type Key = (usize, usize);
             static SPAWNERS: Mutex<Vec<(Key, Option<&'static FilteringSpawner>)>> =
                 Mutex::new(Vec::new());
@@ -3087,7 +3104,7 @@ mod imp {
             let found = match spawners.iter().find(|(k, _)| *k == key) {
                 Some((_, found)) => *found,
                 None => {
-                    let started = FilteringSpawner::start(program)
+                    let started = FilteringSpawner::start(program, avoid)
                         .map(|s| &*Box::leak(Box::new(s)))
                         .inspect_err(|e| {
                             tracing::debug!(
@@ -3104,13 +3121,23 @@ mod imp {
             found.filter(|s| s.pid == std::process::id())
         }
 
-        fn start(program: &'static [seccompiler::sock_filter]) -> Result<FilteringSpawner, Errno> {
+        fn start(
+            program: &'static [seccompiler::sock_filter],
+            avoid: Option<usize>,
+        ) -> Result<FilteringSpawner, Errno> {
             let (jobs, queue) = mpsc::channel::<Job>();
             let (ready_tx, ready) = mpsc::sync_channel::<Result<bool, Errno>>(1);
-            std::thread::Builder::new()
+            // Started beside the launching thread, which would otherwise
+            // hold it queued on its own CPU until it blocks (waiting for
+            // this very thread); the whole affinity is back before the
+            // thread clones anything (the sandboxes inherit it).
+            let beside = super::Beside::avoiding(avoid);
+            let placed = beside.placed();
+            let thread = std::thread::Builder::new()
                 .name("confined-spawn".into())
                 .stack_size(128 * 1024)
                 .spawn(move || {
+                    placed.wait_and_widen();
                     // Its own network namespace, to come back to from a
                     // spare one; without it the thread clones in its own
                     // only.
@@ -3128,6 +3155,7 @@ mod imp {
                     }
                 })
                 .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::AGAIN))?;
+            beside.place(&thread);
             let enters_net = ready.recv().unwrap_or(Err(Errno::CHILD))?;
             Ok(FilteringSpawner {
                 jobs,

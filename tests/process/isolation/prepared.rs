@@ -99,7 +99,8 @@ ls /proc | grep -c '^[0-9]'
 echo x > .custodian/probe 2>/dev/null && echo WROTE_INTERNAL
 echo x > .git/hooks/post-commit 2>/dev/null && echo WROTE_HOOK
 echo x > .git/config 2>/dev/null && echo WROTE_CONFIG
-echo ok > out-$$ && echo WORKSPACE"#;
+echo ok > out-$$ && echo WORKSPACE
+grep Cpus_allowed_list: /proc/self/status"#;
 
 fn assert_contained(ev: &Evidence, ws: &Path) {
     let out = &ev.stdout.text;
@@ -108,6 +109,14 @@ fn assert_contained(ev: &Evidence, ws: &Path) {
         assert!(!out.contains(bad), "{bad}: {ev:?}");
     }
     assert!(out.contains("WORKSPACE"), "{ev:?}");
+    // The spawner thread, placed beside its launcher, took the whole
+    // affinity back before it cloned anything.
+    let own = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let own = own
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap();
+    assert!(out.lines().any(|l| l == own), "{own} not kept: {ev:?}");
     let procs: usize = out
         .lines()
         .nth(1)
