@@ -967,6 +967,9 @@ impl Driver {
                     }
                     Some(Wake::Exit(st)) => {
                         root_pending = false;
+                        if let Some(init) = self.isolation.as_mut() {
+                            init.release_view();
+                        }
                         Some(Event::RootExited(st))
                     }
                     Some(Wake::ExitUnobservable) => {

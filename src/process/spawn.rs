@@ -3802,6 +3802,16 @@ mod imp {
             let v = self.status.load(Ordering::Acquire);
             (v >> 32 == 1).then_some(v as u32 as i32)
         }
+
+        /// Hands the held view to the release thread now: the init has
+        /// exited, and its exit waited for every other process of its pid
+        /// namespace, so nothing uses the view any more. Its teardown then
+        /// runs while the driver settles instead of after.
+        pub(crate) fn release_view(&mut self) {
+            if let Some(ns) = self.mount_ns.take() {
+                release_later(ns);
+            }
+        }
     }
 
     impl Drop for IsolatedInit {
