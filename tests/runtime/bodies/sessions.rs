@@ -433,7 +433,7 @@ async fn a_sessions_whole_output_is_recorded_in_its_requests_spills_up_to_the_ca
         "the record is the stream's first MiB"
     );
     let err = recorded.stderr.clone().expect("stderr recorded");
-    assert_eq!((err.bytes, err.dropped), (5, 0));
+    assert_eq!((err.bytes, err.dropped), (5, 0), "{:?}", ev.stderr.text);
     assert_eq!(read(&err.locator).await, b"done\n");
     let listed: Vec<String> = executor.spills().iter().map(ToString::to_string).collect();
     assert!(
