@@ -6,30 +6,64 @@
 
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, Once};
 
-/// Every line a `fmt` subscriber of this thread writes, kept in memory.
+/// Every line this thread logs while a [`Captured::install`] guard lives,
+/// kept in memory.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
+thread_local! {
+    /// This thread's capture and the least severe level it keeps.
+    static HERE: RefCell<Option<(Captured, tracing::Level)>> = const { RefCell::new(None) };
+}
+
+/// Ends a capture (restores the one it replaced, if any) when dropped.
+pub struct Guard {
+    previous: Option<(Captured, tracing::Level)>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        HERE.with(|h| *h.borrow_mut() = previous);
+    }
+}
+
 impl Captured {
-    /// Makes a subscriber that writes here, from `level` up, this thread's
-    /// default until the guard is dropped. A test runtime that is
-    /// single-threaded runs its tasks on this thread, so they log here.
-    pub fn install(&self, level: tracing::Level) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let guard = tracing::subscriber::set_default(subscriber);
-        // A callsite first reached by another test's thread while this
-        // subscriber was being registered can keep an interest cached
-        // without it (tracing's callsite cache is global): ask every
-        // callsite again.
-        tracing::callsite::rebuild_interest_cache();
-        guard
+    /// Captures this thread's log from `level` up until the guard is
+    /// dropped. A test runtime that is single-threaded runs its tasks on
+    /// this thread, so they log here.
+    ///
+    /// One subscriber serves the whole test binary: the global default,
+    /// set on the first call, whose filter asks on every event whether the
+    /// thread that logs it captures (a dynamic filter: tracing keeps no
+    /// answer per callsite). A subscriber per thread (`set_default`) lost
+    /// events in CI: tracing's callsite cache is global, and a callsite
+    /// that another thread registered while this thread's subscriber was
+    /// being installed could stay cached as of interest to none.
+    pub fn install(&self, level: tracing::Level) -> Guard {
+        static GLOBAL: Once = Once::new();
+        GLOBAL.call_once(|| {
+            use tracing_subscriber::Layer as _;
+            use tracing_subscriber::layer::SubscriberExt as _;
+            let capturing = tracing_subscriber::filter::filter_fn(|meta| {
+                HERE.with(|h| {
+                    h.borrow()
+                        .as_ref()
+                        .is_some_and(|(_, level)| meta.level() <= level)
+                })
+            });
+            let layer = tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(|| ThisThread)
+                .with_filter(capturing);
+            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+                .expect("no other global subscriber in a test binary");
+        });
+        let previous = HERE.with(|h| h.borrow_mut().replace((self.clone(), level)));
+        Guard { previous }
     }
 
     /// What was written so far.
@@ -43,9 +77,16 @@ impl Captured {
     }
 }
 
-impl std::io::Write for Captured {
+/// Writes to the capture of the thread that logs (nothing without one).
+struct ThisThread;
+
+impl std::io::Write for ThisThread {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        HERE.with(|h| {
+            if let Some((captured, _)) = &*h.borrow() {
+                captured.0.lock().unwrap().extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
