@@ -1077,12 +1077,17 @@ mod imp {
     /// `exit_group(127)` without libc (no atexit handlers, no flushing of
     /// the parent's stdio buffers, which the child shares).
     fn exit_127() -> ! {
+        exit_group(127)
+    }
+
+    /// `exit_group(code)` without libc, as [`exit_127`].
+    fn exit_group(code: i32) -> ! {
         // SAFETY: exit_group takes one integer and does not return.
         unsafe {
             core::arch::asm!(
                 "syscall",
                 in("rax") libc::SYS_exit_group,
-                in("rdi") 127,
+                in("rdi") code,
                 options(noreturn, nostack),
             );
         }
@@ -2610,15 +2615,7 @@ mod imp {
             a.failed_stage.store(stage.code(), Ordering::Relaxed);
             exit_127()
         }
-        // SAFETY: exit_group takes one integer and does not return.
-        unsafe {
-            core::arch::asm!(
-                "syscall",
-                in("rax") libc::SYS_exit_group,
-                in("rdi") 0,
-                options(noreturn, nostack),
-            );
-        }
+        exit_group(0)
     }
 
     /// The init of a prepared sandbox (module docs, *A prepared
