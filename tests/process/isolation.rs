@@ -640,6 +640,17 @@ fn daemon_dies(who: Who) {
     }
 }
 
+/// This thread's `Cpus_allowed_list:` line of `/proc/thread-self/status`,
+/// the affinity a launch from here must hand its tool.
+pub(super) fn own_cpus() -> String {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_owned()
+}
+
 /// The thread that prepares the isolation starts on another CPU than the
 /// launcher's (narrowed, then widened again): the tool must still get the
 /// launcher's whole CPU set, never the narrowed one (which the spawner
@@ -647,12 +658,7 @@ fn daemon_dies(who: Who) {
 /// CPU nothing is narrowed and the comparison holds trivially.
 fn cpus_of_the_launcher(who: Who) {
     let ws = scratch(who);
-    let own = std::fs::read_to_string("/proc/self/status").unwrap();
-    let own = own
-        .lines()
-        .find(|l| l.starts_with("Cpus_allowed_list:"))
-        .unwrap()
-        .to_owned();
+    let own = own_cpus();
     for _ in 0..5 {
         let ev = attack(
             who,

@@ -111,11 +111,7 @@ fn assert_contained(ev: &Evidence, ws: &Path) {
     assert!(out.contains("WORKSPACE"), "{ev:?}");
     // The spawner thread, placed beside its launcher, took the whole
     // affinity back before it cloned anything.
-    let own = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-    let own = own
-        .lines()
-        .find(|l| l.starts_with("Cpus_allowed_list:"))
-        .unwrap();
+    let own = super::own_cpus();
     assert!(out.lines().any(|l| l == own), "{own} not kept: {ev:?}");
     let procs: usize = out
         .lines()
