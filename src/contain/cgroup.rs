@@ -1089,8 +1089,12 @@ impl BaseState {
 /// the base, if nothing else is in use). A workspace holds one for its
 /// lifetime; an embedder that launches processes without requests again
 /// and again holds one to spare each launch a `mkdir` and `rmdir` of its
-/// cgroup and of the base. A process that dies leaves them to
-/// [`remove_dead_bases`], as it leaves its base.
+/// cgroup and of the base; its isolated launches with the network off then
+/// have the next one's sandbox prepared while they run, as a request's
+/// launches do (`process::spawn`, *A prepared sandbox*; as root), and the
+/// last keeper's drop kills the one that waits. A process that dies leaves
+/// the cgroups to [`remove_dead_bases`], as it leaves its base (a waiting
+/// sandbox dies with it).
 #[derive(Debug)]
 #[must_use = "the spares go when the keeper is dropped"]
 pub struct SpareKeeper(());
@@ -1114,8 +1118,34 @@ impl Drop for SpareKeeper {
     fn drop(&mut self) {
         let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
         base.keepers = base.keepers.saturating_sub(1);
-        base.tidy();
+        let last = base.keepers == 0;
+        drop(base);
+        // Outside the lock: what the hook drops may release cgroups, whose
+        // leases take it.
+        if last {
+            if let Some(hook) = LAST_KEEPER_GONE.get() {
+                hook();
+            }
+        }
+        BASE.lock().unwrap_or_else(|e| e.into_inner()).tidy();
     }
+}
+
+/// What else goes with the last [`SpareKeeper`]: set once, by the
+/// launches that prepare sandboxes for the next launch without a request
+/// (`process::spawn`, *A prepared sandbox*), which are kept while a keeper
+/// lives.
+static LAST_KEEPER_GONE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what runs (outside every lock of this module) when the last
+/// [`SpareKeeper`] is dropped; only the first call sets it.
+pub(crate) fn on_last_keeper(hook: fn()) {
+    let _ = LAST_KEEPER_GONE.set(hook);
+}
+
+/// Whether a [`SpareKeeper`] lives now.
+pub(crate) fn keeper_lives() -> bool {
+    BASE.lock().unwrap_or_else(|e| e.into_inner()).keepers > 0
 }
 
 fn base_name() -> CgroupName {

@@ -64,7 +64,7 @@
 #[cfg(target_os = "linux")]
 mod cgroup;
 #[cfg(target_os = "linux")]
-pub(crate) use cgroup::discover_once;
+pub(crate) use cgroup::{discover_once, keeper_lives, on_last_keeper};
 
 #[cfg(target_os = "linux")]
 pub use cgroup::{
