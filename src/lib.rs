@@ -208,6 +208,14 @@ pub mod __bench {
         crate::process::spawn::prepared_launches()
     }
 
+    /// The pid of the sandbox's init prepared for the next isolated launch
+    /// outside a request (while a `SpareKeeper` lives), once its view is
+    /// composed; `None` if none waits.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    pub fn standalone_sandbox_init() -> Option<u32> {
+        crate::process::standalone_init()
+    }
+
     /// Runs `program` (argv `[program]`, empty environment, new process
     /// group) through the clone3 spawner, into `cgroup` if given, with
     /// stdin on `/dev/null` and stdout/stderr on pipes it reads to the end

@@ -572,11 +572,26 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             c.set_shared_net(shared.get());
         }
     }
+    // Outside a request, while a keeper lives: the network namespace made
+    // for this launch, with the sandbox prepared in it, if there is one.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    let standalone = options.network.is_none()
+        && options.cgroup_parent.is_none()
+        && confine.as_ref().is_some_and(shares_net)
+        && may_prepare(options)
+        && super::spawn::prepared_on()
+        && crate::contain::keeper_lives();
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if let (true, Some(c)) = (standalone, confine.as_mut()) {
+        if let Some(net) = take_standalone() {
+            c.set_shared_net(Some(net));
+        }
+    }
     // A sandbox prepared for this launch (`spawn`, *A prepared sandbox*)
     // comes with the cgroup it waits in: the launch's, under the cgroup
     // tier. The next launch's is prepared once this one runs.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    let (prepared_cgroup, next) = prepare_spares(options, confine.as_ref());
+    let (prepared_cgroup, next) = prepare_spares(options, confine.as_ref(), standalone);
     // Last, so that no cgroup is created for an invocation refused above.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     let selected = match (early_selected, prepared_cgroup) {
@@ -664,7 +679,13 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     // The next launch's sandbox is queued before this one starts: its
     // clone and view are composed while this launch's program runs.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    if let Some((shared, plan)) = next.filter(|(s, _)| super::spawn::slot_free(&s.spare)) {
+    if let (Some(Next::Standalone), Some(c)) = (&next, confine.as_ref()) {
+        prepare_standalone(c);
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if let Some(Next::Request(shared, plan)) =
+        next.filter(|n| matches!(n, Next::Request(s, _) if super::spawn::slot_free(&s.spare)))
+    {
         // In a cgroup made for the next launch; in none where none can be
         // made (it then runs in the pid-namespace tier, as its launch
         // would: a launch in a cgroup does not take it).
@@ -727,32 +748,26 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
 }
 
 /// The prepared-sandbox side of a launch (`spawn`, *A prepared
-/// sandbox*), in a request's network namespace with the network off,
-/// under the cgroup tier or `auto`, not in a terminal: the sandbox prepared for
-/// it if one fits its view (moved into `confine`, with its cgroup
-/// returned for the launch), and what to prepare the next launch's from,
-/// queued before this one starts (from the request's second launch on:
-/// most requests launch once).
+/// sandbox*), isolated with the network off, under the cgroup tier or
+/// `auto`, not in a terminal: the sandbox prepared for it if one fits its
+/// view (moved into `confine`, with its cgroup returned for the launch),
+/// and what to prepare the next launch's from, queued before this one
+/// starts. In a request's network namespace, from the request's second
+/// launch on (most requests launch once); outside a request, while a
+/// [`SpareKeeper`](crate::contain::SpareKeeper) lives (`standalone`).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn prepare_spares(
     options: &LaunchOptions,
     confine: Option<&crate::confine::build::Prepared>,
-) -> (
-    Option<crate::contain::Cgroup>,
-    Option<(
-        Arc<crate::confine::build::SharedNet>,
-        super::spawn::SparePlan,
-    )>,
-) {
+    standalone: bool,
+) -> (Option<crate::contain::Cgroup>, Option<Next>) {
     let Some(c) = confine else {
         return (None, None);
     };
-    let eligible = matches!(options.containment, Containment::Auto | Containment::Cgroup)
-        && options.session.is_none_or(|s| s.terminal.is_none());
-    let (Some(view), Some(shared)) = (c.view(), c.shared_arc()) else {
+    let Some(view) = c.view() else {
         return (None, None);
     };
-    if !eligible {
+    if !may_prepare(options) {
         return (None, None);
     }
     let parent = match options
@@ -764,22 +779,136 @@ fn prepare_spares(
         Some(Ok(id)) => id,
         Some(Err(_)) => return (None, None),
     };
-    let Some(plan) = super::spawn::SparePlan::of(view, c.program(), parent, shared.user.is_some())
-    else {
+    let shared = c.shared_arc();
+    let mut cgroup = None;
+    let mut taken = false;
+    if let Some(shared) = &shared {
+        if let Some(mut spare) =
+            super::spawn::take_prepared(&shared.spare, view, c.program(), parent)
+        {
+            cgroup = spare.take_cgroup();
+            taken = true;
+            *c.spare().lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
+        }
+    }
+    if standalone {
+        return (cgroup, Some(Next::Standalone));
+    }
+    let Some(shared) = shared else {
         return (None, None);
     };
-    let (mut cgroup, mut taken) = (None, false);
-    if let Some(mut spare) = super::spawn::take_prepared(&shared.spare, view, c.program(), parent) {
-        cgroup = spare.take_cgroup();
-        taken = true;
-        *c.spare().lock().unwrap_or_else(|e| e.into_inner()) = Some(spare);
-    }
+    let Some(plan) = super::spawn::SparePlan::of(view, c.program(), parent, shared.user.is_some())
+    else {
+        return (cgroup, None);
+    };
     let before = shared
         .spare
         .last_parent
         .swap(parent, std::sync::atomic::Ordering::Relaxed);
     let again = taken || before == parent;
-    (cgroup, again.then_some((shared, plan)))
+    (cgroup, again.then_some(Next::Request(shared, plan)))
+}
+
+/// Whether a launch with `options` may run in a prepared sandbox: under
+/// the cgroup tier or `auto`, not in a terminal.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn may_prepare(options: &LaunchOptions) -> bool {
+    matches!(options.containment, Containment::Auto | Containment::Cgroup)
+        && options.session.is_none_or(|s| s.terminal.is_none())
+}
+
+/// Where the next launch's sandbox is prepared ([`prepare_spares`]).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+enum Next {
+    /// In the request's network namespace, for its next launch.
+    Request(
+        Arc<crate::confine::build::SharedNet>,
+        super::spawn::SparePlan,
+    ),
+    /// In a network namespace of its own, for the next launch outside a
+    /// request ([`STANDALONE`]).
+    Standalone,
+}
+
+/// The sandbox prepared for the next isolated launch outside a request,
+/// in the slot of a network namespace made for it alone: the launch that
+/// takes it runs in that namespace (whether or not the sandbox fits its
+/// view), and no other launch does. Kept while a
+/// [`SpareKeeper`](crate::contain::SpareKeeper) lives; the last keeper's
+/// drop kills it ([`discard_standalone`]).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+static STANDALONE: std::sync::Mutex<Option<Arc<crate::confine::build::SharedNet>>> =
+    std::sync::Mutex::new(None);
+
+/// Takes the network namespace (and the sandbox in its slot) prepared for
+/// this launch outside a request, if there is one.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn take_standalone() -> Option<Arc<crate::confine::build::SharedNet>> {
+    STANDALONE.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// The pid of the init of the sandbox prepared for the next launch
+/// outside a request, once its view is composed (for the tests).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub(crate) fn standalone_init() -> Option<u32> {
+    let net = STANDALONE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()?;
+    super::spawn::waiting_init(&net.spare)
+}
+
+/// Kills (and reaps) the sandbox prepared for the next launch outside a
+/// request: no keeper is left.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn discard_standalone() {
+    drop(take_standalone());
+}
+
+/// Prepares the sandbox of the next launch outside a request like
+/// `confine`'s ([`STANDALONE`]): in a network namespace made for it
+/// ahead (only where this process keeps such namespaces ready: as root,
+/// `spawn::netns`; making one here would cost the launch more than the
+/// sandbox saves it), its init cloned into a cgroup made for that launch
+/// (none where none can be made: the pid-namespace tier).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn prepare_standalone(confine: &crate::confine::build::Prepared) {
+    use std::os::fd::AsFd;
+    let Some(view) = confine.view() else {
+        return;
+    };
+    let Some(plan) = super::spawn::SparePlan::of(view, confine.program(), 0, false) else {
+        return;
+    };
+    crate::contain::on_last_keeper(discard_standalone);
+    let Some(net) = super::spawn::spare_network_namespace().map(Arc::new) else {
+        return;
+    };
+    let cgroup = match containment::cgroup(None) {
+        Ok(containment::Plan::Cgroup(cgroup)) => Some(cgroup),
+        _ => None,
+    };
+    super::spawn::prepare_next(&net.spare, plan, net.net.as_fd(), None, cgroup);
+    if !super::spawn::slot_free(&net.spare) {
+        store_standalone(net, crate::contain::keeper_lives);
+    }
+}
+
+/// Stores `net` (a sandbox queued in its slot) as [`STANDALONE`], unless
+/// `keeper_lives` says, once it is stored, that no keeper is left: a last
+/// keeper dropped since the launch looked finds it there (its hook takes
+/// it), or the count is 0 here and it goes now.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn store_standalone(net: Arc<crate::confine::build::SharedNet>, keeper_lives: fn() -> bool) {
+    // An earlier one not taken (a concurrent launch's) goes.
+    let earlier = STANDALONE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace(net);
+    drop(earlier);
+    if !keeper_lives() {
+        discard_standalone();
+    }
 }
 
 /// A session's pseudo-terminal: the master (kept for resizes), a reader
@@ -1006,5 +1135,32 @@ impl Running {
     /// The session's side, when launched as one.
     pub(crate) fn session_shared(&self) -> Option<Arc<super::session::SessionShared>> {
         self.shared.session.clone()
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// A namespace whose slot holds something (what stands for a queued
+    /// sandbox here), and whether it is still stored.
+    fn queued() -> Arc<crate::confine::build::SharedNet> {
+        let fd = std::fs::File::open("/proc/self/ns/net").unwrap();
+        let net = crate::confine::build::SharedNet::new(fd.into(), None);
+        *net.spare.held.lock().unwrap() = Some(Box::new(()));
+        Arc::new(net)
+    }
+
+    /// A sandbox prepared while the last keeper went is not kept: the
+    /// count is read after it is stored, and 0 takes it away again.
+    #[test]
+    fn a_standalone_sandbox_stored_after_the_last_keeper_went_goes() {
+        let net = queued();
+        store_standalone(Arc::clone(&net), || false);
+        assert!(take_standalone().is_none());
+        assert_eq!(Arc::strong_count(&net), 1, "still held");
+        store_standalone(Arc::clone(&net), || true);
+        let kept = take_standalone().expect("kept while a keeper lives");
+        assert!(Arc::ptr_eq(&kept, &net));
     }
 }

@@ -68,6 +68,8 @@ pub use effects::refused_group_signals;
 pub use evidence::Evidence;
 pub use invocation::{Invocation, InvocationSpec};
 pub(crate) use launch::SharedNetwork;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub(crate) use launch::standalone_init;
 pub use launch::{
     ExpectedLaunches, LaunchOptions, ProcessError, Running, enable_subreaper, launch,
     prepare_isolation, run,

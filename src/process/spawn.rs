@@ -144,6 +144,17 @@
 //! reaped when the request stops (`request::barrier`, before the request's
 //! cgroup is looked at) or with the request's network namespace.
 //!
+//! Outside a request, while a [`SpareKeeper`](crate::contain::SpareKeeper)
+//! lives (an embedder that launches again and again), each isolated
+//! launch with the network off queues the next one's sandbox the same way
+//! (`process::launch`, `STANDALONE`), in a network namespace taken from
+//! those this process keeps ready ([`netns`]: as root only; making one on
+//! the launch's path would cost it more than the sandbox saves) and into
+//! a cgroup made beneath the base. The launch that takes it runs in that
+//! namespace whether or not the sandbox fits its view, and no other launch
+//! does: no two launches outside a request share a network namespace, as
+//! without it. The last keeper's drop kills the sandbox that waits.
+//!
 //! The next launch plans its view as always, from the host as it is then
 //! (the sockets bound, the protected paths that exist), and takes the
 //! prepared sandbox only if that plan equals the one it was composed
@@ -303,6 +314,21 @@ pub(crate) fn shared_network_namespace() -> Option<crate::confine::build::Shared
     }
 }
 
+/// A network namespace of the host's user namespace with its loopback up,
+/// taken from those this process keeps ready (`netns`), for one launch
+/// outside a request; `None` where none is ready (an unprivileged
+/// process keeps none).
+pub(crate) fn spare_network_namespace() -> Option<crate::confine::build::SharedNet> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        netns::take().map(|net| crate::confine::build::SharedNet::new(net, None))
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        None
+    }
+}
+
 /// The kind of [`shared_network_namespace`] an unprivileged process makes
 /// (a user namespace of its own owns it), made whoever runs (tests).
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -358,7 +384,9 @@ pub(crate) struct Spawned {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::IsolatedInit;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{SparePlan, prepare_next, slot_free, take_prepared};
+pub(crate) use imp::{
+    SparePlan, prepare_next, prepared_on, slot_free, take_prepared, waiting_init,
+};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::{
     prepare_handoff, prepared_launches, set_handoff, set_hold_mount_ns, set_prepared,
@@ -4428,6 +4456,11 @@ mod imp {
         PREPARED_OFF.store(!on, Ordering::Relaxed);
     }
 
+    /// Whether sandboxes are prepared ([`set_prepared`]).
+    pub(crate) fn prepared_on() -> bool {
+        !PREPARED_OFF.load(Ordering::Relaxed)
+    }
+
     /// How many launches ran in a prepared sandbox so far.
     pub(crate) fn prepared_launches() -> u64 {
         PREPARED_LAUNCHES.load(Ordering::Relaxed)
@@ -4528,6 +4561,17 @@ mod imp {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_none()
+    }
+
+    /// The pid of the init of the sandbox prepared in `slot`, once its view
+    /// is composed (for the tests); `None` if there is none, or it was
+    /// made through a pre-init.
+    pub(crate) fn waiting_init(slot: &crate::confine::build::SpareSlot) -> Option<u32> {
+        let held = slot.held.lock().unwrap_or_else(|e| e.into_inner());
+        let spare = held.as_ref()?.downcast_ref::<SpareSandbox>()?;
+        (!spare.state.joined && spare.ready())
+            .then(|| u32::try_from(spare.state.pid.load(Ordering::Acquire)).ok())
+            .flatten()
     }
 
     /// Queues the preparation of a sandbox in `slot` (nothing if it holds
@@ -4898,6 +4942,14 @@ mod imp {
             // Nothing runs on either stack any more.
             for stack in [st.stack.take(), st.helper.take()].into_iter().flatten() {
                 stack.give_back();
+            }
+            // Its init reaped, its cgroup is empty. One beneath the base
+            // (outside a request) is released here: nothing else removes
+            // it (a request's goes with the request's cgroup).
+            if st.parent == 0 {
+                if let Some(Err((_, e))) = self.cgroup.take().map(crate::contain::Cgroup::release) {
+                    tracing::warn!(error = %e, "an unused prepared sandbox's cgroup was not removed");
+                }
             }
         }
     }
