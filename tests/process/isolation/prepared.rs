@@ -372,3 +372,110 @@ async fn a_prepared_launchs_evidence_is_a_composed_ones() {
         "{prepared:?}"
     );
 }
+
+/// The network namespace of this test process.
+fn own_network() -> String {
+    std::fs::read_link("/proc/self/ns/net")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Outside a request, while a `SpareKeeper` lives (an embedder that
+/// launches again and again): each isolated launch has the next one's
+/// sandbox prepared, in a network namespace made for that launch alone.
+/// The launch that takes it stays as contained as a composed one, and no
+/// two launches share a network namespace. Without a keeper nothing is
+/// prepared; the last keeper's drop kills the sandbox that waits.
+#[tokio::test]
+async fn outside_a_request_a_keeper_has_the_next_launch_prepared_in_a_network_of_its_own() {
+    let Some(_guards) = one_at_a_time() else {
+        return;
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path();
+    git_dir(ws);
+    let opts = LaunchOptions::new(ws);
+    let script = format!("{ATTACK}\nreadlink /proc/self/ns/net");
+    for _ in 0..3 {
+        let (ev, p) = launch(&opts, &script).await;
+        assert_contained(&ev, ws);
+        assert!(!p, "prepared without a keeper: {ev:?}");
+    }
+    assert_eq!(custodian::__bench::standalone_sandbox_init(), None);
+
+    let keeper = custodian::contain::SpareKeeper::new();
+    let (mut nets, mut prepared) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let (ev, p) = launch(&opts, &script).await;
+        assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+        assert_contained(&ev, ws);
+        nets.push(ev.stdout.text.lines().last().unwrap_or_default().to_owned());
+        prepared.push(p);
+    }
+    // The first after the keeper composes its own and prepares the next;
+    // each later one runs prepared (a host socket bound or removed between
+    // a preparation and its launch changes the plan: not every one).
+    assert!(!prepared[0], "{prepared:?}");
+    assert!(
+        prepared[1..].iter().filter(|&&p| p).count() >= 2,
+        "{prepared:?}"
+    );
+    let host = own_network();
+    let distinct: std::collections::HashSet<&String> = nets.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        nets.len(),
+        "a namespace served twice: {nets:?}"
+    );
+    assert!(
+        nets.iter().all(|n| n.starts_with("net:[") && *n != host),
+        "{nets:?}"
+    );
+
+    // The next launch's sandbox waits, in a namespace no launch had.
+    let init = custodian::__bench::standalone_sandbox_init().expect("a sandbox waits");
+    let waiting = format!("/proc/{init}");
+    let its_net = std::fs::read_link(format!("{waiting}/ns/net"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(its_net != host && !nets.contains(&its_net), "{its_net}");
+    assert!(in_namespace(&its_net).contains(&init));
+    // Its cgroup, made beneath the base for the launch that never came.
+    let cgroup = std::fs::read_to_string(format!("{waiting}/cgroup")).unwrap();
+    let cgroup = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_owned);
+    let cgroup_dir = cgroup.as_deref().and_then(|c| {
+        let h = custodian::contain::Hierarchy::discover().ok()?;
+        Some(h.mount.join(c.trim_start_matches('/')))
+    });
+    if let Some(dir) = &cgroup_dir {
+        assert!(dir.is_dir(), "{}", dir.display());
+        assert!(
+            dir.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('p')),
+            "{}",
+            dir.display()
+        );
+    }
+    drop(keeper);
+    assert_eq!(custodian::__bench::standalone_sandbox_init(), None);
+    assert_eq!(
+        in_namespace(&its_net),
+        Vec::<u32>::new(),
+        "left in {its_net}"
+    );
+    assert!(!Path::new(&waiting).exists(), "{waiting} not reaped");
+    if let Some(dir) = cgroup_dir {
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+
+    // Without a keeper again: composed, nothing prepared.
+    let (ev, p) = launch(&opts, &script).await;
+    assert_contained(&ev, ws);
+    assert!(!p);
+    assert_eq!(custodian::__bench::standalone_sandbox_init(), None);
+}
