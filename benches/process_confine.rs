@@ -5,7 +5,8 @@
 //! Run: `cargo bench -p custodian --bench process_confine`
 //! (`CONFINE_ROUNDS=N` for more rounds on a noisy machine;
 //! `CONFINE_ONLY=K` runs variant `K` of the table alone, 0-based, for a
-//! profiler: `perf record -g` of one variant). The last
+//! profiler: `perf record -g` of one variant; `CONFINE_ONLY=keeper` the
+//! last table alone). The last
 //! column is the p50 of `launch()` alone (spawn latency: plan, build,
 //! clone, the child's confinement calls, until `execve` returned).
 //!
@@ -163,6 +164,10 @@ fn main() {
         };
         once(&rt, opts, c)
     };
+    if std::env::var("CONFINE_ONLY").is_ok_and(|v| v == "keeper") {
+        keeper_table(&rt, &opts, n);
+        return;
+    }
     if let Some(k) = std::env::var("CONFINE_ONLY")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -177,19 +182,7 @@ fn main() {
         );
         return;
     }
-    for v in &variants {
-        once(v); // warm-up
-    }
-    let mut samples = vec![Vec::with_capacity(n); variants.len()];
-    let mut spawns = vec![Vec::with_capacity(n); variants.len()];
-    for round in 0..n {
-        for k in 0..variants.len() {
-            let i = (round + k) % variants.len();
-            let (spawn, total) = once(&variants[i]);
-            spawns[i].push(spawn);
-            samples[i].push(total);
-        }
-    }
+    let (samples, spawns) = interleaved(&variants, n, once);
     println!(
         "launch + settle of /bin/true, {n} rounds interleaved, Landlock ABI {}",
         custodian::confine::landlock_abi()
@@ -215,6 +208,83 @@ fn main() {
             total(&s) / base,
             s[n / 2].as_secs_f64() / base_p50,
             sp[n / 2].as_secs_f64() * 1e6,
+        );
+    }
+    keeper_table(&rt, &opts, n);
+}
+
+/// Each of `variants` once (a warm-up), then `n` rounds of all, each
+/// round starting one further on: per variant, the samples of launch +
+/// settle and of `launch()` alone.
+fn interleaved<V>(
+    variants: &[V],
+    n: usize,
+    once: impl Fn(&V) -> (Duration, Duration),
+) -> (Vec<Vec<Duration>>, Vec<Vec<Duration>>) {
+    for v in variants {
+        once(v);
+    }
+    let mut samples = vec![Vec::with_capacity(n); variants.len()];
+    let mut spawns = vec![Vec::with_capacity(n); variants.len()];
+    for round in 0..n {
+        for k in 0..variants.len() {
+            let i = (round + k) % variants.len();
+            let (spawn, total) = once(&variants[i]);
+            spawns[i].push(spawn);
+            samples[i].push(total);
+        }
+    }
+    (samples, spawns)
+}
+
+/// Launches outside a request by an embedder that launches again and
+/// again and so holds a `SpareKeeper`: the unconfined launch's empty cgroup
+/// then serves the next, and an isolated launch's next sandbox is prepared
+/// while it runs. Unconfined and `workspace-write`, with and without
+/// prepared sandboxes, interleaved, `n` rounds.
+fn keeper_table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, n: usize) {
+    custodian::__bench::set_netns_spares(true);
+    custodian::__bench::set_hold_mount_ns(true);
+    custodian::__bench::set_prepared_sandboxes(true);
+    let _keeper = custodian::contain::SpareKeeper::new();
+    let variants = [
+        ("unconfined", Confinement::none(), true),
+        ("workspace-write", Confinement::workspace_write(), true),
+        (
+            "the same, no prepared sandbox",
+            Confinement::workspace_write(),
+            false,
+        ),
+    ];
+    let once = |(_, c, prepared): &(&str, Confinement, bool)| {
+        custodian::__bench::set_prepared_sandboxes(*prepared);
+        once(rt, opts, c)
+    };
+    let before = custodian::__bench::prepared_launches();
+    let (samples, spawns) = interleaved(&variants, n, once);
+    let prepared = custodian::__bench::prepared_launches() - before;
+    println!();
+    println!(
+        "outside a request, a SpareKeeper held: {n} rounds interleaved, \
+         {prepared} of {n} launches of the second variant in a prepared sandbox"
+    );
+    println!(
+        "{:<36} {:>10} {:>10} {:>10} {:>14}",
+        "variant", "p50 us", "p95 us", "p50 ratio", "launch() p50"
+    );
+    let p = |s: &mut Vec<Duration>, q: usize| {
+        s.sort();
+        s[n * q / 100].as_secs_f64()
+    };
+    let base = p(&mut samples[0].clone(), 50);
+    for (((name, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
+        println!(
+            "{:<36} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us",
+            name,
+            p(&mut s, 50) * 1e6,
+            p(&mut s, 95) * 1e6,
+            p(&mut s, 50) / base,
+            p(&mut sp, 50) * 1e6,
         );
     }
 }
