@@ -373,12 +373,49 @@ async fn a_prepared_launchs_evidence_is_a_composed_ones() {
     );
 }
 
-/// The network namespace of this test process.
-fn own_network() -> String {
-    std::fs::read_link("/proc/self/ns/net")
-        .unwrap()
-        .to_string_lossy()
-        .into_owned()
+/// Prints `cookie <n>`: the network namespace's cookie
+/// (`SO_NETNS_COOKIE`), which the kernel never gives another namespace
+/// while the machine runs (an inode number is reused once its namespace is
+/// released).
+const NET_COOKIE: &str = "python3 -c 'import socket, struct
+s = socket.socket(socket.AF_UNIX)
+print(\"cookie\", struct.unpack(\"Q\", s.getsockopt(socket.SOL_SOCKET, 71, 8))[0])'";
+
+/// The cookie [`NET_COOKIE`] printed in `text`.
+fn net_cookie(text: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix("cookie "))
+        .unwrap_or_else(|| panic!("no cookie in {text:?}"))
+        .to_owned()
+}
+
+/// The cookie of the network namespace `ns` (a `/proc/<pid>/ns/net`), or
+/// of this process's (`None`).
+fn cookie_of(ns: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new("nsenter");
+    if let Some(ns) = ns {
+        cmd.arg(format!("--net={ns}"));
+    }
+    let out = cmd
+        .args(["sh", "-c", NET_COOKIE])
+        .output()
+        .expect("the cookie's probe runs");
+    assert!(out.status.success(), "{out:?}");
+    net_cookie(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Asserts that no two of the namespace cookies `nets` are the same and
+/// that none is this process's; returns this process's.
+fn all_distinct_from_the_hosts(nets: &[String]) -> String {
+    let host = cookie_of(None);
+    let distinct: std::collections::HashSet<&String> = nets.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        nets.len(),
+        "a namespace served twice: {nets:?}"
+    );
+    assert!(!nets.contains(&host), "{nets:?}");
+    host
 }
 
 /// Outside a request, while a `SpareKeeper` lives (an embedder that
@@ -396,7 +433,7 @@ async fn outside_a_request_a_keeper_has_the_next_launch_prepared_in_a_network_of
     let ws = dir.path();
     git_dir(ws);
     let opts = LaunchOptions::new(ws);
-    let script = format!("{ATTACK}\nreadlink /proc/self/ns/net");
+    let script = format!("{ATTACK}\n{NET_COOKIE}");
     for _ in 0..3 {
         let (ev, p) = launch(&opts, &script).await;
         assert_contained(&ev, ws);
@@ -410,7 +447,7 @@ async fn outside_a_request_a_keeper_has_the_next_launch_prepared_in_a_network_of
         let (ev, p) = launch(&opts, &script).await;
         assert_eq!(ev.exit_code, Some(0), "{ev:?}");
         assert_contained(&ev, ws);
-        nets.push(ev.stdout.text.lines().last().unwrap_or_default().to_owned());
+        nets.push(net_cookie(&ev.stdout.text));
         prepared.push(p);
     }
     // The first after the keeper composes its own and prepares the next;
@@ -421,17 +458,7 @@ async fn outside_a_request_a_keeper_has_the_next_launch_prepared_in_a_network_of
         prepared[1..].iter().filter(|&&p| p).count() >= 2,
         "{prepared:?}"
     );
-    let host = own_network();
-    let distinct: std::collections::HashSet<&String> = nets.iter().collect();
-    assert_eq!(
-        distinct.len(),
-        nets.len(),
-        "a namespace served twice: {nets:?}"
-    );
-    assert!(
-        nets.iter().all(|n| n.starts_with("net:[") && *n != host),
-        "{nets:?}"
-    );
+    let host = all_distinct_from_the_hosts(&nets);
 
     // The next launch's sandbox waits, in a namespace no launch had.
     let init = custodian::__bench::standalone_sandbox_init().expect("a sandbox waits");
@@ -440,7 +467,11 @@ async fn outside_a_request_a_keeper_has_the_next_launch_prepared_in_a_network_of
         .unwrap()
         .to_string_lossy()
         .into_owned();
-    assert!(its_net != host && !nets.contains(&its_net), "{its_net}");
+    let its_cookie = cookie_of(Some(&format!("{waiting}/ns/net")));
+    assert!(
+        its_cookie != host && !nets.contains(&its_cookie),
+        "{its_cookie}: {nets:?}"
+    );
     assert!(in_namespace(&its_net).contains(&init));
     // Its cgroup, made beneath the base for the launch that never came.
     let cgroup = std::fs::read_to_string(format!("{waiting}/cgroup")).unwrap();
@@ -477,5 +508,47 @@ async fn outside_a_request_a_keeper_has_the_next_launch_prepared_in_a_network_of
     let (ev, p) = launch(&opts, &script).await;
     assert_contained(&ev, ws);
     assert!(!p);
+    assert_eq!(custodian::__bench::standalone_sandbox_init(), None);
+}
+
+/// Launches outside a request from several threads at once, a keeper
+/// held: whichever takes the sandbox prepared by another's launch, each
+/// launch runs in a network namespace no other launch had, and each is as
+/// contained as a composed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn concurrent_launches_outside_a_request_never_share_a_prepared_network() {
+    let Some(_guards) = one_at_a_time() else {
+        return;
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path().to_owned();
+    git_dir(&ws);
+    let keeper = custodian::contain::SpareKeeper::new();
+    let before = custodian::__bench::prepared_launches();
+    let script = format!("{ATTACK}\n{NET_COOKIE}");
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (ws, script) = (ws.clone(), script.clone());
+            tokio::spawn(async move {
+                let opts = LaunchOptions::new(&ws);
+                let mut nets = Vec::new();
+                for _ in 0..6 {
+                    let (ev, _) = launch(&opts, &script).await;
+                    assert_eq!(ev.exit_code, Some(0), "{ev:?}");
+                    assert_contained(&ev, &ws);
+                    nets.push(net_cookie(&ev.stdout.text));
+                }
+                nets
+            })
+        })
+        .collect();
+    let mut nets = Vec::new();
+    for t in tasks {
+        nets.extend(t.await.unwrap());
+    }
+    let prepared = custodian::__bench::prepared_launches() - before;
+    all_distinct_from_the_hosts(&nets);
+    assert!(prepared >= 3, "only {prepared} of 18 launches ran prepared");
+    drop(keeper);
     assert_eq!(custodian::__bench::standalone_sandbox_init(), None);
 }
