@@ -37,6 +37,12 @@ use std::time::{Duration, Instant};
 use custodian::confine::{Confinement, Network};
 use custodian::process::{Invocation, InvocationSpec, LaunchOptions};
 
+// `getrusage(RUSAGE_CHILDREN)` for the CPU of the reaped sandboxes.
+#[path = "support/cpu.rs"]
+#[allow(unsafe_code)]
+mod cpu;
+use cpu::{cpu_children, cpu_self};
+
 /// Rounds unless `CONFINE_ROUNDS` says otherwise.
 const DEFAULT_ROUNDS: usize = 200;
 
@@ -241,24 +247,58 @@ fn interleaved<V>(
 /// again and so holds a `SpareKeeper`: the unconfined launch's empty cgroup
 /// then serves the next, and an isolated launch's next sandbox is prepared
 /// while it runs. Unconfined and `workspace-write`, with and without
-/// prepared sandboxes, interleaved, `n` rounds.
+/// prepared sandboxes, interleaved, `n` rounds; and the unconfined launch
+/// once more with a spare network namespace taken before it and dropped
+/// after its settle, as each isolated launch outside a request takes one:
+/// what the kernel's making (on the filler thread, beside the launch) and
+/// release of one namespace cost a launch that does nothing else.
 fn keeper_table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, n: usize) {
     custodian::__bench::set_netns_spares(true);
     custodian::__bench::set_hold_mount_ns(true);
     custodian::__bench::set_prepared_sandboxes(true);
     let _keeper = custodian::contain::SpareKeeper::new();
+    // (name, confinement, prepared sandboxes on, a spare network
+    // namespace taken before the launch and dropped after its settle)
     let variants = [
-        ("unconfined", Confinement::none(), true),
-        ("workspace-write", Confinement::workspace_write(), true),
+        ("unconfined", Confinement::none(), true, false),
+        (
+            "workspace-write",
+            Confinement::workspace_write(),
+            true,
+            false,
+        ),
         (
             "the same, no prepared sandbox",
             Confinement::workspace_write(),
             false,
+            false,
+        ),
+        (
+            "unconfined, a netns made beside it",
+            Confinement::none(),
+            true,
+            true,
         ),
     ];
-    let once = |(_, c, prepared): &(&str, Confinement, bool)| {
+    let made = std::cell::Cell::new(0usize);
+    // CPU of this process (every thread) and its reaped children (each
+    // sandbox's init, with its tool) per variant.
+    let cpu = std::cell::RefCell::new(vec![Duration::ZERO; variants.len()]);
+    let once = |v @ (_, c, prepared, beside): &(&str, Confinement, bool, bool)| {
+        let k = variants.iter().position(|w| w.0 == v.0).unwrap_or(0);
+        let c0 = cpu_self() + cpu_children();
         custodian::__bench::set_prepared_sandboxes(*prepared);
-        once(rt, opts, c)
+        // What an isolated launch outside a request costs the kernel
+        // besides its own work: the spare it takes is replaced by the
+        // filler thread while it runs, and released once it settled.
+        let taken = beside
+            .then(custodian::__bench::take_spare_network_namespace)
+            .flatten();
+        made.set(made.get() + usize::from(taken.is_some()));
+        let t = once(rt, opts, c);
+        drop(taken);
+        cpu.borrow_mut()[k] += (cpu_self() + cpu_children()).saturating_sub(c0);
+        t
     };
     let before = custodian::__bench::prepared_launches();
     let (samples, spawns) = interleaved(&variants, n, once);
@@ -266,25 +306,31 @@ fn keeper_table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, n: usize) {
     println!();
     println!(
         "outside a request, a SpareKeeper held: {n} rounds interleaved, \
-         {prepared} of {n} launches of the second variant in a prepared sandbox"
+         {prepared} of {n} launches of the second variant in a prepared sandbox, \
+         {} of the last beside a network namespace made for it",
+        made.get().saturating_sub(1)
     );
     println!(
-        "{:<36} {:>10} {:>10} {:>10} {:>14}",
-        "variant", "p50 us", "p95 us", "p50 ratio", "launch() p50"
+        "{:<36} {:>10} {:>10} {:>10} {:>14} {:>12}",
+        "variant", "p50 us", "p95 us", "p50 ratio", "launch() p50", "CPU/launch"
     );
     let p = |s: &mut Vec<Duration>, q: usize| {
         s.sort();
         s[n * q / 100].as_secs_f64()
     };
     let base = p(&mut samples[0].clone(), 50);
-    for (((name, _, _), mut s), mut sp) in variants.iter().zip(samples).zip(spawns) {
+    let cpu = cpu.into_inner();
+    for ((((name, _, _, _), mut s), mut sp), cpu) in
+        variants.iter().zip(samples).zip(spawns).zip(cpu)
+    {
         println!(
-            "{:<36} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us",
+            "{:<36} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us {:>9.0} us",
             name,
             p(&mut s, 50) * 1e6,
             p(&mut s, 95) * 1e6,
             p(&mut s, 50) / base,
             p(&mut sp, 50) * 1e6,
+            cpu.as_secs_f64() * 1e6 / (n + 1) as f64,
         );
     }
 }

@@ -179,6 +179,15 @@ pub mod __bench {
             .map(ProxyAttachment)
     }
 
+    /// Takes one of the spare network namespaces (its descriptor), as an
+    /// isolated launch outside a request does: the filler thread makes
+    /// the next at once, beside whatever runs. `None` where this process
+    /// keeps none (not root, or turned off). For the benchmark that
+    /// measures what making one costs a launch that runs beside it.
+    pub fn take_spare_network_namespace() -> Option<std::os::fd::OwnedFd> {
+        crate::process::spawn::spare_network_namespace().map(|n| n.net)
+    }
+
     /// Turns the spare network namespaces of isolated launches with the
     /// network off on or off (off: each launch's `clone3` makes its own),
     /// for the benchmark that measures what they save. On by default.
