@@ -72,10 +72,11 @@ pub(crate) struct SharedNet {
 
 /// The slot of [`SharedNet::spare`]: what is prepared, and the request
 /// cgroup (its id; 0: none) of the last launch that looked. A launch
-/// prepares the next only when the one before was beneath the same
-/// cgroup (the same request): the first launch of a request prepares
-/// nothing (most requests launch once), however many requests share the
-/// namespace (an MCP session's).
+/// prepares its request's next only when the one before was beneath the
+/// same cgroup (the same request): the first launch of a request prepares
+/// nothing for its own request (most requests launch once); in an MCP
+/// session's namespace it prepares the session's next request's first
+/// launch instead (`process::spawn`, *A prepared sandbox*).
 pub(crate) struct SpareSlot {
     pub(crate) held: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
     pub(crate) last_parent: std::sync::atomic::AtomicU64,

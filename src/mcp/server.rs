@@ -136,7 +136,7 @@ impl Inner {
             stopping: CancellationToken::new(),
             calls: TaskTracker::new(),
             sessions: tokio::sync::Mutex::new(None),
-            network: Arc::default(),
+            network: Arc::new(crate::process::SharedNetwork::for_session()),
         }
     }
 

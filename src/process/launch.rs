@@ -61,24 +61,91 @@ pub struct LaunchOptions {
 /// network namespace*). Where neither can be made, each launch has its
 /// own, as without it. Released with the request's scope and its last
 /// process.
+///
+/// Shared by the requests of an MCP session ([`SharedNetwork::for_session`]),
+/// it also holds a request cgroup reserved for the session's next request:
+/// a request's first launch prepares the next request's first sandbox
+/// beneath it (most of a session's requests launch once), and the next
+/// request's barrier takes it as its cgroup (`process::spawn`, *A
+/// prepared sandbox*).
 #[derive(Debug, Default)]
 pub(crate) struct SharedNetwork {
     ns: std::sync::OnceLock<Option<Arc<crate::confine::build::SharedNet>>>,
+    /// `Some` for an MCP session's: the request cgroup reserved for its
+    /// next request, once one was made.
+    #[cfg(target_os = "linux")]
+    next_request: Option<std::sync::Mutex<Option<Arc<crate::contain::Cgroup>>>>,
 }
 
 impl SharedNetwork {
-    /// Kills (and reaps) the sandbox prepared for the next launch, if
-    /// one is: the request launches nothing more.
-    pub(crate) fn discard_spare(&self) {
+    /// One for the requests of an MCP session: each request's first launch
+    /// prepares the next request's first sandbox.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "only the MCP server shares one")
+    )]
+    pub(crate) fn for_session() -> Self {
+        SharedNetwork {
+            ns: std::sync::OnceLock::new(),
+            #[cfg(target_os = "linux")]
+            next_request: Some(std::sync::Mutex::new(None)),
+        }
+    }
+
+    /// Kills (and reaps) the sandbox prepared for the next launch, if one
+    /// is and it waits beneath the request cgroup `parent` (its id; `None`:
+    /// wherever it waits): that request launches nothing more. A sandbox
+    /// prepared for a session's next request is left for it.
+    pub(crate) fn discard_spare(&self, parent: Option<u64>) {
         if let Some(Some(net)) = self.ns.get() {
-            let spare = net
-                .spare
-                .held
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
+            let mut held = net.spare.held.lock().unwrap_or_else(|e| e.into_inner());
+            #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+            if let (Some(parent), Some(spare)) = (parent, held.as_ref()) {
+                if super::spawn::prepared_parent(spare.as_ref()).is_some_and(|p| p != parent) {
+                    return;
+                }
+            }
+            #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+            let _ = parent;
+            let spare = held.take();
+            drop(held);
             drop(spare);
         }
+    }
+
+    /// The request cgroup reserved for the session's next request, made
+    /// now if none is; `None` if this is no session's, or none can be made.
+    #[cfg(target_os = "linux")]
+    fn reserved(&self) -> Option<Arc<crate::contain::Cgroup>> {
+        let mut slot = self
+            .next_request
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = crate::contain::request_cgroup().ok().map(Arc::new);
+        }
+        slot.clone()
+    }
+
+    /// Takes the request cgroup reserved for the session's next request
+    /// (the request's barrier: it becomes that request's cgroup, journalled
+    /// as any). `None` if none is reserved.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn take_reserved(&self) -> Option<Arc<crate::contain::Cgroup>> {
+        self.next_request
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Whether it is an MCP session's ([`SharedNetwork::for_session`]).
+    fn is_session(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.next_request.is_some();
+        #[cfg(not(target_os = "linux"))]
+        false
     }
 
     /// Whether a launch has asked for the namespace yet.
@@ -97,6 +164,31 @@ impl SharedNetwork {
                 made
             })
             .clone()
+    }
+}
+
+/// The session is over: the sandbox prepared for its next request is
+/// killed and reaped, then the cgroup reserved for that request removed
+/// (nothing of a tool ever ran in it).
+#[cfg(target_os = "linux")]
+impl Drop for SharedNetwork {
+    fn drop(&mut self) {
+        let Some(reserved) = self
+            .next_request
+            .as_mut()
+            .and_then(|r| r.get_mut().unwrap_or_else(|e| e.into_inner()).take())
+        else {
+            return;
+        };
+        self.discard_spare(None);
+        match Arc::try_unwrap(reserved) {
+            Ok(cg) => {
+                if let Err(e) = cg.remove_tree() {
+                    tracing::warn!(error = %e, code = e.code(), "reserved request cgroup left behind");
+                }
+            }
+            Err(_) => tracing::warn!("reserved request cgroup still in use; left behind"),
+        }
     }
 }
 
@@ -679,28 +771,33 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
     // The next launch's sandbox is queued before this one starts: its
     // clone and view are composed while this launch's program runs.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    if let (Some(Next::Standalone), Some(c)) = (&next, confine.as_ref()) {
-        prepare_standalone(c);
-    }
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    if let Some(Next::Request(shared, plan)) =
-        next.filter(|n| matches!(n, Next::Request(s, _) if super::spawn::slot_free(&s.spare)))
-    {
-        // In a cgroup made for the next launch; in none where none can be
-        // made (it then runs in the pid-namespace tier, as its launch
-        // would: a launch in a cgroup does not take it).
-        let cgroup = match containment::cgroup(options.cgroup_parent.as_deref()) {
-            Ok(containment::Plan::Cgroup(cgroup)) => Some(cgroup),
-            _ => None,
-        };
-        use std::os::fd::AsFd;
-        super::spawn::prepare_next(
-            &shared.spare,
-            plan,
-            shared.net.as_fd(),
-            shared.user.as_ref().map(AsFd::as_fd),
-            cgroup,
-        );
+    match next {
+        Some(Next::Standalone) => {
+            if let Some(c) = confine.as_ref() {
+                prepare_standalone(c);
+            }
+        }
+        Some(Next::Session(shared, plan)) if super::spawn::slot_free(&shared.spare) => {
+            prepare_next_request(options, &shared, plan);
+        }
+        Some(Next::Request(shared, plan)) if super::spawn::slot_free(&shared.spare) => {
+            // In a cgroup made for the next launch; in none where none can
+            // be made (it then runs in the pid-namespace tier, as its
+            // launch would: a launch in a cgroup does not take it).
+            let cgroup = match containment::cgroup(options.cgroup_parent.as_deref()) {
+                Ok(containment::Plan::Cgroup(cgroup)) => Some(cgroup),
+                _ => None,
+            };
+            use std::os::fd::AsFd;
+            super::spawn::prepare_next(
+                &shared.spare,
+                plan,
+                shared.net.as_fd(),
+                shared.user.as_ref().map(AsFd::as_fd),
+                cgroup,
+            );
+        }
+        _ => {}
     }
     let running = driver::spawn(
         &runtime,
@@ -805,8 +902,46 @@ fn prepare_spares(
         .spare
         .last_parent
         .swap(parent, std::sync::atomic::Ordering::Relaxed);
+    // A session's request launching for the first time (in its own
+    // cgroup): the session's next request will most likely launch too.
+    let session = options
+        .network
+        .as_deref()
+        .is_some_and(SharedNetwork::is_session);
+    if session && parent != 0 && before != parent {
+        return (cgroup, Some(Next::Session(shared, plan)));
+    }
     let again = taken || before == parent;
     (cgroup, again.then_some(Next::Request(shared, plan)))
+}
+
+/// Queues the sandbox of a session's next request's first launch
+/// ([`Next::Session`]): beneath the request cgroup reserved for that
+/// request (made now if none is), in a process cgroup of its own. Nothing
+/// is prepared where no cgroup can be made: that launch would not take it.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn prepare_next_request(
+    options: &LaunchOptions,
+    shared: &crate::confine::build::SharedNet,
+    plan: super::spawn::SparePlan,
+) {
+    use std::os::fd::AsFd;
+    let Some(reserved) = options.network.as_deref().and_then(SharedNetwork::reserved) else {
+        return;
+    };
+    let Ok(id) = reserved.id() else {
+        return;
+    };
+    let Ok(containment::Plan::Cgroup(cgroup)) = containment::cgroup(Some(&reserved)) else {
+        return;
+    };
+    super::spawn::prepare_next(
+        &shared.spare,
+        plan.beneath(id),
+        shared.net.as_fd(),
+        shared.user.as_ref().map(AsFd::as_fd),
+        Some(cgroup),
+    );
 }
 
 /// Whether a launch with `options` may run in a prepared sandbox: under
@@ -822,6 +957,13 @@ fn may_prepare(options: &LaunchOptions) -> bool {
 enum Next {
     /// In the request's network namespace, for its next launch.
     Request(
+        Arc<crate::confine::build::SharedNet>,
+        super::spawn::SparePlan,
+    ),
+    /// In the session's network namespace, beneath the request cgroup
+    /// reserved for the session's next request, for that request's first
+    /// launch (the plan's parent is set once the cgroup is reserved).
+    Session(
         Arc<crate::confine::build::SharedNet>,
         super::spawn::SparePlan,
     ),

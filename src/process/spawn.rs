@@ -138,11 +138,24 @@
 //! fail `EBUSY` in 1.7 % of preparations). Then the init marks itself
 //! ready and sleeps on a futex. Nothing waits for it. It is the request's
 //! (`confine::build::SharedNet::spare`), one at a time, for a launch
-//! beneath the same request cgroup (a launch prepares only when the one
-//! before in the namespace was its request's: requests sharing it, an MCP
-//! session's, prepare nothing for each other); unused, it is killed and
-//! reaped when the request stops (`request::barrier`, before the request's
-//! cgroup is looked at) or with the request's network namespace.
+//! beneath the same request cgroup (a launch prepares for its request's
+//! next only when the one before in the namespace was its request's);
+//! unused, it is killed and reaped when the request stops
+//! (`request::barrier`, before the request's cgroup is looked at) or with
+//! the request's network namespace.
+//!
+//! The requests of an MCP session share its network namespace and mostly
+//! launch once each (a `process_run` is a request). There a request's
+//! first launch queues the sandbox of the session's *next* request's first
+//! launch instead: beneath a request cgroup reserved for that request
+//! (`process::SharedNetwork`, made or taken from the kept ones as any
+//! request cgroup), in a process cgroup of its own. The next request's
+//! barrier takes the reserved cgroup as its request cgroup, journalled
+//! before anything runs in it as any, and its first launch finds the
+//! sandbox keyed by that cgroup. Nothing of a tool ever ran in the
+//! reserved cgroup: only the sandbox's init waits in it. A request's stop
+//! kills only a sandbox that waits beneath its own cgroup; the session's
+//! end kills the one that waits and removes the reserved cgroup.
 //!
 //! Outside a request, while a [`SpareKeeper`](crate::contain::SpareKeeper)
 //! lives (an embedder that launches again and again), each isolated
@@ -385,7 +398,7 @@ pub(crate) struct Spawned {
 pub(crate) use imp::IsolatedInit;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::{
-    SparePlan, prepare_next, prepared_on, slot_free, take_prepared, waiting_init,
+    SparePlan, prepare_next, prepared_on, prepared_parent, slot_free, take_prepared, waiting_init,
 };
 #[cfg(target_arch = "x86_64")]
 pub(crate) use imp::{
@@ -4498,6 +4511,12 @@ mod imp {
     }
 
     impl SparePlan {
+        /// The same plan for a launch beneath the cgroup `parent` (its id)
+        /// instead: the next request's, reserved for it.
+        pub(crate) fn beneath(self, parent: u64) -> SparePlan {
+            SparePlan { parent, ..self }
+        }
+
         /// The plan for the next launch of `view` under the seccomp
         /// `program`; `None` where none is prepared: prepared sandboxes
         /// turned off, no spawner thread, not an isolated view with the
@@ -4553,6 +4572,12 @@ mod imp {
             && spare.ready()
             && spare.alive())
         .then_some(spare)
+    }
+
+    /// The id of the cgroup a prepared sandbox waits beneath ([`SparePlan`]'s
+    /// parent; 0: the base), if `spare` is one.
+    pub(crate) fn prepared_parent(spare: &(dyn std::any::Any + Send)) -> Option<u64> {
+        spare.downcast_ref::<SpareSandbox>().map(|s| s.state.parent)
     }
 
     /// Whether `slot` holds no prepared sandbox (one may be prepared).

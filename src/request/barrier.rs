@@ -85,7 +85,7 @@ impl RequestBarrier {
             #[cfg(target_os = "linux")]
             {
                 options.cgroup_parent = self
-                    .request_cgroup(job, options.containment)
+                    .request_cgroup(job, options.containment, options.network.as_deref())
                     .map_err(|e| ScopeLaunchError::Launch(LaunchError::Workspace(e)))?;
             }
         }
@@ -114,7 +114,7 @@ impl RequestBarrier {
             // Nothing is launched any more: a sandbox prepared for a next
             // launch is killed now, not found in the request's cgroup.
             if let Some(network) = procs.network.take() {
-                network.discard_spare();
+                network.discard_spare(self.cgroup_id());
             }
             procs.list.clone()
         };
@@ -352,6 +352,14 @@ impl RequestCgroup {
         }
     }
 
+    /// A request cgroup made for (or reserved for) this request.
+    fn shared(cg: Arc<crate::contain::Cgroup>) -> Self {
+        RequestCgroup {
+            cg: Some(cg),
+            removed: false,
+        }
+    }
+
     fn cg(&self) -> Arc<crate::contain::Cgroup> {
         self.cg
             .clone()
@@ -395,10 +403,20 @@ impl Drop for RequestCgroup {
 
 #[cfg(target_os = "linux")]
 impl RequestBarrier {
+    /// The id of this request's cgroup, if it has one.
+    fn cgroup_id(&self) -> Option<u64> {
+        match &*lock(&self.cgroup) {
+            CgroupSlot::Ready(rc) | CgroupSlot::Emptied(rc) => rc.cg.as_ref()?.id().ok(),
+            _ => None,
+        }
+    }
+
     /// This request's cgroup (made on first use), to be the parent of a
     /// process's cgroup when `containment` may use the cgroup tier. Where
     /// none can be made, `None`, and the launcher decides (`auto` falls
-    /// back, `cgroup` fails). A new request cgroup is journalled in `job`
+    /// back, `cgroup` fails). The first is the one `network` reserved for
+    /// its session's next request, if it holds one (a sandbox may wait in
+    /// it for this launch). A new request cgroup is journalled in `job`
     /// before anything is launched into it, so that a node started after
     /// this one died can kill what is left in it.
     ///
@@ -410,6 +428,7 @@ impl RequestBarrier {
         &self,
         job: &Job,
         containment: crate::contain::Containment,
+        network: Option<&crate::process::SharedNetwork>,
     ) -> Result<Option<Arc<crate::contain::Cgroup>>, WorkspaceError> {
         use crate::contain::Containment;
         if !matches!(containment, Containment::Auto | Containment::Cgroup) {
@@ -417,14 +436,18 @@ impl RequestBarrier {
         }
         let mut slot = lock(&self.cgroup);
         if matches!(*slot, CgroupSlot::Untried) {
-            *slot = match crate::contain::request_cgroup() {
+            let made = match network.and_then(crate::process::SharedNetwork::take_reserved) {
+                Some(reserved) => Ok(reserved),
+                None => crate::contain::request_cgroup().map(Arc::new),
+            };
+            *slot = match made {
                 Ok(cg) => {
                     let record = encode_record(
                         crate::contain::base_cgroup_name().as_str().as_bytes(),
                         cg.name().as_bytes(),
                         cg.id().ok(),
                     );
-                    let cg = RequestCgroup::new(cg);
+                    let cg = RequestCgroup::shared(cg);
                     if let Err(e) = job.journal_barrier(&record) {
                         *slot = CgroupSlot::Gone;
                         drop(cg);
