@@ -9,6 +9,11 @@ shared machine hits both alike. Each call runs `/bin/true`; the time is
 from writing the request to reading its response. Prints p50, p90 and p99
 of each and the p50 ratio. Run by hand (recorded in docs/performance.md),
 never by CI. The venv is .ci/run's (tests/mcp/requirements.txt).
+
+`MCP_BENCH_ARGS` adds arguments to `custodian mcp` (e.g. `--confine
+workspace-write`); `MCP_BENCH_AGAINST=PATH` compares against another
+custodian binary (another build, the same arguments) instead of the naive
+server.
 """
 
 import json
@@ -88,8 +93,15 @@ def main():
         naive_py = os.path.join(root, "naive.py")
         with open(naive_py, "w") as f:
             f.write(NAIVE)
-        ours = Server([exe, "mcp", "--workspace", ws])
-        naive = Server([sys.executable, naive_py])
+        extra = os.environ.get("MCP_BENCH_ARGS", "").split()
+        ours = Server([exe, "mcp", "--workspace", ws, *extra])
+        against = os.environ.get("MCP_BENCH_AGAINST")
+        if against:
+            other = os.path.join(root, "ws-other")
+            os.makedirs(other)
+            naive = Server([os.path.abspath(against), "mcp", "--workspace", other, *extra])
+        else:
+            naive = Server([sys.executable, naive_py])
         for _ in range(50):  # warm up both
             ours.call_true()
             naive.call_true()
@@ -99,10 +111,12 @@ def main():
             b.append(naive.call_true())
         ours.close()
         naive.close()
-    for name, xs in (("custodian mcp", a), ("naive MCPServer + subprocess.run", b)):
+    other = "MCP_BENCH_AGAINST" if os.environ.get("MCP_BENCH_AGAINST") else "naive MCPServer + subprocess.run"
+    for name, xs in (("custodian mcp", a), (other, b)):
         print(f"{name:34} p50 {pct(xs, .5) * 1e3:6.2f} ms  p90 {pct(xs, .9) * 1e3:6.2f} ms"
               f"  p99 {pct(xs, .99) * 1e3:6.2f} ms  mean {statistics.mean(xs) * 1e3:6.2f} ms")
-    print(f"p50 ratio custodian / naive: {pct(a, .5) / pct(b, .5):.2f}x  (n = {n} each, interleaved)")
+    print(f"p50 ratio custodian / {'other' if os.environ.get('MCP_BENCH_AGAINST') else 'naive'}: "
+          f"{pct(a, .5) / pct(b, .5):.3f}x  (n = {n} each, interleaved)")
 
 
 if __name__ == "__main__":
