@@ -564,7 +564,15 @@ pub struct CustodianServer {
     pub(crate) inner: Arc<Inner>,
 }
 
-fn tools() -> Vec<Tool> {
+/// The server's tools, built once: `rmcp` looks a tool up on every call
+/// (`get_tool`), and building the schemas is most of a call's own CPU
+/// otherwise. A clone is cheap (the schemas are shared).
+fn tools() -> &'static [Tool] {
+    static TOOLS: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
+    TOOLS.get_or_init(build_tools)
+}
+
+fn build_tools() -> Vec<Tool> {
     // Every schema in the strict form validators expect: no type arrays.
     let obj = |v: Value| {
         Arc::new(
@@ -719,11 +727,11 @@ impl ServerHandler for CustodianServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        Ok(ListToolsResult::with_all_items(tools().to_vec()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools().into_iter().find(|t| t.name == name)
+        tools().iter().find(|t| t.name == name).cloned()
     }
 
     async fn call_tool(
