@@ -309,9 +309,12 @@ impl Inner {
         };
         tracing::debug!(request_id = %request.id(), pid = running.pid(), "launched");
         let started = Instant::now();
-        let mut tick = tokio::time::interval(self.settings.progress_every);
+        // The first report one period after the launch. Not `interval`'s
+        // immediate first tick: awaiting it waits for the timer's next
+        // millisecond (up to ~1 ms per call).
+        let every = self.settings.progress_every;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
         let mut cancelled = false;
         let mut stopped = false;
         let mut seen = Offsets::default();
