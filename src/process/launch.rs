@@ -115,7 +115,7 @@ impl SharedNetwork {
 
     /// The request cgroup reserved for the session's next request, made
     /// now if none is; `None` if this is no session's, or none can be made.
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn reserved(&self) -> Option<Arc<crate::contain::Cgroup>> {
         let mut slot = self
             .next_request
@@ -141,11 +141,9 @@ impl SharedNetwork {
     }
 
     /// Whether it is an MCP session's ([`SharedNetwork::for_session`]).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn is_session(&self) -> bool {
-        #[cfg(target_os = "linux")]
-        return self.next_request.is_some();
-        #[cfg(not(target_os = "linux"))]
-        false
+        self.next_request.is_some()
     }
 
     /// Whether a launch has asked for the namespace yet.
