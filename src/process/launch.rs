@@ -786,14 +786,7 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
                 Ok(containment::Plan::Cgroup(cgroup)) => Some(cgroup),
                 _ => None,
             };
-            use std::os::fd::AsFd;
-            super::spawn::prepare_next(
-                &shared.spare,
-                plan,
-                shared.net.as_fd(),
-                shared.user.as_ref().map(AsFd::as_fd),
-                cgroup,
-            );
+            super::spawn::prepare_next(&shared, plan, cgroup);
         }
         _ => {}
     }
@@ -923,7 +916,6 @@ fn prepare_next_request(
     shared: &crate::confine::build::SharedNet,
     plan: super::spawn::SparePlan,
 ) {
-    use std::os::fd::AsFd;
     let Some(reserved) = options.network.as_deref().and_then(SharedNetwork::reserved) else {
         return;
     };
@@ -933,13 +925,7 @@ fn prepare_next_request(
     let Ok(containment::Plan::Cgroup(cgroup)) = containment::cgroup(Some(&reserved)) else {
         return;
     };
-    super::spawn::prepare_next(
-        &shared.spare,
-        plan.beneath(id),
-        shared.net.as_fd(),
-        shared.user.as_ref().map(AsFd::as_fd),
-        Some(cgroup),
-    );
+    super::spawn::prepare_next(shared, plan.beneath(id), Some(cgroup));
 }
 
 /// Whether a launch with `options` may run in a prepared sandbox: under
@@ -1013,7 +999,6 @@ fn discard_standalone() {
 /// (none where none can be made: the pid-namespace tier).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn prepare_standalone(confine: &crate::confine::build::Prepared) {
-    use std::os::fd::AsFd;
     let Some(view) = confine.view() else {
         return;
     };
@@ -1028,7 +1013,7 @@ fn prepare_standalone(confine: &crate::confine::build::Prepared) {
         Ok(containment::Plan::Cgroup(cgroup)) => Some(cgroup),
         _ => None,
     };
-    super::spawn::prepare_next(&net.spare, plan, net.net.as_fd(), None, cgroup);
+    super::spawn::prepare_next(&net, plan, cgroup);
     if !super::spawn::slot_free(&net.spare) {
         store_standalone(net, crate::contain::keeper_lives);
     }

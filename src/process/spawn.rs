@@ -4599,16 +4599,20 @@ mod imp {
             .flatten()
     }
 
-    /// Queues the preparation of a sandbox in `slot` (nothing if it holds
-    /// one): its init is cloned into `cgroup`, in `net`.
+    /// Queues the preparation of a sandbox in `net`'s slot (nothing if it
+    /// holds one): its init is cloned into `cgroup`, in `net`'s namespaces.
     pub(crate) fn prepare_next(
-        slot: &crate::confine::build::SpareSlot,
+        net: &crate::confine::build::SharedNet,
         plan: SparePlan,
-        net: BorrowedFd<'_>,
-        user: Option<BorrowedFd<'_>>,
         cgroup: Option<crate::contain::Cgroup>,
     ) {
-        SpareSandbox::start(slot, plan, net, user, cgroup);
+        SpareSandbox::start(
+            &net.spare,
+            plan,
+            net.net.as_fd(),
+            net.user.as_ref().map(AsFd::as_fd),
+            cgroup,
+        );
     }
 
     // SAFETY: the raw pointers in the state point into the same box (and

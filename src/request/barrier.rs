@@ -346,10 +346,7 @@ struct RequestCgroup {
 #[cfg(target_os = "linux")]
 impl RequestCgroup {
     fn new(cg: crate::contain::Cgroup) -> Self {
-        RequestCgroup {
-            cg: Some(Arc::new(cg)),
-            removed: false,
-        }
+        RequestCgroup::shared(Arc::new(cg))
     }
 
     /// A request cgroup made for (or reserved for) this request.
