@@ -662,6 +662,13 @@ pub fn launch(invocation: Invocation, options: &LaunchOptions) -> Result<Running
             c.set_shared_net(shared.get());
         }
     }
+    // The background work an isolated launch sets off (the next network
+    // namespace made, the next sandbox cloned) keeps off this CPU
+    // (`spawn::Aside`).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if confine.as_ref().is_some_and(|c| c.view().is_some()) {
+        super::spawn::note_launcher();
+    }
     // Outside a request, while a keeper lives: the network namespace made
     // for this launch, with the sandbox prepared in it, if there is one.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -191,6 +191,32 @@
 //! check covers, and a change after it is one any sandbox meets while it
 //! runs.
 //!
+//! ## Background work beside the launcher
+//!
+//! An isolated launch sets work off in the background: the network
+//! namespace that replaces the spare it took (the filler thread of
+//! [`netns`]), the next launch's sandbox (its clone on the spawner
+//! thread, its view composed in its init), the view of the launch before
+//! released (the release thread). Each is one long stretch in the kernel
+//! (a network namespace's making ≈ 300 µs here, a sandbox's clone with
+//! its namespaces 150–300 µs), and a kernel without full preemption
+//! (`PREEMPT_NONE`, common on servers) lets nothing else run on that CPU
+//! until it ends: a step of the launch woken there (its init handed the
+//! launch, the program's first run, the caller woken at the `execve`)
+//! waits for it. So the threads
+//! that do such work keep off the CPU of the last isolated launch
+//! ([`Aside`]: `note_launcher` at the launch's start; each narrows itself
+//! to its whole set but that CPU before a piece of work, a system call
+//! only when that CPU changed), and a sandbox cloned for the next launch
+//! inherits that, its init and the helper composing its view included. A
+//! launch's own clone, which its caller waits for, comes back to the
+//! spawner thread's whole set first. At the launch the caller moves the
+//! prepared init onto its own CPU before it wakes it (it runs there once
+//! the caller sleeps, not behind the background's work), and the init
+//! takes the spawner thread's whole set back before it clones the
+//! program: a tool gets every CPU its launcher may use, prepared or not.
+//! With one CPU, or an affinity that cannot be read, nothing moves.
+//!
 //! # Caveats
 //!
 //! - x86-64 Linux only (the clone trampoline is assembly); elsewhere
@@ -720,6 +746,105 @@ pub(crate) fn prepare_isolation(new_net: bool, spares: Option<usize>, probe: boo
         Err(e) => tracing::debug!(error = %e, "isolation not prepared ahead of the launch"),
     }
     true
+}
+
+/// The CPU the last isolated launch started on (`usize::MAX`: none yet),
+/// which custodian's background threads keep off ([`Aside`]).
+#[cfg(target_arch = "x86_64")]
+static LAUNCHER_CPU: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// Background threads work on every CPU of theirs ([`set_aside`]).
+#[cfg(target_arch = "x86_64")]
+static ASIDE_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether background threads keep off the launcher's CPU ([`Aside`]);
+/// on by default. For the benchmark that measures what it saves.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn set_aside(on: bool) {
+    ASIDE_OFF.store(!on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether background threads keep off the launcher's CPU.
+#[cfg(target_arch = "x86_64")]
+fn aside_on() -> bool {
+    !ASIDE_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Nothing runs in the background off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn set_aside(_on: bool) {}
+
+/// Notes the calling thread's CPU as the launcher's ([`Aside`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn note_launcher() {
+    LAUNCHER_CPU.store(
+        rustix::thread::sched_getcpu(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// A background thread's affinity (module docs, *Background work beside
+/// the launcher*): its whole set, narrowed while it works to every CPU of
+/// it but the launcher's ([`note_launcher`]). On a kernel without full
+/// preemption a background stretch in the kernel (a network namespace
+/// made: ≈ 300 µs here; a sandbox's clone) holds the CPU it runs on
+/// until it ends, and a step of a launch woken there waits for it. With
+/// one CPU in the set, or an affinity that cannot be read, nothing is
+/// narrowed.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Aside {
+    whole: Option<rustix::thread::CpuSet>,
+    /// The CPU kept off now (`None`: the whole set).
+    off: Option<usize>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Aside {
+    /// The calling thread's set as it is now.
+    pub(crate) fn new() -> Aside {
+        Aside {
+            whole: rustix::thread::sched_getaffinity(None)
+                .ok()
+                .filter(|m| m.count() > 1),
+            off: None,
+        }
+    }
+
+    /// Narrows the calling thread to its set but the launcher's CPU (a
+    /// system call only when that CPU changed).
+    pub(crate) fn step_aside(&mut self) {
+        if aside_on() {
+            self.keep_off(LAUNCHER_CPU.load(std::sync::atomic::Ordering::Relaxed));
+        } else {
+            self.come_back();
+        }
+    }
+
+    /// Narrows the calling thread to its set but `cpu` (nothing if `cpu`
+    /// is not in it, or is kept off already).
+    fn keep_off(&mut self, cpu: usize) {
+        let Some(whole) = &self.whole else {
+            return;
+        };
+        if self.off == Some(cpu) || cpu >= rustix::thread::CpuSet::MAX_CPU || !whole.is_set(cpu) {
+            return;
+        }
+        let mut narrow = *whole;
+        narrow.unset(cpu);
+        if rustix::thread::sched_setaffinity(None, &narrow).is_ok() {
+            self.off = Some(cpu);
+        }
+    }
+
+    /// The calling thread's whole set back.
+    pub(crate) fn come_back(&mut self) {
+        if let (Some(whole), Some(_)) = (&self.whole, self.off) {
+            if rustix::thread::sched_setaffinity(None, whole).is_ok() {
+                self.off = None;
+            }
+        }
+    }
 }
 
 /// Starts a new thread on a CPU other than its creator's: the creator
@@ -2673,6 +2798,31 @@ mod imp {
     /// As [`child_main`], for a `ChildArgs` whose `IsolateArgs` has `go`
     /// and `job` set; the caller keeps both alive until the init is
     /// reaped, and a launch's until its release.
+    /// The spawner thread's whole affinity, where it has more than one
+    /// CPU: a prepared sandbox's init, cloned beside the launcher
+    /// ([`super::Aside`]), takes it back at its launch.
+    static SPAWNER_WHOLE: OnceLock<CpuMask> = OnceLock::new();
+
+    /// A `cpu_set_t` that a child may read.
+    struct CpuMask(libc::cpu_set_t);
+
+    /// Records the calling (spawner) thread's whole affinity.
+    fn note_whole() {
+        let Ok(set) = rustix::thread::sched_getaffinity(None) else {
+            return;
+        };
+        if set.count() < 2 {
+            return;
+        }
+        // SAFETY: an all-zero `cpu_set_t` is the empty set.
+        let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for cpu in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)) {
+            // SAFETY: `cpu` is below `MAX_CPU`, the set's size.
+            unsafe { libc::CPU_SET(cpu, &mut raw) };
+        }
+        let _ = SPAWNER_WHOLE.set(CpuMask(raw));
+    }
+
     unsafe extern "C" fn prepared_main(args: *const ChildArgs) -> ! {
         // SAFETY: the caller keeps the prepared arguments alive while the
         // init lives.
@@ -2704,6 +2854,20 @@ mod imp {
                     i.go as usize,
                     libc::FUTEX_WAIT as usize,
                     0,
+                    0,
+                );
+            }
+        }
+        if let Some(whole) = SPAWNER_WHOLE.get() {
+            // The spawner thread's whole set: what a sandbox composed at
+            // its launch starts with (the program inherits it).
+            // SAFETY: a raw system call on a static set.
+            unsafe {
+                raw4(
+                    libc::SYS_sched_setaffinity as usize,
+                    0,
+                    std::mem::size_of::<libc::cpu_set_t>(),
+                    ptr::from_ref(&whole.0) as usize,
                     0,
                 );
             }
@@ -3110,6 +3274,10 @@ mod imp {
         /// A spare network namespace to clone in (the caller keeps it open
         /// until `released`), or -1 for this process's own.
         netns: c_int,
+        /// A sandbox prepared beside a launch: cloned off the launcher's
+        /// CPU ([`super::Aside`]); a launch's own clone, which its caller
+        /// waits for, is not.
+        aside: bool,
     }
 
     // SAFETY: a `Job`'s pointers refer to the frame of the thread that sent
@@ -3176,6 +3344,7 @@ mod imp {
                 .stack_size(128 * 1024)
                 .spawn(move || {
                     placed.wait_and_widen();
+                    note_whole();
                     // Its own network namespace, to come back to from a
                     // spare one; without it the thread clones in its own
                     // only.
@@ -3262,6 +3431,7 @@ mod imp {
                 ret: &raw const ret,
                 released: ptr::from_ref(released),
                 netns: netns.map_or(-1, |fd| fd.as_raw_fd()),
+                aside: false,
             };
             if self.jobs.send(job).is_err() {
                 // The thread is gone (it never exits while the process
@@ -3332,7 +3502,15 @@ mod imp {
         // namespace: a clone for a spare one entered it, and coming back
         // failed.
         let mut away = false;
+        let mut aside = super::Aside::new();
         while let Ok(job) = queue.recv() {
+            // The sandbox (its init, the helper composing its view)
+            // inherits this thread's affinity until its launch.
+            if job.aside {
+                aside.step_aside();
+            } else {
+                aside.come_back();
+            }
             let spare = job.netns;
             let r = match enter_net(spare, host, &mut away) {
                 Err(r) => r,
@@ -3925,7 +4103,13 @@ mod imp {
             let (tx, rx) = mpsc::sync_channel::<OwnedFd>(64);
             std::thread::Builder::new()
                 .name("custodian-ns-release".into())
-                .spawn(move || rx.into_iter().for_each(drop))
+                .spawn(move || {
+                    let mut aside = super::Aside::new();
+                    for ns in rx {
+                        aside.step_aside();
+                        drop(ns);
+                    }
+                })
                 .ok()
                 .map(|_| Mutex::new(tx))
         })
@@ -4845,6 +5029,7 @@ mod imp {
                 ret: &raw const st.ret,
                 released: &raw const st.state,
                 netns: if joined { -1 } else { net.as_raw_fd() },
+                aside: true,
             };
             // The cgroup's descriptor stays open (in the box) until the
             // clone was made or failed: `Drop` waits for it.
@@ -5083,6 +5268,14 @@ mod imp {
         };
         st.job
             .store(ptr::from_ref(&child).cast_mut(), Ordering::Release);
+        if pid > 0 && super::aside_on() && SPAWNER_WHOLE.get().is_some() {
+            // The init was prepared off this CPU; woken here, it runs as
+            // soon as this thread sleeps (below), and takes the whole set
+            // back first thing (`prepared_main`).
+            let mut here = rustix::thread::CpuSet::new();
+            here.set(rustix::thread::sched_getcpu());
+            let _ = rustix::thread::sched_setaffinity(rustix::process::Pid::from_raw(pid), &here);
+        }
         st.go.store(1, Ordering::Release);
         // SAFETY: the wake names only the word's address.
         unsafe {

@@ -229,6 +229,8 @@ fn fill() {
         Ok(fd) => fd,
         Err(errno) => return stop(errno),
     };
+    // Off the launcher's CPU while it makes one (`spawn::Aside`).
+    let mut aside = super::Aside::new();
     loop {
         let mut pool = lock();
         if pool.spares.len() >= SPARES {
@@ -248,6 +250,7 @@ fn fill() {
             *left -= 1;
         }
         drop(pool);
+        aside.step_aside();
         match make(&host) {
             Ok(fd) => {
                 lock().spares.push(fd);

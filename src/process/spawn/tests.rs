@@ -1179,3 +1179,43 @@ async fn requests_sharing_a_namespace_prepare_only_their_own_next_launch() {
     assert_eq!(queued(), 2);
     drop((in_a, in_b));
 }
+
+/// A background thread keeps off the launcher's CPU while it works and
+/// takes its whole set back after (`Aside`); a CPU outside its set changes
+/// nothing. On a thread of its own: the test thread's set stays as it is.
+#[test]
+fn a_background_thread_keeps_off_the_launchers_cpu_and_comes_back() {
+    std::thread::spawn(|| {
+        let get = || rustix::thread::sched_getaffinity(None).unwrap();
+        let whole = get();
+        if whole.count() < 2 {
+            skipped!("one CPU: nothing to keep off");
+            return;
+        }
+        let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| whole.is_set(c))
+            .collect();
+        let mut aside = super::Aside::new();
+        for &cpu in &cpus {
+            aside.keep_off(cpu);
+            let now = get();
+            assert!(!now.is_set(cpu), "still on CPU {cpu}");
+            assert_eq!(
+                now.count(),
+                whole.count() - 1,
+                "more than CPU {cpu} kept off"
+            );
+            assert_ne!(rustix::thread::sched_getcpu(), cpu);
+        }
+        aside.come_back();
+        assert!(get() == whole, "the whole set not back");
+        // A CPU the thread may not use: nothing narrowed.
+        let outside = (0..rustix::thread::CpuSet::MAX_CPU).find(|&c| !whole.is_set(c));
+        if let Some(cpu) = outside {
+            aside.keep_off(cpu);
+            assert!(get() == whole);
+        }
+    })
+    .join()
+    .unwrap();
+}

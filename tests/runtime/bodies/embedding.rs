@@ -662,11 +662,20 @@ async fn a_requests_prepared_sandbox_goes_with_it_and_its_cleanup_is_clean() {
     let executor = request.executor();
     executor.open_workspace().await.unwrap();
     let before = custodian::__bench::prepared_launches();
+    // A prepared sandbox is cloned off its launcher's CPU and takes the
+    // whole set back at its launch (`process::spawn::Aside`): the tool
+    // gets every CPU this process may use.
+    let cpus = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_owned();
     let mut ns = String::new();
     for _ in 0..4 {
         let Some(ev) = confined_sh(
             &executor,
-            "readlink /proc/self/ns/net; grep CapEff /proc/self/status",
+            "readlink /proc/self/ns/net; grep CapEff /proc/self/status; grep Cpus_allowed_list: /proc/self/status",
             Some(Confinement::workspace_write()),
         )
         .await
@@ -677,6 +686,10 @@ async fn a_requests_prepared_sandbox_goes_with_it_and_its_cleanup_is_clean() {
         assert!(
             ev.stdout.text.contains("CapEff:\t0000000000000000"),
             "{ev:?}"
+        );
+        assert!(
+            ev.stdout.text.lines().any(|l| l == cpus),
+            "{cpus} not kept: {ev:?}"
         );
         ns = ev.stdout.text.lines().next().unwrap().to_owned();
     }
