@@ -6,7 +6,8 @@
 //! (`CONFINE_ROUNDS=N` for more rounds on a noisy machine;
 //! `CONFINE_ONLY=K` runs variant `K` of the table alone, 0-based, for a
 //! profiler: `perf record -g` of one variant; `CONFINE_ONLY=keeper` the
-//! last table alone). The last
+//! last table alone; `CONFINE_ASIDE=0` runs the first table with
+//! custodian's background threads on any CPU, the launcher's included). The last
 //! column is the p50 of `launch()` alone (spawn latency: plan, build,
 //! clone, the child's confinement calls, until `execve` returned).
 //!
@@ -79,6 +80,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // `CONFINE_ASIDE=0`: the first table with custodian's background
+    // threads on any CPU, the launcher's included.
+    custodian::__bench::set_background_aside(
+        std::env::var("CONFINE_ASIDE").map_or(true, |v| v != "0"),
+    );
     let ws = std::env::temp_dir();
     let opts = LaunchOptions::new(&ws);
     let mut in_request = opts.clone();
@@ -251,43 +257,64 @@ fn interleaved<V>(
 /// once more with a spare network namespace taken before it and dropped
 /// after its settle, as each isolated launch outside a request takes one:
 /// what the kernel's making (on the filler thread, beside the launch) and
-/// release of one namespace cost a launch that does nothing else.
+/// release of one namespace cost a launch that does nothing else; and the
+/// prepared `workspace-write` launch once more with custodian's background
+/// threads on any CPU (`custodian::__bench::set_background_aside`), the
+/// launcher's included. (Outside a request the one sandbox prepared
+/// serves the next prepared launch, whichever variant it is: each of the
+/// two prepared variants runs in a sandbox the other may have prepared,
+/// and meets the background work its own launch sets off.)
 fn keeper_table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, n: usize) {
     custodian::__bench::set_netns_spares(true);
     custodian::__bench::set_hold_mount_ns(true);
     custodian::__bench::set_prepared_sandboxes(true);
     let _keeper = custodian::contain::SpareKeeper::new();
     // (name, confinement, prepared sandboxes on, a spare network
-    // namespace taken before the launch and dropped after its settle)
+    // namespace taken before the launch and dropped after its settle,
+    // background threads off the launcher's CPU)
     let variants = [
-        ("unconfined", Confinement::none(), true, false),
+        ("unconfined", Confinement::none(), true, false, true),
         (
             "workspace-write",
             Confinement::workspace_write(),
             true,
             false,
+            true,
         ),
         (
             "the same, no prepared sandbox",
             Confinement::workspace_write(),
             false,
             false,
+            true,
         ),
         (
             "unconfined, a netns made beside it",
             Confinement::none(),
             true,
             true,
+            true,
+        ),
+        (
+            "workspace-write, background anywhere",
+            Confinement::workspace_write(),
+            true,
+            false,
+            false,
         ),
     ];
+    // Launches of each variant that ran in a prepared sandbox.
+    let ran_prepared = std::cell::RefCell::new(vec![0u64; variants.len()]);
     let made = std::cell::Cell::new(0usize);
     // CPU of this process (every thread) and its reaped children (each
     // sandbox's init, with its tool) per variant.
     let cpu = std::cell::RefCell::new(vec![Duration::ZERO; variants.len()]);
-    let once = |v @ (_, c, prepared, beside): &(&str, Confinement, bool, bool)| {
+    let once = |v @ (_, c, prepared, beside, aside): &(&str, Confinement, bool, bool, bool)| {
         let k = variants.iter().position(|w| w.0 == v.0).unwrap_or(0);
         let c0 = cpu_self() + cpu_children();
         custodian::__bench::set_prepared_sandboxes(*prepared);
+        custodian::__bench::set_background_aside(*aside);
+        let before = custodian::__bench::prepared_launches();
         // What an isolated launch outside a request costs the kernel
         // besides its own work: the spare it takes is replaced by the
         // filler thread while it runs, and released once it settled.
@@ -296,23 +323,23 @@ fn keeper_table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, n: usize) {
             .flatten();
         made.set(made.get() + usize::from(taken.is_some()));
         let t = once(rt, opts, c);
+        ran_prepared.borrow_mut()[k] += custodian::__bench::prepared_launches() - before;
         drop(taken);
         cpu.borrow_mut()[k] += (cpu_self() + cpu_children()).saturating_sub(c0);
         t
     };
-    let before = custodian::__bench::prepared_launches();
     let (samples, spawns) = interleaved(&variants, n, once);
-    let prepared = custodian::__bench::prepared_launches() - before;
     println!();
     println!(
         "outside a request, a SpareKeeper held: {n} rounds interleaved, \
-         {prepared} of {n} launches of the second variant in a prepared sandbox, \
-         {} of the last beside a network namespace made for it",
-        made.get().saturating_sub(1)
+         {} of the fourth variant's beside a network namespace made for it; \
+         prepared: of {} launches (the warm-up's included)",
+        made.get().saturating_sub(1),
+        n + 1
     );
     println!(
-        "{:<36} {:>10} {:>10} {:>10} {:>14} {:>12}",
-        "variant", "p50 us", "p95 us", "p50 ratio", "launch() p50", "CPU/launch"
+        "{:<38} {:>10} {:>10} {:>10} {:>14} {:>12} {:>9}",
+        "variant", "p50 us", "p95 us", "p50 ratio", "launch() p50", "CPU/launch", "prepared"
     );
     let p = |s: &mut Vec<Duration>, q: usize| {
         s.sort();
@@ -320,17 +347,23 @@ fn keeper_table(rt: &tokio::runtime::Runtime, opts: &LaunchOptions, n: usize) {
     };
     let base = p(&mut samples[0].clone(), 50);
     let cpu = cpu.into_inner();
-    for ((((name, _, _, _), mut s), mut sp), cpu) in
-        variants.iter().zip(samples).zip(spawns).zip(cpu)
+    let ran_prepared = ran_prepared.into_inner();
+    for (((((name, ..), mut s), mut sp), cpu), prepared) in variants
+        .iter()
+        .zip(samples)
+        .zip(spawns)
+        .zip(cpu)
+        .zip(ran_prepared)
     {
         println!(
-            "{:<36} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us {:>9.0} us",
+            "{:<38} {:>10.0} {:>10.0} {:>9.3}x {:>11.0} us {:>9.0} us {:>9}",
             name,
             p(&mut s, 50) * 1e6,
             p(&mut s, 95) * 1e6,
             p(&mut s, 50) / base,
             p(&mut sp, 50) * 1e6,
             cpu.as_secs_f64() * 1e6 / (n + 1) as f64,
+            prepared,
         );
     }
 }
