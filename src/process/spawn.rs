@@ -206,15 +206,18 @@
 //! waits for it. So the threads
 //! that do such work keep off the CPU of the last isolated launch
 //! ([`Aside`]: `note_launcher` at the launch's start; each narrows itself
-//! to its whole set but that CPU before a piece of work, a system call
-//! only when that CPU changed), and a sandbox cloned for the next launch
+//! to its whole set but that CPU before a piece of work, reading its set
+//! first and setting it only when that CPU changed; a set something else
+//! gave the thread meanwhile, `taskset` say, becomes its whole set and is
+//! never widened past), and a sandbox cloned for the next launch
 //! inherits that, its init and the helper composing its view included. A
 //! launch's own clone, which its caller waits for, comes back to the
 //! spawner thread's whole set first. At the launch the caller moves the
 //! prepared init onto its own CPU before it wakes it (it runs there once
 //! the caller sleeps, not behind the background's work), and the init
-//! takes the spawner thread's whole set back before it clones the
-//! program: a tool gets every CPU its launcher may use, prepared or not.
+//! takes the spawner thread's whole set back (as the spawner thread last
+//! published it) before it clones the program: a tool gets every CPU its
+//! launcher may use, prepared or not.
 //! With one CPU, or an affinity that cannot be read, nothing moves.
 //!
 //! # Caveats
@@ -794,6 +797,8 @@ pub(crate) fn note_launcher() {
 /// narrowed.
 #[cfg(target_arch = "x86_64")]
 pub(crate) struct Aside {
+    /// The thread's set as last seen: at its start, or as something else
+    /// (the embedder, `taskset`) set it since.
     whole: Option<rustix::thread::CpuSet>,
     /// The CPU kept off now (`None`: the whole set).
     off: Option<usize>,
@@ -804,15 +809,17 @@ impl Aside {
     /// The calling thread's set as it is now.
     pub(crate) fn new() -> Aside {
         Aside {
-            whole: rustix::thread::sched_getaffinity(None)
-                .ok()
-                .filter(|m| m.count() > 1),
+            whole: rustix::thread::sched_getaffinity(None).ok(),
             off: None,
         }
     }
 
-    /// Narrows the calling thread to its set but the launcher's CPU (a
-    /// system call only when that CPU changed).
+    /// The calling thread's whole set, as last seen.
+    pub(crate) fn whole(&self) -> Option<&rustix::thread::CpuSet> {
+        self.whole.as_ref()
+    }
+
+    /// Narrows the calling thread to its set but the launcher's CPU.
     pub(crate) fn step_aside(&mut self) {
         if aside_on() {
             self.keep_off(LAUNCHER_CPU.load(std::sync::atomic::Ordering::Relaxed));
@@ -822,12 +829,17 @@ impl Aside {
     }
 
     /// Narrows the calling thread to its set but `cpu` (nothing if `cpu`
-    /// is not in it, or is kept off already).
+    /// is not in it, is its only CPU, or is kept off already).
     fn keep_off(&mut self, cpu: usize) {
+        self.refresh();
         let Some(whole) = &self.whole else {
             return;
         };
-        if self.off == Some(cpu) || cpu >= rustix::thread::CpuSet::MAX_CPU || !whole.is_set(cpu) {
+        if self.off == Some(cpu)
+            || cpu >= rustix::thread::CpuSet::MAX_CPU
+            || !whole.is_set(cpu)
+            || whole.count() < 2
+        {
             return;
         }
         let mut narrow = *whole;
@@ -839,10 +851,31 @@ impl Aside {
 
     /// The calling thread's whole set back.
     pub(crate) fn come_back(&mut self) {
+        self.refresh();
         if let (Some(whole), Some(_)) = (&self.whole, self.off) {
             if rustix::thread::sched_setaffinity(None, whole).is_ok() {
                 self.off = None;
             }
+        }
+    }
+
+    /// A set that something else gave the thread since this one last set
+    /// it is its whole set from now on (never widened back past it).
+    fn refresh(&mut self) {
+        let Ok(now) = rustix::thread::sched_getaffinity(None) else {
+            return;
+        };
+        let expected = match (&self.whole, self.off) {
+            (Some(whole), Some(cpu)) => {
+                let mut narrow = *whole;
+                narrow.unset(cpu);
+                Some(narrow)
+            }
+            (whole, _) => *whole,
+        };
+        if expected != Some(now) {
+            self.whole = Some(now);
+            self.off = None;
         }
     }
 }
@@ -2795,34 +2828,37 @@ mod imp {
     ///
     /// # Safety
     ///
+    /// Words of a `cpu_set_t` (an array of `u64` on x86-64: CPU `n` is bit
+    /// `n % 64` of word `n / 64`).
+    const MASK_WORDS: usize = std::mem::size_of::<libc::cpu_set_t>() / 8;
+
+    /// The spawner thread's whole affinity as last seen
+    /// ([`super::Aside::whole`]), published for a prepared sandbox's init,
+    /// cloned beside the launcher, to take back at its launch; valid once
+    /// [`SPAWNER_WHOLE_SET`]. (Published anew only when something else
+    /// changed the spawner thread's set; an init reading it meanwhile may
+    /// take a mix of the two sets.)
+    static SPAWNER_WHOLE: [AtomicU64; MASK_WORDS] = [const { AtomicU64::new(0) }; MASK_WORDS];
+    /// Whether [`SPAWNER_WHOLE`] holds a set of more than one CPU.
+    static SPAWNER_WHOLE_SET: AtomicBool = AtomicBool::new(false);
+
+    /// Publishes the spawner thread's whole set ([`SPAWNER_WHOLE`]).
+    fn publish_whole(set: &rustix::thread::CpuSet) {
+        let mut words = [0u64; MASK_WORDS];
+        for cpu in
+            (0..(MASK_WORDS * 64).min(rustix::thread::CpuSet::MAX_CPU)).filter(|&c| set.is_set(c))
+        {
+            words[cpu / 64] |= 1 << (cpu % 64);
+        }
+        for (slot, word) in SPAWNER_WHOLE.iter().zip(words) {
+            slot.store(word, Ordering::Relaxed);
+        }
+        SPAWNER_WHOLE_SET.store(set.count() > 1, Ordering::Release);
+    }
+
     /// As [`child_main`], for a `ChildArgs` whose `IsolateArgs` has `go`
     /// and `job` set; the caller keeps both alive until the init is
     /// reaped, and a launch's until its release.
-    /// The spawner thread's whole affinity, where it has more than one
-    /// CPU: a prepared sandbox's init, cloned beside the launcher
-    /// ([`super::Aside`]), takes it back at its launch.
-    static SPAWNER_WHOLE: OnceLock<CpuMask> = OnceLock::new();
-
-    /// A `cpu_set_t` that a child may read.
-    struct CpuMask(libc::cpu_set_t);
-
-    /// Records the calling (spawner) thread's whole affinity.
-    fn note_whole() {
-        let Ok(set) = rustix::thread::sched_getaffinity(None) else {
-            return;
-        };
-        if set.count() < 2 {
-            return;
-        }
-        // SAFETY: an all-zero `cpu_set_t` is the empty set.
-        let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for cpu in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)) {
-            // SAFETY: `cpu` is below `MAX_CPU`, the set's size.
-            unsafe { libc::CPU_SET(cpu, &mut raw) };
-        }
-        let _ = SPAWNER_WHOLE.set(CpuMask(raw));
-    }
-
     unsafe extern "C" fn prepared_main(args: *const ChildArgs) -> ! {
         // SAFETY: the caller keeps the prepared arguments alive while the
         // init lives.
@@ -2858,16 +2894,20 @@ mod imp {
                 );
             }
         }
-        if let Some(whole) = SPAWNER_WHOLE.get() {
+        if SPAWNER_WHOLE_SET.load(Ordering::Acquire) {
             // The spawner thread's whole set: what a sandbox composed at
             // its launch starts with (the program inherits it).
-            // SAFETY: a raw system call on a static set.
+            let mut words = [0u64; MASK_WORDS];
+            for (word, slot) in words.iter_mut().zip(&SPAWNER_WHOLE) {
+                *word = slot.load(Ordering::Relaxed);
+            }
+            // SAFETY: a raw system call on a set on this stack.
             unsafe {
                 raw4(
                     libc::SYS_sched_setaffinity as usize,
                     0,
-                    std::mem::size_of::<libc::cpu_set_t>(),
-                    ptr::from_ref(&whole.0) as usize,
+                    std::mem::size_of_val(&words),
+                    words.as_ptr() as usize,
                     0,
                 );
             }
@@ -3344,7 +3384,6 @@ mod imp {
                 .stack_size(128 * 1024)
                 .spawn(move || {
                     placed.wait_and_widen();
-                    note_whole();
                     // Its own network namespace, to come back to from a
                     // spare one; without it the thread clones in its own
                     // only.
@@ -3503,6 +3542,10 @@ mod imp {
         // failed.
         let mut away = false;
         let mut aside = super::Aside::new();
+        let mut published = aside.whole().copied();
+        if let Some(whole) = &published {
+            publish_whole(whole);
+        }
         while let Ok(job) = queue.recv() {
             // The sandbox (its init, the helper composing its view)
             // inherits this thread's affinity until its launch.
@@ -3510,6 +3553,12 @@ mod imp {
                 aside.step_aside();
             } else {
                 aside.come_back();
+            }
+            if aside.whole() != published.as_ref() {
+                published = aside.whole().copied();
+                if let Some(whole) = &published {
+                    publish_whole(whole);
+                }
             }
             let spare = job.netns;
             let r = match enter_net(spare, host, &mut away) {
@@ -5268,7 +5317,7 @@ mod imp {
         };
         st.job
             .store(ptr::from_ref(&child).cast_mut(), Ordering::Release);
-        if pid > 0 && super::aside_on() && SPAWNER_WHOLE.get().is_some() {
+        if pid > 0 && super::aside_on() && SPAWNER_WHOLE_SET.load(Ordering::Acquire) {
             // The init was prepared off this CPU; woken here, it runs as
             // soon as this thread sleeps (below), and takes the whole set
             // back first thing (`prepared_main`).

@@ -1215,6 +1215,20 @@ fn a_background_thread_keeps_off_the_launchers_cpu_and_comes_back() {
             aside.keep_off(cpu);
             assert!(get() == whole);
         }
+        // Something else (the embedder, `taskset`) narrows the thread while
+        // it keeps off a CPU: that set is its whole set from then on, never
+        // widened back past it.
+        // (The set given is the CPU kept off alone, which no narrowing of
+        // its own makes.)
+        aside.keep_off(cpus[0]);
+        let mut only = rustix::thread::CpuSet::new();
+        only.set(cpus[0]);
+        rustix::thread::sched_setaffinity(None, &only).unwrap();
+        aside.come_back();
+        assert!(get() == only, "widened past the set it was given");
+        aside.keep_off(cpus[0]);
+        assert!(get() == only, "its one CPU kept off");
+        assert!(aside.whole() == Some(&only));
     })
     .join()
     .unwrap();
